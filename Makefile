@@ -1,0 +1,37 @@
+# Entry points. `make demo` sets everything up and runs the main job on the embedded default
+# (local target, tiny synthetic model); `make test` runs the test suite.
+VENV   := .venv
+PY     := $(VENV)/bin/python
+LAB    := $(VENV)/bin/lab
+PYTHON ?= python3
+
+.PHONY: deps setup demo test lint bench
+.DEFAULT_GOAL := demo
+
+deps:
+	@bash scripts/system-deps.sh
+
+$(VENV)/.installed: pyproject.toml
+	$(PYTHON) -m venv $(VENV)
+	$(VENV)/bin/pip install -q --upgrade pip
+	$(VENV)/bin/pip install -q -e '.[dev]'
+	touch $@
+
+setup: deps $(VENV)/.installed
+	$(LAB) engine build
+	$(LAB) engine build --flavor assert
+	$(LAB) model tiny
+
+demo: setup
+	$(LAB) engine check
+
+test: setup
+	$(VENV)/bin/pytest -q
+
+lint: $(VENV)/.installed
+	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
+	$(VENV)/bin/mypy
+
+bench: setup
+	$(PY) benchmarks/engine_fake_vs_genuine.py

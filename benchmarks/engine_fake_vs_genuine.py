@@ -1,0 +1,103 @@
+"""Engine benchmark: fake prefix vs genuine cache hit vs baseline, measured side by side in one run.
+
+For L x new on the tiny model (or --model): baseline (L+new, nothing cached), fake (n_fake_cached = L)
+and genuine hit (L prefilled for real with cache_prompt, then L+new), interleaved in rotating order,
+median of --reps. Prints the ratios fake/baseline and fake/genuine (goal: fake/genuine 1.00 +- 0.05),
+and the fabrication cost in ns per fake position (goal <= 50 ns).
+
+    .venv/bin/python benchmarks/engine_fake_vs_genuine.py [--reps 5] [--Ls 512,2048,6000] [--news 64,256]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import sys
+import tempfile
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lab.engine.build import build_engine
+from lab.engine.contract import ARMS, filler_tokens, run_arm
+from lab.engine.models import resolve_model
+from lab.engine.server import LlamaServer
+from lab.settings import ServerSettings, load_settings
+
+
+def ints(s: str) -> list[int]:
+    return [int(x) for x in s.split(",") if x]
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--Ls", type=ints, default=[512, 2048, 6000])
+    ap.add_argument("--news", type=ints, default=[64, 256])
+    ap.add_argument("--fab-Ls", type=ints, default=[2048, 16384, 40960])
+    ap.add_argument("--threads", type=int, default=2)
+    ap.add_argument("--model", type=Path, default=None)
+    args = ap.parse_args()
+
+    settings = load_settings(model=args.model)
+    engine = build_engine(settings.engine, settings.cache_dir, flavor="release")
+    model = resolve_model(settings)
+    ctx = max(max(args.Ls) + max(args.news), max(args.fab_Ls) + 16) + 512
+    srv_settings = ServerSettings(threads=args.threads, ctx_size=ctx)
+    console = Console()
+    console.print(f"engine {engine.source.commit} patch {engine.patch_sha256[:12]}  model {model.name}  ctx {ctx}")
+
+    log = Path(tempfile.mkdtemp(prefix="bench-")) / "server.log"
+    failures: list[str] = []
+    table = Table(title=f"fake vs genuine vs baseline (median prompt_ms of {args.reps}, interleaved)")
+    for col in ("L", "new", "baseline ms", "fake ms", "genuine ms", "fake/baseline", "fake/genuine"):
+        table.add_column(col, justify="right")
+    fab = Table(title="fabrication cost (fake_ms / L, median)")
+    for col in ("L", "fake_ms", "ns/position"):
+        fab.add_column(col, justify="right")
+
+    with LlamaServer(engine, model, srv_settings, log) as srv:
+        n_vocab = int(srv.props().get("model_vocab_n_tokens") or 150000)
+        for L in args.Ls:
+            prefix = filler_tokens(L, seed=L, n_vocab=n_vocab)
+            for new in args.news:
+                new_tokens = filler_tokens(new, seed=L + new + 1, n_vocab=n_vocab)
+                ms: dict[str, list[float]] = {a: [] for a in ARMS}
+                for rep in range(args.reps):
+                    order = ARMS[rep % 3 :] + ARMS[: rep % 3]  # rotate so no arm always runs first
+                    for arm in order:
+                        r = run_arm(srv, arm, prefix, new_tokens)
+                        if not r.ok or r.timings is None:
+                            failures.append(f"L={L} new={new} {arm}: {r.reason}")
+                            continue
+                        ms[arm].append(r.timings.prompt_ms)
+                med = {a: statistics.median(v) if v else float("nan") for a, v in ms.items()}
+                table.add_row(
+                    str(L), str(new),
+                    f"{med['baseline']:.1f}", f"{med['fake']:.1f}", f"{med['genuine']:.1f}",
+                    f"{med['fake'] / med['baseline']:.3f}", f"{med['fake'] / med['genuine']:.3f}",
+                )  # fmt: skip
+        for L in args.fab_Ls:
+            prefix = filler_tokens(L, seed=7, n_vocab=n_vocab)
+            new_tokens = filler_tokens(16, seed=8, n_vocab=n_vocab)
+            fms = []
+            for _ in range(args.reps):
+                r = run_arm(srv, "fake", prefix, new_tokens)
+                if r.ok and r.timings is not None:
+                    fms.append(r.timings.fake_ms)
+                else:
+                    failures.append(f"fabrication L={L}: {r.reason}")
+            if fms:
+                m = statistics.median(fms)
+                fab.add_row(str(L), f"{m:.3f}", f"{m * 1e6 / L:.1f}")
+
+    console.print(table)
+    console.print(fab)
+    for f in failures:
+        console.print(f"[red]failed sample[/red] {f}")
+    return 1 if failures else 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,161 @@
+"""CPU build of the patched llama.cpp, cached under a key of (source, patch bytes, flags).
+
+A repeated build with the same key is a stamp check (no cmake at all). A changed patch re-applies it in
+the same tree and rebuilds incrementally (make + ccache keep that quick).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import os
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+from typing import Literal
+
+from pydantic import BaseModel
+
+from lab.engine.source import PreparedSource, SourceInfo, locked, prepare_source
+from lab.settings import EngineSettings
+
+Flavor = Literal["release", "assert"]
+TARGETS = ["llama-server", "llama", "llama-bench"]
+STAMP = "lab-build.json"
+
+
+class EngineInfo(BaseModel):
+    """What `lab engine info --json` prints and every run's manifest records."""
+
+    flavor: Flavor
+    server: Path
+    bench: Path
+    lib_dir: Path
+    include_dir: Path
+    ggml_include_dir: Path
+    source_dir: Path
+    build_dir: Path
+    source: SourceInfo
+    patch_sha256: str
+    patches: list[str]
+    flags: list[str]
+
+
+class BuildError(RuntimeError):
+    pass
+
+
+def cmake_flags(settings: EngineSettings, flavor: Flavor, commit: str) -> list[str]:
+    flags = [
+        f"-DCMAKE_BUILD_TYPE={settings.build_type}",
+        "-DBUILD_SHARED_LIBS=ON",
+        # without these two the build runs npm for the web UI and reaches for the network
+        "-DLLAMA_BUILD_UI=OFF",
+        "-DLLAMA_USE_PREBUILT_UI=OFF",
+        "-DLLAMA_BUILD_TESTS=OFF",
+        "-DLLAMA_BUILD_EXAMPLES=OFF",
+        "-DLLAMA_CURL=OFF",
+        "-DGGML_CUDA=OFF",
+        "-DGGML_METAL=OFF",
+        "-DGGML_VULKAN=OFF",
+        f"-DGGML_NATIVE={'ON' if settings.native else 'OFF'}",
+        f"-DGGML_CCACHE={'ON' if shutil.which('ccache') else 'OFF'}",
+        f"-DLLAMA_BUILD_COMMIT={commit[:9]}",
+    ]
+    if flavor == "assert":
+        # every optimised build type defines NDEBUG (RelWithDebInfo too); asserts need it gone
+        opt = "-O2 -g" if settings.build_type == "RelWithDebInfo" else "-O2"
+        for lang in ("C", "CXX"):
+            flags.append(f"-DCMAKE_{lang}_FLAGS_{settings.build_type.upper()}={opt}")
+    return flags + list(settings.extra_cmake_flags)
+
+
+def flags_key(flags: list[str]) -> str:
+    return hashlib.sha256("\n".join(flags).encode()).hexdigest()[:10]
+
+
+def _paths(src: PreparedSource, build_dir: Path) -> dict[str, Path]:
+    return {
+        "server": build_dir / "bin" / "llama-server",
+        "bench": build_dir / "bin" / "llama-bench",
+        "lib_dir": build_dir / "bin",
+        "include_dir": src.path / "include",
+        "ggml_include_dir": src.path / "ggml" / "include",
+    }
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str], quiet: bool) -> None:
+    with log.open("a") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n")
+        fh.flush()
+        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        assert proc.stdout is not None
+        for line in proc.stdout:
+            fh.write(line)
+            if not quiet and line.startswith("["):
+                sys.stderr.write("\r" + line.rstrip()[:100].ljust(100))
+        rc = proc.wait()
+    if not quiet:
+        sys.stderr.write("\n")
+    if rc != 0:
+        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+        raise BuildError(f"{cmd[0]} failed ({rc}); log: {log}\n{tail}")
+
+
+def build_engine(
+    settings: EngineSettings, cache_dir: Path, flavor: Flavor = "release", quiet: bool = True
+) -> EngineInfo:
+    src = prepare_source(settings, cache_dir)
+    flags = cmake_flags(settings, flavor, src.info.commit)
+    build_dir = src.path.parent / f"build-{flavor}-{flags_key(flags)}"
+    stamp = build_dir / STAMP
+    paths = _paths(src, build_dir)
+    info = EngineInfo(
+        flavor=flavor,
+        source_dir=src.path,
+        build_dir=build_dir,
+        source=src.info,
+        patch_sha256=src.patch_sha256,
+        patches=src.patches,
+        flags=flags,
+        **paths,
+    )
+    with locked(build_dir.with_suffix(".lock")):
+        done = _finished(stamp, info)
+        if done is not None:
+            return done
+        _build(settings, cache_dir, build_dir, flags, quiet)
+        for p in (info.server, info.bench):
+            if not p.exists():
+                raise BuildError(f"build finished but {p} is missing; log: {build_dir / 'lab-build.log'}")
+        stamp.write_text(info.model_dump_json(indent=2))
+    return info
+
+
+def _finished(stamp: Path, want: EngineInfo) -> EngineInfo | None:
+    """The stamped build if it matches the wanted key (patch bytes + flags) and its binaries exist."""
+    if not stamp.exists() or not (want.server.exists() and want.bench.exists()):
+        return None
+    done = EngineInfo.model_validate_json(stamp.read_text())
+    if done.patch_sha256 == want.patch_sha256 and done.flags == want.flags:
+        return done
+    return None
+
+
+def _build(settings: EngineSettings, cache_dir: Path, build_dir: Path, flags: list[str], quiet: bool) -> None:
+    build_dir.mkdir(parents=True, exist_ok=True)
+    (build_dir / STAMP).unlink(missing_ok=True)
+    log = build_dir / "lab-build.log"
+    env = dict(os.environ)
+    # relative paths in ccache's hash: hits survive a moved cache dir
+    env.setdefault("CCACHE_BASEDIR", str(cache_dir))
+    env.setdefault("CCACHE_NOHASHDIR", "1")
+    _run_logged(["cmake", "-S", str(build_dir.parent / "src"), "-B", str(build_dir), *flags], log, env, quiet)
+    _run_logged(
+        ["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env, quiet
+    )
+
+
+def engine_info_json(info: EngineInfo) -> str:
+    return json.dumps(json.loads(info.model_dump_json()), indent=2)

@@ -1,0 +1,46 @@
+"""`lab engine check`: one sample of each arm against the real patched server, shown as a table."""
+
+from __future__ import annotations
+
+import time
+
+from rich.console import Console
+from rich.table import Table
+
+from lab.engine.build import build_engine
+from lab.engine.contract import ARMS, filler_tokens, run_arm
+from lab.engine.models import resolve_model
+from lab.engine.server import LlamaServer
+from lab.settings import Settings
+
+
+def run_check(settings: Settings, L: int, new: int) -> bool:
+    console = Console()
+    engine = build_engine(settings.engine, settings.cache_dir, quiet=True)
+    model = resolve_model(settings)
+    log = settings.cache_dir / "logs" / f"check-{time.strftime('%Y%m%dT%H%M%S')}.log"
+    with LlamaServer(engine, model, settings.server, log) as srv:
+        n_vocab = int(srv.props().get("model_vocab_n_tokens", 0) or 0) or 150000
+        prefix = filler_tokens(L, seed=1, n_vocab=n_vocab)
+        new_tokens = filler_tokens(new, seed=2, n_vocab=n_vocab)
+        results = [run_arm(srv, arm, prefix, new_tokens) for arm in ARMS]
+        cfg = srv.config
+    table = Table(title=f"engine check: L={L} new={new}  ({model.name}, {engine.source.commit})")
+    for col in ("arm", "cache_n", "prompt_n", "prompt_ms", "fake_ms", "ok"):
+        table.add_column(col, justify="right")
+    for r in results:
+        t = r.timings
+        table.add_row(
+            r.arm,
+            str(t.cache_n) if t else "-",
+            str(t.prompt_n) if t else "-",
+            f"{t.prompt_ms:.2f}" if t else "-",
+            f"{t.fake_ms:.3f}" if t and r.arm == "fake" else "",
+            "yes" if r.ok else f"NO: {r.reason}",
+        )
+    console.print(table)
+    console.print(
+        f"resolved: memory={cfg.memory} n_ctx={cfg.n_ctx} flash_attn={cfg.flash_attn} "
+        f"n_rs_seq={cfg.n_rs_seq} threads={cfg.threads}/{cfg.threads_batch}  log: {log}"
+    )
+    return all(r.ok for r in results)

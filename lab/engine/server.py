@@ -1,0 +1,281 @@
+"""Patched llama-server lifecycle: start with measurement hygiene, wait for health, parse the resolved
+graph config from its log, stop reliably (process group + parent-death signal: no orphans)."""
+
+from __future__ import annotations
+
+import contextlib
+import ctypes
+import os
+import re
+import signal
+import socket
+import subprocess
+import time
+from collections.abc import Iterator
+from pathlib import Path
+from types import TracebackType
+from typing import Any
+
+import httpx
+from pydantic import BaseModel, Field
+
+from lab.engine.build import EngineInfo
+from lab.settings import ServerSettings
+
+
+class ServerError(RuntimeError):
+    pass
+
+
+class ResolvedConfig(BaseModel):
+    """Graph and memory configuration as the server's log states it (None: the log did not say)."""
+
+    n_ctx: int | None = None
+    n_ctx_seq: int | None = None
+    n_batch: int | None = None
+    n_ubatch: int | None = None
+    flash_attn: str | None = None
+    fused_gdn_ar: bool | None = None
+    fused_gdn_ch: bool | None = None
+    n_rs_seq: int | None = None
+    v_trans: bool | None = None
+    threads: int | None = None
+    threads_batch: int | None = None
+    n_seq_max: int | None = None
+    kv_cells: int | None = None
+    recurrent_cells: int | None = None
+    graph_nodes: int | None = None
+    graph_splits: int | None = None
+    memory: str | None = None  # "hybrid", "kv", "kv_iswa", "recurrent"
+    system_info: str | None = None
+    build: str | None = None
+    raw: dict[str, str] = Field(default_factory=dict)
+
+
+_CTX_INTS = ("n_ctx", "n_ctx_seq", "n_batch", "n_ubatch", "n_seq_max", "n_rs_seq")
+
+
+def _bool(s: str) -> bool:
+    return s.strip().lower() in {"1", "true", "yes", "on", "enabled"}
+
+
+def parse_resolved_config(log: str) -> ResolvedConfig:
+    """Pull what the log states about the resolved graph config (needs `-lv 4`); unknown lines are ignored."""
+    cfg: dict[str, Any] = {}
+    raw: dict[str, str] = {}
+    for line in log.splitlines():
+        if m := re.search(r"llama_context: (\w+)\s*=\s*(.*)$", line):
+            raw[m.group(1)] = m.group(2).strip()
+    for key in _CTX_INTS:
+        if raw.get(key, "").isdigit():
+            cfg[key] = int(raw[key])
+    cfg["flash_attn"] = raw.get("flash_attn")
+    if m := re.search(r"Flash Attention was auto, set to (\w+)", log):
+        cfg["flash_attn"] = m.group(1)
+    if m := re.search(r"fused Gated Delta Net \(autoregressive\) (enabled|disabled)", log):
+        cfg["fused_gdn_ar"] = m.group(1) == "enabled"
+    if m := re.search(r"fused Gated Delta Net \(chunked\) (enabled|disabled)", log):
+        cfg["fused_gdn_ch"] = m.group(1) == "enabled"
+    if m := re.search(r"llama_memory_recurrent: size = .*?\(\s*(\d+) cells", log):
+        cfg["recurrent_cells"] = int(m.group(1))
+    if m := re.search(r"llama_kv_cache(?:_iswa)?: size = .*?\(\s*(\d+) cells", log):
+        cfg["kv_cells"] = int(m.group(1))
+    if m := re.search(r"v_trans\s*=\s*(\w+)", log):
+        cfg["v_trans"] = _bool(m.group(1))
+    if m := re.search(r"graph nodes\s*=\s*(\d+)", log):
+        cfg["graph_nodes"] = int(m.group(1))
+    if m := re.search(r"graph splits\s*=\s*(\d+)", log):
+        cfg["graph_splits"] = int(m.group(1))
+    if m := re.search(r"n_threads = (\d+) \(n_threads_batch = (\d+)\)", log):
+        cfg["threads"], cfg["threads_batch"] = int(m.group(1)), int(m.group(2))
+    if m := re.search(r"system_info: (.*)", log):
+        cfg["system_info"] = m.group(1).strip()
+    if m := re.search(r"build_info: (.*)", log):
+        cfg["build"] = m.group(1).strip()
+    has_recr = "llama_memory_recurrent:" in log
+    if "iswa" in log.lower() and "llama_kv_cache" in log:
+        cfg["memory"] = "kv_iswa"
+    elif has_recr and "llama_kv_cache:" in log:
+        cfg["memory"] = "hybrid"
+    elif has_recr:
+        cfg["memory"] = "recurrent"
+    elif "llama_kv_cache:" in log:
+        cfg["memory"] = "kv"
+    return ResolvedConfig(raw=raw, **cfg)
+
+
+def free_port() -> int:
+    with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _die_with_parent() -> None:
+    # PR_SET_PDEATHSIG: the server gets SIGTERM if the Python process that started it dies
+    with contextlib.suppress(OSError):
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
+
+
+def server_args(settings: ServerSettings, model: Path, port: int, extra: list[str]) -> list[str]:
+    """Measurement hygiene: one slot, no context shift, no draft, checkpoints/prompt cache as configured."""
+    args = [
+        "--host", "127.0.0.1",
+        "--port", str(port),
+        "--model", str(model),
+        "--threads", str(settings.threads),
+        "--threads-batch", str(settings.threads_batch or settings.threads),
+        "--ctx-size", str(settings.ctx_size),
+        "--batch-size", str(settings.batch_size),
+        "--ubatch-size", str(settings.ubatch_size),
+        "--parallel", "1",
+        "--no-context-shift",
+        "--ctx-checkpoints", str(settings.checkpoints),
+        "--cache-ram", str(settings.cache_ram_mib),
+        "--flash-attn", settings.flash_attn,
+        "--fit", "off",
+        "--no-ui",
+        "--no-mmproj",
+        "--log-verbosity", "4",  # llama_context / memory lines: the resolved config is parsed from them
+    ]  # fmt: skip
+    return args + list(settings.extra_args) + list(extra)
+
+
+class LlamaServer:
+    """`with LlamaServer(engine, model, settings, log_path) as srv: srv.completion({...})`."""
+
+    def __init__(
+        self,
+        engine: EngineInfo,
+        model: Path,
+        settings: ServerSettings,
+        log_path: Path,
+        extra_args: list[str] | None = None,
+    ) -> None:
+        self.engine = engine
+        self.model = model
+        self.settings = settings
+        self.log_path = log_path
+        self.extra_args = list(extra_args or [])
+        self.port = 0
+        self.proc: subprocess.Popen[bytes] | None = None
+        self.config = ResolvedConfig()
+        self._client: httpx.Client | None = None
+
+    @property
+    def url(self) -> str:
+        return f"http://127.0.0.1:{self.port}"
+
+    @property
+    def client(self) -> httpx.Client:
+        if self._client is None:
+            self._client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=5.0))
+        return self._client
+
+    def start(self) -> LlamaServer:
+        if not self.model.exists():
+            raise ServerError(f"model not found: {self.model}")
+        self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        for _attempt in range(3):
+            self.port = free_port()
+            cmd = [str(self.engine.server), *server_args(self.settings, self.model, self.port, self.extra_args)]
+            env = dict(os.environ, LD_LIBRARY_PATH=str(self.engine.lib_dir))
+            with self.log_path.open("ab") as log:
+                log.write(f"\n# {' '.join(cmd)}\n".encode())
+                log.flush()
+                self.proc = subprocess.Popen(
+                    cmd,
+                    stdin=subprocess.DEVNULL,
+                    stdout=log,
+                    stderr=subprocess.STDOUT,
+                    env=env,
+                    start_new_session=True,
+                    preexec_fn=_die_with_parent,
+                )
+            try:
+                self._wait_healthy()
+            except ServerError as e:
+                self.stop()
+                if "couldn't bind" in str(e):
+                    continue  # port taken between probe and bind: try another
+                raise
+            self.config = parse_resolved_config(self.log_text())
+            self.config.build = str(self.props().get("build_info") or "") or None
+            return self
+        raise ServerError("could not bind a free port after 3 attempts")
+
+    def log_text(self) -> str:
+        try:
+            return self.log_path.read_text(errors="replace")
+        except FileNotFoundError:
+            return ""
+
+    def _wait_healthy(self) -> None:
+        deadline = time.monotonic() + self.settings.startup_timeout_s
+        assert self.proc is not None
+        while time.monotonic() < deadline:
+            rc = self.proc.poll()
+            if rc is not None:
+                tail = "\n".join(self.log_text().splitlines()[-25:])
+                raise ServerError(f"llama-server exited with {rc} during startup; log {self.log_path}:\n{tail}")
+            with contextlib.suppress(httpx.HTTPError):
+                if self.client.get("/health", timeout=2.0).status_code == 200:
+                    return
+            time.sleep(0.1)
+        raise ServerError(f"llama-server not healthy after {self.settings.startup_timeout_s}s; log {self.log_path}")
+
+    def alive(self) -> bool:
+        return self.proc is not None and self.proc.poll() is None
+
+    def stop(self, timeout_s: float = 15.0) -> int | None:
+        """SIGTERM the server's process group, SIGKILL after timeout. Returns the exit code."""
+        if self._client is not None:
+            self._client.close()
+            self._client = None
+        proc, self.proc = self.proc, None
+        if proc is None:
+            return None
+        if proc.poll() is None:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGTERM)
+            try:
+                proc.wait(timeout=timeout_s)
+            except subprocess.TimeoutExpired:
+                with contextlib.suppress(ProcessLookupError):
+                    os.killpg(proc.pid, signal.SIGKILL)
+                proc.wait()
+        return proc.returncode
+
+    def __enter__(self) -> LlamaServer:
+        return self.start()
+
+    def __exit__(
+        self, exc_type: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.stop()
+
+    # --- HTTP helpers -------------------------------------------------------------------------------
+
+    def completion(self, body: dict[str, Any]) -> httpx.Response:
+        return self.client.post("/completion", json=body)
+
+    def tokenize(self, text: str, add_special: bool = False) -> list[int]:
+        r = self.client.post("/tokenize", json={"content": text, "add_special": add_special})
+        r.raise_for_status()
+        return [int(t) for t in r.json()["tokens"]]
+
+    def props(self) -> dict[str, Any]:
+        r = self.client.get("/props")
+        r.raise_for_status()
+        out: dict[str, Any] = r.json()
+        return out
+
+
+@contextlib.contextmanager
+def running_server(
+    engine: EngineInfo, model: Path, settings: ServerSettings, log_path: Path, extra_args: list[str] | None = None
+) -> Iterator[LlamaServer]:
+    srv = LlamaServer(engine, model, settings, log_path, extra_args)
+    try:
+        yield srv.start()
+    finally:
+        srv.stop()

@@ -1,0 +1,292 @@
+"""llama.cpp source at the pin, with the lab's patches applied, in a tree the lab owns.
+
+Three modes (chosen by settings, nothing probes the network):
+  sdist  the PyPI sdist of llama-cpp-python, which vendors llama.cpp (sha256 pinned and verified)
+  git    clone a URL and check out the pinned commit (what the container does on a connected host)
+  path   copy of a checkout the user already has (their tree is never touched)
+
+The tree is a git repository whose first commit is the pristine source, so `git diff` is exactly the
+applied patch. Patches are re-applied when their bytes change; untouched files keep their mtimes, so
+the build stays incremental.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import shutil
+import subprocess
+import sys
+import tarfile
+import tempfile
+import warnings
+from collections.abc import Iterator
+from contextlib import contextmanager
+from dataclasses import dataclass
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from lab.settings import PIN_COMMIT, EngineSettings
+
+
+@dataclass(frozen=True)
+class SdistPin:
+    sha256: str
+    commit: str  # llama.cpp commit vendored under vendor/llama.cpp
+    relation: str  # where it sits relative to the pin
+
+
+# Established by downloading each sdist here; see DESIGN.md §3. Together they bracket da87e9b.
+SDIST_PINS: dict[str, SdistPin] = {
+    "0.3.27": SdistPin(
+        sha256="b9eb9957de3776c2b1ae2beeccb52d5603e4e84afd94ae0d46bf96e04cbead6a",
+        commit="465b1f0e7",
+        relation="12 commits after da87e9b",
+    ),
+    "0.3.26": SdistPin(
+        sha256="71b004d52a274273ae03ec954d62771d26c86f32193fd30be57601508bec0064",
+        commit="7c158fbb4",
+        relation="17 commits before da87e9b",
+    ),
+}
+
+_GIT_ID = ["-c", "user.name=prefill-lab", "-c", "user.email=prefill-lab@localhost", "-c", "commit.gpgsign=false"]
+
+
+class SourceInfo(BaseModel):
+    """Which llama.cpp source a build used: recorded in every run's manifest."""
+
+    mode: str
+    origin: str
+    commit: str
+    sha256: str | None = None
+    pinned: bool
+    note: str = ""
+
+
+class PreparedSource(BaseModel):
+    path: Path
+    info: SourceInfo
+    patch_sha256: str
+    patches: list[str]
+
+
+class SourceError(RuntimeError):
+    pass
+
+
+def patch_files(patches_dir: Path) -> list[Path]:
+    return sorted(patches_dir.glob("*.patch"))
+
+
+def patches_sha256(patches: list[Path]) -> str:
+    h = hashlib.sha256()
+    for p in patches:
+        h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def file_sha256(path: Path) -> str:
+    h = hashlib.sha256()
+    with path.open("rb") as f:
+        for block in iter(lambda: f.read(1 << 20), b""):
+            h.update(block)
+    return h.hexdigest()
+
+
+def _run(cmd: list[str], cwd: Path | None = None) -> str:
+    proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
+    if proc.returncode != 0:
+        raise SourceError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+    return proc.stdout
+
+
+def _git(tree: Path, *args: str) -> str:
+    return _run(["git", *_GIT_ID, "-C", str(tree), *args])
+
+
+@contextmanager
+def locked(lock_path: Path) -> Iterator[None]:
+    """Exclusive inter-process lock (concurrent `lab` commands share one cache)."""
+    import fcntl
+
+    lock_path.parent.mkdir(parents=True, exist_ok=True)
+    with lock_path.open("w") as fh:
+        fcntl.flock(fh, fcntl.LOCK_EX)
+        try:
+            yield
+        finally:
+            fcntl.flock(fh, fcntl.LOCK_UN)
+
+
+# --- obtaining pristine sources -------------------------------------------------------------------
+
+
+def fetch_sdist(version: str, downloads: Path) -> tuple[Path, SdistPin]:
+    """The llama-cpp-python sdist from PyPI (pip's own client), verified against the pinned sha256."""
+    pin = SDIST_PINS.get(version)
+    if pin is None:
+        raise SourceError(f"no pinned sha256 for llama-cpp-python=={version}; known: {sorted(SDIST_PINS)}")
+    archive = downloads / f"llama_cpp_python-{version}.tar.gz"
+    if not archive.exists():
+        downloads.mkdir(parents=True, exist_ok=True)
+        with tempfile.TemporaryDirectory(dir=downloads) as tmp:
+            _run(
+                [
+                    sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                    f"llama-cpp-python=={version}", "-d", tmp,
+                ]
+            )  # fmt: skip
+            got = Path(tmp) / archive.name
+            if not got.exists():
+                raise SourceError(f"pip download did not produce {archive.name}")
+            got.replace(archive)
+    digest = file_sha256(archive)
+    if digest != pin.sha256:
+        raise SourceError(f"{archive}: sha256 {digest} != pinned {pin.sha256}; delete it and retry")
+    return archive, pin
+
+
+def extract_vendored(archive: Path, dest: Path) -> None:
+    """Extract `*/vendor/llama.cpp/` of the sdist into dest (the gitlink `.git` file is dropped)."""
+    with tarfile.open(archive) as tar:
+        members = []
+        for m in tar.getmembers():
+            parts = Path(m.name).parts
+            if len(parts) > 3 and parts[1:3] == ("vendor", "llama.cpp"):
+                if parts[3] == ".git" and len(parts) == 4:
+                    continue
+                m.name = str(Path(*parts[3:]))
+                members.append(m)
+        if not members:
+            raise SourceError(f"{archive} has no vendor/llama.cpp")
+        tar.extractall(dest, members=members, filter="data")
+
+
+def _copy_checkout(src: Path, dest: Path) -> None:
+    """Copy the files git tracks in the user's checkout (as they are in the working tree)."""
+    listed = subprocess.run(
+        ["git", "-C", str(src), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True,
+    )
+    if listed.returncode != 0:
+        raise SourceError(f"{src} is not a git checkout of llama.cpp")
+    for rel in filter(None, listed.stdout.decode().split("\0")):
+        s = src / rel
+        if s.is_file() and not s.is_symlink():
+            d = dest / rel
+            d.parent.mkdir(parents=True, exist_ok=True)
+            shutil.copy2(s, d)
+
+
+def _pristine(settings: EngineSettings, cache_dir: Path, dest: Path) -> SourceInfo:
+    mode = settings.source_mode
+    if mode == "sdist":
+        archive, pin = fetch_sdist(settings.sdist_version, cache_dir / "downloads")
+        extract_vendored(archive, dest)
+        return SourceInfo(
+            mode=mode,
+            origin=f"pypi:llama-cpp-python=={settings.sdist_version} vendor/llama.cpp",
+            commit=pin.commit,
+            sha256=pin.sha256,
+            pinned=False,
+            note=f"vendored llama.cpp {pin.commit}, {pin.relation} (pin {PIN_COMMIT[:9]})",
+        )
+    if mode == "git":
+        _run(["git", "clone", "--quiet", settings.git_url, str(dest)])
+        _run(["git", "-C", str(dest), "checkout", "--quiet", "--detach", settings.git_commit])
+        commit = _run(["git", "-C", str(dest), "rev-parse", "HEAD"]).strip()
+        shutil.rmtree(dest / ".git")
+        return SourceInfo(
+            mode=mode,
+            origin=settings.git_url,
+            commit=commit,
+            pinned=commit == PIN_COMMIT,
+            note="" if commit == PIN_COMMIT else f"not the pin {PIN_COMMIT}",
+        )
+    if settings.path is None:
+        raise SourceError("engine.source_mode=path needs engine.path (LAB_ENGINE__PATH)")
+    user = settings.path.expanduser().resolve()
+    commit = _run(["git", "-C", str(user), "rev-parse", "HEAD"]).strip()
+    dirty = bool(_run(["git", "-C", str(user), "status", "--porcelain", "--untracked-files=no"]).strip())
+    if commit != PIN_COMMIT:
+        warnings.warn(f"{user} is at {commit[:12]}, not the pin {PIN_COMMIT[:12]}", stacklevel=2)
+    _copy_checkout(user, dest)
+    return SourceInfo(
+        mode=mode,
+        origin=str(user),
+        commit=commit,
+        pinned=commit == PIN_COMMIT and not dirty,
+        note=("working tree has local changes; " if dirty else "")
+        + ("" if commit == PIN_COMMIT else f"not the pin {PIN_COMMIT[:12]}"),
+    )
+
+
+def source_id(settings: EngineSettings) -> str:
+    if settings.source_mode == "sdist":
+        return f"sdist-{settings.sdist_version}"
+    if settings.source_mode == "git":
+        return f"git-{settings.git_commit[:12]}-{hashlib.sha256(settings.git_url.encode()).hexdigest()[:8]}"
+    assert settings.path is not None
+    return f"path-{hashlib.sha256(str(settings.path.expanduser().resolve()).encode()).hexdigest()[:12]}"
+
+
+# --- the lab's tree ---------------------------------------------------------------------------------
+
+
+def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
+    """Pristine source (cached) with the current patches applied; idempotent and cheap when nothing changed."""
+    root = cache_dir / "engine" / source_id(settings)
+    tree = root / "src"
+    info_file = root / "source.json"
+    patches = patch_files(settings.patches_dir)
+    if not patches:
+        raise SourceError(f"no *.patch in {settings.patches_dir}")
+    want = patches_sha256(patches)
+
+    with locked(root.parent / f"{root.name}.lock"):
+        if not (tree / ".git").exists() or not info_file.exists():
+            if tree.exists():
+                shutil.rmtree(tree)
+            root.mkdir(parents=True, exist_ok=True)
+            staging = Path(tempfile.mkdtemp(dir=root, prefix="staging-"))
+            try:
+                info = _pristine(settings, cache_dir, staging)
+                _git(staging, "init", "--quiet")
+                _git(staging, "add", "-A")
+                _git(staging, "commit", "--quiet", "--no-verify", "-m", f"pristine: {info.origin} {info.commit}")
+                staging.replace(tree)
+            finally:
+                shutil.rmtree(staging, ignore_errors=True)
+            info_file.write_text(info.model_dump_json(indent=2))
+        info = SourceInfo.model_validate_json(info_file.read_text())
+
+        stamp = tree / ".git" / "lab-patch-sha256"
+        if not stamp.exists() or stamp.read_text().strip() != want:
+            stamp.unlink(missing_ok=True)
+            _git(tree, "checkout", "--quiet", "--", ".")
+            _git(tree, "clean", "-fdq")
+            for p in patches:
+                try:
+                    _git(tree, "apply", "--whitespace=nowarn", str(p))
+                except SourceError as e:
+                    raise SourceError(f"patch {p.name} does not apply to {info.origin}: {e}") from e
+            stamp.write_text(want + "\n")
+
+    return PreparedSource(path=tree, info=info, patch_sha256=want, patches=[p.name for p in patches])
+
+
+def applied_diff(tree: Path) -> str:
+    """The engine tree's diff against its pristine commit: exactly what the lab changed."""
+    return _git(tree, "diff", "--no-color", "--no-ext-diff")
+
+
+def check_patch_applies(archive: Path, patches: list[Path]) -> None:
+    """Raise SourceError unless every patch applies cleanly (in order) to the sdist's vendored llama.cpp."""
+    with tempfile.TemporaryDirectory() as tmp:
+        tree = Path(tmp)
+        extract_vendored(archive, tree)
+        _git(tree, "init", "--quiet")
+        for p in patches:
+            _git(tree, "apply", "--check", str(p))
+            _git(tree, "apply", str(p))

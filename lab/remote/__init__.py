@@ -1,0 +1,1 @@
+"""Fabric tasks that drive a target host (`fab -H nuc16 measure`)."""

@@ -1,0 +1,100 @@
+"""Lab settings: defaults < params.yaml < LAB_* environment < CLI flags (one direction, one place).
+
+`params.yaml` is also the DVC params file. Nested keys use `__` in the environment:
+`LAB_ENGINE__SOURCE_MODE=git`, `LAB_SERVER__THREADS=4`.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+from typing import Any, Literal
+
+from pydantic import BaseModel, Field
+from pydantic_settings import (
+    BaseSettings,
+    PydanticBaseSettingsSource,
+    SettingsConfigDict,
+    YamlConfigSettingsSource,
+)
+
+PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
+REPO_ROOT = Path(__file__).resolve().parent.parent
+
+
+class EngineSettings(BaseModel):
+    """Where llama.cpp comes from and how it is built."""
+
+    source_mode: Literal["sdist", "git", "path"] = "sdist"
+    sdist_version: str = "0.3.27"
+    git_url: str = "https://github.com/ggml-org/llama.cpp"
+    git_commit: str = PIN_COMMIT
+    path: Path | None = Field(default=None, description="existing llama.cpp checkout (source_mode=path)")
+    patches_dir: Path = REPO_ROOT / "patches" / "llama.cpp"
+    build_type: Literal["Release", "RelWithDebInfo", "Debug"] = "Release"
+    native: bool = True
+    jobs: int = Field(default=max(1, os.cpu_count() or 1), ge=1)
+    extra_cmake_flags: list[str] = Field(default_factory=list)
+
+
+class ServerSettings(BaseModel):
+    """How the patched llama-server is started for measurements."""
+
+    threads: int = Field(default=2, ge=1)
+    threads_batch: int | None = Field(default=None, ge=1)
+    ctx_size: int = Field(default=16384, ge=256)
+    batch_size: int = Field(default=2048, ge=1)
+    ubatch_size: int = Field(default=512, ge=1)
+    checkpoints: int = Field(default=0, ge=0, description="--ctx-checkpoints (0: off, fair timing)")
+    cache_ram_mib: int = Field(default=0, ge=0, description="--cache-ram (0: RAM prompt cache off)")
+    flash_attn: Literal["on", "off", "auto"] = "auto"
+    startup_timeout_s: float = Field(default=120.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list)
+
+
+class Settings(BaseSettings):
+    model_config = SettingsConfigDict(
+        env_prefix="LAB_",
+        env_nested_delimiter="__",
+        yaml_file=os.environ.get("LAB_PARAMS_FILE", "params.yaml"),
+        extra="ignore",
+    )
+
+    cache_dir: Path = Field(default_factory=lambda: _default_cache_dir(), description="sources, builds, models")
+    model: Path | None = Field(default=None, description="GGUF model; default: the tiny synthetic model")
+    engine: EngineSettings = Field(default_factory=EngineSettings)
+    server: ServerSettings = Field(default_factory=ServerSettings)
+
+    @classmethod
+    def settings_customise_sources(
+        cls,
+        settings_cls: type[BaseSettings],
+        init_settings: PydanticBaseSettingsSource,
+        env_settings: PydanticBaseSettingsSource,
+        dotenv_settings: PydanticBaseSettingsSource,
+        file_secret_settings: PydanticBaseSettingsSource,
+    ) -> tuple[PydanticBaseSettingsSource, ...]:
+        # earlier wins: CLI (init kwargs) > env > params.yaml > defaults
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+
+
+def _default_cache_dir() -> Path:
+    # shared by every clone on the machine: entries are keyed by content, so sharing is safe and fast
+    return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "prefill-lab"
+
+
+def load_settings(**overrides: Any) -> Settings:
+    """Settings with CLI overrides on top; `None` values mean "not given on the command line"."""
+    return Settings(**_drop_none(overrides))
+
+
+def _drop_none(d: dict[str, Any]) -> dict[str, Any]:
+    out: dict[str, Any] = {}
+    for k, v in d.items():
+        if isinstance(v, dict):
+            nested = _drop_none(v)
+            if nested:
+                out[k] = nested
+        elif v is not None:
+            out[k] = v
+    return out

@@ -1,0 +1,77 @@
+"""Shared fixtures: the real patched engine (assertions on), the real tiny model, real servers."""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.engine.build import EngineInfo, build_engine
+from lab.engine.models import ensure_tiny_model
+from lab.engine.server import LlamaServer
+from lab.engine.source import PreparedSource, prepare_source
+from lab.engine.tinymodel import TinyModelSpec
+from lab.settings import ServerSettings, Settings, load_settings
+
+
+@pytest.fixture(scope="session")
+def settings() -> Settings:
+    return load_settings()
+
+
+@pytest.fixture(scope="session")
+def source(settings: Settings) -> PreparedSource:
+    return prepare_source(settings.engine, settings.cache_dir)
+
+
+@pytest.fixture(scope="session")
+def engine(settings: Settings) -> EngineInfo:
+    """The assertions-on build: kv-cells / recurrent asserts abort the server instead of passing silently."""
+    return build_engine(settings.engine, settings.cache_dir, flavor="assert")
+
+
+@pytest.fixture(scope="session")
+def tiny_model(settings: Settings, source: PreparedSource) -> Path:
+    return ensure_tiny_model(settings.cache_dir, source)
+
+
+@pytest.fixture(scope="session")
+def iswa_model(settings: Settings, source: PreparedSource) -> Path:
+    return ensure_tiny_model(settings.cache_dir, source, TinyModelSpec(arch="gemma3", n_layer=4))
+
+
+def server_settings(**kw: object) -> ServerSettings:
+    base: dict[str, object] = {"threads": 2, "ctx_size": 8192, "startup_timeout_s": 60.0}
+    base.update(kw)
+    return ServerSettings.model_validate(base)
+
+
+ServerFactory = Callable[..., LlamaServer]
+
+
+@pytest.fixture
+def start_server(
+    engine: EngineInfo, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[ServerFactory]:
+    """start_server(model=..., extra_args=[...], **server_settings) -> a started server, stopped at teardown."""
+    started: list[LlamaServer] = []
+
+    def start(model: Path | None = None, extra_args: list[str] | None = None, **kw: object) -> LlamaServer:
+        log = tmp_path_factory.mktemp("server") / "server.log"
+        srv = LlamaServer(engine, model or tiny_model, server_settings(**kw), log, extra_args)
+        started.append(srv)
+        return srv.start()
+
+    yield start
+    for srv in started:
+        srv.stop()
+
+
+@pytest.fixture(scope="module")
+def server(engine: EngineInfo, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[LlamaServer]:
+    """One server per module (the tiny model loads in about a second; asserts are on)."""
+    log = tmp_path_factory.mktemp("server") / "server.log"
+    with LlamaServer(engine, tiny_model, server_settings(), log) as srv:
+        yield srv
+        assert srv.alive(), f"server died during the module; log {log}"

@@ -1,0 +1,89 @@
+"""The cached CPU build: a repeat is a no-op, a changed patch rebuilds, `lab engine info --json`."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+from lab.engine.build import STAMP, EngineInfo, build_engine
+from lab.settings import Settings
+
+LAB = [str(Path(sys.executable).parent / "lab")]
+
+
+def lab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run(
+        [*LAB, *args], capture_output=True, text=True, env=env or dict(os.environ), cwd=Path(__file__).parent.parent
+    )
+
+
+def test_assert_flavor_drops_ndebug(engine: EngineInfo) -> None:
+    assert engine.flavor == "assert"
+    assert any(f.startswith("-DCMAKE_CXX_FLAGS_RELEASE=") and "NDEBUG" not in f for f in engine.flags)
+    assert "-DBUILD_SHARED_LIBS=ON" in engine.flags and "-DLLAMA_BUILD_UI=OFF" in engine.flags
+    assert engine.server.exists() and engine.bench.exists()
+    assert (engine.lib_dir / "libllama.so").exists()
+    assert (engine.include_dir / "llama.h").read_text().count("llama_memory_seq_fake_prefix") == 1
+
+
+def test_repeated_build_is_a_no_op(engine: EngineInfo) -> None:
+    stamp = engine.build_dir / STAMP
+    log = engine.build_dir / "lab-build.log"
+    before = (stamp.stat().st_mtime_ns, log.stat().st_size)
+    t0 = time.monotonic()
+    r = lab("engine", "build", "--flavor", "assert", "--quiet")
+    elapsed = time.monotonic() - t0
+    assert r.returncode == 0, r.stderr
+    assert r.stdout.strip() == str(engine.server)
+    assert (stamp.stat().st_mtime_ns, log.stat().st_size) == before, "cmake ran again"
+    print(f"repeated `lab engine build`: {elapsed:.2f}s")
+
+
+def test_engine_info_json(engine: EngineInfo) -> None:
+    r = lab("engine", "info", "--json", "--flavor", "assert")
+    assert r.returncode == 0, r.stderr
+    info = json.loads(r.stdout)
+    for key in ("server", "bench", "lib_dir", "include_dir", "source", "patch_sha256", "flags"):
+        assert key in info, key
+    assert info["source"]["commit"] == "465b1f0e7"
+    assert info["source"]["origin"].startswith("pypi:llama-cpp-python==0.3.27")
+    assert len(info["source"]["sha256"]) == 64
+    assert info["patch_sha256"] == engine.patch_sha256
+    assert Path(info["server"]) == engine.server
+
+
+def test_invalid_setting_is_refused_naming_the_key() -> None:
+    r = lab("engine", "build", env=dict(os.environ, LAB_ENGINE__SOURCE_MODE="svn"))
+    assert r.returncode == 2
+    assert "source_mode" in r.stderr
+
+
+def test_changed_patch_rebuilds(settings: Settings, tmp_path: Path) -> None:
+    """A second patch changes the key: the tree is re-patched and rebuilt; the original key comes back after."""
+    patches = tmp_path / "patches"
+    shutil.copytree(settings.engine.patches_dir, patches)
+    src_file = build_engine(settings.engine, settings.cache_dir).source_dir / "src" / "llama-memory.cpp"
+    first_two = src_file.read_text().splitlines()[:2]
+    (patches / "0002-marker.patch").write_text(
+        "--- a/src/llama-memory.cpp\n+++ b/src/llama-memory.cpp\n@@ -1,2 +1,3 @@\n"
+        f" {first_two[0]}\n {first_two[1]}\n+// prefill-lab rebuild marker\n"
+    )
+    es = settings.engine.model_copy(update={"patches_dir": patches})
+    original = build_engine(settings.engine, settings.cache_dir)
+    changed = build_engine(es, settings.cache_dir)
+    try:
+        assert changed.patch_sha256 != original.patch_sha256
+        assert changed.build_dir == original.build_dir  # same flags: rebuilt in place, incrementally
+        assert "rebuild marker" in src_file.read_text()
+        stamp = json.loads((changed.build_dir / STAMP).read_text())
+        assert stamp["patch_sha256"] == changed.patch_sha256
+        assert stamp["patches"] == ["0001-fake-prefix.patch", "0002-marker.patch"]
+    finally:
+        restored = build_engine(settings.engine, settings.cache_dir)
+    assert restored.patch_sha256 == original.patch_sha256
+    assert "rebuild marker" not in src_file.read_text()

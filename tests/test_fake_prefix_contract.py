@@ -1,0 +1,175 @@
+"""The n_fake_cached contract, against the real patched llama-server (asserts on) and the real tiny model."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from lab.engine.contract import Timings, filler_tokens, run_arm
+from lab.engine.server import LlamaServer
+
+from conftest import ServerFactory
+
+N_VOCAB = 151936
+PREFIX = filler_tokens(1500, seed=11, n_vocab=N_VOCAB)
+NEW = filler_tokens(48, seed=12, n_vocab=N_VOCAB)
+
+
+def post(srv: LlamaServer, **body: Any) -> tuple[int, dict[str, Any]]:
+    body.setdefault("n_predict", 1)
+    r = srv.completion(body)
+    return r.status_code, r.json()
+
+
+def fake(srv: LlamaServer, L: int, new: int = 32, seed: int = 0) -> Timings:
+    tokens = PREFIX[:L] + filler_tokens(new, seed=100 + seed, n_vocab=N_VOCAB)
+    code, js = post(srv, prompt=tokens, n_fake_cached=L, cache_prompt=False)
+    assert code == 200, js
+    t = Timings.model_validate(js["timings"])
+    assert (t.cache_n, t.prompt_n, t.fake_n) == (L, new, L), t
+    return t
+
+
+def assert_up(srv: LlamaServer) -> None:
+    assert srv.alive(), srv.log_text()[-3000:]
+    assert srv.client.get("/health").status_code == 200
+
+
+# --- any slot history -------------------------------------------------------------------------------
+
+
+def test_fake_on_a_fresh_slot(start_server: ServerFactory) -> None:
+    # the seed's server branch applied literally aborted here (keep_first can only shorten)
+    srv = start_server()
+    fake(srv, 1024)
+    assert_up(srv)
+
+
+@pytest.mark.parametrize(
+    "history",
+    [
+        pytest.param([("normal", 200)], id="after-shorter-request"),
+        pytest.param([("normal", 1400)], id="after-longer-request"),
+        pytest.param([("cached", 1400)], id="after-cache_prompt-request"),
+        pytest.param([("fake", 1400)], id="after-longer-fake"),
+        pytest.param([("fake", 300)], id="after-shorter-fake"),
+        pytest.param([("cached", 900), ("fake", 700), ("cached", 1200)], id="mixed"),
+    ],
+)
+def test_fake_after_any_history(server: LlamaServer, history: list[tuple[str, int]]) -> None:
+    for kind, n in history:
+        if kind == "fake":
+            fake(server, n)
+        else:
+            code, js = post(server, prompt=PREFIX[:n], cache_prompt=kind == "cached")
+            assert code == 200, js
+    t = fake(server, 1000)
+    assert 0 < t.fake_ms <= t.prompt_ms, "fabrication time is reported and lies inside prompt_ms"
+    assert_up(server)
+
+
+def test_fake_accepts_text_prompts_and_chat_endpoint(server: LlamaServer) -> None:
+    toks = server.tokenize("hello " * 300)
+    L = len(toks) - 5
+    code, js = post(server, prompt="hello " * 300, n_fake_cached=L, cache_prompt=False)
+    assert code == 200, js
+    assert js["timings"]["cache_n"] == L
+    assert js["timings"]["prompt_n"] == len(toks) - L
+    r = server.client.post(
+        "/v1/chat/completions",
+        json={"messages": [{"role": "user", "content": "hi " * 400}], "n_fake_cached": 256, "max_tokens": 1},
+    )
+    assert r.status_code == 200, r.text
+    assert r.json()["timings"]["cache_n"] == 256
+
+
+# --- bad requests: HTTP 400 naming the field, server stays up ---------------------------------------
+
+
+@pytest.mark.parametrize(
+    ("value", "needle"),
+    [
+        ("12", "non-negative integer"),
+        (12.5, "non-negative integer"),
+        (True, "non-negative integer"),
+        ([3], "non-negative integer"),
+        (-1, "non-negative integer"),
+        (1548, "smaller than the number of prompt tokens"),
+        (5000, "smaller than the number of prompt tokens"),
+    ],
+)
+def test_invalid_n_fake_cached_is_400(server: LlamaServer, value: Any, needle: str) -> None:
+    code, js = post(server, prompt=PREFIX + NEW, n_fake_cached=value, cache_prompt=False)
+    assert code == 400, js
+    msg = js["error"]["message"]
+    assert "n_fake_cached" in msg and needle in msg, msg
+    assert_up(server)
+    fake(server, 512)  # and it still serves
+
+
+def test_prompt_beyond_context_is_400(server: LlamaServer) -> None:
+    tokens = filler_tokens(8300, seed=5, n_vocab=N_VOCAB)  # ctx 8192
+    code, js = post(server, prompt=tokens, n_fake_cached=8000)
+    assert code == 400, js
+    assert "n_fake_cached" in js["error"]["message"] and "context" in js["error"]["message"]
+    assert_up(server)
+
+
+def test_several_completions_are_400(start_server: ServerFactory) -> None:
+    srv = start_server(extra_args=["--parallel", "2"])
+    code, js = post(srv, prompt=PREFIX + NEW, n_fake_cached=1000, n_cmpl=2)
+    assert code == 400, js
+    assert "n_fake_cached" in js["error"]["message"] and "n_cmpl" in js["error"]["message"]
+    assert_up(srv)
+    fake(srv, 1000)  # no child slot left waiting
+
+
+def test_draft_model_is_400(start_server: ServerFactory, tiny_model: Any) -> None:
+    srv = start_server(extra_args=["--model-draft", str(tiny_model), "--spec-type", "draft-simple"])
+    code, js = post(srv, prompt=PREFIX + NEW, n_fake_cached=1000)
+    assert code == 400, js
+    assert "n_fake_cached" in js["error"]["message"] and "draft" in js["error"]["message"]
+    assert_up(srv)
+
+
+def test_memory_without_the_op_is_400_not_abort(start_server: ServerFactory, iswa_model: Any) -> None:
+    srv = start_server(model=iswa_model)
+    assert srv.config.memory == "kv_iswa", srv.config
+    code, js = post(srv, prompt=PREFIX + NEW, n_fake_cached=1000)
+    assert code == 400, js
+    assert "n_fake_cached" in js["error"]["message"] and "memory type" in js["error"]["message"]
+    assert_up(srv)
+    code, js = post(srv, prompt=PREFIX[:64])  # normal requests still work
+    assert code == 200, js
+
+
+# --- fabricated state never leaks into a genuine hit ------------------------------------------------
+
+
+@pytest.mark.parametrize("extra", [[], ["--ctx-checkpoints", "8", "--cache-ram", "256"]], ids=["plain", "ckpt+ram"])
+def test_fabricated_state_is_never_a_cache_hit(start_server: ServerFactory, extra: list[str]) -> None:
+    srv = start_server(extra_args=extra)
+    # a real request first, so there is real data (and checkpoints/prompt cache entries) around
+    code, js = post(srv, prompt=PREFIX[:600], cache_prompt=True)
+    assert code == 200, js
+    fake(srv, 1200)
+    # the same tokens the fake request carried: a normal cached request must not reuse the fabricated prefix
+    tokens = PREFIX[:1200] + filler_tokens(32, seed=100, n_vocab=N_VOCAB)
+    code, js = post(srv, prompt=tokens, cache_prompt=True)
+    assert code == 200, js
+    cache_n = js["timings"]["cache_n"]
+    # from scratch, or from real data only: the real 600-token prefix is the most that may be reused
+    assert cache_n <= 600, f"reused {cache_n} cells after a fake request"
+    assert js["timings"]["prompt_n"] == len(tokens) - cache_n
+    assert_up(srv)
+
+
+def test_genuine_hit_after_fake_matches_contract(server: LlamaServer) -> None:
+    fake(server, 800)
+    r = run_arm(server, "genuine", PREFIX[:800], NEW)
+    assert r.ok, r.reason
+    r = run_arm(server, "fake", PREFIX[:800], NEW)
+    assert r.ok, r.reason
+    r = run_arm(server, "baseline", PREFIX[:800], NEW)
+    assert r.ok, r.reason

@@ -1,0 +1,111 @@
+"""Server lifecycle: hygiene flags, health, resolved config from the log, no orphan processes."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import textwrap
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.engine.build import EngineInfo
+from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, server_args
+
+from conftest import ServerFactory, server_settings
+
+
+def pid_alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    # a zombie still answers kill(0); it has exited all the same
+    stat = Path(f"/proc/{pid}/stat")
+    return stat.exists() and stat.read_text().split()[2] != "Z"
+
+
+def wait_gone(pid: int, timeout: float = 10.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if not pid_alive(pid):
+            return True
+        time.sleep(0.05)
+    return False
+
+
+def test_measurement_hygiene_flags(tiny_model: Path) -> None:
+    args = server_args(server_settings(), tiny_model, 1234, [])
+    joined = " ".join(args)
+    for flag in ("--parallel 1", "--no-context-shift", "--ctx-checkpoints 0", "--cache-ram 0", "--host 127.0.0.1"):
+        assert flag in joined
+    assert "--model-draft" not in joined and "-md" not in args
+
+
+def test_resolved_config_from_the_log(server: LlamaServer) -> None:
+    cfg = server.config
+    assert cfg.memory == "hybrid"
+    assert cfg.n_ctx == 8192
+    assert cfg.n_rs_seq == 0
+    assert cfg.threads == 2 and cfg.threads_batch == 2
+    assert cfg.flash_attn is not None
+    assert cfg.n_ubatch == 512
+    assert cfg.raw, "the raw llama_context lines are kept"
+
+
+def test_parse_tolerates_unknown_logs() -> None:
+    cfg = parse_resolved_config("nothing to see\n")
+    assert cfg.n_ctx is None and cfg.memory is None
+
+
+def test_stop_leaves_no_process(start_server: ServerFactory) -> None:
+    srv = start_server()
+    assert srv.proc is not None
+    pid = srv.proc.pid
+    assert srv.stop() is not None
+    assert wait_gone(pid)
+    assert not srv.alive()
+    srv.stop()  # idempotent
+
+
+def test_missing_model_is_a_clear_error(engine: EngineInfo, tmp_path: Path) -> None:
+    srv = LlamaServer(engine, tmp_path / "nope.gguf", server_settings(), tmp_path / "log")
+    with pytest.raises(ServerError, match="model not found"):
+        srv.start()
+
+
+def test_broken_model_fails_fast_with_the_log(engine: EngineInfo, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    srv = LlamaServer(engine, bad, server_settings(), tmp_path / "log")
+    with pytest.raises(ServerError, match="exited"):
+        srv.start()
+    assert not srv.alive()
+
+
+def test_server_dies_with_its_parent(engine: EngineInfo, tiny_model: Path, tmp_path: Path) -> None:
+    """Even a SIGKILLed parent (a crashed test run) leaves no orphan server behind."""
+    script = textwrap.dedent(
+        f"""
+        import sys, time
+        from pathlib import Path
+        from lab.engine.build import EngineInfo
+        from lab.engine.server import LlamaServer
+        from lab.settings import ServerSettings
+        engine = EngineInfo.model_validate_json({engine.model_dump_json()!r})
+        srv = LlamaServer(engine, Path({str(tiny_model)!r}), ServerSettings(threads=1, ctx_size=2048),
+                          Path({str(tmp_path / "log")!r})).start()
+        print(srv.proc.pid, flush=True)
+        time.sleep(600)
+        """
+    )
+    parent = subprocess.Popen([sys.executable, "-c", script], stdout=subprocess.PIPE, text=True)
+    assert parent.stdout is not None
+    server_pid = int(parent.stdout.readline())
+    assert pid_alive(server_pid)
+    parent.send_signal(signal.SIGKILL)
+    parent.wait()
+    assert wait_gone(server_pid), "llama-server outlived its parent"
