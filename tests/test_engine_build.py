@@ -71,7 +71,7 @@ def test_changed_patch_rebuilds(settings: Settings, tmp_path: Path) -> None:
     first_two = src_file.read_text().splitlines()[:2]
     (patches / "0002-marker.patch").write_text(
         "--- a/src/llama-memory.cpp\n+++ b/src/llama-memory.cpp\n@@ -1,2 +1,3 @@\n"
-        f" {first_two[0]}\n {first_two[1]}\n+// prefill-lab rebuild marker\n"
+        f" {first_two[0]}\n+// prefill-lab rebuild marker\n {first_two[1]}\n"
     )
     es = settings.engine.model_copy(update={"patches_dir": patches})
     original = build_engine(settings.engine, settings.cache_dir)

@@ -152,9 +152,7 @@ def _build(settings: EngineSettings, cache_dir: Path, build_dir: Path, flags: li
     env.setdefault("CCACHE_BASEDIR", str(cache_dir))
     env.setdefault("CCACHE_NOHASHDIR", "1")
     _run_logged(["cmake", "-S", str(build_dir.parent / "src"), "-B", str(build_dir), *flags], log, env, quiet)
-    _run_logged(
-        ["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env, quiet
-    )
+    _run_logged(["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env, quiet)
 
 
 def engine_info_json(info: EngineInfo) -> str:

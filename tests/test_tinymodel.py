@@ -1,0 +1,168 @@
+"""Tests for lab.engine.tinymodel (deterministic random-weight GGUF models)."""
+
+from __future__ import annotations
+
+import hashlib
+import os
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+import pytest
+
+from lab.engine.tinymodel import (
+    GEMMA3_SLIDING_WINDOW,
+    SUPPORTED_ARCHS,
+    TinyModelSpec,
+    _read_gguf_kv,
+    write_tiny_model,
+)
+
+VOCAB = Path(os.environ.get("LAB_TEST_VOCAB", "/tmp/work/src/models/ggml-vocab-qwen35.gguf"))
+N_VOCAB = 151936
+
+# Small enough to write in ~1 s, but still 2 recurrent + 2 attention layers, 4 experts (2 used).
+SMALL = TinyModelSpec(
+    n_embd=64, n_layer=4, full_attention_interval=2, n_expert=4, n_expert_used=2,
+    n_head=4, n_head_kv=2, head_dim=16, n_ff_exp=32, n_ff_shexp=32,
+)  # fmt: skip
+
+needs_vocab = pytest.mark.skipif(not VOCAB.is_file(), reason=f"vocab GGUF not found: {VOCAB}")
+
+
+def _sha256(path: Path) -> str:
+    return hashlib.sha256(path.read_bytes()).hexdigest()
+
+
+def _kv(path: Path) -> dict[str, Any]:
+    return {key: value for key, _vt, _it, value in _read_gguf_kv(path)}
+
+
+@pytest.fixture(scope="module")
+def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    if not VOCAB.is_file():
+        pytest.skip(f"vocab GGUF not found: {VOCAB}")
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "small.gguf", VOCAB, SMALL)
+
+
+@pytest.fixture(scope="module")
+def reader(small_model: Path) -> Any:
+    gguf = pytest.importorskip("gguf")
+    return gguf.GGUFReader(str(small_model))  # slow (~15 s) on a 151,936-token vocab: read once
+
+
+@needs_vocab
+def test_deterministic(tmp_path: Path) -> None:
+    a = write_tiny_model(tmp_path / "a.gguf", VOCAB, SMALL)
+    b = write_tiny_model(tmp_path / "sub" / "b.gguf", VOCAB, SMALL)
+    assert _sha256(a) == _sha256(b)
+    c = write_tiny_model(tmp_path / "c.gguf", VOCAB, TinyModelSpec(**{**SMALL.__dict__, "seed": 1}))
+    assert _sha256(c) != _sha256(a)
+    # atomic write leaves no temp files behind; overwriting in place is fine
+    write_tiny_model(a, VOCAB, SMALL)
+    assert _sha256(a) == _sha256(b)
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "c.gguf", "sub"]
+
+
+def test_reads_back_with_gguf_reader(reader: Any) -> None:
+    gguf = pytest.importorskip("gguf")
+    assert reader.fields["general.architecture"].contents() == "qwen35moe"
+    assert len(reader.fields["tokenizer.ggml.tokens"].contents()) == N_VOCAB
+    assert reader.fields["tokenizer.ggml.pre"].contents() == "qwen35"
+    assert reader.fields["qwen35moe.expert_count"].contents() == SMALL.n_expert
+    assert reader.fields["qwen35moe.expert_used_count"].contents() == SMALL.n_expert_used
+    tensors = {t.name: t for t in reader.tensors}
+    emb = tensors["token_embd.weight"]
+    assert emb.tensor_type == gguf.GGMLQuantizationType.F16
+    assert list(emb.shape) == [SMALL.n_embd, N_VOCAB]  # ggml ne order
+    assert list(tensors["blk.0.ffn_gate_exps.weight"].shape) == [SMALL.n_embd, SMALL.n_ff_exp, SMALL.n_expert]
+    assert list(tensors["blk.0.ffn_down_exps.weight"].shape) == [SMALL.n_ff_exp, SMALL.n_embd, SMALL.n_expert]
+    assert tensors["blk.0.ssm_conv1d.weight"].tensor_type == gguf.GGMLQuantizationType.F32
+    for t in reader.tensors:
+        data = np.asarray(t.data, dtype=np.float32)
+        assert np.isfinite(data).all(), t.name
+        assert float(np.abs(data).max()) < 20.0, t.name
+
+
+def test_tokenizer_copied_verbatim(small_model: Path) -> None:
+    src = {k: v for k, v in _kv(VOCAB).items() if k.startswith("tokenizer.")}
+    out = _kv(small_model)
+    assert {k: v for k, v in out.items() if k.startswith("tokenizer.")} == src
+    for key in (
+        "tokenizer.ggml.model",
+        "tokenizer.ggml.tokens",
+        "tokenizer.ggml.token_type",
+        "tokenizer.ggml.merges",
+        "tokenizer.ggml.bos_token_id",
+        "tokenizer.ggml.eos_token_id",
+        "tokenizer.ggml.padding_token_id",
+    ):
+        assert key in out, key
+    assert len(out["tokenizer.ggml.tokens"]) == len(out["tokenizer.ggml.token_type"]) == N_VOCAB
+    # nothing of the vocab file's own (qwen2) architecture leaks through
+    assert not any(k.startswith("qwen2.") for k in out)
+    assert out["general.architecture"] == b"qwen35moe"
+
+
+def test_hybrid_layer_kinds(reader: Any) -> None:
+    names = {t.name for t in reader.tensors}
+    kv = {k: f.contents() for k, f in reader.fields.items() if k.startswith("qwen35moe.")}
+    interval = kv["qwen35moe.full_attention_interval"]
+    assert interval == SMALL.full_attention_interval
+    attn = [il for il in range(SMALL.n_layer) if (il + 1) % interval == 0]
+    recr = [il for il in range(SMALL.n_layer) if (il + 1) % interval != 0]
+    assert attn and recr  # both code paths present
+    for il in attn:
+        assert {f"blk.{il}.attn_q.weight", f"blk.{il}.attn_k.weight", f"blk.{il}.attn_q_norm.weight"} <= names
+        assert f"blk.{il}.ssm_a" not in names
+    for il in recr:
+        assert {f"blk.{il}.attn_qkv.weight", f"blk.{il}.attn_gate.weight", f"blk.{il}.ssm_a"} <= names
+        assert {f"blk.{il}.ssm_conv1d.weight", f"blk.{il}.ssm_dt.bias", f"blk.{il}.ssm_out.weight"} <= names
+        assert f"blk.{il}.attn_q.weight" not in names
+    for il in range(SMALL.n_layer):
+        assert {f"blk.{il}.ffn_gate_inp.weight", f"blk.{il}.ffn_up_shexp.weight"} <= names
+    # loader constraints (llama.cpp qwen35moe)
+    assert len(kv["qwen35moe.rope.dimension_sections"]) == 4
+    assert kv["qwen35moe.ssm.state_size"] * kv["qwen35moe.ssm.time_step_rank"] == kv["qwen35moe.ssm.inner_size"]
+    assert kv["qwen35moe.attention.key_length"] == kv["qwen35moe.attention.value_length"]
+    shapes = {t.name: list(t.shape) for t in reader.tensors}
+    il = attn[0]
+    assert shapes[f"blk.{il}.attn_q.weight"] == [SMALL.n_embd, 2 * SMALL.head_dim * SMALL.n_head]
+
+
+@needs_vocab
+@pytest.mark.parametrize("arch", [a for a in SUPPORTED_ARCHS if a != "qwen35moe"])
+def test_other_archs(tmp_path: Path, arch: str) -> None:
+    spec = TinyModelSpec(**{**SMALL.__dict__, "arch": arch})
+    path = write_tiny_model(tmp_path / f"{arch}.gguf", VOCAB, spec)
+    kv = _kv(path)
+    assert kv["general.architecture"] == arch.encode()
+    assert len(kv["tokenizer.ggml.tokens"]) == N_VOCAB
+    assert not any(k.startswith(f"{arch}.ssm.") for k in kv)
+    if arch == "gemma3":
+        assert kv["gemma3.attention.sliding_window"] == GEMMA3_SLIDING_WINDOW
+        assert kv["gemma3.attention.sliding_window_pattern"] == spec.full_attention_interval
+    else:
+        assert kv[f"{arch}.expert_count"] == spec.n_expert
+    assert _sha256(path) == _sha256(write_tiny_model(tmp_path / "again.gguf", VOCAB, spec))
+
+
+def test_invalid_spec_rejected(tmp_path: Path) -> None:
+    with pytest.raises(ValueError, match="unsupported arch"):
+        write_tiny_model(tmp_path / "x.gguf", VOCAB, TinyModelSpec(arch="llama"))
+    with pytest.raises(ValueError, match="n_head"):
+        write_tiny_model(tmp_path / "x.gguf", VOCAB, TinyModelSpec(n_head=3, n_head_kv=2))
+    assert not list(tmp_path.iterdir())
+
+
+def test_emit_channel(reader: Any, small_model: Path) -> None:
+    """Embedding dim 0 is +A for tokens the model may emit, -A for special/EOG/partial-UTF-8 ones."""
+    tok = _kv(small_model)["tokenizer.ggml.tokens"]
+    ids = {t: i for i, t in enumerate(tok)}
+    emb = {t.name: t for t in reader.tensors}["token_embd.weight"]
+    col0 = np.asarray(emb.data[:, 0], dtype=np.float32)
+    for text in (b"<|endoftext|>", b"<|im_end|>", b"</s>"):
+        assert col0[ids[text]] < 0, text
+    for text in (b"Hello", b"\xc4\xa0world", b"."):  # "\u0120world" = " world" in byte-level BPE
+        assert col0[ids[text]] > 0, text
+    assert 0.95 < float((col0 > 0).mean()) < 1.0
