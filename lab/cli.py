@@ -14,8 +14,10 @@ import typer
 app = typer.Typer(no_args_is_help=True, add_completion=False, help="prefill lab: measured prefill cost on CPU")
 engine_app = typer.Typer(no_args_is_help=True, help="the patched llama.cpp engine")
 model_app = typer.Typer(no_args_is_help=True, help="models (the tiny synthetic default)")
+trace_app = typer.Typer(no_args_is_help=True, help="agent traces (JSONL of recorded steps)")
 app.add_typer(engine_app, name="engine")
 app.add_typer(model_app, name="model")
+app.add_typer(trace_app, name="trace")
 
 SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | git | path")]
 SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.cpp checkout (mode path)")]
@@ -102,6 +104,81 @@ def engine_check(
         run_check(s, L=L, new=new)
     except Exception as e:
         raise _fail(e) from e
+
+
+def _int_list(v: str | None) -> list[int] | None:
+    if v is None:
+        return None
+    try:
+        return [int(x) for x in v.split(",") if x.strip()]
+    except ValueError as e:
+        typer.secho(f"expected comma-separated integers, got {v!r}", fg="red", err=True)
+        raise typer.Exit(2) from e
+
+
+@app.command("sweep")
+def sweep(
+    Ls: Annotated[str | None, typer.Option("--Ls", help="fake prefix lengths, e.g. 512,2048,6000")] = None,
+    news: Annotated[str | None, typer.Option("--news", help="new tokens per step, e.g. 64,256")] = None,
+    reps: Annotated[int | None, typer.Option("--reps", help="samples per arm and point")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
+    ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c")] = None,
+    model: Annotated[Path | None, typer.Option("--model")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
+) -> None:
+    """Live sweep over L x new: baseline, fake and genuine hit, against opt_prefill = new / prefill_tps(L)."""
+    from lab.experiments.fakeprefix import run_sweep
+    from lab.runs import RunError, resolve_run
+
+    s = _settings(
+        model=model,
+        runs_dir=runs_dir,
+        sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps},
+        server={"threads": threads, "ctx_size": ctx_size},
+    )
+    try:
+        run = run_sweep(s, resume=resolve_run(resume, s.runs_dir) if resume else None)
+    except RunError as e:
+        raise _fail(e) from e
+    typer.echo(str(run.path))
+
+
+@trace_app.command("synth")
+def trace_synth(
+    out: Annotated[Path, typer.Option("--out", "-o", help="trace JSONL to write")] = Path("trace.jsonl"),
+    tasks: Annotated[int, typer.Option("--tasks", min=1)] = 3,
+    steps: Annotated[int, typer.Option("--steps", min=1)] = 6,
+    start_depth: Annotated[int, typer.Option("--start-depth", min=1)] = 1024,
+    max_depth: Annotated[int, typer.Option("--max-depth", min=2)] = 12000,
+    seed: Annotated[int, typer.Option("--seed")] = 0,
+) -> None:
+    """Write a synthetic but plausible agent trace (deterministic from the seed)."""
+    from lab.experiments.trace import synth_trace, write_trace
+
+    write_trace(synth_trace(tasks, steps, seed, start_depth, max_depth), out)
+    typer.echo(str(out))
+
+
+@app.command("replay-trace")
+def replay_trace(
+    trace: Annotated[Path | None, typer.Argument(help="trace JSONL (lab.schemas.TraceStep per line)")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
+    ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c")] = None,
+    model: Annotated[Path | None, typer.Option("--model")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")] = None,
+) -> None:
+    """Replay each recorded agent step with a fake prefix: measured_opt_prefill_s per step, opt_wall per task."""
+    from lab.experiments.trace import TraceError, run_replay
+    from lab.runs import RunError, resolve_run
+
+    s = _settings(model=model, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
+    try:
+        run = run_replay(s, trace, resume=resolve_run(resume, s.runs_dir) if resume else None)
+    except (RunError, TraceError) as e:
+        raise _fail(e) from e
+    typer.echo(str(run.path))
 
 
 @model_app.command("tiny")

@@ -10,7 +10,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field
+from pydantic import BaseModel, Field, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -52,6 +52,25 @@ class ServerSettings(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
 
 
+class SweepSettings(BaseModel):
+    """The fake-prefix sweep grid (seed 000 §6): every (L, new) point, all three arms, interleaved."""
+
+    Ls: list[int] = Field(default=[512, 1024, 2048, 4096], min_length=1, description="fake prefix lengths")
+    news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
+    reps: int = Field(default=3, ge=1, le=100, description="samples per arm and point")
+    bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench repetitions for prefill_tps")
+    tolerance: float = Field(default=0.05, gt=0, lt=1, description="agreement tolerance for diagnostics")
+    seed: int = 0
+
+    @field_validator("Ls", "news")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        bad = [x for x in v if x < 1]
+        if bad:
+            raise ValueError(f"must be positive integers, got {bad}")
+        return sorted(set(v))
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAB_",
@@ -62,8 +81,18 @@ class Settings(BaseSettings):
 
     cache_dir: Path = Field(default_factory=lambda: _default_cache_dir(), description="sources, builds, models")
     model: Path | None = Field(default=None, description="GGUF model; default: the tiny synthetic model")
+    runs_dir: Path = Field(default=Path("catalog/runs"), description="where run folders are written")
+    host_name: str | None = Field(default=None, description="name in run folder names; default: hostname")
     engine: EngineSettings = Field(default_factory=EngineSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    sweep: SweepSettings = Field(default_factory=SweepSettings)
+
+    @model_validator(mode="after")
+    def _sweep_fits_context(self) -> Settings:
+        need = max(self.sweep.Ls) + max(self.sweep.news)
+        if need >= self.server.ctx_size:
+            raise ValueError(f"sweep.Ls + sweep.news need {need} tokens but server.ctx_size is {self.server.ctx_size}")
+        return self
 
     @classmethod
     def settings_customise_sources(

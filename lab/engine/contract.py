@@ -15,12 +15,14 @@ from __future__ import annotations
 
 from typing import Any, Literal
 
+import httpx
 import numpy as np
 from pydantic import BaseModel
 
 from lab.engine.server import LlamaServer
 
 Arm = Literal["baseline", "fake", "genuine"]
+TRANSPORT = "transport error"  # the server dropped the connection (it may have died)
 ARMS: tuple[Arm, ...] = ("baseline", "fake", "genuine")
 
 
@@ -79,7 +81,10 @@ def run_arm(srv: LlamaServer, arm: Arm, prefix: list[int], new_tokens: list[int]
         bodies = [_body(prefix, cache_prompt=True), _body(tokens, cache_prompt=True)]
     resp = None
     for body in bodies:
-        resp = srv.completion(body)
+        try:
+            resp = srv.completion(body)
+        except httpx.TransportError as e:
+            return ArmResult(arm=arm, L=L, new=new, ok=False, reason=f"{TRANSPORT}: {type(e).__name__}: {e}")
         if resp.status_code != 200:
             return ArmResult(arm=arm, L=L, new=new, ok=False, reason=f"HTTP {resp.status_code}: {resp.text[:300]}")
     assert resp is not None

@@ -226,6 +226,16 @@ class LlamaServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def wait_exit(self, timeout_s: float) -> bool:
+        """True if the server process has exited within timeout_s (e.g. after a dropped connection)."""
+        if self.proc is None:
+            return True
+        try:
+            self.proc.wait(timeout=timeout_s)
+        except subprocess.TimeoutExpired:
+            return False
+        return True
+
     def stop(self, timeout_s: float = 15.0) -> int | None:
         """SIGTERM the server's process group, SIGKILL after timeout. Returns the exit code."""
         if self._client is not None:

@@ -1,0 +1,248 @@
+"""The fake-prefix sweep (seed 000 §6): per (L, new) point, baseline / fake / genuine hit interleaved and
+repeated, against the arithmetic estimate opt_prefill = only_new / prefill_tps(L).
+
+Resumable at point granularity: a point's samples and its summary row are appended together when the
+point is done, so an interrupted sweep resumes with no duplicated or lost point.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.table import Table
+
+from lab.engine.contract import ARMS, TRANSPORT, ArmResult, filler_tokens, run_arm
+from lab.engine.server import LlamaServer
+from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.session import open_session
+from lab.runs import RunFolder, utc_now
+from lab.schemas import KV_PAD, ArmStats, PrefillTps, SweepPoint, SweepSample, ggml_pad
+from lab.settings import ServerSettings, Settings, SweepSettings
+
+SAMPLES, POINTS, TPS = "samples", "points", "prefill_tps"
+
+
+def point_id(L: int, new: int) -> str:
+    return f"L{L}_n{new}"
+
+
+@dataclass(frozen=True)
+class GridPoint:
+    L: int
+    new: int
+
+    @property
+    def id(self) -> str:
+        return point_id(self.L, self.new)
+
+
+def grid(params: SweepSettings) -> list[GridPoint]:
+    return [GridPoint(L, new) for L in params.Ls for new in params.news]
+
+
+def sample_row(p: GridPoint, rep: int, r: ArmResult) -> SweepSample:
+    t = r.timings
+    return SweepSample(
+        point=p.id,
+        L=p.L,
+        new=p.new,
+        arm=r.arm,
+        rep=rep,
+        ok=r.ok,
+        reason=r.reason,
+        prompt_ms=t.prompt_ms if t else None,
+        prompt_n=t.prompt_n if t else None,
+        cache_n=t.cache_n if t else None,
+        fake_ms=t.fake_ms if t and r.arm == "fake" else None,
+        t_utc=utc_now(),
+    )
+
+
+def arm_stats(samples: list[SweepSample], arm: str) -> ArmStats:
+    ms = [s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms is not None]
+    failed = sum(1 for s in samples if s.arm == arm and not s.ok)
+    if not ms:
+        return ArmStats(n_failed=failed)
+    return ArmStats(median_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), n_ok=len(ms), n_failed=failed)
+
+
+def summarize_point(p: GridPoint, samples: list[SweepSample], tps: PrefillTps | None, tol: float) -> SweepPoint:
+    stats = {arm: arm_stats(samples, arm) for arm in ARMS}
+    fake, gen, base = stats["fake"].median_ms, stats["genuine"].median_ms, stats["baseline"].median_ms
+    est = p.new / tps.tps * 1e3 if tps and tps.tps > 0 else None
+    point = SweepPoint(
+        point=p.id,
+        L=p.L,
+        new=p.new,
+        n_kv_padded=ggml_pad(p.L + p.new),
+        measurable=p.L >= KV_PAD,
+        prefill_tps=tps.tps if tps else None,
+        opt_prefill_ms=est,
+        fake_vs_estimate=fake / est - 1 if fake and est else None,
+        fake_vs_genuine=fake / gen - 1 if fake and gen else None,
+        fake_vs_baseline=fake / base if fake and base else None,
+        baseline=stats["baseline"],
+        fake=stats["fake"],
+        genuine=stats["genuine"],
+    )
+    point.diagnostics = diagnose(point, samples, tol)
+    return point
+
+
+def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]:
+    """The seed's checks (§6.3), attached to a point whose fake time disagrees with the estimate."""
+    out: list[str] = []
+    if not p.measurable:
+        out.append(f"L={p.L} is below the {KV_PAD}-column floor: attention reads {p.n_kv_padded} columns anyway")
+    failed = [s.reason for s in samples if not s.ok]
+    if failed:
+        out.append(f"{len(failed)} failed sample(s), excluded: {failed[0]}")
+    err = p.fake_vs_estimate
+    if err is not None and err > tol:
+        prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
+        out.append(
+            f"measured {err:+.1%} above the estimate: check prompt_n == new (saw {prompt_ns}, new={p.new}); "
+            "more than the new tokens decoded means the only-new branch did not fire"
+        )
+    if err is not None and err < -tol:
+        out.append(
+            f"measured {err:+.1%} below the estimate: check that both memory children report seq_pos_max == L-1 "
+            f"(the hybrid takes the min) and that the attended KV is padded to {p.n_kv_padded} >= L+new"
+        )
+    return out
+
+
+def measure_point(
+    srv: LlamaServer, p: GridPoint, reps: int, seed: int, n_vocab: int, on_sample: Callable[[], None]
+) -> list[SweepSample]:
+    """All arms x reps for one point, interleaved in a rotating order (no arm always goes first)."""
+    prefix = filler_tokens(p.L, seed=seed * 1_000_003 + p.L, n_vocab=n_vocab)
+    new_tokens = filler_tokens(p.new, seed=seed * 1_000_003 + p.L + p.new + 1, n_vocab=n_vocab)
+    samples: list[SweepSample] = []
+    for rep in range(reps):
+        order = ARMS[rep % len(ARMS) :] + ARMS[: rep % len(ARMS)]
+        for arm in order:
+            r = run_arm(srv, arm, prefix, new_tokens)
+            if (r.reason.startswith(TRANSPORT) and srv.wait_exit(5.0)) or not srv.alive():
+                raise ServerCrashed(
+                    f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode}); "
+                    f"see {srv.log_path}"
+                )
+            samples.append(sample_row(p, rep, r))
+            on_sample()
+    return samples
+
+
+class ServerCrashed(RuntimeError):
+    pass
+
+
+def done_points(run: RunFolder) -> dict[str, SweepPoint]:
+    """Finished points. Samples of an unfinished point (a crash between its two appends) and a torn last
+    line are dropped, and both tables rewritten atomically, so a resumed sweep neither duplicates nor loses."""
+    points = {p.point: p for p in run.read(POINTS, SweepPoint, tolerate_torn_tail=True)}
+    samples = run.read(SAMPLES, SweepSample, tolerate_torn_tail=True)
+    run.rewrite(SAMPLES, [s for s in samples if s.point in points])
+    run.rewrite(POINTS, points.values())
+    return points
+
+
+def sweep_params(settings: Settings) -> dict[str, Any]:
+    """What a sweep run records as its params (and what --resume restores)."""
+    return {
+        "sweep": settings.sweep.model_dump(mode="json"),
+        "server": settings.server.model_dump(mode="json"),
+        "model": str(settings.model) if settings.model else None,
+    }
+
+
+def settings_for_resume(settings: Settings, run: RunFolder) -> Settings:
+    """A resumed sweep uses the params it was started with, whatever the current config says."""
+    params = run.manifest().params
+    return settings.model_copy(
+        update={
+            "sweep": SweepSettings.model_validate(params["sweep"]),
+            "server": ServerSettings.model_validate(params["server"]),
+            "model": Path(params["model"]) if params.get("model") else None,
+        }
+    )
+
+
+def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
+    console = console or Console()
+    if resume is not None:
+        settings = settings_for_resume(settings, resume)
+    params = settings.sweep
+    sess = open_session(settings, "sweep", sweep_params(settings), resume)
+    run = sess.run
+    console.print(f"run folder: {run.path}")
+    with run.guard():
+        tps_rows = run.read(TPS, PrefillTps, tolerate_torn_tail=True)
+        if not tps_rows:
+            with console.status("measuring prefill_tps(depth) with llama-bench ..."):
+                tps_rows = measure_prefill_tps(
+                    sess.target, sess.engine, sess.model, params.news, params.Ls, params.bench_reps,
+                    settings.server.threads, settings.server.flash_attn, run.path / "logs" / "llama-bench.log",
+                )  # fmt: skip
+            run.rewrite(TPS, tps_rows)
+        tps = {(r.depth, r.chunk): r for r in tps_rows}
+        done = done_points(run)
+        todo = [p for p in grid(params) if p.id not in done]
+        if todo:
+            with sess.server() as srv, _progress(console) as progress:
+                sess.record_server(srv)
+                n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
+                task = progress.add_task("sweep", total=len(todo) * params.reps * len(ARMS))
+                for p in todo:
+                    progress.update(task, description=f"L={p.L} new={p.new}")
+                    samples = measure_point(srv, p, params.reps, params.seed, n_vocab, lambda: progress.advance(task))
+                    point = summarize_point(p, samples, tps.get((p.L, p.new)), params.tolerance)
+                    run.append(SAMPLES, samples)
+                    run.append(POINTS, [point])
+                    done[p.id] = point
+        run.complete()
+    print_summary(console, [done[p.id] for p in grid(params)])
+    return run
+
+
+def _progress(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )
+
+
+def _ms(v: float | None) -> str:
+    return "-" if v is None else f"{v:.1f}"
+
+
+def _pct(v: float | None) -> str:
+    return "-" if v is None else f"{v:+.1%}"
+
+
+def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
+    t = Table(title="fake-prefix sweep: median prompt_ms per arm vs opt_prefill = new / prefill_tps(L)")
+    for col in ("L", "new", "baseline", "fake", "genuine", "estimate", "fake/est-1", "fake/gen-1", "note"):
+        t.add_column(col, justify="right")
+    for p in points:
+        t.add_row(
+            str(p.L), str(p.new),
+            _ms(p.baseline.median_ms), _ms(p.fake.median_ms), _ms(p.genuine.median_ms), _ms(p.opt_prefill_ms),
+            _pct(p.fake_vs_estimate), _pct(p.fake_vs_genuine),
+            f"[{notes[p.point]}]" if p.point in notes else "",
+        )  # fmt: skip
+    return t
+
+
+def print_summary(console: Console, points: list[SweepPoint]) -> None:
+    """The table, then each point's diagnostics under its note number."""
+    noted = [p for p in points if p.diagnostics]
+    console.print(summary_table(points, {p.point: i for i, p in enumerate(noted, start=1)}))
+    for i, p in enumerate(noted, start=1):
+        for d in p.diagnostics:
+            console.print(f"[{i}] L={p.L} new={p.new}: {d}", highlight=False)

@@ -1,0 +1,74 @@
+"""prefill_tps(depth), measured independently of the server: llama-bench -p <chunk> -d <depth> on the same
+build, model and threads. The arithmetic estimate opt_prefill = only_new / prefill_tps(L) uses it."""
+
+from __future__ import annotations
+
+import json
+import shlex
+from pathlib import Path
+
+from lab.engine.build import EngineInfo
+from lab.schemas import PrefillTps
+from lab.target import Target
+
+
+class BenchError(RuntimeError):
+    pass
+
+
+def bench_command(
+    engine: EngineInfo, model: Path, chunks: list[int], depths: list[int], reps: int, threads: int, flash_attn: str
+) -> str:
+    args = [
+        str(engine.bench), "-m", str(model),
+        "-p", ",".join(map(str, sorted(set(chunks)))), "-n", "0",
+        "-d", ",".join(map(str, sorted(set(depths)))),
+        "-r", str(reps), "-t", str(threads), "-fa", flash_attn, "-o", "jsonl",
+    ]  # fmt: skip
+    return f"LD_LIBRARY_PATH={shlex.quote(str(engine.lib_dir))} " + shlex.join(args)
+
+
+def parse_bench_jsonl(text: str) -> list[PrefillTps]:
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        d = json.loads(line)
+        if int(d.get("n_gen", 0)) != 0:
+            continue
+        rows.append(
+            PrefillTps(
+                depth=int(d["n_depth"]),
+                chunk=int(d["n_prompt"]),
+                tps=float(d["avg_ts"]),
+                avg_ms=float(d["avg_ns"]) / 1e6,
+                stddev_ms=float(d["stddev_ns"]) / 1e6,
+                reps=len(d.get("samples_ns") or []),
+            )
+        )
+    return rows
+
+
+def measure_prefill_tps(
+    target: Target,
+    engine: EngineInfo,
+    model: Path,
+    chunks: list[int],
+    depths: list[int],
+    reps: int,
+    threads: int,
+    flash_attn: str,
+    log: Path,
+) -> list[PrefillTps]:
+    cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn)
+    r = target.run(cmd)
+    log.write_text(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}")
+    if not r.ok:
+        raise BenchError(f"llama-bench failed ({r.exited}); log {log}")
+    rows = parse_bench_jsonl(r.stdout)
+    want = {(c, d) for c in chunks for d in depths}
+    got = {(row.chunk, row.depth) for row in rows}
+    if want - got:
+        raise BenchError(f"llama-bench gave no result for (chunk, depth) {sorted(want - got)}; log {log}")
+    return rows

@@ -1,0 +1,222 @@
+"""Write-once run folders: catalog/runs/<UTC date>_<host>_<experiment>_<id>/
+
+    manifest.json   resolved params, engine source/patch/flags, model, server config, status, times
+    host/           uname, lscpu, free, df, nproc, governor, boost (lab.snapshot)
+    git/            the lab checkout's commit, status, git_diff.patch; engine.patch (the applied patch)
+    logs/           server and tool logs
+    raw/            rows appended as JSONL while running, one schema per table (lab.schemas)
+    .ready          written last: the run is complete
+
+A folder is never overwritten (creation is an exclusive mkdir). An interrupted run (Ctrl-C, SIGTERM, a
+crashed server) stays `status: incomplete` with the reason, and can be resumed.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import os
+import re
+import secrets
+import signal
+from collections.abc import Iterable, Iterator
+from datetime import UTC, datetime
+from pathlib import Path
+from types import FrameType
+from typing import Any, Literal, TypeVar
+
+from pydantic import BaseModel, Field, ValidationError
+
+Status = Literal["running", "incomplete", "complete"]
+Row = TypeVar("Row", bound=BaseModel)
+
+
+class RunError(RuntimeError):
+    pass
+
+
+class RunInterrupted(RuntimeError):
+    """Raised inside a guarded run when SIGTERM/SIGINT arrives."""
+
+
+class Manifest(BaseModel):
+    run_id: str
+    experiment: str
+    host: str
+    status: Status = "running"
+    reason: str = ""
+    started_utc: str
+    finished_utc: str | None = None
+    resumed_utc: list[str] = Field(default_factory=list)
+    params: dict[str, Any] = Field(default_factory=dict)
+    engine: dict[str, Any] = Field(default_factory=dict)
+    model: dict[str, Any] = Field(default_factory=dict)
+    server_config: dict[str, Any] = Field(default_factory=dict)
+    host_summary: dict[str, str] = Field(default_factory=dict)
+    lab: dict[str, Any] = Field(default_factory=dict)
+
+
+def utc_now() -> str:
+    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def _slug(s: str) -> str:
+    return re.sub(r"[^A-Za-z0-9-]+", "-", s).strip("-") or "host"
+
+
+def _atomic_write(path: Path, text: str) -> None:
+    tmp = path.with_name(f".{path.name}.tmp")
+    tmp.write_text(text)
+    os.replace(tmp, path)
+
+
+class RunFolder:
+    def __init__(self, path: Path) -> None:
+        self.path = path
+
+    # --- creation and opening -----------------------------------------------------------------------
+
+    @classmethod
+    def create(cls, root: Path, experiment: str, host: str, params: dict[str, Any]) -> RunFolder:
+        root.mkdir(parents=True, exist_ok=True)
+        date = datetime.now(UTC).strftime("%Y-%m-%d")
+        for _ in range(20):
+            run_id = f"{date}_{_slug(host)}_{experiment}_{secrets.token_hex(3)}"
+            path = root / run_id
+            try:
+                path.mkdir()  # exclusive: an existing folder is never reused
+            except FileExistsError:
+                continue
+            run = cls(path)
+            for sub in ("host", "git", "logs", "raw"):
+                (path / sub).mkdir()
+            run.write_manifest(
+                Manifest(run_id=run_id, experiment=experiment, host=host, started_utc=utc_now(), params=params)
+            )
+            return run
+        raise RunError(f"could not create a new run folder under {root}")
+
+    @classmethod
+    def open(cls, path: Path) -> RunFolder:
+        run = cls(path)
+        if not (path / "manifest.json").exists():
+            raise RunError(f"{path} is not a run folder (no manifest.json)")
+        return run
+
+    # --- manifest ---------------------------------------------------------------------------------------
+
+    @property
+    def manifest_path(self) -> Path:
+        return self.path / "manifest.json"
+
+    def manifest(self) -> Manifest:
+        return Manifest.model_validate_json(self.manifest_path.read_text())
+
+    def write_manifest(self, m: Manifest) -> None:
+        _atomic_write(self.manifest_path, m.model_dump_json(indent=2) + "\n")
+
+    def update(self, **fields: Any) -> Manifest:
+        m = self.manifest().model_copy(update=fields)
+        self.write_manifest(m)
+        return m
+
+    @property
+    def ready(self) -> bool:
+        return (self.path / ".ready").exists()
+
+    def complete(self) -> None:
+        self.update(status="complete", reason="", finished_utc=utc_now())
+        (self.path / ".ready").write_text(utc_now() + "\n")  # last
+
+    def fail(self, reason: str) -> None:
+        self.update(status="incomplete", reason=reason, finished_utc=utc_now())
+
+    def begin_resume(self) -> Manifest:
+        m = self.manifest()
+        if self.ready or m.status == "complete":
+            raise RunError(f"{self.path.name} is complete; a complete run is never changed")
+        return self.update(status="running", reason="", resumed_utc=[*m.resumed_utc, utc_now()])
+
+    # --- raw tables ---------------------------------------------------------------------------------
+
+    def table_path(self, table: str) -> Path:
+        return self.path / "raw" / f"{table}.jsonl"
+
+    def append(self, table: str, rows: Iterable[BaseModel]) -> None:
+        """Append rows and flush them to disk before returning (a crash after this loses nothing)."""
+        lines = "".join(r.model_dump_json() + "\n" for r in rows)
+        if not lines:
+            return
+        with self.table_path(table).open("a") as fh:
+            fh.write(lines)
+            fh.flush()
+            os.fsync(fh.fileno())
+
+    def read(self, table: str, schema: type[Row], tolerate_torn_tail: bool = False) -> list[Row]:
+        """Rows of a table, validated. A bad row is an error naming file and line; a torn last line (a
+        crash mid-write) is dropped only when asked to (when resuming)."""
+        path = self.table_path(table)
+        if not path.exists():
+            return []
+        return read_jsonl(path, schema, tolerate_torn_tail)
+
+    def rewrite(self, table: str, rows: Iterable[BaseModel]) -> None:
+        _atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
+
+    # --- interruption -------------------------------------------------------------------------------
+
+    @contextlib.contextmanager
+    def guard(self) -> Iterator[None]:
+        """SIGTERM/SIGINT become RunInterrupted; any failure leaves the run incomplete with its reason."""
+
+        def on_signal(signum: int, frame: FrameType | None) -> None:
+            raise RunInterrupted(f"interrupted by {signal.Signals(signum).name}")
+
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        try:
+            yield
+        except BaseException as e:
+            reason = str(e) or type(e).__name__
+            self.fail(reason if isinstance(e, RunInterrupted) else f"{type(e).__name__}: {reason}")
+            raise
+        finally:
+            for s, h in old.items():
+                signal.signal(s, h)
+
+
+def read_jsonl(path: Path, schema: type[Row], tolerate_torn_tail: bool = False) -> list[Row]:
+    rows: list[Row] = []
+    lines = path.read_text().split("\n")
+    last = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
+    for i, line in enumerate(lines[:last], start=1):
+        if not line.strip():
+            continue
+        try:
+            rows.append(schema.model_validate(json.loads(line)))
+        except (json.JSONDecodeError, ValidationError) as e:
+            torn = i == last and not (path.read_text().endswith("\n"))
+            if torn and tolerate_torn_tail:
+                break
+            raise RunError(f"{path}:{i}: bad {schema.__name__} row: {_short(e)}") from e
+    return rows
+
+
+def _short(e: Exception) -> str:
+    if isinstance(e, ValidationError):
+        return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'row'}: {err['msg']}" for err in e.errors()[:3])
+    return str(e)
+
+
+def runs_root(repo_root: Path) -> Path:
+    return repo_root / "catalog" / "runs"
+
+
+def resolve_run(ref: str | Path, root: Path) -> RunFolder:
+    """A run by path or by (unique prefix of) its folder name under root."""
+    p = Path(ref)
+    if p.is_dir():
+        return RunFolder.open(p)
+    matches = sorted(root.glob(f"{ref}*")) if root.exists() else []
+    if len(matches) != 1:
+        raise RunError(f"no unique run matches {ref!r} under {root} ({len(matches)} found)")
+    return RunFolder.open(matches[0])

@@ -1,0 +1,135 @@
+"""One schema per table, shared by every writer (experiments) and reader (catalog, reports, compare).
+
+Units are in the field names. `L` counts prior KV cells (tokens) the new tokens attend over, not positions:
+for text the two are equal; an image's tokens outnumber its positions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+ArmName = Literal["baseline", "fake", "genuine"]
+
+KV_PAD = 256  # llama_kv_cache::get_n_kv pads the attended columns to a multiple of max(n_pad, 256)
+
+
+def ggml_pad(n: int, to: int = KV_PAD) -> int:
+    return (n + to - 1) // to * to
+
+
+class SweepSample(BaseModel):
+    """raw/samples.jsonl: one request of one arm (genuine: the timed second request)."""
+
+    point: str
+    L: int
+    new: int
+    arm: ArmName
+    rep: int
+    ok: bool
+    reason: str = ""
+    prompt_ms: float | None = None
+    prompt_n: int | None = None
+    cache_n: int | None = None
+    fake_ms: float | None = None
+    t_utc: str
+
+
+class PrefillTps(BaseModel):
+    """raw/prefill_tps.jsonl: prefill throughput of a `chunk`-token chunk at `depth`, measured separately
+    (llama-bench -p chunk -d depth on the same build, model and threads)."""
+
+    depth: int
+    chunk: int
+    tps: float
+    avg_ms: float
+    stddev_ms: float
+    reps: int
+    tool: str = "llama-bench"
+
+
+class ArmStats(BaseModel):
+    median_ms: float | None = None
+    min_ms: float | None = None
+    max_ms: float | None = None
+    n_ok: int = 0
+    n_failed: int = 0
+
+
+class SweepPoint(BaseModel):
+    """raw/points.jsonl: one (L, new) point, written when all its samples are in."""
+
+    point: str
+    L: int
+    new: int
+    n_kv_padded: int = Field(description="GGML_PAD(L + new, 256): attended KV columns")
+    measurable: bool = Field(description="False below the 256-column floor, where L changes nothing")
+    baseline: ArmStats
+    fake: ArmStats
+    genuine: ArmStats
+    prefill_tps: float | None = None
+    opt_prefill_ms: float | None = Field(default=None, description="only_new / prefill_tps(L)")
+    fake_vs_estimate: float | None = Field(default=None, description="fake median / opt_prefill - 1")
+    fake_vs_genuine: float | None = Field(default=None, description="fake median / genuine median - 1")
+    fake_vs_baseline: float | None = Field(default=None, description="fake median / baseline median")
+    diagnostics: list[str] = Field(default_factory=list)
+
+
+class TraceStep(BaseModel):
+    """One recorded agent step (a line of a trace JSONL). Give the prior depth either as `L` or as
+    `depth` + `only_new` (then L = depth - only_new)."""
+
+    task_id: str
+    step: int = Field(ge=0)
+    L: int | None = Field(default=None, ge=0, description="prior KV cells (tokens) treated as cached")
+    depth: int | None = Field(default=None, ge=1, description="context length after this step's new tokens")
+    only_new: int | None = Field(default=None, ge=1, description="tokens this step appends")
+    new_text: str = Field(min_length=1)
+    screenshot: str | None = Field(default=None, description="path of the step's new screenshot (PNG)")
+    baseline_prefill_s: float | None = Field(default=None, ge=0)
+    baseline_decode_s: float | None = Field(default=None, ge=0)
+    baseline_exec_s: float | None = Field(default=None, ge=0)
+
+    def prior_depth(self) -> int:
+        if self.L is not None and self.depth is None:
+            return self.L
+        if self.L is None and self.depth is not None and self.only_new is not None:
+            if self.only_new > self.depth:
+                raise ValueError(f"only_new ({self.only_new}) > depth ({self.depth})")
+            return self.depth - self.only_new
+        raise ValueError("give either L, or depth and only_new")
+
+
+class TraceStepResult(BaseModel):
+    """raw/steps.jsonl: one replayed step."""
+
+    task_id: str
+    step: int
+    L: int
+    new_tokens: int
+    trace_only_new: int | None = None
+    ok: bool
+    reason: str = ""
+    measured_opt_prefill_s: float | None = Field(default=None, description="prompt_ms / 1e3 of the fake request")
+    fake_ms: float | None = None
+    cache_n: int | None = None
+    prompt_n: int | None = None
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    t_utc: str
+
+
+class TraceTaskResult(BaseModel):
+    """raw/tasks.jsonl: per task, opt_wall = measured_opt_prefill + baseline_decode + baseline_exec."""
+
+    task_id: str
+    n_steps: int
+    n_failed: int
+    measured_opt_prefill_s: float
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    opt_wall_s: float | None = None
+    baseline_wall_s: float | None = None

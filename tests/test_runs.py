@@ -1,0 +1,82 @@
+"""Write-once run folders: never overwritten, bad rows named by file and line, interruptions recorded."""
+
+from __future__ import annotations
+
+import os
+import signal
+from pathlib import Path
+
+import pytest
+
+from lab.runs import RunError, RunFolder, RunInterrupted, read_jsonl, resolve_run
+from lab.schemas import PrefillTps
+
+
+def tps(depth: int) -> PrefillTps:
+    return PrefillTps(depth=depth, chunk=64, tps=1000.0, avg_ms=64.0, stddev_ms=1.0, reps=3)
+
+
+def test_create_layout_and_never_overwrite(tmp_path: Path) -> None:
+    a = RunFolder.create(tmp_path, "sweep", "nuc16", {"x": 1})
+    b = RunFolder.create(tmp_path, "sweep", "nuc16", {"x": 1})
+    assert a.path != b.path
+    assert "_nuc16_sweep_" in a.path.name
+    for sub in ("host", "git", "logs", "raw"):
+        assert (a.path / sub).is_dir()
+    m = a.manifest()
+    assert (m.status, m.experiment, m.host, m.params) == ("running", "sweep", "nuc16", {"x": 1})
+    with pytest.raises(FileExistsError):
+        a.path.mkdir()  # the exclusive mkdir is what protects a folder
+
+
+def test_complete_writes_ready_last_and_is_final(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    run.append("prefill_tps", [tps(0), tps(512)])
+    assert not run.ready
+    run.complete()
+    assert run.ready and run.manifest().status == "complete" and run.manifest().finished_utc
+    with pytest.raises(RunError, match="complete"):
+        run.begin_resume()
+
+
+def test_bad_row_is_rejected_with_file_and_line(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    run.append("prefill_tps", [tps(0)])
+    with run.table_path("prefill_tps").open("a") as fh:
+        fh.write('{"depth": "deep", "chunk": 64}\n')
+    with pytest.raises(RunError, match=r"prefill_tps\.jsonl:2: bad PrefillTps row: depth"):
+        run.read("prefill_tps", PrefillTps)
+
+
+def test_torn_last_line_only_tolerated_when_asked(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_text(tps(0).model_dump_json() + "\n" + '{"depth": 5')
+    with pytest.raises(RunError, match=r"t\.jsonl:2"):
+        read_jsonl(path, PrefillTps)
+    assert [r.depth for r in read_jsonl(path, PrefillTps, tolerate_torn_tail=True)] == [0]
+
+
+def test_guard_marks_incomplete_with_reason(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    with pytest.raises(ZeroDivisionError), run.guard():
+        _ = 1 / 0
+    m = run.manifest()
+    assert m.status == "incomplete" and "ZeroDivisionError" in m.reason
+    assert run.begin_resume().status == "running"
+    assert len(run.manifest().resumed_utc) == 1
+
+
+def test_guard_turns_sigterm_into_incomplete(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    with pytest.raises(RunInterrupted), run.guard():
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert run.manifest().reason == "interrupted by SIGTERM"
+    assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_resolve_run_by_prefix(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "replay", "h", {})
+    assert resolve_run(run.path.name[:-2], tmp_path).path == run.path
+    assert resolve_run(str(run.path), tmp_path).path == run.path
+    with pytest.raises(RunError, match="no unique run"):
+        resolve_run("nope", tmp_path)

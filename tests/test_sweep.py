@@ -1,0 +1,172 @@
+"""`lab sweep` end to end on the real patched server and tiny model: the run folder, the agreement fields,
+refusal of bad params, and interrupt/crash + resume with no duplicated or lost point."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+
+from lab.experiments.fakeprefix import POINTS, SAMPLES, TPS
+from lab.runs import RunFolder
+from lab.schemas import PrefillTps, SweepPoint, SweepSample
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab(*args: str) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO)
+
+
+def start(*args: str) -> subprocess.Popen[str]:
+    return subprocess.Popen([LAB, *args], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+
+
+def only_run(runs: Path) -> RunFolder:
+    found = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(found) == 1, found
+    return RunFolder.open(found[0])
+
+
+def wait_for_points(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout: float = 240) -> None:
+    deadline = time.monotonic() + timeout
+    points = run_dir / "raw" / f"{POINTS}.jsonl"
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        if points.exists() and points.read_text().count("\n") >= n:
+            return
+        time.sleep(0.1)
+    raise AssertionError("sweep made no progress")
+
+
+def check_complete(run: RunFolder, Ls: list[int], news: list[int], reps: int) -> list[SweepPoint]:
+    assert run.ready and run.manifest().status == "complete"
+    points = run.read(POINTS, SweepPoint)
+    samples = run.read(SAMPLES, SweepSample)
+    assert sorted((p.L, p.new) for p in points) == sorted((L, n) for L in Ls for n in news)  # none lost or doubled
+    assert Counter(s.point for s in samples) == {p.point: reps * 3 for p in points}
+    assert Counter((s.point, s.arm, s.rep) for s in samples).most_common(1)[0][1] == 1
+    return points
+
+
+def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
+    r = lab("sweep", "--Ls", "128,512,1024", "--news", "32", "--reps", "2", "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = only_run(tmp_path)
+    assert r.stdout.strip().splitlines()[-1] == str(run.path)  # the path is the last line
+    points = check_complete(run, [128, 512, 1024], [32], 2)
+    m = run.manifest()
+    assert m.engine["source"]["commit"] == "465b1f0e7" and len(m.engine["patch_sha256"]) == 64
+    assert m.model["sha256"] and m.server_config["memory"] == "hybrid" and m.server_config["n_rs_seq"] == 0
+    assert m.params["sweep"]["Ls"] == [128, 512, 1024]
+    for f in ("host/uname.txt", "host/lscpu.txt", "git/git_diff.patch", "git/engine.patch", "logs/server.log"):
+        assert (run.path / f).exists(), f
+    assert "seq_fake_prefix" in (run.path / "git" / "engine.patch").read_text()
+    tps = run.read(TPS, PrefillTps)
+    assert {(t.depth, t.chunk) for t in tps} == {(128, 32), (512, 32), (1024, 32)}
+    for p in points:
+        assert p.fake.n_ok == 2 and p.genuine.n_ok == 2 and p.baseline.n_ok == 2, p
+        assert p.opt_prefill_ms == pytest.approx(32 / p.prefill_tps * 1e3)
+        assert p.fake_vs_estimate is not None and p.fake_vs_genuine is not None
+        assert p.n_kv_padded == (p.L + 32 + 255) // 256 * 256
+        assert p.measurable == (p.L >= 256)
+    assert any("below the 256-column floor" in d for d in points[0].diagnostics)
+    for s in run.read(SAMPLES, SweepSample):
+        if s.arm == "fake":
+            assert (s.cache_n, s.prompt_n) == (s.L, s.new) and s.fake_ms is not None and s.fake_ms > 0
+
+
+@pytest.mark.parametrize(
+    ("args", "key"),
+    [
+        (["--Ls", "0,512"], "sweep.Ls"),
+        (["--reps", "0"], "sweep.reps"),
+        (["--Ls", "20000", "--ctx-size", "8192"], "server.ctx_size"),
+    ],
+)
+def test_invalid_params_refused_before_anything_starts(tmp_path: Path, args: list[str], key: str) -> None:
+    r = lab("sweep", *args, "--runs-dir", str(tmp_path))
+    assert r.returncode == 2
+    assert key in r.stderr
+    assert not any(tmp_path.iterdir())  # nothing was started
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, how: str) -> None:
+    Ls, news, reps = [512, 768, 1024, 1536], [16], 2
+    proc = start("sweep", "--Ls", ",".join(map(str, Ls)), "--news", "16", "--reps", "2", "--runs-dir", str(tmp_path))
+    run_dir = _wait_run_dir(tmp_path, proc)
+    wait_for_points(run_dir, 1, proc)
+    proc.send_signal(getattr(signal, how))
+    proc.communicate(timeout=60)
+    run = RunFolder.open(run_dir)
+    assert not run.ready
+    m = run.manifest()
+    if how == "SIGTERM":
+        assert (m.status, m.reason) == ("incomplete", "interrupted by SIGTERM")
+    else:
+        assert m.status == "running"  # a hard kill leaves no chance to say more; resume still works
+    done_before = len(run.read(POINTS, SweepPoint, tolerate_torn_tail=True))
+    assert 1 <= done_before < len(Ls)
+    r = lab("sweep", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr + r.stdout
+    check_complete(RunFolder.open(run_dir), Ls, news, reps)
+    assert len(RunFolder.open(run_dir).manifest().resumed_utc) == 1
+    assert r.stdout.strip().splitlines()[-1] == str(run_dir)
+
+
+def test_server_crash_leaves_run_incomplete_then_resumes(tmp_path: Path) -> None:
+    proc = start("sweep", "--Ls", "512,1024,1536", "--news", "16", "--reps", "2", "--runs-dir", str(tmp_path))
+    run_dir = _wait_run_dir(tmp_path, proc)
+    wait_for_points(run_dir, 1, proc)
+    server_pid = _child_server_pid(proc.pid)
+    os.kill(server_pid, signal.SIGKILL)
+    proc.communicate(timeout=60)
+    assert proc.returncode != 0
+    m = RunFolder.open(run_dir).manifest()
+    assert m.status == "incomplete" and "died" in m.reason, m.reason
+    r = lab("sweep", "--resume", str(run_dir), "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr + r.stdout
+    check_complete(RunFolder.open(run_dir), [512, 1024, 1536], [16], 2)
+
+
+def test_resume_refuses_a_complete_run(tmp_path: Path) -> None:
+    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr
+    run = only_run(tmp_path)
+    before = (run.path / "manifest.json").read_text()
+    r = lab("sweep", "--resume", run.path.name, "--runs-dir", str(tmp_path))
+    assert r.returncode == 1 and "complete" in r.stderr
+    assert (run.path / "manifest.json").read_text() == before
+    assert json.loads(before)["status"] == "complete"
+
+
+def _wait_run_dir(root: Path, proc: subprocess.Popen[str], timeout: float = 120) -> Path:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        dirs = [p for p in root.iterdir() if p.is_dir()] if root.exists() else []
+        if dirs:
+            return dirs[0]
+        time.sleep(0.1)
+    raise AssertionError("no run folder appeared")
+
+
+def _child_server_pid(parent: int) -> int:
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            fields = stat.read_text().split()
+            cmdline = (stat.parent / "cmdline").read_bytes()
+        except OSError:
+            continue
+        if int(fields[3]) == parent and b"llama-server" in cmdline:
+            return int(stat.parent.name)
+    raise AssertionError("no llama-server child found")

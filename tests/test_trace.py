@@ -1,0 +1,100 @@
+"""Trace format, synthetic traces and `lab replay-trace` against the real server."""
+
+from __future__ import annotations
+
+import itertools
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.experiments.trace import STEPS, TASKS, TraceError, check_replayable, load_trace, synth_trace, write_trace
+from lab.runs import RunFolder
+from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def test_synth_is_deterministic_and_valid(tmp_path: Path) -> None:
+    a, b = tmp_path / "a.jsonl", tmp_path / "b.jsonl"
+    write_trace(synth_trace(3, 5, seed=4), a)
+    write_trace(synth_trace(3, 5, seed=4), b)
+    assert a.read_bytes() == b.read_bytes()
+    steps = load_trace(a)
+    assert len({s.task_id for s in steps}) == 3
+    for task in {s.task_id for s in steps}:
+        ts = [s for s in steps if s.task_id == task]
+        assert [s.step for s in ts] == list(range(len(ts)))
+        # the prior depth grows by at least the previous step's new text
+        assert all(b.prior_depth() > a.prior_depth() + (a.only_new or 0) for a, b in itertools.pairwise(ts))
+
+
+@pytest.mark.parametrize(
+    ("line", "needle"),
+    [
+        ("{not json", "Expecting property name"),
+        ('{"task_id": "t", "step": 0, "new_text": "x"}', "give either L, or depth and only_new"),
+        ('{"task_id": "t", "step": 0, "L": 5, "depth": 9, "only_new": 4, "new_text": "x"}', "give either L"),
+        ('{"task_id": "t", "step": -1, "L": 5, "new_text": "x"}', "step"),
+        ('{"task_id": "t", "step": 0, "depth": 3, "only_new": 4, "new_text": "x"}', "only_new (4) > depth (3)"),
+        ('{"task_id": "t", "step": 0, "L": 5, "new_text": ""}', "new_text"),
+    ],
+)
+def test_bad_trace_lines_are_named(tmp_path: Path, line: str, needle: str) -> None:
+    path = tmp_path / "t.jsonl"
+    good = '{"task_id": "t", "step": 9, "L": 10, "new_text": "ok"}'
+    path.write_text(good + "\n" + line + "\n")
+    with pytest.raises(TraceError, match=r"t\.jsonl:2: ") as e:
+        load_trace(path)
+    assert needle in str(e.value)
+
+
+def test_duplicate_step_is_refused(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    step = '{"task_id": "t", "step": 1, "L": 10, "new_text": "ok"}\n'
+    path.write_text(step + step)
+    with pytest.raises(TraceError, match="duplicate step 1"):
+        load_trace(path)
+
+
+def test_screenshot_without_projector_names_the_step(tmp_path: Path) -> None:
+    steps = [
+        TraceStep(task_id="t", step=0, L=100, new_text="a"),
+        TraceStep(task_id="t", step=1, L=200, new_text="b", screenshot="shot.png"),
+    ]
+    with pytest.raises(TraceError, match=r"task 't' step 1 has a screenshot \(shot\.png\) but no vision projector"):
+        check_replayable(steps, 8192, has_vision=False, trace=tmp_path / "t.jsonl")
+    with pytest.raises(TraceError, match="does not fit"):
+        check_replayable([TraceStep(task_id="t", step=0, L=9000, new_text="a")], 8192, False, tmp_path / "t")
+
+
+def test_replay_trace_end_to_end(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    r = subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "2", "--steps", "3"], cwd=REPO)
+    assert r.returncode == 0
+    runs = tmp_path / "runs"
+    r2 = subprocess.run(
+        [LAB, "replay-trace", str(trace), "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO
+    )
+    assert r2.returncode == 0, r2.stderr + r2.stdout
+    run = RunFolder.open(Path(r2.stdout.strip().splitlines()[-1]))
+    assert run.ready and run.manifest().experiment == "replay"
+    assert (run.path / "raw" / "trace.jsonl").read_bytes() == trace.read_bytes()
+    steps = run.read(STEPS, TraceStepResult)
+    trace_steps = load_trace(trace)
+    assert len(steps) == len(trace_steps)
+    for res, st in zip(steps, trace_steps, strict=True):
+        assert res.ok, res.reason
+        assert st.prior_depth() == res.L and res.cache_n == res.L and res.prompt_n == res.new_tokens
+        assert res.measured_opt_prefill_s is not None and res.measured_opt_prefill_s > 0
+    for task in run.read(TASKS, TraceTaskResult):
+        mine = [s for s in steps if s.task_id == task.task_id]
+        opt = sum(s.measured_opt_prefill_s or 0 for s in mine)
+        dec = sum(s.baseline_decode_s or 0 for s in mine)
+        exe = sum(s.baseline_exec_s or 0 for s in mine)
+        assert task.opt_wall_s == pytest.approx(opt + dec + exe)
+    lines = [json.loads(x) for x in (run.path / "raw" / f"{STEPS}.jsonl").read_text().splitlines()]
+    assert all("measured_opt_prefill_s" in x for x in lines)  # the field a downstream simulator reads
