@@ -23,7 +23,7 @@ setup: deps $(VENV)/.installed
 	$(LAB) model tiny
 
 demo: setup
-	$(LAB) engine check
+	$(LAB) sweep
 
 test: setup
 	$(VENV)/bin/pytest -q
@@ -35,3 +35,4 @@ lint: $(VENV)/.installed
 
 bench: setup
 	$(PY) benchmarks/engine_fake_vs_genuine.py
+	$(PY) benchmarks/sweep_agreement.py

@@ -49,14 +49,7 @@ def engine_build(
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
     """Obtain llama.cpp at the pin, apply patches/, build it (cached: a repeat is a no-op)."""
-    from lab.engine.build import BuildError, build_engine
-    from lab.engine.source import SourceError
-
-    s = _settings(cache_dir, {"source_mode": source_mode, "path": path})
-    try:
-        info = build_engine(s.engine, s.cache_dir, flavor=_flavor(flavor), quiet=quiet)
-    except (BuildError, SourceError) as e:
-        raise _fail(e) from e
+    info = _build(_settings(cache_dir, {"source_mode": source_mode, "path": path}), flavor, quiet)
     typer.echo(f"{info.server}")
 
 
@@ -69,14 +62,9 @@ def engine_info(
     cache_dir: CacheDir = None,
 ) -> None:
     """Where the built engine is, which source and patch it came from, and its flags."""
-    from lab.engine.build import BuildError, build_engine, engine_info_json
-    from lab.engine.source import SourceError
+    from lab.engine.build import engine_info_json
 
-    s = _settings(cache_dir, {"source_mode": source_mode, "path": path})
-    try:
-        info = build_engine(s.engine, s.cache_dir, flavor=_flavor(flavor), quiet=True)
-    except (BuildError, SourceError) as e:
-        raise _fail(e) from e
+    info = _build(_settings(cache_dir, {"source_mode": source_mode, "path": path}), flavor, quiet=True)
     if as_json:
         typer.echo(engine_info_json(info))
         return
@@ -199,6 +187,16 @@ def model_tiny(
     except (SourceError, ValueError) as e:
         raise _fail(e) from e
     typer.echo(str(path))
+
+
+def _build(s: Any, flavor: str, quiet: bool) -> Any:
+    from lab.engine.build import BuildError, build_engine
+    from lab.engine.source import SourceError
+
+    try:
+        return build_engine(s.engine, s.cache_dir, flavor=_flavor(flavor), quiet=quiet)
+    except (BuildError, SourceError) as e:
+        raise _fail(e) from e
 
 
 def _flavor(v: str) -> Any:

@@ -7,6 +7,7 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
+from lab.engine import tinymodel
 from lab.engine.source import PreparedSource, file_sha256, prepare_source
 from lab.engine.tinymodel import TinyModelSpec, write_tiny_model
 from lab.settings import Settings
@@ -15,7 +16,8 @@ VOCAB_REL = Path("models") / "ggml-vocab-qwen35.gguf"
 
 
 def tiny_model_path(cache_dir: Path, spec: TinyModelSpec, vocab: Path) -> Path:
-    key = json.dumps(asdict(spec), sort_keys=True) + file_sha256(vocab)
+    # keyed by the spec, the vocab and the writer's own source: a changed writer never serves a stale file
+    key = json.dumps(asdict(spec), sort_keys=True) + file_sha256(vocab) + file_sha256(Path(tinymodel.__file__))
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir / "models" / f"tiny-{spec.arch}-{digest}.gguf"
 

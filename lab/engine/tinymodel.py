@@ -233,6 +233,16 @@ def _tensors_qwen35moe(spec: TinyModelSpec, n_vocab: int) -> _Tensors:
     return t
 
 
+def _plain_attention(t: _Tensors, p: str, spec: TinyModelSpec) -> None:
+    """Pre-norm and separate q/k/v/o projections of a plain (ungated) attention layer."""
+    e, hd = spec.n_embd, spec.head_dim
+    t.norm(p + "attn_norm.weight", e)
+    t.mat(p + "attn_q.weight", (hd * spec.n_head, e))
+    t.mat(p + "attn_k.weight", (hd * spec.n_head_kv, e))
+    t.mat(p + "attn_v.weight", (hd * spec.n_head_kv, e))
+    t.mat(p + "attn_output.weight", (e, hd * spec.n_head))
+
+
 def _tensors_qwen3moe(spec: TinyModelSpec, n_vocab: int) -> _Tensors:
     e, hd = spec.n_embd, spec.head_dim
     t = _Tensors(spec.seed)
@@ -240,11 +250,7 @@ def _tensors_qwen3moe(spec: TinyModelSpec, n_vocab: int) -> _Tensors:
     t.norm("output_norm.weight", e)
     for il in range(spec.n_layer):
         p = f"blk.{il}."
-        t.norm(p + "attn_norm.weight", e)
-        t.mat(p + "attn_q.weight", (hd * spec.n_head, e))
-        t.mat(p + "attn_k.weight", (hd * spec.n_head_kv, e))
-        t.mat(p + "attn_v.weight", (hd * spec.n_head_kv, e))
-        t.mat(p + "attn_output.weight", (e, hd * spec.n_head))
+        _plain_attention(t, p, spec)
         t.norm(p + "attn_q_norm.weight", hd)
         t.norm(p + "attn_k_norm.weight", hd)
         t.norm(p + "ffn_norm.weight", e)
@@ -266,11 +272,7 @@ def _tensors_gemma3(spec: TinyModelSpec, n_vocab: int) -> _Tensors:
     t.norm("output_norm.weight", e)
     for il in range(spec.n_layer):
         p = f"blk.{il}."
-        t.norm(p + "attn_norm.weight", e)
-        t.mat(p + "attn_q.weight", (hd * spec.n_head, e))
-        t.mat(p + "attn_k.weight", (hd * spec.n_head_kv, e))
-        t.mat(p + "attn_v.weight", (hd * spec.n_head_kv, e))
-        t.mat(p + "attn_output.weight", (e, hd * spec.n_head))
+        _plain_attention(t, p, spec)
         t.norm(p + "post_attention_norm.weight", e)
         t.norm(p + "attn_k_norm.weight", hd)
         t.norm(p + "attn_q_norm.weight", hd)

@@ -14,13 +14,12 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lab.engine.contract import ARMS, TRANSPORT, ArmResult, filler_tokens, run_arm
 from lab.engine.server import LlamaServer
 from lab.experiments.prefill_tps import measure_prefill_tps
-from lab.experiments.session import open_session
+from lab.experiments.session import open_session, progress_bar
 from lab.runs import RunFolder, utc_now
 from lab.schemas import KV_PAD, ArmStats, PrefillTps, SweepPoint, SweepSample, ggml_pad
 from lab.settings import ServerSettings, Settings, SweepSettings
@@ -195,7 +194,7 @@ def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Cons
         done = done_points(run)
         todo = [p for p in grid(params) if p.id not in done]
         if todo:
-            with sess.server() as srv, _progress(console) as progress:
+            with sess.server() as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
                 task = progress.add_task("sweep", total=len(todo) * params.reps * len(ARMS))
@@ -209,12 +208,6 @@ def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Cons
         run.complete()
     print_summary(console, [done[p.id] for p in grid(params)])
     return run
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    )
 
 
 def _ms(v: float | None) -> str:

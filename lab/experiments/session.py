@@ -8,6 +8,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
 from lab import __version__
 from lab.engine.build import EngineInfo, build_engine
 from lab.engine.models import resolve_model
@@ -86,3 +89,9 @@ def open_session(
         lab={"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"]},
     )
     return Session(settings, run, engine, model, target)
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )

@@ -16,12 +16,11 @@ from typing import Any
 import httpx
 from pydantic import ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lab.engine.contract import TRANSPORT, Timings, check_fake, filler_tokens
 from lab.engine.server import LlamaServer
-from lab.experiments.session import open_session
+from lab.experiments.session import open_session, progress_bar
 from lab.runs import RunError, RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
 from lab.settings import Settings
@@ -254,7 +253,7 @@ def run_replay(
         run.rewrite(STEPS, done.values())
         todo = [s for s in steps if (s.task_id, s.step) not in done]
         if todo:
-            with sess.server() as srv, _progress(console) as progress:
+            with sess.server() as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
                 task = progress.add_task("replay", total=len(todo))
@@ -275,12 +274,6 @@ def run_replay(
         if not r.ok:
             console.print(f"[red]failed[/red] {r.task_id} step {r.step}: {r.reason}")
     return run
-
-
-def _progress(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    )
 
 
 def replay_table(tasks: list[TraceTaskResult]) -> Table:
