@@ -23,6 +23,7 @@ from lab.engine.build import build_engine
 from lab.engine.contract import ARMS, filler_tokens, run_arm
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
+from lab.experiments.fakeprefix import paired_ratio
 from lab.settings import ServerSettings, load_settings
 
 
@@ -50,7 +51,7 @@ def main() -> int:
 
     log = Path(tempfile.mkdtemp(prefix="bench-")) / "server.log"
     failures: list[str] = []
-    table = Table(title=f"fake vs genuine vs baseline (median prompt_ms of {args.reps}, interleaved)")
+    table = Table(title=f"fake vs genuine vs baseline: median prompt_ms of {args.reps}; ratios: median of paired reps")
     for col in ("L", "new", "baseline ms", "fake ms", "genuine ms", "fake/baseline", "fake/genuine"):
         table.add_column(col, justify="right")
     fab = Table(title="fabrication cost inside prompt_ms (fake_ms, median; goal <= 50 ns/position)")
@@ -63,7 +64,7 @@ def main() -> int:
             prefix = filler_tokens(L, seed=L, n_vocab=n_vocab)
             for new in args.news:
                 new_tokens = filler_tokens(new, seed=L + new + 1, n_vocab=n_vocab)
-                ms: dict[str, list[float]] = {a: [] for a in ARMS}
+                ms: dict[str, dict[int, float]] = {a: {} for a in ARMS}
                 for rep in range(args.reps):
                     order = ARMS[rep % 3 :] + ARMS[: rep % 3]  # rotate so no arm always runs first
                     for arm in order:
@@ -71,16 +72,18 @@ def main() -> int:
                         if not r.ok or r.timings is None:
                             failures.append(f"L={L} new={new} {arm}: {r.reason}")
                             continue
-                        ms[arm].append(r.timings.prompt_ms)
-                med = {a: statistics.median(v) if v else float("nan") for a, v in ms.items()}
+                        ms[arm][rep] = r.timings.prompt_ms
+                med = {a: statistics.median(v.values()) if v else float("nan") for a, v in ms.items()}
+                vs_base, vs_gen = paired_ratio(ms["fake"], ms["baseline"]), paired_ratio(ms["fake"], ms["genuine"])
                 table.add_row(
                     str(L), str(new),
                     f"{med['baseline']:.1f}", f"{med['fake']:.1f}", f"{med['genuine']:.1f}",
-                    f"{med['fake'] / med['baseline']:.3f}", f"{med['fake'] / med['genuine']:.3f}",
+                    _ratio(vs_base), _ratio(vs_gen),
                 )  # fmt: skip
         for L in args.fab_Ls:
             tokens = filler_tokens(L + 16, seed=7, n_vocab=n_vocab)
-            fresh, reshaped = [], []
+            fresh: list[float] = []
+            reshaped: list[float] = []
             for _ in range(args.reps):
                 # fresh: the slot holds 8 tokens -> L positions are built from scratch (tree inserts)
                 srv.completion({"prompt": tokens[:8], "n_predict": 1, "cache_prompt": False})
@@ -88,14 +91,18 @@ def main() -> int:
                 # after a prefill at this depth (how a sweep interleaves arms): the cells are reshaped in place
                 srv.completion({"prompt": tokens, "n_predict": 1, "cache_prompt": False})
                 reshaped.append(_fake_ms(srv, tokens, L, failures))
-            f, r = statistics.median(fresh), statistics.median(reshaped)
-            fab.add_row(str(L), f"{f:.3f}", f"{f * 1e6 / L:.1f}", f"{r:.3f}", f"{r * 1e6 / L:.1f}")
+            fm, rm = statistics.median(fresh), statistics.median(reshaped)
+            fab.add_row(str(L), f"{fm:.3f}", f"{fm * 1e6 / L:.1f}", f"{rm:.3f}", f"{rm * 1e6 / L:.1f}")
 
     console.print(table)
     console.print(fab)
-    for f in failures:
-        console.print(f"[red]failed sample[/red] {f}")
+    for msg in failures:
+        console.print(f"[red]failed sample[/red] {msg}")
     return 1 if failures else 0
+
+
+def _ratio(r: float | None) -> str:
+    return "-" if r is None else f"{r + 1:.3f}"
 
 
 def _fake_ms(srv: LlamaServer, tokens: list[int], L: int, failures: list[str]) -> float:

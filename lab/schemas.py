@@ -38,8 +38,11 @@ class SweepSample(BaseModel):
 
 class PrefillTps(BaseModel):
     """raw/prefill_tps.jsonl: prefill throughput of a `chunk`-token chunk at `depth`, measured separately
-    (llama-bench -p chunk -d depth on the same build, model and threads)."""
+    (llama-bench -p chunk -d depth on the same build, model and threads). In a sweep each sample is taken
+    interleaved with the arms of its point (`point`, `rep`), so machine drift hits both alike."""
 
+    point: str | None = None
+    rep: int | None = None
     depth: int
     chunk: int
     tps: float
@@ -70,9 +73,9 @@ class SweepPoint(BaseModel):
     genuine: ArmStats
     prefill_tps: float | None = None
     opt_prefill_ms: float | None = Field(default=None, description="only_new / prefill_tps(L)")
-    fake_vs_estimate: float | None = Field(default=None, description="fake median / opt_prefill - 1")
-    fake_vs_genuine: float | None = Field(default=None, description="fake median / genuine median - 1")
-    fake_vs_baseline: float | None = Field(default=None, description="fake median / baseline median")
+    fake_vs_estimate: float | None = Field(default=None, description="median over reps of fake / estimate - 1")
+    fake_vs_genuine: float | None = Field(default=None, description="median over reps of fake / genuine - 1")
+    fake_vs_baseline: float | None = Field(default=None, description="median over reps of fake / baseline")
     diagnostics: list[str] = Field(default_factory=list)
 
 

@@ -57,8 +57,8 @@ class SweepSettings(BaseModel):
 
     Ls: list[int] = Field(default=[512, 1024, 2048, 4096], min_length=1, description="fake prefix lengths")
     news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
-    reps: int = Field(default=3, ge=1, le=100, description="samples per arm and point")
-    bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench repetitions for prefill_tps")
+    reps: int = Field(default=5, ge=1, le=100, description="samples per arm and point")
+    bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench -r inside each interleaved sample")
     tolerance: float = Field(default=0.05, gt=0, lt=1, description="agreement tolerance for diagnostics")
     seed: int = 0
 

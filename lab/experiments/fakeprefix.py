@@ -16,7 +16,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.engine.contract import ARMS, TRANSPORT, ArmResult, filler_tokens, run_arm
+from lab.engine.contract import ARMS, TRANSPORT, Arm, ArmResult, filler_tokens, run_arm
 from lab.engine.server import LlamaServer
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.session import open_session, progress_bar
@@ -71,21 +71,30 @@ def arm_stats(samples: list[SweepSample], arm: str) -> ArmStats:
     return ArmStats(median_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), n_ok=len(ms), n_failed=failed)
 
 
-def summarize_point(p: GridPoint, samples: list[SweepSample], tps: PrefillTps | None, tol: float) -> SweepPoint:
+def paired_ratio(a: dict[int, float], b: dict[int, float]) -> float | None:
+    """Median over reps of a[rep] / b[rep] - 1: each ratio pairs samples taken back to back, so drift on a
+    shared machine (which moves whole reps) cancels."""
+    ratios = [a[r] / b[r] for r in a.keys() & b.keys() if b[r] > 0]
+    return statistics.median(ratios) - 1 if ratios else None
+
+
+def summarize_point(p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float) -> SweepPoint:
     stats = {arm: arm_stats(samples, arm) for arm in ARMS}
-    fake, gen, base = stats["fake"].median_ms, stats["genuine"].median_ms, stats["baseline"].median_ms
-    est = p.new / tps.tps * 1e3 if tps and tps.tps > 0 else None
+    by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
+    est_by_rep = {t.rep: t.avg_ms for t in tps if t.rep is not None}
+    bench_ms = statistics.median(t.avg_ms for t in tps) if tps else None
+    base = by_rep["baseline"]
     point = SweepPoint(
         point=p.id,
         L=p.L,
         new=p.new,
         n_kv_padded=ggml_pad(p.L + p.new),
         measurable=p.L >= KV_PAD,
-        prefill_tps=tps.tps if tps else None,
-        opt_prefill_ms=est,
-        fake_vs_estimate=fake / est - 1 if fake and est else None,
-        fake_vs_genuine=fake / gen - 1 if fake and gen else None,
-        fake_vs_baseline=fake / base if fake and base else None,
+        prefill_tps=p.new / bench_ms * 1e3 if bench_ms else None,
+        opt_prefill_ms=bench_ms,  # only_new / prefill_tps(L) = the chunk's time at depth L
+        fake_vs_estimate=paired_ratio(by_rep["fake"], est_by_rep),
+        fake_vs_genuine=paired_ratio(by_rep["fake"], by_rep["genuine"]),
+        fake_vs_baseline=(r + 1 if (r := paired_ratio(by_rep["fake"], base)) is not None else None),
         baseline=stats["baseline"],
         fake=stats["fake"],
         genuine=stats["genuine"],
@@ -118,24 +127,35 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
 
 
 def measure_point(
-    srv: LlamaServer, p: GridPoint, reps: int, seed: int, n_vocab: int, on_sample: Callable[[], None]
-) -> list[SweepSample]:
-    """All arms x reps for one point, interleaved in a rotating order (no arm always goes first)."""
+    srv: LlamaServer,
+    p: GridPoint,
+    reps: int,
+    seed: int,
+    n_vocab: int,
+    bench: Callable[[GridPoint, int], PrefillTps],
+    on_sample: Callable[[], None],
+) -> tuple[list[SweepSample], list[PrefillTps]]:
+    """All arms and the llama-bench estimate x reps for one point, interleaved in a rotating order (no arm
+    always goes first; drift on a shared machine hits every arm and the estimate alike)."""
     prefix = filler_tokens(p.L, seed=seed * 1_000_003 + p.L, n_vocab=n_vocab)
     new_tokens = filler_tokens(p.new, seed=seed * 1_000_003 + p.L + p.new + 1, n_vocab=n_vocab)
     samples: list[SweepSample] = []
+    tps: list[PrefillTps] = []
+    slots: tuple[Arm | None, ...] = (*ARMS, None)  # None: the llama-bench estimate sample
     for rep in range(reps):
-        order = ARMS[rep % len(ARMS) :] + ARMS[: rep % len(ARMS)]
-        for arm in order:
-            r = run_arm(srv, arm, prefix, new_tokens)
-            if (r.reason.startswith(TRANSPORT) and srv.wait_exit(5.0)) or not srv.alive():
-                raise ServerCrashed(
-                    f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode}); "
-                    f"see {srv.log_path}"
-                )
-            samples.append(sample_row(p, rep, r))
+        for arm in slots[rep % len(slots) :] + slots[: rep % len(slots)]:
+            if arm is None:
+                tps.append(bench(p, rep))
+            else:
+                r = run_arm(srv, arm, prefix, new_tokens)
+                if (r.reason.startswith(TRANSPORT) and srv.wait_exit(5.0)) or not srv.alive():
+                    raise ServerCrashed(
+                        f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode})"
+                        f"; see {srv.log_path}"
+                    )
+                samples.append(sample_row(p, rep, r))
             on_sample()
-    return samples
+    return samples, tps
 
 
 class ServerCrashed(RuntimeError):
@@ -147,7 +167,9 @@ def done_points(run: RunFolder) -> dict[str, SweepPoint]:
     line are dropped, and both tables rewritten atomically, so a resumed sweep neither duplicates nor loses."""
     points = {p.point: p for p in run.read(POINTS, SweepPoint, tolerate_torn_tail=True)}
     samples = run.read(SAMPLES, SweepSample, tolerate_torn_tail=True)
+    tps = run.read(TPS, PrefillTps, tolerate_torn_tail=True)
     run.rewrite(SAMPLES, [s for s in samples if s.point in points])
+    run.rewrite(TPS, [t for t in tps if t.point in points])
     run.rewrite(POINTS, points.values())
     return points
 
@@ -182,27 +204,29 @@ def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Cons
     run = sess.run
     console.print(f"run folder: {run.path}")
     with run.guard():
-        tps_rows = run.read(TPS, PrefillTps, tolerate_torn_tail=True)
-        if not tps_rows:
-            with console.status("measuring prefill_tps(depth) with llama-bench ..."):
-                tps_rows = measure_prefill_tps(
-                    sess.target, sess.engine, sess.model, params.news, params.Ls, params.bench_reps,
-                    settings.server.threads, settings.server.flash_attn, run.path / "logs" / "llama-bench.log",
-                )  # fmt: skip
-            run.rewrite(TPS, tps_rows)
-        tps = {(r.depth, r.chunk): r for r in tps_rows}
         done = done_points(run)
         todo = [p for p in grid(params) if p.id not in done]
+
+        def bench(p: GridPoint, rep: int) -> PrefillTps:
+            row = measure_prefill_tps(
+                sess.target, sess.engine, sess.model, [p.new], [p.L], params.bench_reps,
+                settings.server.threads, settings.server.flash_attn, run.path / "logs" / "llama-bench.log",
+            )[0]  # fmt: skip
+            return row.model_copy(update={"point": p.id, "rep": rep})
+
         if todo:
             with sess.server() as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
-                task = progress.add_task("sweep", total=len(todo) * params.reps * len(ARMS))
+                task = progress.add_task("sweep", total=len(todo) * params.reps * (len(ARMS) + 1))
                 for p in todo:
                     progress.update(task, description=f"L={p.L} new={p.new}")
-                    samples = measure_point(srv, p, params.reps, params.seed, n_vocab, lambda: progress.advance(task))
-                    point = summarize_point(p, samples, tps.get((p.L, p.new)), params.tolerance)
+                    samples, tps = measure_point(
+                        srv, p, params.reps, params.seed, n_vocab, bench, lambda: progress.advance(task)
+                    )
+                    point = summarize_point(p, samples, tps, params.tolerance)
                     run.append(SAMPLES, samples)
+                    run.append(TPS, tps)
                     run.append(POINTS, [point])
                     done[p.id] = point
         run.complete()

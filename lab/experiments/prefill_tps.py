@@ -63,7 +63,8 @@ def measure_prefill_tps(
 ) -> list[PrefillTps]:
     cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn)
     r = target.run(cmd)
-    log.write_text(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}")
+    with log.open("a") as fh:
+        fh.write(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")
     if not r.ok:
         raise BenchError(f"llama-bench failed ({r.exited}); log {log}")
     rows = parse_bench_jsonl(r.stdout)
