@@ -11,7 +11,12 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(no_args_is_help=True, add_completion=False, help="prefill lab: measured prefill cost on CPU")
+app = typer.Typer(
+    no_args_is_help=True,
+    add_completion=False,
+    pretty_exceptions_show_locals=False,
+    help="prefill lab: measured prefill cost on CPU",
+)
 engine_app = typer.Typer(no_args_is_help=True, help="the patched llama.cpp engine")
 model_app = typer.Typer(no_args_is_help=True, help="models (the tiny synthetic default)")
 trace_app = typer.Typer(no_args_is_help=True, help="agent traces (JSONL of recorded steps)")

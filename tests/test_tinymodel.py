@@ -3,13 +3,14 @@
 from __future__ import annotations
 
 import hashlib
-import os
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 import pytest
 
+from lab.engine.models import VOCAB_REL
+from lab.engine.source import PreparedSource
 from lab.engine.tinymodel import (
     GEMMA3_SLIDING_WINDOW,
     SUPPORTED_ARCHS,
@@ -18,7 +19,6 @@ from lab.engine.tinymodel import (
     write_tiny_model,
 )
 
-VOCAB = Path(os.environ.get("LAB_TEST_VOCAB", "/tmp/work/src/models/ggml-vocab-qwen35.gguf"))
 N_VOCAB = 151936
 
 # Small enough to write in ~1 s, but still 2 recurrent + 2 attention layers, 4 experts (2 used).
@@ -27,7 +27,11 @@ SMALL = TinyModelSpec(
     n_head=4, n_head_kv=2, head_dim=16, n_ff_exp=32, n_ff_shexp=32,
 )  # fmt: skip
 
-needs_vocab = pytest.mark.skipif(not VOCAB.is_file(), reason=f"vocab GGUF not found: {VOCAB}")
+
+@pytest.fixture(scope="module")
+def vocab(source: PreparedSource) -> Path:
+    """The real Qwen tokenizer GGUF vendored in the engine source."""
+    return source.path / VOCAB_REL
 
 
 def _sha256(path: Path) -> str:
@@ -39,33 +43,32 @@ def _kv(path: Path) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="module")
-def small_model(tmp_path_factory: pytest.TempPathFactory) -> Path:
-    if not VOCAB.is_file():
-        pytest.skip(f"vocab GGUF not found: {VOCAB}")
-    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "small.gguf", VOCAB, SMALL)
+def small_model(tmp_path_factory: pytest.TempPathFactory, vocab: Path) -> Path:
+    return write_tiny_model(tmp_path_factory.mktemp("tiny") / "small.gguf", vocab, SMALL)
 
 
 @pytest.fixture(scope="module")
 def reader(small_model: Path) -> Any:
-    gguf = pytest.importorskip("gguf")
+    import gguf
+
     return gguf.GGUFReader(str(small_model))  # slow (~15 s) on a 151,936-token vocab: read once
 
 
-@needs_vocab
-def test_deterministic(tmp_path: Path) -> None:
-    a = write_tiny_model(tmp_path / "a.gguf", VOCAB, SMALL)
-    b = write_tiny_model(tmp_path / "sub" / "b.gguf", VOCAB, SMALL)
+def test_deterministic(tmp_path: Path, vocab: Path) -> None:
+    a = write_tiny_model(tmp_path / "a.gguf", vocab, SMALL)
+    b = write_tiny_model(tmp_path / "sub" / "b.gguf", vocab, SMALL)
     assert _sha256(a) == _sha256(b)
-    c = write_tiny_model(tmp_path / "c.gguf", VOCAB, TinyModelSpec(**{**SMALL.__dict__, "seed": 1}))
+    c = write_tiny_model(tmp_path / "c.gguf", vocab, TinyModelSpec(**{**SMALL.__dict__, "seed": 1}))
     assert _sha256(c) != _sha256(a)
     # atomic write leaves no temp files behind; overwriting in place is fine
-    write_tiny_model(a, VOCAB, SMALL)
+    write_tiny_model(a, vocab, SMALL)
     assert _sha256(a) == _sha256(b)
     assert sorted(p.name for p in tmp_path.iterdir()) == ["a.gguf", "c.gguf", "sub"]
 
 
 def test_reads_back_with_gguf_reader(reader: Any) -> None:
-    gguf = pytest.importorskip("gguf")
+    import gguf
+
     assert reader.fields["general.architecture"].contents() == "qwen35moe"
     assert len(reader.fields["tokenizer.ggml.tokens"].contents()) == N_VOCAB
     assert reader.fields["tokenizer.ggml.pre"].contents() == "qwen35"
@@ -84,8 +87,8 @@ def test_reads_back_with_gguf_reader(reader: Any) -> None:
         assert float(np.abs(data).max()) < 20.0, t.name
 
 
-def test_tokenizer_copied_verbatim(small_model: Path) -> None:
-    src = {k: v for k, v in _kv(VOCAB).items() if k.startswith("tokenizer.")}
+def test_tokenizer_copied_verbatim(small_model: Path, vocab: Path) -> None:
+    src = {k: v for k, v in _kv(vocab).items() if k.startswith("tokenizer.")}
     out = _kv(small_model)
     assert {k: v for k, v in out.items() if k.startswith("tokenizer.")} == src
     for key in (
@@ -130,11 +133,10 @@ def test_hybrid_layer_kinds(reader: Any) -> None:
     assert shapes[f"blk.{il}.attn_q.weight"] == [SMALL.n_embd, 2 * SMALL.head_dim * SMALL.n_head]
 
 
-@needs_vocab
 @pytest.mark.parametrize("arch", [a for a in SUPPORTED_ARCHS if a != "qwen35moe"])
-def test_other_archs(tmp_path: Path, arch: str) -> None:
+def test_other_archs(tmp_path: Path, arch: str, vocab: Path) -> None:
     spec = TinyModelSpec(**{**SMALL.__dict__, "arch": arch})
-    path = write_tiny_model(tmp_path / f"{arch}.gguf", VOCAB, spec)
+    path = write_tiny_model(tmp_path / f"{arch}.gguf", vocab, spec)
     kv = _kv(path)
     assert kv["general.architecture"] == arch.encode()
     assert len(kv["tokenizer.ggml.tokens"]) == N_VOCAB
@@ -144,14 +146,14 @@ def test_other_archs(tmp_path: Path, arch: str) -> None:
         assert kv["gemma3.attention.sliding_window_pattern"] == spec.full_attention_interval
     else:
         assert kv[f"{arch}.expert_count"] == spec.n_expert
-    assert _sha256(path) == _sha256(write_tiny_model(tmp_path / "again.gguf", VOCAB, spec))
+    assert _sha256(path) == _sha256(write_tiny_model(tmp_path / "again.gguf", vocab, spec))
 
 
-def test_invalid_spec_rejected(tmp_path: Path) -> None:
+def test_invalid_spec_rejected(tmp_path: Path, vocab: Path) -> None:
     with pytest.raises(ValueError, match="unsupported arch"):
-        write_tiny_model(tmp_path / "x.gguf", VOCAB, TinyModelSpec(arch="llama"))
+        write_tiny_model(tmp_path / "x.gguf", vocab, TinyModelSpec(arch="llama"))
     with pytest.raises(ValueError, match="n_head"):
-        write_tiny_model(tmp_path / "x.gguf", VOCAB, TinyModelSpec(n_head=3, n_head_kv=2))
+        write_tiny_model(tmp_path / "x.gguf", vocab, TinyModelSpec(n_head=3, n_head_kv=2))
     assert not list(tmp_path.iterdir())
 
 
