@@ -1,0 +1,67 @@
+"""The per-node prefill profiler (seed 002): a small C++ program linked against the engine's libllama
+(`profile_prefill.cpp`), built and cached by the lab like the engine."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from lab.engine.build import EngineInfo
+from lab.engine.source import locked
+
+SOURCE = Path(__file__).with_name("profile_prefill.cpp")
+BINARY = "lab-profile-prefill"
+
+
+class InstrumentInfo(BaseModel):
+    binary: Path
+    source: Path
+    source_sha256: str
+    compile_cmd: list[str]
+    engine_patch_sha256: str
+
+
+class InstrumentBuildError(RuntimeError):
+    pass
+
+
+def compile_command(engine: EngineInfo, out: Path) -> list[str]:
+    cxx = shutil.which("g++") or shutil.which("c++") or "c++"
+    return [
+        cxx, "-std=c++17", "-O2", "-Wall", "-Wextra",
+        f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
+        str(SOURCE), "-o", str(out),
+        f"-L{engine.lib_dir}", "-lllama", "-lggml", "-lggml-base",
+        f"-Wl,-rpath,{engine.lib_dir}",
+    ]  # fmt: skip
+
+
+def build_instrument(engine: EngineInfo, cache_dir: Path) -> InstrumentInfo:
+    """Compile once per (instrument source, engine build); a repeat is a stamp check."""
+    src_sha = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    key = hashlib.sha256(f"{src_sha}|{engine.build_dir}|{engine.patch_sha256}|{engine.flags}".encode()).hexdigest()
+    out_dir = cache_dir / "instrument" / key[:16]
+    binary = out_dir / BINARY
+    stamp = out_dir / "instrument.json"
+    with locked(out_dir.with_suffix(".lock")):
+        if stamp.exists() and binary.exists():
+            return InstrumentInfo.model_validate_json(stamp.read_text())
+        out_dir.mkdir(parents=True, exist_ok=True)
+        cmd = compile_command(engine, binary)
+        proc = subprocess.run(cmd, capture_output=True, text=True)
+        if proc.returncode != 0:
+            raise InstrumentBuildError(f"compiling {SOURCE.name} failed:\n{proc.stderr[-3000:]}")
+        info = InstrumentInfo(
+            binary=binary,
+            source=SOURCE,
+            source_sha256=src_sha,
+            compile_cmd=cmd,
+            engine_patch_sha256=engine.patch_sha256,
+        )
+        stamp.write_text(json.dumps(json.loads(info.model_dump_json()), indent=2))
+    return info
