@@ -150,7 +150,8 @@ def classify(node: Node, kinds: dict[int, LayerKind], layer: int | None = None) 
 def audit(node: Node, band: Band, kinds: dict[int, LayerKind]) -> str | None:
     """The cross-band check: a matmul of a recurrent layer must never land in an attention band."""
     layer = node_layer(node)
-    if node.op.startswith("MUL_MAT") and band in ("proj", "attn_core") and kinds.get(layer or -1) == "recurrent":
+    recurrent = layer is not None and kinds.get(layer) == "recurrent"
+    if node.op.startswith("MUL_MAT") and band in ("proj", "attn_core") and recurrent:
         return f"recurrent-layer matmul {node.name!r} ({node.src0}) classified as {band}"
     return None
 
