@@ -137,6 +137,36 @@ def sweep(
     typer.echo(str(run.path))
 
 
+@app.command("profile")
+def profile(
+    chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
+    max_depth: Annotated[int | None, typer.Option("--max-depth", help="deepest probe")] = None,
+    cycles: Annotated[int | None, typer.Option("--cycles", help="cycles (median per depth)")] = None,
+    threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
+    threads_batch: Annotated[int | None, typer.Option("--threads-batch", "-tb")] = None,
+    model: Annotated[Path | None, typer.Option("--model")] = None,
+    runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
+) -> None:
+    """Per-node prefill profile over a cumulative depth sweep, sorted into five bands (seed 002)."""
+    from lab.experiments.bands import CoverageError
+    from lab.experiments.profile import run_profile
+    from lab.runs import RunError
+
+    s = _settings(
+        model=model,
+        runs_dir=runs_dir,
+        profile={
+            "chunk": chunk, "max_depth": max_depth, "cycles": cycles,
+            "threads": threads, "threads_batch": threads_batch,
+        },
+    )  # fmt: skip
+    try:
+        run = run_profile(s)
+    except (RunError, CoverageError) as e:
+        raise _fail(e) from e
+    typer.echo(str(run.path))
+
+
 @trace_app.command("synth")
 def trace_synth(
     out: Annotated[Path, typer.Option("--out", "-o", help="trace JSONL to write")] = Path("trace.jsonl"),

@@ -136,3 +136,39 @@ class TraceTaskResult(BaseModel):
     baseline_exec_s: float | None = None
     opt_wall_s: float | None = None
     baseline_wall_s: float | None = None
+
+
+class ProfileWall(BaseModel):
+    """raw/profile_walls.jsonl: llama_decode wall of one chunk at `depth` in one pass of one cycle."""
+
+    mode: Literal["fused", "timed"]
+    cycle: int
+    depth: int
+    ms: float
+
+
+class BandDepth(BaseModel):
+    """raw/profile_bands.jsonl: one band at one depth (medians over cycles)."""
+
+    depth: int
+    band: str
+    timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk")
+    share: float = Field(description="band / all bands, TIMED")
+    fused_chunk_ms: float = Field(description="FUSED llama_decode wall of the chunk")
+    ms_per_token: float = Field(description="share x fused_chunk_ms / chunk")
+
+
+class ProfileSummary(BaseModel):
+    """raw/profile_summary.json: the derived results of a profile run."""
+
+    max_depth: int
+    crossover_depth: float | None = Field(description="attn_core overtakes ffn_moe (interpolated)")
+    crossover_note: str
+    attn_slope_ms_per_token_per_1k: float
+    attn_intercept_ms_per_token: float
+    attn_r2: float
+    flat_cv: dict[str, float]
+    timed_vs_fused_gap: dict[str, float] = Field(description="per depth: TIMED node sum / FUSED wall - 1")
+    timed_vs_fused_gap_mean: float
+    dump_json_bytes: int | None = None
+    dump_parquet_bytes: int | None = None

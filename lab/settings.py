@@ -71,6 +71,16 @@ class SweepSettings(BaseModel):
         return sorted(set(v))
 
 
+class ProfileSettings(BaseModel):
+    """The per-node profile sweep (seed 002 §3): chunks of `chunk` tokens up to `max_depth`, `cycles` times."""
+
+    chunk: int = Field(default=512, ge=16, le=8192)
+    max_depth: int = Field(default=4096, ge=0)
+    cycles: int = Field(default=3, ge=1, le=50)
+    threads: int | None = Field(default=None, ge=1, description="-t (default: server.threads)")
+    threads_batch: int | None = Field(default=None, ge=1, description="-tb (default: threads)")
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAB_",
@@ -86,6 +96,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
+    profile: ProfileSettings = Field(default_factory=ProfileSettings)
 
     @model_validator(mode="after")
     def _sweep_fits_context(self) -> Settings:

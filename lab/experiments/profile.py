@@ -1,0 +1,235 @@
+"""`lab profile` (seed 002): the per-node prefill profile of a cumulative depth sweep, sorted into bands.
+
+The instrument (lab/instrument) writes JSON lines; this module stores the per-node dump as compressed
+Parquet (raw/profile_nodes.parquet), the walls and per-depth band table as JSONL, and derives:
+band ms/token vs depth (TIMED share x FUSED chunk ms / chunk), the crossover depth where attn_core
+overtakes ffn_moe, the attention linear fit (slope, R^2), the flat bands' coefficient of variation, and
+the TIMED-sum vs FUSED-wall gap per depth.
+"""
+
+from __future__ import annotations
+
+import itertools
+import json
+import shutil
+import statistics
+import subprocess
+from collections import defaultdict
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from lab.experiments.bands import BANDS, Node, classify_all, resolve_layers
+from lab.experiments.session import open_session, progress_bar
+from lab.instrument import SOURCE, build_instrument
+from lab.runs import RunError
+from lab.schemas import BandDepth, ProfileSummary, ProfileWall
+from lab.settings import Settings
+
+WALLS, BANDS_TABLE = "profile_walls", "profile_bands"
+NODES_PARQUET = "profile_nodes.parquet"
+
+
+def node_table_schema() -> Any:
+    import pyarrow as pa
+
+    return pa.schema(
+        [
+            ("cycle", pa.int16()), ("depth", pa.int32()), ("name", pa.string()), ("op", pa.string()),
+            ("src0", pa.string()), ("layer", pa.int16()), ("band", pa.string()),
+            ("ne0", pa.int64()), ("ne1", pa.int64()), ("ne2", pa.int64()), ("ne3", pa.int64()),
+            ("ms", pa.float64()), ("calls", pa.int32()),
+        ]
+    )  # fmt: skip
+
+
+def parse_dump(path: Path) -> tuple[dict[str, Any], list[ProfileWall], list[dict[str, Any]]]:
+    meta: dict[str, Any] = {}
+    walls: list[ProfileWall] = []
+    nodes: list[dict[str, Any]] = []
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        try:
+            row = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise RunError(f"{path}:{i}: bad instrument line: {e}") from e
+        kind = row.pop("kind")
+        if kind == "meta":
+            meta = row
+        elif kind in ("fused", "timed"):
+            walls.append(ProfileWall(mode=kind, **row))
+        else:
+            nodes.append(row)
+    return meta, walls, nodes
+
+
+def band_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Add layer and band to every node row; CoverageError (listing nodes) unless 100% covered."""
+    by_graph: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    for r in nodes:
+        by_graph[(r["cycle"], r["depth"])].append(r)
+    for rows in by_graph.values():
+        graph = [Node(r["name"], r["op"], r["src0"]) for r in rows]
+        bands = classify_all(graph)
+        layers = resolve_layers(graph)
+        for r, n in zip(rows, graph, strict=True):
+            r["band"] = bands[n]
+            r["layer"] = layers.get(n.name)
+    return nodes
+
+
+def write_parquet(nodes: list[dict[str, Any]], path: Path) -> None:
+    import pyarrow as pa
+    import pyarrow.parquet as pq
+
+    cols: dict[str, list[Any]] = {f.name: [] for f in node_table_schema()}
+    for r in nodes:
+        for k in ("cycle", "depth", "name", "op", "src0", "layer", "band", "ms", "calls"):
+            cols[k].append(r.get(k))
+        for j in range(4):
+            cols[f"ne{j}"].append(r["ne"][j])
+    table = pa.Table.from_pydict(cols, schema=node_table_schema())
+    pq.write_table(table, path, compression="zstd", compression_level=9)
+
+
+def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) -> tuple[list[BandDepth], ProfileSummary]:
+    fused: dict[int, list[float]] = defaultdict(list)
+    for w in walls:
+        if w.mode == "fused":
+            fused[w.depth].append(w.ms)
+    band_ms: dict[tuple[int, str, int], float] = defaultdict(float)  # (depth, band, cycle) -> TIMED ms
+    for r in nodes:
+        band_ms[(r["depth"], r["band"], r["cycle"])] += r["ms"]
+    cycles = sorted({r["cycle"] for r in nodes})
+    rows: list[BandDepth] = []
+    gaps: dict[int, float] = {}
+    for depth in sorted(fused):
+        per_band = {b: statistics.median(band_ms[(depth, b, c)] for c in cycles) for b in BANDS}
+        total = sum(per_band.values())
+        fused_ms = statistics.median(fused[depth])
+        gaps[depth] = total / fused_ms - 1
+        for b in BANDS:
+            share = per_band[b] / total if total else 0.0
+            rows.append(
+                BandDepth(
+                    depth=depth, band=b, timed_ms=per_band[b], share=share,
+                    fused_chunk_ms=fused_ms, ms_per_token=share * fused_ms / chunk,
+                )
+            )  # fmt: skip
+    return rows, summarize(rows, gaps)
+
+
+def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
+    per = {(r.depth, r.band): r.ms_per_token for r in rows}
+    depths = sorted({r.depth for r in rows})
+    crossover: float | None = None
+    for d0, d1 in itertools.pairwise(depths):
+        a0, f0 = per[(d0, "attn_core")], per[(d0, "ffn_moe")]
+        a1, f1 = per[(d1, "attn_core")], per[(d1, "ffn_moe")]
+        if a0 <= f0 and a1 > f1:
+            t = (f0 - a0) / ((a1 - a0) - (f1 - f0))  # where the two lines meet between d0 and d1
+            crossover = d0 + t * (d1 - d0)
+            break
+    if crossover is None and depths and per[(depths[0], "attn_core")] > per[(depths[0], "ffn_moe")]:
+        crossover = float(depths[0])
+    xs = [float(d) for d in depths]
+    ys = [per[(d, "attn_core")] for d in depths]
+    slope, intercept, r2 = linear_fit(xs, ys)
+    cv = {}
+    for b in ("ffn_moe", "proj", "gdn", "other"):
+        vals = [per[(d, b)] for d in depths]
+        mean = statistics.fmean(vals)
+        cv[b] = statistics.pstdev(vals) / mean if mean else 0.0
+    return ProfileSummary(
+        max_depth=depths[-1] if depths else 0,
+        crossover_depth=crossover,
+        crossover_note=f"{crossover:.0f}" if crossover is not None else f"none up to {depths[-1] if depths else 0}",
+        attn_slope_ms_per_token_per_1k=slope * 1000,
+        attn_intercept_ms_per_token=intercept,
+        attn_r2=r2,
+        flat_cv=cv,
+        timed_vs_fused_gap={str(d): g for d, g in gaps.items()},
+        timed_vs_fused_gap_mean=statistics.fmean(gaps.values()) if gaps else 0.0,
+    )
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least squares y = a x + b; returns (a, b, R^2)."""
+    n = len(xs)
+    if n < 2:
+        return 0.0, ys[0] if ys else 0.0, 1.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    a = sxy / sxx if sxx else 0.0
+    b = my - a * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (a * x + b)) ** 2 for x, y in zip(xs, ys, strict=True))
+    return a, b, 1 - ss_res / ss_tot if ss_tot else 1.0
+
+
+def run_profile(settings: Settings, console: Console | None = None) -> Any:
+    console = console or Console()
+    p = settings.profile
+    threads = p.threads or settings.server.threads
+    params = {"profile": p.model_dump(mode="json"), "threads": threads}
+    sess = open_session(settings, "profile", params)
+    run = sess.run
+    console.print(f"run folder: {run.path}")
+    with run.guard():
+        inst = build_instrument(sess.engine, settings.cache_dir)
+        shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)
+        (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
+        dump = run.path / "raw" / "profile.jsonl"
+        cmd = [
+            str(inst.binary), "--model", str(sess.model), "--out", str(dump),
+            "--chunk", str(p.chunk), "--max-depth", str(p.max_depth), "--cycles", str(p.cycles),
+            "-t", str(threads), "-tb", str(p.threads_batch or threads),
+        ]  # fmt: skip
+        n_steps = p.cycles * 2 * (p.max_depth // p.chunk + 1)
+        log = (run.path / "logs" / "instrument.log").open("w")
+        with progress_bar(console) as progress:
+            task = progress.add_task("profile", total=n_steps)
+            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True)
+            assert proc.stderr is not None
+            for line in proc.stderr:
+                log.write(line)
+                if line.startswith("progress "):
+                    progress.update(task, advance=1, description=line.split(" ", 1)[1].rsplit(" ms=", 1)[0])
+            rc = proc.wait()
+        log.close()
+        if rc != 0:
+            raise RunError(f"the instrument failed ({rc}); see {run.path / 'logs' / 'instrument.log'}")
+        meta, walls, nodes = parse_dump(dump)
+        nodes = band_nodes(nodes)
+        write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
+        json_bytes = dump.stat().st_size
+        dump.unlink()  # the Parquet file holds the same content
+        rows, summary = derive(walls, nodes, p.chunk)
+        summary.dump_json_bytes = json_bytes
+        summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
+        run.rewrite(WALLS, walls)
+        run.rewrite(BANDS_TABLE, rows)
+        (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
+        run.update(params={**params, "instrument_meta": meta})
+        run.complete()
+    console.print(profile_table(rows, summary))
+    return run
+
+
+def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
+    t = Table(title="prefill ms/token per band vs depth (TIMED share x FUSED chunk ms / chunk)")
+    t.add_column("depth", justify="right")
+    for b in BANDS:
+        t.add_column(b, justify="right")
+    t.add_column("TIMED/FUSED-1", justify="right")
+    for depth in sorted({r.depth for r in rows}):
+        per = {r.band: r.ms_per_token for r in rows if r.depth == depth}
+        t.add_row(str(depth), *(f"{per[b]:.3f}" for b in BANDS), f"{s.timed_vs_fused_gap[str(depth)]:+.1%}")
+    t.caption = (
+        f"crossover attn_core > ffn_moe: {s.crossover_note}; attention slope "
+        f"{s.attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k depth, R^2 {s.attn_r2:.4f}; "
+        f"mean gap {s.timed_vs_fused_gap_mean:+.1%}"
+    )
+    return t

@@ -1,0 +1,74 @@
+"""`lab profile` end to end on the tiny model, and the derived results on constructed inputs."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, linear_fit, summarize
+from lab.runs import RunFolder
+from lab.schemas import BandDepth, ProfileSummary, ProfileWall
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def rows(per: dict[int, dict[str, float]]) -> list[BandDepth]:
+    return [
+        BandDepth(depth=d, band=b, timed_ms=v, share=0.0, fused_chunk_ms=0.0, ms_per_token=v)
+        for d, bands in per.items()
+        for b, v in bands.items()
+    ]
+
+
+def flat(attn: float) -> dict[str, float]:
+    return {"ffn_moe": 4.0, "attn_core": attn, "proj": 0.6, "gdn": 3.4, "other": 0.2}
+
+
+def test_crossover_is_interpolated_and_fit_is_exact_on_a_line() -> None:
+    s = summarize(rows({0: flat(1.0), 1000: flat(3.0), 2000: flat(5.0)}), {0: 0.01, 1000: -0.02, 2000: 0.0})
+    assert s.crossover_depth == pytest.approx(1500.0)  # 1 + 2*d/1000 = 4 at d = 1500
+    assert s.attn_slope_ms_per_token_per_1k == pytest.approx(2.0) and s.attn_r2 == pytest.approx(1.0)
+    assert s.flat_cv["ffn_moe"] == 0.0
+    assert s.timed_vs_fused_gap_mean == pytest.approx(-0.01 / 3)
+
+
+def test_no_crossover_is_said_with_the_depth_reached() -> None:
+    s = summarize(rows({0: flat(1.0), 512: flat(1.5)}), {0: 0.0, 512: 0.0})
+    assert s.crossover_depth is None and s.crossover_note == "none up to 512"
+
+
+def test_linear_fit() -> None:
+    a, b, r2 = linear_fit([0, 1, 2, 3], [1, 3, 5, 7])
+    assert (a, b, r2) == pytest.approx((2.0, 1.0, 1.0))
+
+
+def test_lab_profile_end_to_end(tmp_path: Path) -> None:
+    import pyarrow.parquet as pq
+
+    args = ["profile", "--chunk", "128", "--max-depth", "512", "--cycles", "2", "--runs-dir", str(tmp_path)]
+    r = subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    assert run.ready and run.manifest().experiment == "profile"
+    assert (run.path / "raw" / "profile_prefill.cpp").exists() and (run.path / "raw" / "instrument.json").exists()
+    depths = [0, 128, 256, 384, 512]
+    walls = run.read(WALLS, ProfileWall)
+    assert sorted({(w.mode, w.cycle, w.depth) for w in walls}) == sorted(
+        (m, c, d) for m in ("fused", "timed") for c in (0, 1) for d in depths
+    )
+    table = pq.read_table(run.path / "raw" / NODES_PARQUET)
+    assert set(table.column("band").to_pylist()) == {"ffn_moe", "attn_core", "proj", "gdn", "other"}
+    assert None not in table.column("band").to_pylist()  # 100% coverage
+    bands = run.read(BANDS_TABLE, BandDepth)
+    assert sorted({b.depth for b in bands}) == depths
+    for d in depths:
+        assert sum(b.share for b in bands if b.depth == d) == pytest.approx(1.0)
+    summary = ProfileSummary.model_validate_json((run.path / "raw" / "profile_summary.json").read_text())
+    assert summary.max_depth == 512 and set(summary.timed_vs_fused_gap) == {str(d) for d in depths}
+    assert summary.dump_json_bytes and summary.dump_parquet_bytes
+    print(f"parquet is {summary.dump_json_bytes / summary.dump_parquet_bytes:.1f}x smaller than the JSON dump")
+    assert summary.dump_json_bytes >= 5 * summary.dump_parquet_bytes
