@@ -144,6 +144,10 @@ def profile(
     cycles: Annotated[int | None, typer.Option("--cycles", help="cycles (median per depth)")] = None,
     threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
     threads_batch: Annotated[int | None, typer.Option("--threads-batch", "-tb")] = None,
+    clean_room: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--clean-room", metavar="STOP START", help="stop the host's server first, always restart it"),
+    ] = None,
     model: Annotated[Path | None, typer.Option("--model")] = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
 ) -> None:
@@ -158,6 +162,8 @@ def profile(
         profile={
             "chunk": chunk, "max_depth": max_depth, "cycles": cycles,
             "threads": threads, "threads_batch": threads_batch,
+            "clean_room_stop": clean_room[0] if clean_room else None,
+            "clean_room_start": clean_room[1] if clean_room else None,
         },
     )  # fmt: skip
     try:

@@ -79,6 +79,14 @@ class ProfileSettings(BaseModel):
     cycles: int = Field(default=3, ge=1, le=50)
     threads: int | None = Field(default=None, ge=1, description="-t (default: server.threads)")
     threads_batch: int | None = Field(default=None, ge=1, description="-tb (default: threads)")
+    clean_room_stop: str | None = Field(default=None, description="shell command that stops the host's server")
+    clean_room_start: str | None = Field(default=None, description="shell command that starts it again")
+
+    @model_validator(mode="after")
+    def _clean_room_pair(self) -> ProfileSettings:
+        if (self.clean_room_stop is None) != (self.clean_room_start is None):
+            raise ValueError("profile.clean_room_stop and profile.clean_room_start go together")
+        return self
 
 
 class Settings(BaseSettings):

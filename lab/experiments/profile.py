@@ -9,12 +9,14 @@ the TIMED-sum vs FUSED-wall gap per depth.
 
 from __future__ import annotations
 
+import contextlib
 import itertools
 import json
 import shutil
 import statistics
 import subprocess
 from collections import defaultdict
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -24,9 +26,10 @@ from rich.table import Table
 from lab.experiments.bands import BANDS, Node, classify_all, resolve_layers
 from lab.experiments.session import open_session, progress_bar
 from lab.instrument import SOURCE, build_instrument
-from lab.runs import RunError
+from lab.runs import RunError, RunFolder
 from lab.schemas import BandDepth, ProfileSummary, ProfileWall
 from lab.settings import Settings
+from lab.target import Target
 
 WALLS, BANDS_TABLE = "profile_walls", "profile_bands"
 NODES_PARQUET = "profile_nodes.parquet"
@@ -169,6 +172,27 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return a, b, 1 - ss_res / ss_tot if ss_tot else 1.0
 
 
+@contextlib.contextmanager
+def clean_room(target: Target, stop: str | None, start: str | None, run: RunFolder) -> Iterator[None]:
+    """Stop the host's production server for the sweep and always start it again: on success, on error,
+    on SIGINT/SIGTERM (run.guard turns those into exceptions, so this `finally` runs)."""
+    if stop is None or start is None:
+        yield
+        return
+    r = target.run(stop, timeout=300)
+    run.update(params={**run.manifest().params, "clean_room": {"stop": stop, "start": start, "stop_rc": r.exited}})
+    if not r.ok:
+        raise RunError(f"clean-room stop command failed ({r.exited}): {stop}\n{r.stderr.strip()}")
+    try:
+        yield
+    finally:
+        again = target.run(start, timeout=300)
+        cr = {**run.manifest().params.get("clean_room", {}), "start_rc": again.exited}
+        run.update(params={**run.manifest().params, "clean_room": cr})
+        if not again.ok:
+            Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {start}")
+
+
 def run_profile(settings: Settings, console: Console | None = None) -> Any:
     console = console or Console()
     p = settings.profile
@@ -189,15 +213,20 @@ def run_profile(settings: Settings, console: Console | None = None) -> Any:
         ]  # fmt: skip
         n_steps = p.cycles * 2 * (p.max_depth // p.chunk + 1)
         log = (run.path / "logs" / "instrument.log").open("w")
-        with progress_bar(console) as progress:
+        with clean_room(sess.target, p.clean_room_stop, p.clean_room_start, run), progress_bar(console) as progress:
             task = progress.add_task("profile", total=n_steps)
             proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True)
             assert proc.stderr is not None
-            for line in proc.stderr:
-                log.write(line)
-                if line.startswith("progress "):
-                    progress.update(task, advance=1, description=line.split(" ", 1)[1].rsplit(" ms=", 1)[0])
-            rc = proc.wait()
+            try:
+                for line in proc.stderr:
+                    log.write(line)
+                    if line.startswith("progress "):
+                        progress.update(task, advance=1, description=line.split(" ", 1)[1].rsplit(" ms=", 1)[0])
+                rc = proc.wait()
+            finally:
+                if proc.poll() is None:  # interrupted: never leave the instrument running
+                    proc.kill()
+                    proc.wait()
         log.close()
         if rc != 0:
             raise RunError(f"the instrument failed ({rc}); see {run.path / 'logs' / 'instrument.log'}")
@@ -212,7 +241,7 @@ def run_profile(settings: Settings, console: Console | None = None) -> Any:
         run.rewrite(WALLS, walls)
         run.rewrite(BANDS_TABLE, rows)
         (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
-        run.update(params={**params, "instrument_meta": meta})
+        run.update(params={**run.manifest().params, "instrument_meta": meta})
         run.complete()
     console.print(profile_table(rows, summary))
     return run

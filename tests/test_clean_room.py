@@ -1,0 +1,97 @@
+"""`lab profile --clean-room STOP START` against a real dummy service: stopped before the sweep, always
+started again (success, failure, SIGTERM)."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.runs import RunFolder
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+class Service:
+    """A real background process managed by a pidfile, with an event log of stops and starts."""
+
+    def __init__(self, root: Path) -> None:
+        self.pidfile, self.events = root / "svc.pid", root / "events.log"
+        self.start_cmd = f"nohup sleep 600 >/dev/null 2>&1 & echo $! > {self.pidfile}; echo start >> {self.events}"
+        self.stop_cmd = f"kill $(cat {self.pidfile}) && echo stop >> {self.events}"
+
+    def pid(self) -> int:
+        return int(self.pidfile.read_text())
+
+    def running(self) -> bool:
+        try:
+            os.kill(self.pid(), 0)
+        except ProcessLookupError:
+            return False
+        stat = Path(f"/proc/{self.pid()}/stat")
+        return stat.exists() and stat.read_text().split()[2] != "Z"
+
+    def log(self) -> list[str]:
+        return self.events.read_text().split()
+
+
+@pytest.fixture
+def service(tmp_path: Path) -> Iterator[Service]:
+    svc = Service(tmp_path)
+    subprocess.run(svc.start_cmd, shell=True, check=True)
+    assert svc.running()
+    yield svc
+    if svc.running():
+        os.kill(svc.pid(), signal.SIGKILL)
+
+
+def profile(svc: Service, runs: Path, *extra: str) -> list[str]:
+    args = ["profile", "--chunk", "128", "--max-depth", "256", "--cycles", "1", "--runs-dir", str(runs)]
+    return [LAB, *args, "--clean-room", svc.stop_cmd, svc.start_cmd, *extra]
+
+
+def test_service_stopped_for_the_sweep_and_restarted(service: Service, tmp_path: Path) -> None:
+    first = service.pid()
+    r = subprocess.run(profile(service, tmp_path / "runs"), capture_output=True, text=True, cwd=REPO)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert service.log() == ["start", "stop", "start"]
+    assert service.running() and service.pid() != first
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    cr = run.manifest().params["clean_room"]
+    assert (cr["stop_rc"], cr["start_rc"]) == (0, 0) and run.ready
+
+
+def test_service_restarted_when_the_sweep_fails(service: Service, tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    r = subprocess.run(profile(service, tmp_path / "runs", "--model", str(bad)), capture_output=True, text=True)
+    assert r.returncode != 0
+    assert service.log() == ["start", "stop", "start"] and service.running()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    assert RunFolder.open(run_dir).manifest().status == "incomplete"
+
+
+def test_service_restarted_on_sigterm(service: Service, tmp_path: Path) -> None:
+    cmd = profile(service, tmp_path / "runs")
+    cmd[cmd.index("256")] = "100000"  # long enough to be interrupted
+    cmd[cmd.index("--chunk") + 1] = "512"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 120
+    while "stop" not in (service.events.read_text() if service.events.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    assert service.log() == ["start", "stop", "start"] and service.running()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    m = RunFolder.open(run_dir).manifest()
+    assert (m.status, m.reason) == ("incomplete", "interrupted by SIGTERM")
+    assert m.params["clean_room"]["start_rc"] == 0
