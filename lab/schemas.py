@@ -172,3 +172,6 @@ class ProfileSummary(BaseModel):
     timed_vs_fused_gap_mean: float
     dump_json_bytes: int | None = None
     dump_parquet_bytes: int | None = None
+    fused_vs_bench: dict[str, float] = Field(
+        default_factory=dict, description="per depth: FUSED chunk ms / llama-bench -p chunk -d depth ms"
+    )

@@ -24,6 +24,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.experiments.bands import BANDS, Node, classify_all, resolve_layers
+from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.session import open_session, progress_bar
 from lab.instrument import SOURCE, build_instrument
 from lab.runs import RunError, RunFolder
@@ -31,7 +32,7 @@ from lab.schemas import BandDepth, ProfileSummary, ProfileWall
 from lab.settings import Settings
 from lab.target import Target
 
-WALLS, BANDS_TABLE = "profile_walls", "profile_bands"
+WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
 NODES_PARQUET = "profile_nodes.parquet"
 
 
@@ -46,6 +47,10 @@ def node_table_schema() -> Any:
             ("ms", pa.float64()), ("calls", pa.int32()),
         ]
     )  # fmt: skip
+
+
+def depths_of(walls: list[ProfileWall]) -> list[int]:
+    return sorted({w.depth for w in walls})
 
 
 def parse_dump(path: Path) -> tuple[dict[str, Any], list[ProfileWall], list[dict[str, Any]]]:
@@ -236,6 +241,18 @@ def run_profile(settings: Settings, console: Console | None = None) -> Any:
         json_bytes = dump.stat().st_size
         dump.unlink()  # the Parquet file holds the same content
         rows, summary = derive(walls, nodes, p.chunk)
+        if p.bench_check:
+            with console.status("cross-checking FUSED chunk times with llama-bench ..."):
+                bench = measure_prefill_tps(
+                    sess.target, sess.engine, sess.model, [p.chunk], sorted({w.depth for w in walls}), p.cycles,
+                    threads, "auto", run.path / "logs" / "llama-bench.log",
+                )  # fmt: skip
+            run.rewrite(BENCH, bench)
+            fused = {
+                d: statistics.median(w.ms for w in walls if w.mode == "fused" and w.depth == d)
+                for d in depths_of(walls)
+            }
+            summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
         summary.dump_json_bytes = json_bytes
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)
@@ -253,9 +270,14 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     for b in BANDS:
         t.add_column(b, justify="right")
     t.add_column("TIMED/FUSED-1", justify="right")
+    t.add_column("FUSED/bench", justify="right")
     for depth in sorted({r.depth for r in rows}):
         per = {r.band: r.ms_per_token for r in rows if r.depth == depth}
-        t.add_row(str(depth), *(f"{per[b]:.3f}" for b in BANDS), f"{s.timed_vs_fused_gap[str(depth)]:+.1%}")
+        ratio = s.fused_vs_bench.get(str(depth))
+        t.add_row(
+            str(depth), *(f"{per[b]:.3f}" for b in BANDS), f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
+            f"{ratio:.3f}" if ratio is not None else "-",
+        )  # fmt: skip
     t.caption = (
         f"crossover attn_core > ffn_moe: {s.crossover_note}; attention slope "
         f"{s.attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k depth, R^2 {s.attn_r2:.4f}; "
