@@ -226,6 +226,12 @@ class LlamaServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
+    def died(self, failure_reason: str, transport_marker: str) -> bool:
+        """After a request: has the server died? A dropped connection gets a few seconds to show it."""
+        if failure_reason.startswith(transport_marker) and self.wait_exit(5.0):
+            return True
+        return not self.alive()
+
     def wait_exit(self, timeout_s: float) -> bool:
         """True if the server process has exited within timeout_s (e.g. after a dropped connection)."""
         if self.proc is None:

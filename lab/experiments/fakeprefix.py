@@ -154,7 +154,7 @@ def measure_point(
                 tps.append(bench(p, rep))
             else:
                 r = run_arm(srv, arm, prefix, new_tokens)
-                if (r.reason.startswith(TRANSPORT) and srv.wait_exit(5.0)) or not srv.alive():
+                if srv.died(r.reason, TRANSPORT):
                     raise ServerCrashed(
                         f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode})"
                         f"; see {srv.log_path}"

@@ -49,10 +49,6 @@ def node_table_schema() -> Any:
     )  # fmt: skip
 
 
-def depths_of(walls: list[ProfileWall]) -> list[int]:
-    return sorted({w.depth for w in walls})
-
-
 def parse_dump(path: Path) -> tuple[dict[str, Any], list[ProfileWall], list[dict[str, Any]]]:
     meta: dict[str, Any] = {}
     walls: list[ProfileWall] = []
@@ -248,10 +244,7 @@ def run_profile(settings: Settings, console: Console | None = None) -> Any:
                     threads, "auto", run.path / "logs" / "llama-bench.log",
                 )  # fmt: skip
             run.rewrite(BENCH, bench)
-            fused = {
-                d: statistics.median(w.ms for w in walls if w.mode == "fused" and w.depth == d)
-                for d in depths_of(walls)
-            }
+            fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
             summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
         summary.dump_json_bytes = json_bytes
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size

@@ -260,7 +260,7 @@ def run_replay(
                 for s in todo:
                     progress.update(task, description=f"{s.task_id} step {s.step}")
                     r = replay_step(srv, s, n_vocab)
-                    if (r.reason.startswith(TRANSPORT) and srv.wait_exit(5.0)) or not srv.alive():
+                    if srv.died(r.reason, TRANSPORT):
                         raise RunError(f"llama-server died replaying {s.task_id} step {s.step}; see {srv.log_path}")
                     run.append(STEPS, [r])
                     done[(s.task_id, s.step)] = r
