@@ -36,3 +36,4 @@ lint: $(VENV)/.installed
 bench: setup
 	$(PY) benchmarks/engine_fake_vs_genuine.py
 	$(PY) benchmarks/sweep_agreement.py
+	$(PY) benchmarks/profile_overhead.py

@@ -148,26 +148,30 @@ def profile(
         tuple[str, str] | None,
         typer.Option("--clean-room", metavar="STOP START", help="stop the host's server first, always restart it"),
     ] = None,
+    threadpool: Annotated[
+        bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
+    ] = None,
     model: Annotated[Path | None, typer.Option("--model")] = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
+    resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands (seed 002)."""
     from lab.experiments.bands import CoverageError
     from lab.experiments.profile import run_profile
-    from lab.runs import RunError
+    from lab.runs import RunError, resolve_run
 
     s = _settings(
         model=model,
         runs_dir=runs_dir,
         profile={
             "chunk": chunk, "max_depth": max_depth, "cycles": cycles,
-            "threads": threads, "threads_batch": threads_batch,
+            "threads": threads, "threads_batch": threads_batch, "threadpool": threadpool,
             "clean_room_stop": clean_room[0] if clean_room else None,
             "clean_room_start": clean_room[1] if clean_room else None,
         },
     )  # fmt: skip
     try:
-        run = run_profile(s)
+        run = run_profile(s, resume=resolve_run(resume, s.runs_dir) if resume else None)
     except (RunError, CoverageError) as e:
         raise _fail(e) from e
     typer.echo(str(run.path))

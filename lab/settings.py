@@ -80,6 +80,9 @@ class ProfileSettings(BaseModel):
     threads: int | None = Field(default=None, ge=1, description="-t (default: server.threads)")
     threads_batch: int | None = Field(default=None, ge=1, description="-tb (default: threads)")
     bench_check: bool = Field(default=True, description="cross-check FUSED chunk times with llama-bench")
+    threadpool: bool = Field(
+        default=False, description="attach a persistent threadpool like llama-bench (llama-server attaches none)"
+    )
     clean_room_stop: str | None = Field(default=None, description="shell command that stops the host's server")
     clean_room_start: str | None = Field(default=None, description="shell command that starts it again")
 

@@ -2,9 +2,15 @@
 
 from __future__ import annotations
 
+import json
+import signal
 import subprocess
 import sys
+import time
+from collections import Counter
+from collections.abc import Callable
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -74,3 +80,59 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert all(0.2 < v < 5 for v in summary.fused_vs_bench.values())
     print(f"parquet is {summary.dump_json_bytes / summary.dump_parquet_bytes:.1f}x smaller than the JSON dump")
     assert summary.dump_json_bytes >= 5 * summary.dump_parquet_bytes
+
+
+@pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])
+def test_interrupted_profile_resumes_keeping_complete_cycles(tmp_path: Path, how: str, tiny_model: Path) -> None:
+    args = ["profile", "--chunk", "128", "--max-depth", "384", "--cycles", "3", "--no-threadpool"]
+    proc = subprocess.Popen(
+        [LAB, *args, "--runs-dir", str(tmp_path)],
+        stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO,
+    )  # fmt: skip
+    run_dir = wait_for(lambda: next((p for p in tmp_path.iterdir() if p.is_dir()), None), proc)
+    part = run_dir / "raw" / "profile.part.jsonl"
+    # kill during cycle 1, once cycle 0 is complete
+    wait_for(lambda: part.exists() and '"kind":"fused","cycle":1' in part.read_text(), proc)
+    proc.send_signal(getattr(signal, how))
+    proc.communicate(timeout=60)
+    run = RunFolder.open(run_dir)
+    assert not run.ready
+    if how == "SIGTERM":
+        assert run.manifest().status == "incomplete"
+        assert not part.exists()  # merged into the run's dump
+    time.sleep(0.5)
+    assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _is_instrument_of(p, run_dir)]  # no orphan
+    before = (run_dir / "raw" / "profile.jsonl").read_text() if how == "SIGTERM" else part.read_text()
+    cycle0 = [json.loads(x) for x in before.splitlines() if '"kind":"fused","cycle":0' in x]
+    assert len(cycle0) == 4
+
+    r = subprocess.run([LAB, "profile", "--resume", run_dir.name, "--runs-dir", str(tmp_path)],
+                       capture_output=True, text=True, cwd=REPO, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "resuming: cycles 0..0 are complete" in r.stdout
+    run = RunFolder.open(run_dir)
+    assert run.ready and len(run.manifest().resumed_utc) == 1
+    walls = run.read(WALLS, ProfileWall)
+    assert Counter((w.mode, w.cycle, w.depth) for w in walls) == {
+        (m, c, d): 1 for m in ("fused", "timed") for c in range(3) for d in (0, 128, 256, 384)
+    }
+    kept = {(w.depth, round(w.ms, 6)) for w in walls if w.mode == "fused" and w.cycle == 0}
+    assert kept == {(r["depth"], round(r["ms"], 6)) for r in cycle0}  # cycle 0 kept, not remeasured
+
+
+def wait_for(cond: Callable[[], Any], proc: subprocess.Popen[str], timeout: float = 300) -> Any:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        assert proc.poll() is None, proc.communicate()
+        got = cond()
+        if got:
+            return got
+        time.sleep(0.05)
+    raise AssertionError("no progress")
+
+
+def _is_instrument_of(cmdline: Path, run_dir: Path) -> bool:
+    try:
+        return str(run_dir).encode() in cmdline.read_bytes() and b"lab-profile-prefill" in cmdline.read_bytes()
+    except OSError:
+        return False

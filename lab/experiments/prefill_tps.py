@@ -17,13 +17,21 @@ class BenchError(RuntimeError):
 
 
 def bench_command(
-    engine: EngineInfo, model: Path, chunks: list[int], depths: list[int], reps: int, threads: int, flash_attn: str
+    engine: EngineInfo,
+    model: Path,
+    chunks: list[int],
+    depths: list[int],
+    reps: int,
+    threads: int,
+    flash_attn: str,
+    ubatch: int | None = None,
 ) -> str:
+    batching = ["-b", str(ubatch), "-ub", str(ubatch)] if ubatch else []
     args = [
         str(engine.bench), "-m", str(model),
         "-p", ",".join(map(str, sorted(set(chunks)))), "-n", "0",
         "-d", ",".join(map(str, sorted(set(depths)))),
-        "-r", str(reps), "-t", str(threads), "-fa", flash_attn, "-o", "jsonl",
+        "-r", str(reps), "-t", str(threads), "-fa", flash_attn, "-o", "jsonl", *batching,
     ]  # fmt: skip
     return f"LD_LIBRARY_PATH={shlex.quote(str(engine.lib_dir))} " + shlex.join(args)
 
@@ -60,8 +68,10 @@ def measure_prefill_tps(
     threads: int,
     flash_attn: str,
     log: Path,
+    ubatch: int | None = None,
 ) -> list[PrefillTps]:
-    cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn)
+    """ubatch: also pass -b/-ub (a prompt longer than one ubatch is then a plain chunked prefill)."""
+    cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn, ubatch)
     r = target.run(cmd)
     with log.open("a") as fh:
         fh.write(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")

@@ -23,13 +23,14 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lab.engine.server import die_with_parent
 from lab.experiments.bands import BANDS, Node, classify_all, resolve_layers
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.session import open_session, progress_bar
-from lab.instrument import SOURCE, build_instrument
+from lab.instrument import SOURCE, build_instrument, instrument_command
 from lab.runs import RunError, RunFolder
 from lab.schemas import BandDepth, ProfileSummary, ProfileWall
-from lab.settings import Settings
+from lab.settings import ProfileSettings, Settings
 from lab.target import Target
 
 WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
@@ -194,12 +195,103 @@ def clean_room(target: Target, stop: str | None, start: str | None, run: RunFold
             Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {start}")
 
 
-def run_profile(settings: Settings, console: Console | None = None) -> Any:
+def merge_part(dump: Path, part: Path) -> None:
+    """Append what one instrument run wrote (`part`) to the run's dump; the dump keeps a single meta line."""
+    if not part.exists():
+        return
+    new = part.read_text()
+    if dump.exists() and dump.stat().st_size:
+        new = new.split("\n", 1)[1] if "\n" in new else ""
+    with dump.open("a") as fh:
+        fh.write(new)
+    part.unlink()
+
+
+def keep_complete_cycles(dump: Path, n_depths: int) -> int:
+    """Cut an interrupted instrument dump back to its complete cycles (both passes at every depth; a torn
+    last line is dropped) and return how many there are. Cycles are written in order, so they are 0..k-1."""
+    if not dump.exists():
+        return 0
+    lines = dump.read_text().splitlines()
+    parsed: list[tuple[str, dict[str, Any]]] = []
+    for i, line in enumerate(lines):
+        try:
+            parsed.append((line, json.loads(line)))
+        except json.JSONDecodeError as e:
+            if i == len(lines) - 1:
+                break  # torn tail of a killed writer
+            raise RunError(f"{dump}:{i + 1}: bad instrument line: {e}") from e
+    walls: dict[int, int] = defaultdict(int)
+    for _, row in parsed:
+        if row["kind"] in ("fused", "timed"):
+            walls[row["cycle"]] += 1
+    done = 0
+    while walls.get(done) == 2 * n_depths:
+        done += 1
+    # keep walls of complete cycles; a TIMED wall precedes its nodes, so also drop nodes past the last wall
+    kept = [line for line, row in parsed if row["kind"] == "meta" or row.get("cycle", done) < done]
+    tmp = dump.with_suffix(".tmp")
+    tmp.write_text("".join(f"{line}\n" for line in kept))
+    tmp.replace(dump)
+    return done
+
+
+def profile_params(settings: Settings) -> dict[str, Any]:
+    """What a profile run records as its params (and what --resume restores)."""
+    p = settings.profile
+    return {
+        "profile": p.model_dump(mode="json"),
+        "threads": p.threads or settings.server.threads,
+        "model": str(settings.model) if settings.model else None,
+    }
+
+
+def settings_for_resume(settings: Settings, run: RunFolder) -> Settings:
+    """A resumed profile uses the params it was started with, whatever the current config says."""
+    params = run.manifest().params
+    return settings.model_copy(
+        update={
+            "profile": ProfileSettings.model_validate(params["profile"]),
+            "server": settings.server.model_copy(update={"threads": params["threads"]}),
+            "model": Path(params["model"]) if params.get("model") else None,
+        }
+    )
+
+
+def run_instrument(
+    cmd: list[str],
+    log_path: Path,
+    console: Console,
+    n_steps: int,
+    done_steps: int,
+    clean: contextlib.AbstractContextManager[None],
+) -> None:
+    """Run the instrument with a progress bar fed by its `progress` lines; never leave it running."""
+    with log_path.open("a") as log, clean, progress_bar(console) as progress:
+        task = progress.add_task("profile", total=n_steps, completed=done_steps)
+        proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
+        assert proc.stderr is not None
+        try:
+            for line in proc.stderr:
+                log.write(line)
+                if line.startswith("progress "):
+                    progress.update(task, advance=1, description=line.split(" ", 1)[1].rsplit(" ms=", 1)[0])
+            rc = proc.wait()
+        finally:
+            if proc.poll() is None:  # interrupted
+                proc.kill()
+                proc.wait()
+    if rc != 0:
+        raise RunError(f"the instrument failed ({rc}); see {log_path}")
+
+
+def run_profile(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
     console = console or Console()
+    if resume is not None:
+        settings = settings_for_resume(settings, resume)
     p = settings.profile
     threads = p.threads or settings.server.threads
-    params = {"profile": p.model_dump(mode="json"), "threads": threads}
-    sess = open_session(settings, "profile", params)
+    sess = open_session(settings, "profile", profile_params(settings), resume)
     run = sess.run
     console.print(f"run folder: {run.path}")
     with run.guard():
@@ -207,35 +299,26 @@ def run_profile(settings: Settings, console: Console | None = None) -> Any:
         shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)
         (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
         dump = run.path / "raw" / "profile.jsonl"
-        cmd = [
-            str(inst.binary), "--model", str(sess.model), "--out", str(dump),
-            "--chunk", str(p.chunk), "--max-depth", str(p.max_depth), "--cycles", str(p.cycles),
-            "-t", str(threads), "-tb", str(p.threads_batch or threads),
-        ]  # fmt: skip
-        n_steps = p.cycles * 2 * (p.max_depth // p.chunk + 1)
-        log = (run.path / "logs" / "instrument.log").open("w")
-        with clean_room(sess.target, p.clean_room_stop, p.clean_room_start, run), progress_bar(console) as progress:
-            task = progress.add_task("profile", total=n_steps)
-            proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True)
-            assert proc.stderr is not None
+        part = dump.with_suffix(".part.jsonl")
+        merge_part(dump, part)  # left by a hard-killed run
+        n_depths = p.max_depth // p.chunk + 1
+        done = keep_complete_cycles(dump, n_depths)
+        if done < p.cycles:
+            if done:
+                console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{p.cycles - 1}")
+            cmd = instrument_command(
+                inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=p.cycles, threads=threads,
+                threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
+            )  # fmt: skip
+            clean = clean_room(sess.target, p.clean_room_stop, p.clean_room_start, run)
             try:
-                for line in proc.stderr:
-                    log.write(line)
-                    if line.startswith("progress "):
-                        progress.update(task, advance=1, description=line.split(" ", 1)[1].rsplit(" ms=", 1)[0])
-                rc = proc.wait()
-            finally:
-                if proc.poll() is None:  # interrupted: never leave the instrument running
-                    proc.kill()
-                    proc.wait()
-        log.close()
-        if rc != 0:
-            raise RunError(f"the instrument failed ({rc}); see {run.path / 'logs' / 'instrument.log'}")
+                run_instrument(cmd, run.path / "logs" / "instrument.log", console, p.cycles * 2 * n_depths,
+                               done * 2 * n_depths, clean)  # fmt: skip
+            finally:  # what the instrument wrote so far is kept for a resume
+                merge_part(dump, part)
         meta, walls, nodes = parse_dump(dump)
         nodes = band_nodes(nodes)
         write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
-        json_bytes = dump.stat().st_size
-        dump.unlink()  # the Parquet file holds the same content
         rows, summary = derive(walls, nodes, p.chunk)
         if p.bench_check:
             with console.status("cross-checking FUSED chunk times with llama-bench ..."):
@@ -246,12 +329,13 @@ def run_profile(settings: Settings, console: Console | None = None) -> Any:
             run.rewrite(BENCH, bench)
             fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
             summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
-        summary.dump_json_bytes = json_bytes
+        summary.dump_json_bytes = dump.stat().st_size
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)
         run.rewrite(BANDS_TABLE, rows)
         (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
         run.update(params={**run.manifest().params, "instrument_meta": meta})
+        dump.unlink()  # the Parquet file and the walls table hold the same content
         run.complete()
     console.print(profile_table(rows, summary))
     return run

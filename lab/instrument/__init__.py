@@ -65,3 +65,25 @@ def build_instrument(engine: EngineInfo, cache_dir: Path) -> InstrumentInfo:
         )
         stamp.write_text(json.dumps(json.loads(info.model_dump_json()), indent=2))
     return info
+
+
+def instrument_command(
+    inst: InstrumentInfo,
+    model: Path,
+    out: Path,
+    *,
+    chunk: int,
+    max_depth: int,
+    cycles: int,
+    threads: int,
+    threads_batch: int,
+    threadpool: bool = False,
+    first_cycle: int = 0,
+) -> list[str]:
+    """threadpool: attach a persistent polling threadpool, as llama-bench does (llama-server does not)."""
+    return [
+        str(inst.binary), "--model", str(model), "--out", str(out),
+        "--chunk", str(chunk), "--max-depth", str(max_depth), "--cycles", str(cycles),
+        "-t", str(threads), "-tb", str(threads_batch), *(["--threadpool"] if threadpool else []),
+        *(["--first-cycle", str(first_cycle)] if first_cycle else []),
+    ]  # fmt: skip

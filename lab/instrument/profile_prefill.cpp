@@ -11,6 +11,7 @@
 //   {"kind":"timed","cycle":k,"depth":d,"ms":x}                       (llama_decode wall in TIMED mode)
 //   {"kind":"node","cycle":k,"depth":d,"name":..,"op":..,"src0":..,"ne":[..],"ms":x,"calls":n}
 #include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "ggml.h"
 #include "llama.h"
 
@@ -93,17 +94,20 @@ struct Args {
     int chunk = 512;
     int max_depth = 4096;
     int cycles = 3;
+    int first_cycle = 0;  // resume: cycles [first_cycle, cycles) are run
     int warmup = 1;
     int threads = 2;
     int threads_batch = 0;
     uint64_t seed = 1;
     std::string flash_attn = "auto";
+    bool threadpool = false;
 };
 
 [[noreturn]] void usage(const char * argv0) {
     fprintf(stderr,
             "usage: %s --model M --out F [--chunk 512] [--max-depth 4096] [--cycles 3] [-t 2] [-tb N]\n"
-            "          [--n-ctx N] [--seed 1] [--flash-attn auto|on|off] [--warmup 1]\n",
+            "          [--n-ctx N] [--seed 1] [--flash-attn auto|on|off] [--warmup 1] [--threadpool]\n"
+            "          [--first-cycle K]   (resume: run cycles K..cycles-1)\n",
             argv0);
     exit(2);
 }
@@ -138,13 +142,18 @@ Args parse(int argc, char ** argv) {
             a.warmup = std::atoi(val().c_str());
         } else if (k == "--seed") {
             a.seed = std::strtoull(val().c_str(), nullptr, 10);
+        } else if (k == "--first-cycle") {
+            a.first_cycle = std::atoi(val().c_str());
+        } else if (k == "--threadpool") {
+            a.threadpool = true;
         } else if (k == "--flash-attn") {
             a.flash_attn = val();
         } else {
             usage(argv[0]);
         }
     }
-    if (a.model.empty() || a.out.empty() || a.chunk < 1 || a.max_depth < 0 || a.cycles < 1 || a.threads < 1) {
+    if (a.model.empty() || a.out.empty() || a.chunk < 1 || a.max_depth < 0 || a.cycles < 1 || a.threads < 1 ||
+        a.first_cycle < 0 || a.first_cycle >= a.cycles) {
         usage(argv[0]);
     }
     if (a.threads_batch < 1) {
@@ -211,6 +220,23 @@ int main(int argc, char ** argv) {
         return 1;
     }
 
+    // By default no threadpool is attached, like llama-server at the pin: ggml-cpu then starts and joins its
+    // worker threads on every graph compute. --threadpool attaches a persistent polling one, like llama-bench.
+    ggml_backend_reg_t cpu_reg = ggml_backend_dev_backend_reg(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
+    auto * threadpool_new = (decltype(ggml_threadpool_new) *) ggml_backend_reg_get_proc_address(cpu_reg, "ggml_threadpool_new");
+    auto * threadpool_free = (decltype(ggml_threadpool_free) *) ggml_backend_reg_get_proc_address(cpu_reg, "ggml_threadpool_free");
+    ggml_threadpool * tp = nullptr;
+    ggml_threadpool * tp_batch = nullptr;
+    if (args.threadpool && threadpool_new && threadpool_free) {
+        ggml_threadpool_params tpp = ggml_threadpool_params_default(args.threads);
+        tp = threadpool_new(&tpp);
+        if (args.threads_batch != args.threads) {
+            ggml_threadpool_params tppb = ggml_threadpool_params_default(args.threads_batch);
+            tp_batch = threadpool_new(&tppb);
+        }
+        llama_attach_threadpool(ctx, tp, tp_batch);
+    }
+
     FILE * out = fopen(args.out.c_str(), "w");
     if (!out) {
         fprintf(stderr, "cannot write %s\n", args.out.c_str());
@@ -230,9 +256,9 @@ int main(int argc, char ** argv) {
 
     fprintf(out,
             "{\"kind\":\"meta\",\"n_vocab\":%d,\"n_layer\":%d,\"chunk\":%d,\"max_depth\":%d,\"cycles\":%d,"
-            "\"threads\":%d,\"threads_batch\":%d,\"n_ctx\":%d,\"flash_attn\":%s,\"system_info\":%s}\n",
+            "\"threads\":%d,\"threads_batch\":%d,\"threadpool\":%s,\"n_ctx\":%d,\"flash_attn\":%s,\"system_info\":%s}\n",
             n_vocab, llama_model_n_layer(model), args.chunk, (n_chunks - 1) * args.chunk, args.cycles, args.threads,
-            args.threads_batch, args.n_ctx, json_str(args.flash_attn).c_str(), json_str(llama_print_system_info()).c_str());
+            args.threads_batch, tp ? "true" : "false", args.n_ctx, json_str(args.flash_attn).c_str(), json_str(llama_print_system_info()).c_str());
 
     llama_batch batch = llama_batch_init(args.chunk, 0, 1);
     llama_memory_t mem = llama_get_memory(ctx);
@@ -247,7 +273,7 @@ int main(int argc, char ** argv) {
         llama_memory_clear(mem, true);
     }
 
-    for (int cycle = 0; cycle < args.cycles; ++cycle) {
+    for (int cycle = args.first_cycle; cycle < args.cycles; ++cycle) {
         for (int pass = 0; pass < 2; ++pass) {
             const bool timed = pass == 1;
             llama_memory_clear(mem, true);
@@ -284,6 +310,12 @@ int main(int argc, char ** argv) {
     llama_batch_free(batch);
     fclose(out);
     llama_free(ctx);
+    if (tp_batch) {
+        threadpool_free(tp_batch);
+    }
+    if (tp) {
+        threadpool_free(tp);
+    }
     llama_model_free(model);
     llama_backend_free();
     return 0;

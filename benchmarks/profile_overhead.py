@@ -1,0 +1,133 @@
+"""Profiler benchmark (seed 002): is the instrument measuring the engine, not itself?
+
+Interleaves R rounds of three measurements on the same build, model and threads, so machine noise hits all
+three alike, and prints per-round ratios' medians:
+  1. the instrument, one cycle (FUSED pass then TIMED pass over depths 0, chunk, ..., max_depth), as
+     `lab profile` runs it (no threadpool attached, like llama-server) and again with --threadpool (a
+     persistent polling threadpool, like llama-bench): the FUSED/llama-bench ratio of each;
+  2. llama-bench -p <chunk> -d <depth> at the same depths (the independent reference for one chunk);
+  3. llama-bench -p <max_depth + chunk> -b <chunk> -ub <chunk>: one plain prefill to the same depth.
+Goals: TIMED-sum vs FUSED-wall mean gap <= 3%; FUSED chunk / llama-bench within 5% per depth; the FUSED
+pass's total <= 1.15x the plain prefill; the Parquet dump >= 10x smaller than the instrument's JSON lines.
+
+    .venv/bin/python benchmarks/profile_overhead.py [--rounds 3] [--chunk 512] [--max-depth 4096] [--model M]
+"""
+
+from __future__ import annotations
+
+import argparse
+import statistics
+import subprocess
+import sys
+import tempfile
+from collections import defaultdict
+from pathlib import Path
+
+from rich.console import Console
+from rich.table import Table
+
+from lab.engine.build import build_engine
+from lab.engine.models import resolve_model
+from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.profile import band_nodes, parse_dump, write_parquet
+from lab.instrument import build_instrument, instrument_command
+from lab.settings import load_settings
+from lab.target import LocalTarget
+
+
+def verdict(ok: bool) -> str:
+    return "[green]meets[/green]" if ok else "[red]MISSES[/red]"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--chunk", type=int)
+    ap.add_argument("--max-depth", type=int)
+    ap.add_argument("--model", type=Path)
+    args = ap.parse_args()
+    console = Console()
+    settings = load_settings(model=args.model)
+    chunk = args.chunk or settings.profile.chunk
+    max_depth = (args.max_depth or settings.profile.max_depth) // chunk * chunk
+    depths = list(range(0, max_depth + 1, chunk))
+    threads = settings.profile.threads or settings.server.threads
+    engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
+    inst = build_instrument(engine, settings.cache_dir)
+    model = resolve_model(settings)
+    target = LocalTarget(settings.host_name)
+
+    gap: dict[int, list[float]] = defaultdict(list)  # TIMED node sum / FUSED wall - 1
+    vs_bench: dict[int, list[float]] = defaultdict(list)  # FUSED chunk ms / llama-bench chunk ms
+    vs_bench_tp: dict[int, list[float]] = defaultdict(list)  # the same with a persistent threadpool
+    timed_wall: dict[int, list[float]] = defaultdict(list)  # TIMED decode wall / FUSED wall
+    vs_plain: list[float] = []  # FUSED pass total / plain prefill
+    sizes: tuple[int, int] = (0, 0)
+    with tempfile.TemporaryDirectory(prefix="lab-bench-profile-") as tmp:
+        work = Path(tmp)
+        for rnd in range(args.rounds):
+            console.print(f"round {rnd + 1}/{args.rounds}: instrument (x2), llama-bench per depth, plain prefill")
+            dump = work / "nodes.jsonl"
+            cmd = instrument_command(
+                inst, model, dump, chunk=chunk, max_depth=max_depth, cycles=1, threads=threads,
+                threads_batch=settings.profile.threads_batch or threads,
+            )  # fmt: skip
+            subprocess.run(cmd, check=True, capture_output=True)
+            _, walls, nodes = parse_dump(dump)
+            subprocess.run([*cmd, "--threadpool"], check=True, capture_output=True)
+            fused_tp = {w.depth: w.ms for w in parse_dump(dump)[1] if w.mode == "fused"}
+            fused = {w.depth: w.ms for w in walls if w.mode == "fused"}
+            timed = {w.depth: w.ms for w in walls if w.mode == "timed"}
+            node_sum: dict[int, float] = defaultdict(float)
+            for r in nodes:
+                node_sum[r["depth"]] += r["ms"]
+            bench = measure_prefill_tps(target, engine, model, [chunk], depths, 1, threads, "auto", work / "b.log")
+            plain = measure_prefill_tps(
+                target, engine, model, [max_depth + chunk], [0], 1, threads, "auto", work / "b.log", ubatch=chunk
+            )
+            for b in bench:
+                vs_bench[b.depth].append(fused[b.depth] / b.avg_ms)
+                vs_bench_tp[b.depth].append(fused_tp[b.depth] / b.avg_ms)
+            for d in depths:
+                gap[d].append(node_sum[d] / fused[d] - 1)
+                timed_wall[d].append(timed[d] / fused[d])
+            vs_plain.append(sum(fused.values()) / plain[0].avg_ms)
+            if rnd == 0:
+                pq = work / "nodes.parquet"
+                write_parquet(band_nodes(nodes), pq)
+                sizes = (dump.stat().st_size, pq.stat().st_size)
+
+    t = Table(title=f"profiler overhead, median of {args.rounds} interleaved rounds (chunk {chunk}, {threads} threads)")
+    cols = ("depth", "TIMED nodes / FUSED wall - 1", "TIMED wall / FUSED wall", "FUSED / bench", "same, threadpool")
+    for col in cols:
+        t.add_column(col, justify="right")
+    for d in depths:
+        t.add_row(
+            str(d), f"{statistics.median(gap[d]):+.1%}", f"{statistics.median(timed_wall[d]):.3f}",
+            f"{statistics.median(vs_bench[d]):.3f}", f"{statistics.median(vs_bench_tp[d]):.3f}",
+        )  # fmt: skip
+    console.print(t)
+    mean_gap = statistics.fmean(statistics.median(v) for v in gap.values())
+    for label, ratios in (("FUSED / llama-bench", vs_bench), ("the same with --threadpool", vs_bench_tp)):
+        med = {d: statistics.median(v) for d, v in ratios.items()}
+        worst = max(med.values(), key=lambda r: abs(r - 1))
+        console.print(
+            f"{label}: {min(med.values()):.3f}..{max(med.values()):.3f}, worst {worst:.3f} -> "
+            f"{verdict(abs(worst - 1) <= 0.05)} the 5% goal"
+        )
+    plain_med = statistics.median(vs_plain)
+    ratio = sizes[0] / sizes[1] if sizes[1] else float("inf")
+    console.print(f"TIMED vs FUSED mean gap {mean_gap:+.1%} -> {verdict(abs(mean_gap) <= 0.03)} the 3% goal")
+    console.print(
+        f"FUSED pass total / one plain prefill to {max_depth + chunk}: {plain_med:.3f} "
+        f"(rounds {', '.join(f'{v:.3f}' for v in vs_plain)}) -> {verdict(plain_med <= 1.15)} the 1.15x goal"
+    )
+    console.print(
+        f"per-node dump, one cycle: JSON {sizes[0] / 1e6:.2f} MB, Parquet {sizes[1] / 1e6:.3f} MB: {ratio:.1f}x "
+        f"smaller -> {verdict(ratio >= 10)} the 10x goal"
+    )
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
