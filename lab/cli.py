@@ -22,7 +22,9 @@ model_app = typer.Typer(no_args_is_help=True, help="models (the tiny synthetic d
 trace_app = typer.Typer(no_args_is_help=True, help="agent traces (JSONL of recorded steps)")
 app.add_typer(engine_app, name="engine")
 app.add_typer(model_app, name="model")
+replay_app = typer.Typer(no_args_is_help=True, help="replay labs: approximate state reconstruction (seed 001)")
 app.add_typer(trace_app, name="trace")
+app.add_typer(replay_app, name="replay")
 
 SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | git | path")]
 SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.cpp checkout (mode path)")]
@@ -249,6 +251,78 @@ def _flavor(v: str) -> Any:
         typer.secho(f"--flavor must be release or assert, got {v!r}", fg="red", err=True)
         raise typer.Exit(2)
     return v
+
+
+AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
+RunsDir = Annotated[Path | None, typer.Option("--runs-dir")]
+
+
+@replay_app.command("exact")
+def replay_exact(
+    window: Annotated[int | None, typer.Option("--window", help="W, positions each layer reads")] = None,
+    depth: Annotated[int | None, typer.Option("--depth", help="D, layers")] = None,
+    length: Annotated[int | None, typer.Option("--length", help="N: inputs 1..N")] = None,
+    keep: Annotated[int | None, typer.Option("--keep", help="K: replay the last K inputs")] = None,
+    next_input: Annotated[str | None, typer.Option("--next", help="the decode step's input (default N+1)")] = None,
+    as_json: AsJson = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """§9.1: full prefill vs replay of the last K inputs, shared vs per-layer KV, then one decode step."""
+    replay = {"window": window, "depth": depth, "length": length, "keep": keep, "next_input": next_input}
+    _replay("exact", _settings(runs_dir=runs_dir, replay=replay), as_json)
+
+
+@replay_app.command("span")
+def replay_span(
+    windows: Annotated[str | None, typer.Option("--windows", help="e.g. 2,3,4")] = None,
+    depths: Annotated[str | None, typer.Option("--depths", help="e.g. 1,2,3")] = None,
+    as_json: AsJson = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """§9.1.1: R = W + (D-1)(W-1), checked on every 0/1 input two positions longer than R."""
+    replay = {"span_windows": _int_list(windows), "span_depths": _int_list(depths)}
+    _replay("span", _settings(runs_dir=runs_dir, replay=replay), as_json)
+
+
+@replay_app.command("cost")
+def replay_cost(
+    window: Annotated[int | None, typer.Option("--window", help="SWA window of the example table")] = None,
+    keep: Annotated[int | None, typer.Option("--keep", help="keep count of the example table")] = None,
+    producer: Annotated[int | None, typer.Option("--producer-layers")] = None,
+    consumer: Annotated[int | None, typer.Option("--consumer-layers")] = None,
+    row_keep: Annotated[int | None, typer.Option("--row-keep", help="keep count of the row-work table")] = None,
+    lengths: Annotated[str | None, typer.Option("--lengths", help="e.g. 64,1024,16384")] = None,
+    chunked_length: Annotated[int | None, typer.Option("--chunked-length", help="prompt of the chunk example")] = None,
+    chunk: Annotated[int | None, typer.Option("--chunk", help="chunk size of the chunk example")] = None,
+    as_json: AsJson = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """§9.5: consumer rows and SWA pairs for off / mask / compact, checked against pair enumeration."""
+    replay = {
+        "cost_window": window, "cost_keep": keep, "producer_layers": producer, "consumer_layers": consumer,
+        "row_keep": row_keep, "lengths": _int_list(lengths), "chunked_length": chunked_length, "chunk": chunk,
+    }  # fmt: skip
+    _replay("cost", _settings(runs_dir=runs_dir, replay=replay), as_json)
+
+
+def _replay(which: str, s: Any, as_json: bool) -> None:
+    import json
+
+    from lab.experiments.replay_labs import run_replay_lab
+    from lab.runs import RunError
+
+    try:
+        run, result = run_replay_lab(s, which)
+    except (RunError, ValueError) as e:
+        raise _fail(e) from e
+    if as_json:
+        tables = {k: [r.model_dump(mode="json") for r in rows] for k, rows in result.tables.items()}
+        typer.echo(json.dumps({"run": str(run.path), "ok": result.ok, "summary": result.summary, **tables}, indent=2))
+    else:
+        typer.echo(result.text)
+        typer.echo(str(run.path))
+    if not result.ok:
+        raise typer.Exit(1)
 
 
 def main() -> None:  # pragma: no cover

@@ -93,6 +93,39 @@ class ProfileSettings(BaseModel):
         return self
 
 
+class ReplaySettings(BaseModel):
+    """The replay labs (seed 001 §9.1 and §9.5); the defaults print the seed's tables."""
+
+    window: int = Field(default=3, ge=1, description="exact: attention window W")
+    depth: int = Field(default=2, ge=1, description="exact: layers D")
+    length: int = Field(default=8, ge=1, description="exact: inputs 1..length")
+    keep: int = Field(default=3, ge=1, description="exact: replay the last `keep` inputs")
+    next_input: str | None = Field(default=None, description="exact: the decode step's input (default length+1)")
+    span_windows: list[int] = Field(default=[2, 3, 4], description="span: windows to check exhaustively")
+    span_depths: list[int] = Field(default=[1, 2, 3], description="span: depths to check exhaustively")
+    cost_window: int = Field(default=3, ge=1, description="cost: SWA window of the example table")
+    cost_keep: int = Field(default=4, ge=0, description="cost: keep count of the example table")
+    producer_layers: int = Field(default=20, ge=0)
+    consumer_layers: int = Field(default=20, ge=0)
+    row_keep: int = Field(default=140, ge=0, description="cost: keep count of the row-work table")
+    lengths: list[int] = Field(default=[64, 1024, 16384], description="cost: prompt lengths of the row-work table")
+    chunked_length: int = Field(default=1024, ge=1, description="cost: prompt of the chunked example")
+    chunk: int = Field(default=256, ge=1, description="cost: chunk size of the chunked example")
+
+    @field_validator("span_windows", "span_depths", "lengths")
+    @classmethod
+    def _positive(cls, v: list[int]) -> list[int]:
+        if not v or any(x < 1 for x in v):
+            raise ValueError(f"must be positive integers, got {v}")
+        return v
+
+    @model_validator(mode="after")
+    def _keep_fits(self) -> ReplaySettings:
+        if self.keep > self.length:
+            raise ValueError(f"replay.keep ({self.keep}) cannot exceed replay.length ({self.length})")
+        return self
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAB_",
@@ -109,6 +142,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
+    replay: ReplaySettings = Field(default_factory=ReplaySettings)
 
     @model_validator(mode="after")
     def _sweep_fits_context(self) -> Settings:
