@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/lab
 PYTHON ?= python3
 
-.PHONY: deps setup demo test lint bench
+.PHONY: deps setup demo test lint bench repro
 .DEFAULT_GOAL := demo
 
 deps:
@@ -18,12 +18,23 @@ $(VENV)/.installed: pyproject.toml
 	touch $@
 
 setup: deps $(VENV)/.installed
+	$(LAB) dvc-setup
 	$(LAB) engine build
 	$(LAB) engine build --flavor assert
 	$(LAB) model tiny
 
 demo: setup
 	$(LAB) sweep
+	$(LAB) profile
+	$(LAB) replay exact
+	$(LAB) replay span
+	$(LAB) replay cost
+	$(LAB) catalog track
+	$(MAKE) repro
+
+# dvc.yaml's stage commands call `lab`: run DVC with the venv on PATH
+repro: $(VENV)/.installed
+	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
 test: setup
 	$(VENV)/bin/pytest -q
@@ -37,3 +48,4 @@ bench: setup
 	$(PY) benchmarks/engine_fake_vs_genuine.py
 	$(PY) benchmarks/sweep_agreement.py
 	$(PY) benchmarks/profile_overhead.py
+	$(PY) benchmarks/catalog_ingest.py

@@ -25,6 +25,8 @@ app.add_typer(model_app, name="model")
 replay_app = typer.Typer(no_args_is_help=True, help="replay labs: approximate state reconstruction (seed 001)")
 app.add_typer(trace_app, name="trace")
 app.add_typer(replay_app, name="replay")
+catalog_app = typer.Typer(no_args_is_help=True, help="the data catalog (catalog/tables/*.parquet)")
+app.add_typer(catalog_app, name="catalog")
 
 SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | git | path")]
 SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.cpp checkout (mode path)")]
@@ -323,6 +325,147 @@ def _replay(which: str, s: Any, as_json: bool) -> None:
         typer.echo(str(run.path))
     if not result.ok:
         raise typer.Exit(1)
+
+
+CatalogDir = Annotated[Path | None, typer.Option("--catalog-dir", help="default: catalog/")]
+
+
+@catalog_app.command("ingest")
+def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> None:
+    """Validate every run folder and rebuild the catalog tables (all or nothing) and catalog/metrics.json."""
+    from lab.catalog.ingest import IngestError, ingest
+
+    s = _settings(runs_dir=runs_dir, catalog_dir=catalog_dir)
+    try:
+        r = ingest(s.runs_dir, s.catalog_dir)
+    except IngestError as e:
+        raise _fail(e) from e
+    rows = ", ".join(f"{k} {v}" for k, v in r.rows.items() if v)
+    typer.echo(f"{r.runs} runs ({r.in_figures} complete) -> {r.tables_dir}: {rows or 'no rows'}")
+
+
+@catalog_app.command("ls")
+def catalog_ls(runs_dir: RunsDir = None) -> None:
+    """List run folders: id, experiment, host, engine commit, status."""
+    from rich.console import Console
+    from rich.table import Column, Table
+
+    from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record
+
+    s = _settings(runs_dir=runs_dir)
+    t = Table("experiment", "host", "engine", "status", "started (UTC)")
+    t.columns.insert(0, Column("run", no_wrap=True))
+    for d in run_dirs(s.runs_dir):
+        try:
+            r = run_record(d, read_manifest(d))
+        except IngestError as e:
+            t.add_row(d.name, "?", "?", "?", f"[red]unreadable: {e}[/red]", "")
+            continue
+        status = r.status if r.status == "complete" else f"[yellow]{r.status}[/yellow] {r.reason}".rstrip()
+        t.add_row(r.run_id, r.experiment, r.host, r.engine_commit or "-", status, r.started_utc)
+    Console().print(t)
+
+
+@catalog_app.command("show")
+def catalog_show(run: Annotated[str, typer.Argument(help="run id or path")], runs_dir: RunsDir = None) -> None:
+    """One run with its provenance (host, CPU, engine, patch, model, lab commit) and its tables."""
+    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_record
+    from lab.catalog.tables import SPECS
+    from lab.runs import RunError, resolve_run
+
+    s = _settings(runs_dir=runs_dir)
+    try:
+        folder = resolve_run(run, s.runs_dir)
+        m = read_manifest(folder.path)
+        rec = run_record(folder.path, m)
+        for field, value in rec.model_dump().items():
+            if field != "params_json":
+                typer.echo(f"{field:>14}: {value}")
+        typer.echo(f"{'params':>14}: {rec.params_json}")
+        for spec in SPECS:
+            if m.experiment in spec.experiments and rec.in_figures:
+                typer.echo(f"{'table':>14}: {spec.name} ({len(read_spec(folder.path, spec))} rows)")
+    except (RunError, IngestError) as e:
+        raise _fail(e) from e
+
+
+@app.command("dvc-setup")
+def dvc_setup_cmd() -> None:
+    """Configure DVC for this clone: SSH host-key verification, analytics off, local site cache."""
+    from lab.dvc_setup import dvc_setup
+    from lab.settings import REPO_ROOT
+
+    s = _settings()
+    for line in dvc_setup(REPO_ROOT, s.cache_dir):
+        typer.echo(line)
+
+
+@catalog_app.command("track")
+def catalog_track(runs_dir: RunsDir = None) -> None:
+    """`dvc add` every finished run folder not tracked yet (then commit the .dvc files and `dvc push`)."""
+    from lab.dvc_setup import track_runs
+
+    s = _settings(runs_dir=runs_dir)
+    try:
+        added = track_runs(s.runs_dir, s.runs_dir.resolve().parent)
+    except RuntimeError as e:
+        raise _fail(e) from e
+    typer.echo(f"tracked {len(added)} run folder(s)" + "".join(f"\n  {a}" for a in added))
+
+
+@app.command("report")
+def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Option("--out")] = None) -> None:
+    """Render the reports (agreement, bands, replay, index.html) from the catalog tables."""
+    from lab.reports import render_reports
+
+    s = _settings(catalog_dir=catalog_dir, reports_dir=out)
+    paths = render_reports(s.catalog_dir, s.reports_dir, s.report)
+    typer.echo(f"{len(paths)} files in {s.reports_dir}; open {s.reports_dir / 'index.html'}")
+
+
+@app.command("compare")
+def compare(
+    run_a: Annotated[str, typer.Argument(help="baseline run (id or path)")],
+    run_b: Annotated[str, typer.Argument(help="run to compare with it")],
+    as_report: Annotated[bool, typer.Option("--report", help="also write compare_<a>_vs_<b>.* to reports/")] = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """Two sweep or two profile runs side by side, with B/A ratios."""
+    from rich.console import Console
+    from rich.table import Table
+
+    from lab.catalog.compare import CompareError, compare_runs
+    from lab.catalog.ingest import IngestError
+    from lab.runs import RunError, resolve_run
+
+    s = _settings(runs_dir=runs_dir)
+    try:
+        a, b = resolve_run(run_a, s.runs_dir), resolve_run(run_b, s.runs_dir)
+        _, keys, rows = compare_runs(a.path, b.path)
+    except (RunError, IngestError, CompareError) as e:
+        raise _fail(e) from e
+    t = Table(*keys, "metric", "A", "B", "B/A", title=f"A = {a.path.name}\nB = {b.path.name}")
+    for r in rows:
+        ratio = r.ratio
+        style = "" if ratio is None or abs(ratio - 1) <= s.report.tolerance else ("red" if ratio > 1 else "green")
+        cell = "-" if ratio is None else (f"[{style}]{ratio:.3f}[/{style}]" if style else f"{ratio:.3f}")
+        t.add_row(*map(str, r.key), r.metric, _fmt(r.a), _fmt(r.b), cell)
+    Console().print(t)
+    if as_report:
+        from lab.catalog.ingest import ingest
+        from lab.reports import render_compare
+
+        try:
+            ingest(s.runs_dir, s.catalog_dir)
+            paths = render_compare(s.catalog_dir, s.reports_dir, a.path.name, b.path.name, s.report)
+        except (IngestError, ValueError) as e:
+            raise _fail(e) from e
+        for p in paths:
+            typer.echo(str(p))
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.4g}"
 
 
 def main() -> None:  # pragma: no cover

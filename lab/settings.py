@@ -126,6 +126,16 @@ class ReplaySettings(BaseModel):
         return self
 
 
+class ReportSettings(BaseModel):
+    """`lab report` (the dvc.yaml `report` stage depends on this section only)."""
+
+    tolerance: float = Field(default=0.05, gt=0, lt=1, description="agreement band around y = x")
+    width: int = Field(default=520, ge=100)
+    height: int = Field(default=360, ge=100)
+    png_scale: float = Field(default=2.0, gt=0, le=4)
+    formats: list[Literal["html", "png", "svg"]] = Field(default=["html", "png", "svg"])
+
+
 class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAB_",
@@ -143,6 +153,9 @@ class Settings(BaseSettings):
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
+    report: ReportSettings = Field(default_factory=ReportSettings)
+    catalog_dir: Path = Field(default=Path("catalog"), description="catalog tables (catalog/tables) and metrics")
+    reports_dir: Path = Field(default=Path("reports"), description="where `lab report` writes")
 
     @model_validator(mode="after")
     def _sweep_fits_context(self) -> Settings:

@@ -2,7 +2,8 @@
 # System packages the lab needs (Debian/Ubuntu). Installs only what is missing; needs root (or sudo).
 set -euo pipefail
 
-pkgs=(cmake g++ make ccache git python3-venv libssl-dev)
+pkgs=(cmake g++ make ccache git python3-venv libssl-dev
+      openssh-server openssh-client chromium)  # sshd: the SSH remote/target-host tests; chromium: report render test
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

@@ -81,7 +81,7 @@ def test_replay_trace_end_to_end(tmp_path: Path) -> None:
     )
     assert r2.returncode == 0, r2.stderr + r2.stdout
     run = RunFolder.open(Path(r2.stdout.strip().splitlines()[-1]))
-    assert run.ready and run.manifest().experiment == "replay"
+    assert run.ready and run.manifest().experiment == "trace_replay"
     assert (run.path / "raw" / "trace.jsonl").read_bytes() == trace.read_bytes()
     steps = run.read(STEPS, TraceStepResult)
     trace_steps = load_trace(trace)

@@ -243,7 +243,7 @@ def run_replay(
     steps = load_trace(trace)
     check_replayable(steps, settings.server.ctx_size, has_vision=False, trace=trace)
     params = {"trace": str(trace), "n_steps": len(steps), "server": settings.server.model_dump(mode="json")}
-    sess = open_session(settings, "replay", params, resume)
+    sess = open_session(settings, "trace_replay", params, resume)
     run = sess.run
     if resume is None:
         shutil.copyfile(trace, run.path / "raw" / "trace.jsonl")

@@ -1,0 +1,2 @@
+"""The data catalog: every complete run folder under catalog/runs/, validated and flattened into one Parquet
+table per row schema under catalog/tables/ (plus `runs`, one row per run folder, complete or not)."""

@@ -1,0 +1,131 @@
+"""Ingest run folders into the catalog: validate every row against its schema, flatten, write one Parquet
+table per spec. All or nothing: tables are built in a scratch directory and swapped in at the end, so a
+malformed row (reported with its file and line) leaves the previous catalog untouched."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from lab.catalog.metrics import compute_metrics
+from lab.catalog.tables import METRICS_FILE, RUNS, SPECS, TABLES_DIR, RunRecord, TableSpec, columns, flatten
+from lab.runs import Manifest, RunError, read_jsonl
+
+
+class IngestError(RuntimeError):
+    pass
+
+
+@dataclass
+class IngestResult:
+    runs: int = 0
+    in_figures: int = 0
+    rows: dict[str, int] = field(default_factory=dict)
+    tables_dir: Path | None = None
+
+
+def run_dirs(runs_dir: Path) -> list[Path]:
+    """Run folders under runs_dir (DVC's .dvc files and .gitignore sit beside them and are skipped)."""
+    if not runs_dir.exists():
+        return []
+    return sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
+
+
+def read_manifest(run_dir: Path) -> Manifest:
+    path = run_dir / "manifest.json"
+    if not path.exists():
+        raise IngestError(f"{run_dir}: not a run folder (no manifest.json); pulled only partly? try `dvc pull`")
+    try:
+        return Manifest.model_validate_json(path.read_text())
+    except ValidationError as e:
+        raise IngestError(f"{path}:1: invalid manifest: {e}") from e
+
+
+def run_record(run_dir: Path, m: Manifest) -> RunRecord:
+    eng, host = m.engine, m.host_summary
+    source = eng.get("source", {})
+    nodes = run_dir / "raw" / "profile_nodes.parquet"
+    return RunRecord(
+        run_id=m.run_id, experiment=m.experiment, host=m.host, status=m.status, reason=m.reason,
+        started_utc=m.started_utc, finished_utc=m.finished_utc, resumed=len(m.resumed_utc),
+        in_figures=m.status == "complete",
+        cpu_model=host.get("Model name", ""), cpus=host.get("CPU(s)", ""), kernel=host.get("uname", ""),
+        engine_commit=source.get("commit", ""), engine_origin=source.get("origin", ""),
+        engine_pinned=source.get("pinned"), patch_sha256=eng.get("patch_sha256", ""),
+        model_path=m.model.get("path", ""), model_sha256=m.model.get("sha256", ""),
+        lab_commit=m.lab.get("commit", ""), lab_dirty=m.lab.get("dirty"),
+        params_json=json.dumps(m.params, sort_keys=True), path=run_dir.name,
+        nodes_path=f"{run_dir.name}/raw/{nodes.name}" if nodes.exists() else "",
+    )  # fmt: skip
+
+
+def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
+    path = run_dir / "raw" / (f"{spec.source}.json" if spec.single else f"{spec.source}.jsonl")
+    if not path.exists():
+        if spec.required:
+            raise IngestError(f"{path}: missing, but the run says it is complete")
+        return []
+    try:
+        single = spec.single
+        rows = [spec.schema.model_validate_json(path.read_text())] if single else read_jsonl(path, spec.schema)
+    except ValidationError as e:
+        raise IngestError(f"{path}:1: {e}") from e
+    except RunError as e:  # read_jsonl names the file and line
+        raise IngestError(str(e)) from e
+    return [{"run_id": run_dir.name, **flatten(r)} for r in rows]
+
+
+def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, Any]]]]:
+    records: list[RunRecord] = []
+    tables: dict[str, list[dict[str, Any]]] = {s.name: [] for s in SPECS}
+    for run_dir in run_dirs(runs_dir):
+        m = read_manifest(run_dir)
+        if m.run_id != run_dir.name:
+            raise IngestError(f"{run_dir / 'manifest.json'}:1: run_id {m.run_id!r} does not match the folder name")
+        rec = run_record(run_dir, m)
+        records.append(rec)
+        if not rec.in_figures:
+            continue
+        for spec in SPECS:
+            if m.experiment in spec.experiments:
+                tables[spec.name].extend(read_spec(run_dir, spec))
+    return records, tables
+
+
+def ingest(runs_dir: Path, catalog_dir: Path) -> IngestResult:
+    import pandas as pd
+
+    records, tables = collect(runs_dir)  # raises before anything is written
+    catalog_dir.mkdir(parents=True, exist_ok=True)
+    final = catalog_dir / TABLES_DIR
+    scratch = catalog_dir / f".{TABLES_DIR}-tmp-{os.getpid()}"
+    shutil.rmtree(scratch, ignore_errors=True)
+    scratch.mkdir()
+    try:
+        frames = {RUNS: pd.DataFrame([r.model_dump() for r in records], columns=list(RunRecord.model_fields))}
+        frames.update({s.name: pd.DataFrame(tables[s.name], columns=columns(s.schema)) for s in SPECS})
+        for name, df in frames.items():
+            df.to_parquet(scratch / f"{name}.parquet", index=False, compression="zstd")
+        metrics = compute_metrics(frames)
+        old = catalog_dir / f".{TABLES_DIR}-old-{os.getpid()}"
+        if final.exists():
+            final.rename(old)
+        scratch.rename(final)
+        shutil.rmtree(old, ignore_errors=True)
+    finally:
+        shutil.rmtree(scratch, ignore_errors=True)
+    tmp = catalog_dir / f".{METRICS_FILE}.tmp"
+    tmp.write_text(json.dumps(metrics, indent=2, sort_keys=True) + "\n")
+    tmp.replace(catalog_dir / METRICS_FILE)
+    return IngestResult(
+        runs=len(records),
+        in_figures=sum(r.in_figures for r in records),
+        rows={name: len(rows) for name, rows in tables.items()},
+        tables_dir=final,
+    )

@@ -1,0 +1,128 @@
+"""What the catalog holds: one spec per table, naming the run tables it is built from and their schema.
+
+A catalog table is its row schema, flattened (nested models become `parent_child` columns, dicts keyed by
+data such as per-depth maps become JSON strings), plus `run_id`. Readers get them with `load_table`.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from lab.schemas import (
+    BandDepth,
+    PrefillTps,
+    ProfileSummary,
+    ProfileWall,
+    ReplayCostRow,
+    ReplayExactRow,
+    ReplayRowWork,
+    ReplaySpanRow,
+    SweepPoint,
+    SweepSample,
+    TraceStepResult,
+    TraceTaskResult,
+)
+
+TABLES_DIR = "tables"
+METRICS_FILE = "metrics.json"
+RUNS = "runs"
+
+
+@dataclass(frozen=True)
+class TableSpec:
+    name: str  # catalog/tables/<name>.parquet
+    experiments: tuple[str, ...]
+    source: str  # raw/<source>.jsonl (or raw/<source>.json: one row) in the run folder
+    schema: type[BaseModel]
+    single: bool = False  # source is one JSON document, not JSON lines
+    required: bool = True  # a complete run of these experiments must have it
+
+
+SPECS: tuple[TableSpec, ...] = (
+    TableSpec("sweep_points", ("sweep",), "points", SweepPoint),
+    TableSpec("sweep_samples", ("sweep",), "samples", SweepSample),
+    TableSpec("prefill_tps", ("sweep", "profile"), "prefill_tps", PrefillTps, required=False),
+    TableSpec("trace_steps", ("trace_replay",), "steps", TraceStepResult),
+    TableSpec("trace_tasks", ("trace_replay",), "tasks", TraceTaskResult),
+    TableSpec("profile_walls", ("profile",), "profile_walls", ProfileWall),
+    TableSpec("profile_bands", ("profile",), "profile_bands", BandDepth),
+    TableSpec("profile_summary", ("profile",), "profile_summary", ProfileSummary, single=True),
+    TableSpec("replay_exact", ("replay_exact",), "replay_exact", ReplayExactRow),
+    TableSpec("replay_span", ("replay_span",), "replay_span", ReplaySpanRow),
+    TableSpec("replay_cost", ("replay_cost",), "replay_cost", ReplayCostRow),
+    TableSpec("replay_row_work", ("replay_cost",), "replay_row_work", ReplayRowWork),
+)
+SPEC_BY_NAME = {s.name: s for s in SPECS}
+
+
+class RunRecord(BaseModel):
+    """catalog/tables/runs.parquet: one row per run folder, with the provenance a reader needs."""
+
+    run_id: str
+    experiment: str
+    host: str
+    status: str
+    reason: str = ""
+    started_utc: str
+    finished_utc: str | None = None
+    resumed: int = 0
+    in_figures: bool = Field(description="complete runs only; incomplete and failed runs are listed, not drawn")
+    cpu_model: str = ""
+    cpus: str = ""
+    kernel: str = ""
+    engine_commit: str = ""
+    engine_origin: str = ""
+    engine_pinned: bool | None = None
+    patch_sha256: str = ""
+    model_path: str = ""
+    model_sha256: str = ""
+    lab_commit: str = ""
+    lab_dirty: bool | None = None
+    params_json: str = "{}"
+    path: str = Field(description="the run folder, relative to the runs directory")
+    nodes_path: str = Field(default="", description="profile runs: the per-node Parquet dump, relative path")
+
+
+def flatten(row: BaseModel) -> dict[str, Any]:
+    """One catalog row: nested models flattened with `_`, data-keyed dicts as JSON text."""
+    out: dict[str, Any] = {}
+    for key, value in row.model_dump(mode="json").items():
+        field = type(row).model_fields[key]
+        ann = field.annotation
+        if isinstance(value, dict) and isinstance(ann, type) and issubclass(ann, BaseModel):
+            for k, v in value.items():
+                out[f"{key}_{k}"] = v
+        elif isinstance(value, dict):
+            out[key] = json.dumps(value, sort_keys=True)
+        else:
+            out[key] = value
+    return out
+
+
+def columns(schema: type[BaseModel]) -> list[str]:
+    """The catalog columns of a row schema (what `flatten` produces), so an empty table still has them."""
+    cols = ["run_id"]
+    for key, f in schema.model_fields.items():
+        ann = f.annotation
+        if isinstance(ann, type) and issubclass(ann, BaseModel):
+            cols += [f"{key}_{k}" for k in ann.model_fields]
+        else:
+            cols.append(key)
+    return cols
+
+
+def table_path(catalog_dir: Path, name: str) -> Path:
+    return catalog_dir / TABLES_DIR / f"{name}.parquet"
+
+
+def load_table(catalog_dir: Path, name: str) -> Any:
+    """A catalog table as a pandas DataFrame (empty, with no columns, when no run has produced it)."""
+    import pandas as pd
+
+    path = table_path(catalog_dir, name)
+    return pd.read_parquet(path) if path.exists() else pd.DataFrame()

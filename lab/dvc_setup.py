@@ -1,0 +1,49 @@
+"""`lab dvc-setup`: the lab's DVC settings for this clone (idempotent; `make setup` runs it).
+
+- host-key verification for SSH remotes (lab.dvc_hostkeys, via a .pth file in the venv);
+- analytics off (also in the committed .dvc/config) and a site cache directory under the lab's cache
+  instead of /var/tmp/dvc, both in .dvc/config.local (per clone, not committed).
+"""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.dvc_hostkeys import install_pth
+
+
+def dvc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([sys.executable, "-m", "dvc", *args], cwd=cwd, capture_output=True, text=True)
+
+
+def dvc_setup(repo: Path, cache_dir: Path) -> list[str]:
+    done = [f"host-key check for SSH remotes: {install_pth()}"]
+    if not (repo / ".dvc").is_dir():
+        return [*done, f"{repo} is not a DVC repository (no .dvc/): skipped the repository settings"]
+    for key, value in (("core.analytics", "false"), ("core.site_cache_dir", str(cache_dir / "dvc-site"))):
+        r = dvc("config", "--local", key, value, cwd=repo)
+        if r.returncode != 0:
+            raise RuntimeError(f"dvc config --local {key} {value} failed: {r.stderr.strip()}")
+        done.append(f"{key} = {value} (.dvc/config.local)")
+    return done
+
+
+def track_runs(runs_dir: Path, repo: Path) -> list[str]:
+    """`dvc add` every finished run folder that has no .dvc file yet (a running one is left alone)."""
+    from lab.catalog.ingest import IngestError, read_manifest, run_dirs
+
+    todo = []
+    for d in run_dirs(runs_dir):
+        try:
+            status = read_manifest(d).status
+        except IngestError:
+            continue
+        if status != "running" and not d.with_name(d.name + ".dvc").exists():
+            todo.append(str(d.resolve()))
+    if todo:
+        r = dvc("add", "--quiet", *todo, cwd=repo)
+        if r.returncode != 0:
+            raise RuntimeError(f"dvc add failed: {r.stderr.strip()}")
+    return todo

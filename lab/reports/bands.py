@@ -1,0 +1,176 @@
+"""bands: where a prefill chunk's time goes as the context deepens (seed 002), one profile run at a time.
+
+Top, the FUSED wall per token split by the TIMED band shares, stacked, with the depth where attn_core
+overtakes ffn_moe; bottom, how far the instrumented TIMED pass and the llama-bench cross-check sit from
+the FUSED wall at each depth.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import altair as alt
+import pandas as pd
+
+from lab.experiments.bands import BANDS
+from lab.reports.data import drawn_runs, figure_rows, newest_run
+from lab.reports.style import MUTED, Chart, empty_chart, run_filter, run_param, title
+from lab.settings import ReportSettings
+
+TITLE = "Prefill time per token by band vs depth"
+PARAM = "profile_run"
+GAP = "TIMED node sum / FUSED wall - 1"
+BENCH = "FUSED wall / llama-bench - 1"
+
+
+def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
+    width, height = settings.width, settings.height
+    bands = figure_rows(catalog_dir, "profile_bands", runs, keys=["depth", "band"])
+    summary = figure_rows(catalog_dir, "profile_summary", runs, keys=[])
+    if bands.empty or "ms_per_token" not in bands.columns:
+        return empty_chart(
+            TITLE,
+            ["No complete profile run in the catalog yet.", "Run `lab profile`, then `dvc repro` (or `lab report`)."],
+            width,
+            height,
+        )
+    runs_drawn = drawn_runs(runs, "profile")
+    runs_drawn = runs_drawn[runs_drawn["run_id"].isin(bands["run_id"])].reset_index(drop=True)
+    default = newest_run(runs_drawn, "profile") or str(bands["run_id"].iloc[-1])
+    param = run_param(PARAM, "profile run ", runs_drawn, default)
+    keep = run_filter(PARAM)
+
+    order = [*BANDS, *sorted(set(bands["band"]) - set(BANDS))]
+    bands = bands[["run_id", "host", "depth", "band", "ms_per_token", "timed_ms", "share", "fused_chunk_ms"]].copy()
+    bands["band_order"] = bands["band"].map({b: i for i, b in enumerate(order)})
+    depth_x = alt.X("depth:Q", title="depth (tokens already in context)", scale=alt.Scale(nice=False))
+    area = (
+        alt.Chart(bands)
+        .mark_area(opacity=0.9, line={"strokeWidth": 0.6, "color": "white"})
+        .encode(
+            x=depth_x,
+            y=alt.Y("ms_per_token:Q", stack="zero", title="ms per token (FUSED wall x TIMED share)"),
+            color=alt.Color("band:N", sort=order, scale=alt.Scale(domain=order, scheme="tableau10"), title="band"),
+            order=alt.Order("band_order:Q", sort="ascending"),
+            tooltip=[
+                alt.Tooltip("band:N"),
+                alt.Tooltip("depth:Q", title="depth (tokens)"),
+                alt.Tooltip("ms_per_token:Q", title="ms / token", format=".4f"),
+                alt.Tooltip("share:Q", title="TIMED share", format=".1%"),
+                alt.Tooltip("timed_ms:Q", title="TIMED band ms (chunk)", format=".2f"),
+                alt.Tooltip("fused_chunk_ms:Q", title="FUSED chunk ms", format=".1f"),
+            ],
+        )
+        .transform_filter(keep)
+    )
+    layers = [area]
+    info = _summary_frame(summary, runs)
+    if not info.empty:
+        crossed = info[info["crossover_depth"].notna()]
+        rule = (
+            alt.Chart(crossed).mark_rule(color="#222", strokeDash=[6, 4], strokeWidth=1.5).encode(x="crossover_depth:Q")
+        )
+        label = (
+            alt.Chart(crossed)
+            .mark_text(align="left", dx=5, dy=4, baseline="top", fontSize=11)
+            .encode(x="crossover_depth:Q", y=alt.value(0), text="crossover_label:N")
+        )
+        layers += [rule.transform_filter(keep), label.transform_filter(keep)]
+    top = alt.layer(*layers).properties(
+        width=width,
+        height=height,
+        title=title("ms per token by band", "stacked; dashed: attn_core overtakes ffn_moe (interpolated)"),
+    )
+    panels = [top]
+    if not info.empty:
+        panels.append(
+            alt.Chart(info)
+            .mark_text(align="left", baseline="top", lineBreak="\n", fontSize=12, color=MUTED)
+            .encode(x=alt.value(0), y=alt.value(0), text="info:N")
+            .transform_filter(keep)
+            .properties(width=width, height=34, view=alt.ViewConfig(stroke=None))
+        )
+    gaps = _gap_frame(summary)
+    if not gaps.empty:
+        line = (
+            alt.Chart(gaps)
+            .mark_line(point=True)
+            .encode(
+                x=depth_x,
+                y=alt.Y("value:Q", title="relative difference", axis=alt.Axis(format="+.0%")),
+                color=alt.Color(
+                    "series:N",
+                    title="check",
+                    legend=alt.Legend(labelLimit=320),
+                    sort=[GAP, BENCH],
+                    scale=alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"]),
+                ),
+                tooltip=[
+                    alt.Tooltip("series:N"),
+                    alt.Tooltip("depth:Q", title="depth (tokens)"),
+                    alt.Tooltip("value:Q", format="+.1%"),
+                ],
+            )
+            .transform_filter(keep)
+        )
+        zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color=MUTED).encode(y="y:Q")
+        panels.append(
+            alt.layer(zero, line).properties(
+                width=width,
+                height=max(140, height // 2),
+                title=title("instrument overhead and cross-check", "0 = agrees with the FUSED llama_decode wall"),
+            )
+        )
+    return (
+        alt.vconcat(*panels, spacing=28)
+        .add_params(param)
+        .resolve_scale(color="independent")
+        .properties(title=title(TITLE, f"{len(runs_drawn)} complete profile run(s); choose one in the dropdown"))
+    )
+
+
+def _summary_frame(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
+    """One row per profile run: the crossover and the labels drawn from it."""
+    if summary.empty or "crossover_depth" not in summary.columns:
+        return pd.DataFrame()
+    out = summary[["run_id", "crossover_depth"]].copy()
+    out["crossover_depth"] = out["crossover_depth"].astype(float)
+    chunks = {str(r["run_id"]): _chunk(str(r["params_json"] or "{}")) for _, r in runs.iterrows()}
+    crossover, info = [], []
+    for _, r in summary.iterrows():
+        depth, note = r.get("crossover_depth"), str(r.get("crossover_note") or "-")
+        crossover.append(f"attn_core > ffn_moe from depth ≈ {depth:.0f}" if pd.notna(depth) else "")
+        first = [f"{r['run_id']} ({r['host']})", f"crossover: {note}"]
+        chunk = chunks.get(str(r["run_id"]))
+        if chunk:
+            first.append(f"chunk: {chunk} tokens per llama_decode")
+        second = []
+        if pd.notna(r.get("attn_r2")) and pd.notna(r.get("attn_slope_ms_per_token_per_1k")):
+            slope = r["attn_slope_ms_per_token_per_1k"]
+            second.append(f"attn_core fit: {slope:+.4f} ms/token per 1k depth, R² {r['attn_r2']:.3f}")
+        if pd.notna(r.get("timed_vs_fused_gap_mean")):
+            second.append(f"mean TIMED/FUSED gap {r['timed_vs_fused_gap_mean']:+.1%}")
+        info.append("  ·  ".join(first) + "\n" + "  ·  ".join(second))
+    out["crossover_label"], out["info"] = crossover, info
+    return out
+
+
+def _gap_frame(summary: pd.DataFrame) -> pd.DataFrame:
+    """Long rows (run_id, depth, series, value) from the per-depth JSON maps of the summaries."""
+    rows: list[dict[str, object]] = []
+    for _, r in summary.iterrows():
+        for column, series, shift in (("timed_vs_fused_gap", GAP, 0.0), ("fused_vs_bench", BENCH, 1.0)):
+            text = r.get(column)
+            mapping = json.loads(text) if isinstance(text, str) and text else {}
+            for depth, value in sorted(mapping.items(), key=lambda kv: int(kv[0])):
+                rows.append({"run_id": r["run_id"], "depth": int(depth), "series": series, "value": value - shift})
+    return pd.DataFrame(rows)
+
+
+def _chunk(params_json: str) -> int | None:
+    try:
+        chunk = json.loads(params_json).get("profile", {}).get("chunk")
+    except (ValueError, AttributeError):
+        return None
+    return int(chunk) if isinstance(chunk, int) else None

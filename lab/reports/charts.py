@@ -1,0 +1,31 @@
+"""The report's charts, by name: each builder takes the catalog, the runs table and the report settings."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from pathlib import Path
+
+import pandas as pd
+
+from lab.reports.agreement import agreement_chart
+from lab.reports.bands import bands_chart
+from lab.reports.replay import replay_chart
+from lab.reports.style import Chart
+from lab.settings import ReportSettings
+
+Builder = Callable[[Path, pd.DataFrame, ReportSettings], Chart]
+
+CHARTS: dict[str, tuple[str, Builder]] = {
+    "agreement": (
+        "Fake-prefix prefill vs the estimate new / prefill_tps(L), with the genuine-hit and baseline controls",
+        agreement_chart,
+    ),
+    "bands": (
+        "Per-token prefill time by band vs depth, the attn_core/ffn_moe crossover, TIMED vs FUSED and llama-bench",
+        bands_chart,
+    ),
+    "replay": (
+        "Replay labs (seed 001): exact replay, replay span, consumer rows / SWA pairs and row-work",
+        replay_chart,
+    ),
+}

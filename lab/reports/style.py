@@ -1,0 +1,60 @@
+"""The look shared by every report chart: fonts, colours, the empty state and the run dropdown."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+from lab.reports.data import run_label
+
+# Altair's top-level chart classes (Chart, LayerChart, HConcatChart, ...) share no precise static type.
+Chart = Any
+
+MUTED = "#5f6b7a"
+GOOD = "#d9efd5"
+BAD = "#f6d2d2"
+NEUTRAL = "#eef1f4"
+
+
+def finish(chart: Chart) -> Chart:
+    """Top-level configuration: white background (PNGs are not transparent), readable type, quiet frames."""
+    return (
+        chart.configure(background="white", padding=16)
+        .configure_title(fontSize=17, anchor="start", subtitleFontSize=12, subtitleColor=MUTED, offset=10)
+        .configure_axis(labelFontSize=11, titleFontSize=12, titleFontWeight="normal", gridColor="#e6e9ed")
+        .configure_legend(labelFontSize=11, titleFontSize=12, titleFontWeight="normal", symbolSize=90)
+        .configure_header(labelFontSize=12, titleFontSize=12)
+        .configure_view(stroke="#d0d5db")
+    )
+
+
+def title(text: str, *subtitle: str) -> alt.TitleParams:
+    return alt.TitleParams(text=text, subtitle=[s for s in subtitle if s] or alt.Undefined)
+
+
+def empty_chart(heading: str, lines: list[str], width: int, height: int) -> Chart:
+    """A chart with nothing to draw: the heading and why, as text marks, so the page still renders."""
+    df = pd.DataFrame({"i": range(len(lines)), "line": lines})
+    return (
+        alt.Chart(df, title=title(heading))
+        .mark_text(fontSize=14, color=MUTED)
+        .encode(y=alt.Y("i:O", axis=None), text="line:N")
+        .properties(width=width, height=max(60, min(height, 40 * len(lines))))
+    )
+
+
+def run_param(name: str, prompt: str, runs: pd.DataFrame, default: str, all_label: str | None = None) -> Any:
+    """A dropdown over `runs` (bound to the variable `name`); with `all_label`, a first option "all"."""
+    options = [str(r) for r in runs["run_id"]]
+    labels = [run_label(r) for _, r in runs.iterrows()]
+    if all_label is not None:
+        options, labels = ["all", *options], [all_label, *labels]
+    return alt.param(name=name, value=default, bind=alt.binding_select(options=options, labels=labels, name=prompt))
+
+
+def run_filter(param: str, allow_all: bool = False) -> str:
+    """A Vega expression keeping the rows of the run selected in dropdown `param`."""
+    expr = f"datum.run_id === {param}"
+    return f"{param} === 'all' || {expr}" if allow_all else expr

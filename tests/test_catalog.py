@@ -1,0 +1,97 @@
+"""Catalog ingest on real run folders (the replay labs make them in a second): schemas validated, incomplete
+runs listed but not drawn, malformed rows rejected with file and line, all or nothing."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.catalog.ingest import IngestError, ingest
+from lab.catalog.tables import RUNS, SPECS, columns, load_table
+from lab.runs import RunFolder
+from lab.schemas import ArmStats, SweepPoint
+
+LAB = str(Path(sys.executable).parent / "lab")
+
+
+def lab(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal width
+    return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=120, env=env)
+
+
+@pytest.fixture
+def runs(tmp_path: Path) -> Path:
+    root = tmp_path / "runs"
+    for which in ("exact", "cost"):
+        assert lab("replay", which, "--runs-dir", str(root)).returncode == 0
+    broken = RunFolder.create(root, "sweep", "vm", {})
+    broken.update(status="incomplete", reason="interrupted by SIGTERM")
+    return root
+
+
+def test_ingest_builds_every_table(runs: Path, tmp_path: Path) -> None:
+    cat = tmp_path / "catalog"
+    r = ingest(runs, cat)
+    assert (r.runs, r.in_figures) == (3, 2)
+    assert r.rows["replay_exact"] == 2 and r.rows["replay_cost"] == 15 and r.rows["replay_row_work"] == 3
+    runs_table = load_table(cat, RUNS)
+    assert sorted(runs_table["status"]) == ["complete", "complete", "incomplete"]
+    assert not runs_table.loc[runs_table["status"] == "incomplete", "in_figures"].item()
+    for spec in SPECS:  # every table exists with its declared columns, even when empty
+        assert list(load_table(cat, spec.name).columns) == columns(spec.schema)
+    exact = load_table(cat, "replay_exact")
+    assert list(exact["last_suffix"]) == ["22", "57/2"]
+    assert (cat / "metrics.json").exists()
+
+
+def test_malformed_row_is_rejected_with_file_and_line_and_nothing_changes(runs: Path, tmp_path: Path) -> None:
+    cat = tmp_path / "catalog"
+    ingest(runs, cat)
+    before = {p.name: p.read_bytes() for p in (cat / "tables").iterdir()}
+    run = next(p for p in runs.iterdir() if "replay_cost" in p.name)
+    table = run / "raw" / "replay_cost.jsonl"
+    lines = table.read_text().splitlines()
+    lines[2] = lines[2].replace('"rows": ', '"rows": "many", "x": ').replace('"rows":', '"rows": "many", "y":')
+    table.write_text("\n".join(lines) + "\n")
+    with pytest.raises(IngestError, match=rf"{table}:3"):
+        ingest(runs, cat)
+    assert {p.name: p.read_bytes() for p in (cat / "tables").iterdir()} == before
+    assert not [p for p in cat.iterdir() if p.name.startswith(".tables")]  # no scratch left behind
+    r = lab("catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(cat))
+    assert r.returncode == 1 and f"{table}:3" in r.stderr
+
+
+def test_catalog_ls_and_show(runs: Path) -> None:
+    r = lab("catalog", "ls", "--runs-dir", str(runs))
+    assert r.returncode == 0 and "replay_exact" in r.stdout and "incomplete" in r.stdout
+    run = next(p for p in runs.iterdir() if "replay_exact" in p.name)
+    r = lab("catalog", "show", run.name, "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr
+    assert "cpu_model" in r.stdout and "lab_commit" in r.stdout and "replay_exact (2 rows)" in r.stdout
+
+
+def sweep_run(root: Path, fake_ms: float) -> RunFolder:
+    run = RunFolder.create(root, "sweep", "vm", {})
+    stats = ArmStats(median_ms=fake_ms, n_ok=1)
+    run.rewrite("points", [
+        SweepPoint(point="L512-n64", L=512, new=64, n_kv_padded=768, measurable=True, baseline=stats, fake=stats,
+                   genuine=stats, opt_prefill_ms=20.0)
+    ])  # fmt: skip
+    run.rewrite("samples", [])
+    run.complete()
+    return run
+
+
+def test_compare_prints_ratios_and_refuses_mixed_runs(runs: Path) -> None:
+    a, b = sweep_run(runs, 20.0), sweep_run(runs, 25.0)
+    r = lab("compare", a.path.name, b.path.name, "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr
+    row = next(line for line in r.stdout.splitlines() if "fake_median_ms" in line)
+    assert "1.250" in row and "512" in row
+    replay = next(p for p in runs.iterdir() if "replay_exact" in p.name)
+    r = lab("compare", a.path.name, replay.name, "--runs-dir", str(runs))
+    assert r.returncode == 1 and "cannot compare a sweep run with a replay_exact run" in r.stderr

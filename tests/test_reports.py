@@ -1,0 +1,444 @@
+"""Reports end to end: run folders -> `ingest` -> `render_reports` -> headless Chromium (system browser, offline).
+
+Every chart page must draw its marks from inlined Vega with no request leaving file:// and no console
+error; empty tables give an explanatory empty state; two catalogs of the same runs render byte-identical.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator
+from html.parser import HTMLParser
+from pathlib import Path
+from typing import Any, Literal
+
+import pandas as pd
+import pytest
+from playwright.sync_api import TimeoutError as PlaywrightTimeout
+from playwright.sync_api import sync_playwright
+from pydantic import BaseModel
+
+from lab.catalog.ingest import ingest
+from lab.catalog.tables import table_path
+from lab.reports import compare_chart, render_compare, render_reports
+from lab.reports.compare import CompareError
+from lab.reports.data import figure_rows, runs_table
+from lab.runs import RunFolder
+from lab.schemas import (
+    ArmName,
+    ArmStats,
+    BandDepth,
+    ProfileSummary,
+    ProfileWall,
+    ReplayCostRow,
+    ReplayExactRow,
+    ReplayRowWork,
+    ReplaySpanRow,
+    SweepPoint,
+    SweepSample,
+    ggml_pad,
+)
+from lab.settings import ReportSettings
+
+Mode = Literal["off", "mask", "compact"]
+CHROMIUM = Path("/usr/bin/chromium")
+CHARTS = ("agreement", "bands", "replay")
+SETTINGS = ReportSettings()
+BANDS = ("ffn_moe", "attn_core", "proj", "gdn", "other")
+ARMS: tuple[ArmName, ...] = ("fake", "genuine", "baseline")
+MODES: tuple[Mode, ...] = ("off", "mask", "compact")
+SWEEP_GRID = [(64, 64), (512, 64), (512, 256), (2048, 64), (2048, 256)]  # (64, 64): below the 256-column floor
+
+
+# --- run folders built from the schemas ------------------------------------------------------------------
+
+
+def make_run(
+    root: Path,
+    experiment: str,
+    host: str,
+    rows: dict[str, list[BaseModel]],
+    single: dict[str, BaseModel] | None = None,
+    params: dict[str, Any] | None = None,
+    complete: bool = True,
+) -> str:
+    run = RunFolder.create(root, experiment, host, params or {})
+    run.update(
+        host_summary={"host": host, "Model name": f"Test CPU @ {host}", "CPU(s)": "2", "uname": "Linux test"},
+        engine={"source": {"commit": "465b1f0e7", "origin": "test", "pinned": False}, "patch_sha256": "a5d6" * 16},
+        lab={"commit": "0" * 40, "dirty": False},
+    )
+    for table, table_rows in rows.items():
+        run.append(table, table_rows)
+    for name, row in (single or {}).items():
+        (run.path / "raw" / f"{name}.json").write_text(row.model_dump_json())
+    if complete:
+        run.complete()
+    else:
+        run.fail("interrupted by SIGTERM")
+    return run.path.name
+
+
+def sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
+    points: list[BaseModel] = []
+    samples: list[BaseModel] = []
+    for i, (L, new) in enumerate(SWEEP_GRID):
+        est = new / (3000.0 * speed / (1 + L / 4096)) * 1e3
+        fake = est * (1 + 0.03 * (-1) ** i)
+        arm = {"fake": fake, "genuine": fake * 1.02, "baseline": (L + new) / (3000.0 * speed) * 1e3 * 1.1}
+        stats = {k: ArmStats(median_ms=v, min_ms=v * 0.95, max_ms=v * 1.05, n_ok=3) for k, v in arm.items()}
+        points.append(
+            SweepPoint(
+                point=f"L{L}_n{new}",
+                L=L,
+                new=new,
+                n_kv_padded=ggml_pad(L + new),
+                measurable=L + new > 256,
+                baseline=stats["baseline"],
+                fake=stats["fake"],
+                genuine=stats["genuine"],
+                prefill_tps=new / est * 1e3,
+                opt_prefill_ms=est,
+                fake_vs_estimate=fake / est - 1,
+                fake_vs_genuine=-0.02,
+                fake_vs_baseline=fake / arm["baseline"],
+            )
+        )
+        samples += [
+            SweepSample(point=f"L{L}_n{new}", L=L, new=new, arm=a, rep=0, ok=True, prompt_ms=arm[a], t_utc="x")
+            for a in ARMS
+        ]
+    return {"points": points, "samples": samples}
+
+
+def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
+    depths = [0, 512, 1024, 1536, 2048]
+    bands: list[BaseModel] = []
+    walls: list[BaseModel] = []
+    for d in depths:
+        per = {"ffn_moe": 0.09, "attn_core": 0.01 + 0.05 * d / 1000, "proj": 0.015, "gdn": 0.09, "other": 0.012}
+        total = sum(per.values()) * scale
+        fused = total * 512
+        for b in BANDS:
+            share = per[b] * scale / total
+            bands.append(
+                BandDepth(
+                    depth=d,
+                    band=b,
+                    timed_ms=share * fused * 1.1,
+                    share=share,
+                    fused_chunk_ms=fused,
+                    ms_per_token=share * fused / 512,
+                )
+            )
+        walls += [ProfileWall(mode=m, cycle=0, depth=d, ms=fused) for m in ("fused", "timed")]
+    summary = ProfileSummary(
+        max_depth=2048,
+        crossover_depth=1600.0,
+        crossover_note="1600",
+        attn_slope_ms_per_token_per_1k=0.05,
+        attn_intercept_ms_per_token=0.01,
+        attn_r2=0.99,
+        flat_cv={"ffn_moe": 0.02},
+        timed_vs_fused_gap={str(d): 0.1 - 0.02 * i for i, d in enumerate(depths)},
+        timed_vs_fused_gap_mean=0.06,
+        fused_vs_bench={str(d): 1.0 + 0.01 * i for i, d in enumerate(depths)},
+    )
+    return {"profile_walls": walls, "profile_bands": bands}, {"profile_summary": summary}
+
+
+def replay_runs(root: Path) -> None:
+    common = {"window": 3, "depth": 2, "length": 8, "keep": 3, "next_input": "9"}
+    shared = {"last_full": "22", "last_suffix": "22", "next_full": "25", "next_suffix": "25", "exact": True}
+    values = {"last_full_value": 22, "last_suffix_value": 22, "next_full_value": 25, "next_suffix_value": 25}
+    per_layer = {"last_full": "28", "last_suffix": "57/2", "next_full": "32", "next_suffix": "193/6", "exact": False}
+    diff_values = {"last_full_value": 28, "last_suffix_value": 28.5, "next_full_value": 32, "next_suffix_value": 32.17}
+    differs = {"first_diff_layer": 2, "first_diff_pos": 5}
+    exact = [
+        ReplayExactRow.model_validate({"kv_source": "shared", **common, **shared, **values}),
+        ReplayExactRow.model_validate({"kv_source": "per-layer", **common, **per_layer, **diff_values, **differs}),
+    ]
+    make_run(root, "replay_exact", "host-a", {"replay_exact": list(exact)})
+    span = [
+        ReplaySpanRow(
+            window=w,
+            depth=d,
+            span=w + (d - 1) * (w - 1),
+            cases=2 ** (w + d + 1),
+            shared_window_exact=2 ** (w + d + 1),
+            per_layer_span_exact=2 ** (w + d + 1),
+            shorter_fails=w,
+            counterexample=[0, 1],
+            ok=True,
+        )
+        for w in (2, 3)
+        for d in (1, 2)
+    ]
+    make_run(root, "replay_span", "host-a", {"replay_span": list(span)})
+    cost = [
+        ReplayCostRow(
+            case=case,
+            window=3,
+            keep=4,
+            length=12,
+            start=0,
+            end=end,
+            valid_start=0,
+            mode=mode,
+            rows=rows,
+            pairs=pairs,
+            reference_rows=rows,
+            reference_pairs=pairs,
+        )
+        for case, end, work in (("short", 2, [(2, 3)] * 3), ("long", 12, [(12, 33), (12, 9), (4, 9)]))
+        for mode, (rows, pairs) in zip(MODES, work, strict=True)
+    ]
+    work = [
+        ReplayRowWork(
+            length=n, producer_layers=20, consumer_layers=20, keep=140, full=40 * n, compact=c, ratio=c / (40 * n)
+        )
+        for n, c in ((64, 2560), (1024, 23280))
+    ]
+    make_run(root, "replay_cost", "host-a", {"replay_cost": list(cost), "replay_row_work": list(work)})
+
+
+@pytest.fixture(scope="module")
+def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    root = tmp_path_factory.mktemp("runs")
+    params = {"sweep": {"Ls": [64, 512, 2048], "news": [64, 256]}}
+    make_run(root, "sweep", "host-a", sweep_rows(1.0), params=params)
+    make_run(root, "sweep", "host-b", sweep_rows(1.6), params=params)
+    make_run(root, "sweep", "host-b", sweep_rows(1.3), params=params, complete=False)  # listed, not drawn
+    for host, scale in (("host-a", 1.0), ("host-b", 0.8)):
+        rows, single = profile_rows(scale)
+        make_run(root, "profile", host, rows, single, params={"profile": {"chunk": 512}})
+    replay_runs(root)
+    return root
+
+
+@pytest.fixture(scope="module")
+def catalog(runs_dir: Path, tmp_path_factory: pytest.TempPathFactory) -> Path:
+    cat = tmp_path_factory.mktemp("clone-a") / "catalog"
+    ingest(runs_dir, cat)
+    return cat
+
+
+@pytest.fixture(scope="module")
+def reports(catalog: Path, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[Path]]:
+    out = tmp_path_factory.mktemp("reports")
+    return out, render_reports(catalog, out, SETTINGS)
+
+
+@pytest.fixture(scope="module")
+def empty_reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """A catalog whose only run is incomplete: every table exists, and is empty."""
+    root = tmp_path_factory.mktemp("runs-empty")
+    make_run(root, "sweep", "host-a", sweep_rows(1.0), complete=False)
+    cat = tmp_path_factory.mktemp("catalog-empty")
+    ingest(root, cat)
+    out = tmp_path_factory.mktemp("reports-empty")
+    render_reports(cat, out, SETTINGS)
+    return out
+
+
+# --- the browser ---------------------------------------------------------------------------------------
+
+
+class Browser:
+    """Chromium with every request outside file:// aborted and recorded."""
+
+    def __init__(self, browser: Any) -> None:
+        self.browser = browser
+
+    def open(self, path: Path, interact: Any = None) -> dict[str, Any]:
+        """Load `path` offline; returns mark counts, requests that tried to leave file://, console errors."""
+        context = self.browser.new_context()
+        blocked: list[str] = []
+
+        def route(r: Any) -> None:
+            if r.request.url.startswith("file://"):
+                r.continue_()
+            else:
+                blocked.append(r.request.url)
+                r.abort()
+
+        context.route("**/*", route)
+        page = context.new_page()
+        errors: list[str] = []
+        page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
+        page.on("pageerror", lambda e: errors.append(str(e)))
+        page.goto(path.as_uri())
+        try:
+            page.wait_for_selector("#vis svg", timeout=10_000)
+        except PlaywrightTimeout:
+            raise AssertionError(f"{path.name}: no chart drawn; blocked requests {blocked}, errors {errors}") from None
+        result: dict[str, Any] = {"blocked": blocked, "errors": errors, **self.count(page)}
+        if interact is not None:
+            result["after"] = interact(page)
+        context.close()
+        return result
+
+    @staticmethod
+    def count(page: Any) -> dict[str, int]:
+        def n(selector: str) -> int:
+            return int(page.locator(f"#vis svg {selector}").count())
+
+        return {
+            "symbols": n("g.mark-symbol.role-mark path"),
+            "areas": n("g.mark-area.role-mark path"),
+            "rects": n("g.mark-rect.role-mark path"),
+            "texts": n("g.mark-text.role-mark text"),
+            "lines": n("g.mark-line.role-mark path"),
+            "rules": n("g.mark-rule.role-mark line"),
+        }
+
+
+@pytest.fixture(scope="module")
+def browser() -> Iterator[Browser]:
+    if not CHROMIUM.exists():
+        pytest.fail(f"{CHROMIUM} is missing: install the system Chromium (Debian `chromium`; CI installs it)")
+    with sync_playwright() as p:
+        b = p.chromium.launch(executable_path=str(CHROMIUM), args=["--no-sandbox", "--disable-gpu"])
+        yield Browser(b)
+        b.close()
+
+
+# --- tests ------------------------------------------------------------------------------------------------
+
+
+def test_render_writes_every_chart_and_format(reports: tuple[Path, list[Path]]) -> None:
+    out, paths = reports
+    expected = [out / f"{name}.{fmt}" for name in CHARTS for fmt in ("html", "png", "svg")] + [out / "index.html"]
+    assert paths == expected
+    for p in paths:
+        assert p.stat().st_size > 0, p
+    html = (out / "agreement.html").read_text()
+    assert "cdn.jsdelivr" not in html and "<script src=" not in html  # Vega is inlined
+    assert (out / "agreement.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
+
+
+def test_agreement_draws_complete_runs_and_the_dropdown_filters(
+    reports: tuple[Path, list[Path]], browser: Browser, catalog: Path
+) -> None:
+    out, _ = reports
+    drawn = runs_table(catalog).query("experiment == 'sweep' and in_figures")
+    assert len(drawn) == 2  # the incomplete sweep run is not drawn
+    one = str(drawn["run_id"].iloc[0])
+
+    def pick_one_run(page: Any) -> dict[str, int]:
+        page.select_option("select[name='sweep_run']", one)
+        page.wait_for_timeout(200)
+        return Browser.count(page)
+
+    r = browser.open(out / "agreement.html", interact=pick_one_run)
+    assert r["blocked"] == [] and r["errors"] == []
+    n = len(SWEEP_GRID)
+    # per run: n fake points (left) + n genuine + n baseline (right)
+    assert r["symbols"] == 2 * 3 * n, r
+    assert r["after"]["symbols"] == 3 * n, r["after"]
+    assert r["areas"] == 1 and r["lines"] == 2  # the tolerance band and both y = x lines
+
+
+def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
+    out, _ = reports
+    profiles = [str(r) for r in runs_table(catalog).query("experiment == 'profile'")["run_id"]]
+
+    def pick_each_run(page: Any) -> list[tuple[int, bool]]:
+        seen = []
+        for run_id in profiles:
+            page.select_option("select[name='profile_run']", run_id)
+            page.wait_for_timeout(200)
+            texts = page.locator("#vis svg g.mark-text.role-mark text").all_text_contents()
+            seen.append((Browser.count(page)["areas"], any(run_id in t for t in texts)))
+        return seen
+
+    bands = browser.open(out / "bands.html", interact=pick_each_run)
+    assert bands["after"] == [(len(BANDS), True)] * len(profiles)  # one run at a time, its own summary line
+    assert bands["blocked"] == [] and bands["errors"] == []
+    assert bands["areas"] == len(BANDS)  # one stacked area per band, for the selected run only
+    assert bands["rules"] >= 2  # the crossover rule and the zero line of the gap panel
+    assert bands["lines"] == len(BANDS) + 2  # the areas' outlines, TIMED/FUSED gap and FUSED/llama-bench
+    replay = browser.open(out / "replay.html")
+    assert replay["blocked"] == [] and replay["errors"] == []
+    assert replay["rects"] >= 2 * 6 + 4 * 6 + 6 * 2 + 2  # exact grid, span grid, cost bars, row-work bars
+    assert replay["texts"] >= 2 * 6 + 4 * 6
+
+
+def test_empty_catalog_renders_an_explanatory_state(empty_reports: Path, browser: Browser) -> None:
+    for name in CHARTS:
+        r = browser.open(empty_reports / f"{name}.html")
+        assert r["blocked"] == [] and r["errors"] == [], name
+        assert r["texts"] >= 1 and r["symbols"] == 0 and r["areas"] == 0, (name, r)
+        assert (empty_reports / f"{name}.png").exists() and (empty_reports / f"{name}.svg").exists()
+    index = (empty_reports / "index.html").read_text()
+    assert "incomplete: not drawn" in index and "interrupted by SIGTERM" in index
+    nothing = empty_reports / "from-nothing"
+    paths = render_reports(empty_reports / "no-catalog-here", nothing, ReportSettings(formats=["svg"]))
+    assert [p.name for p in paths] == ["agreement.svg", "bands.svg", "replay.svg", "index.html"]
+
+
+class _Links(HTMLParser):
+    def __init__(self) -> None:
+        super().__init__()
+        self.targets: list[str] = []
+
+    def handle_starttag(self, tag: str, attrs: list[tuple[str, str | None]]) -> None:
+        for key, value in attrs:
+            if key in ("href", "src") and value:
+                self.targets.append(value)
+
+
+def test_index_links_resolve_and_lists_provenance(reports: tuple[Path, list[Path]], catalog: Path) -> None:
+    out, _ = reports
+    html = (out / "index.html").read_text()
+    parser = _Links()
+    parser.feed(html)
+    assert {f"{c}.html" for c in CHARTS} <= set(parser.targets)
+    for target in parser.targets:
+        assert "://" not in target and (out / target).is_file(), target
+    runs = runs_table(catalog)
+    for _, r in runs.iterrows():
+        assert r["run_id"] in html and r["cpu_model"] in html
+    assert html.count("not drawn</span>") == 1  # the incomplete sweep run
+    assert "<code>465b1f0e7</code>" in html and f"<code>{'a5d6' * 3}</code>" in html  # the patch sha, short
+
+
+def test_same_catalog_renders_byte_identical(runs_dir: Path, reports: tuple[Path, list[Path]], tmp_path: Path) -> None:
+    _, paths = reports
+    clone = tmp_path / "clone-b" / "catalog"
+    ingest(runs_dir, clone)
+    again = render_reports(clone, tmp_path / "reports-b", SETTINGS)
+    assert [p.name for p in again] == [p.name for p in paths]
+    for a, b in zip(paths, again, strict=True):
+        assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two renders of the same runs"
+
+
+def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
+    """Even if a table held rows of an incomplete run, the charts would not take them."""
+    cat = tmp_path / "catalog"
+    (cat / "tables").mkdir(parents=True)
+    for name in ("runs", "sweep_points"):
+        table_path(cat, name).write_bytes(table_path(catalog, name).read_bytes())
+    runs = runs_table(cat)
+    dead = str(runs.loc[~runs["in_figures"], "run_id"].iloc[0])
+    pts = pd.read_parquet(table_path(cat, "sweep_points"))
+    pd.concat([pts, pts.head(2).assign(run_id=dead)]).to_parquet(table_path(cat, "sweep_points"))
+    drawn = figure_rows(cat, "sweep_points", runs, keys=["L", "new"])
+    assert dead not in set(drawn["run_id"]) and len(drawn) == len(pts)
+
+
+def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]], browser: Browser) -> None:
+    out, _ = reports
+    runs = runs_table(catalog).query("in_figures")
+    for experiment, cells in (("sweep", 4 * len(SWEEP_GRID)), ("profile", 5 * (len(BANDS) + 1))):
+        a, b = (str(x) for x in runs.loc[runs["experiment"] == experiment, "run_id"])
+        paths = render_compare(catalog, out, a, b, SETTINGS)
+        assert [p.name for p in paths] == [f"compare_{a}_vs_{b}.{fmt}" for fmt in ("html", "png", "svg")]
+        r = browser.open(paths[0])
+        assert r["blocked"] == [] and r["errors"] == []
+        assert r["rects"] == cells and r["texts"] >= cells, (experiment, r)
+    sweep = str(runs.loc[runs["experiment"] == "sweep", "run_id"].iloc[0])
+    profile = str(runs.loc[runs["experiment"] == "profile", "run_id"].iloc[0])
+    with pytest.raises(CompareError, match="sweep run"):
+        compare_chart(catalog, sweep, profile)
+    with pytest.raises(CompareError, match="no unique run"):
+        compare_chart(catalog, "nope", sweep)
