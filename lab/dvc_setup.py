@@ -43,7 +43,7 @@ def track_runs(runs_dir: Path, repo: Path) -> list[str]:
         if status != "running" and not d.with_name(d.name + ".dvc").exists():
             todo.append(str(d.resolve()))
     if todo:
-        r = dvc("add", "--quiet", *todo, cwd=repo)
+        r = dvc("add", *todo, cwd=repo)
         if r.returncode != 0:
-            raise RuntimeError(f"dvc add failed: {r.stderr.strip()}")
+            raise RuntimeError(f"dvc add failed: {(r.stderr + r.stdout).strip()}")
     return todo
