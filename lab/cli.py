@@ -222,20 +222,25 @@ def replay_trace(
 def model_tiny(
     arch: Annotated[str, typer.Option("--arch", help="qwen35moe (default) | qwen3moe | gemma3 (iSWA)")] = "qwen35moe",
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    vision: Annotated[bool, typer.Option("--vision", help="also the tiny qwen3vl projector (--mmproj)")] = False,
     cache_dir: CacheDir = None,
 ) -> None:
-    """Write (once, cached, deterministic) the tiny random-weight model and print its path."""
-    from lab.engine.models import ensure_tiny_model
+    """Write (once, cached, deterministic) the tiny random-weight model and print its path (then the projector's)."""
+    from lab.engine.models import ensure_tiny_model, ensure_tiny_projector
     from lab.engine.source import SourceError, prepare_source
     from lab.engine.tinymodel import TinyModelSpec
 
     s = _settings(cache_dir)
+    spec = TinyModelSpec(arch=arch, seed=seed)
     try:
         src = prepare_source(s.engine, s.cache_dir)
-        path = ensure_tiny_model(s.cache_dir, src, TinyModelSpec(arch=arch, seed=seed))
+        paths = [ensure_tiny_model(s.cache_dir, src, spec)]
+        if vision:
+            paths.append(ensure_tiny_projector(s.cache_dir, src, text=spec))
     except (SourceError, ValueError) as e:
         raise _fail(e) from e
-    typer.echo(str(path))
+    for path in paths:
+        typer.echo(str(path))
 
 
 def _build(s: Any, flavor: str, quiet: bool) -> Any:

@@ -13,6 +13,7 @@ from lab.engine.models import VOCAB_REL
 from lab.engine.source import PreparedSource
 from lab.engine.tinymodel import (
     GEMMA3_SLIDING_WINDOW,
+    QWEN_ADDED_TOKENS,
     SUPPORTED_ARCHS,
     TinyModelSpec,
     _read_gguf_kv,
@@ -87,10 +88,18 @@ def test_reads_back_with_gguf_reader(reader: Any) -> None:
         assert float(np.abs(data).max()) < 20.0, t.name
 
 
-def test_tokenizer_copied_verbatim(small_model: Path, vocab: Path) -> None:
+def test_tokenizer_copied(small_model: Path, vocab: Path) -> None:
+    """Verbatim, except that the Qwen added tokens fill their [PAD] slots at their real ids."""
     src = {k: v for k, v in _kv(vocab).items() if k.startswith("tokenizer.")}
     out = _kv(small_model)
+    tokens, types = list(src["tokenizer.ggml.tokens"]), list(src["tokenizer.ggml.token_type"])
+    for tid, (text, ttype) in QWEN_ADDED_TOKENS.items():
+        assert tokens[tid] == f"[PAD{tid}]".encode(), "the vendored vocab lacks them"
+        tokens[tid], types[tid] = text, ttype
+    src.update({"tokenizer.ggml.tokens": tokens, "tokenizer.ggml.token_type": types})
     assert {k: v for k, v in out.items() if k.startswith("tokenizer.")} == src
+    assert out["tokenizer.ggml.tokens"][151652:151654] == [b"<|vision_start|>", b"<|vision_end|>"]
+    assert out["tokenizer.ggml.token_type"][151652:151654] == [3, 3]  # CONTROL, as the converter writes them
     for key in (
         "tokenizer.ggml.model",
         "tokenizer.ggml.tokens",

@@ -7,9 +7,10 @@ import json
 from dataclasses import asdict
 from pathlib import Path
 
-from lab.engine import tinymodel
+from lab.engine import tinymodel, tinyvision
 from lab.engine.source import PreparedSource, file_sha256, prepare_source
 from lab.engine.tinymodel import TinyModelSpec, write_tiny_model
+from lab.engine.tinyvision import TinyVisionSpec, write_tiny_projector
 from lab.settings import Settings
 
 VOCAB_REL = Path("models") / "ggml-vocab-qwen35.gguf"
@@ -30,6 +31,30 @@ def ensure_tiny_model(cache_dir: Path, source: PreparedSource, spec: TinyModelSp
     if not out.exists():
         out.parent.mkdir(parents=True, exist_ok=True)
         write_tiny_model(out, vocab, spec, gguf_py_dir=source.path / "gguf-py")
+    return out
+
+
+def tiny_projector_path(cache_dir: Path, spec: TinyVisionSpec) -> Path:
+    # tinyvision borrows tinymodel's random streams, so both writers' sources are in the key
+    writers = file_sha256(Path(tinyvision.__file__)) + file_sha256(Path(tinymodel.__file__))
+    digest = hashlib.sha256((json.dumps(asdict(spec), sort_keys=True) + writers).encode()).hexdigest()[:12]
+    return cache_dir / "models" / f"tiny-mmproj-{tinyvision.PROJECTOR_TYPE}-{digest}.gguf"
+
+
+def ensure_tiny_projector(
+    cache_dir: Path, source: PreparedSource, spec: TinyVisionSpec | None = None, text: TinyModelSpec | None = None
+) -> Path:
+    """Write the tiny vision projector for the tiny text model ``text`` if it is not cached yet (deterministic).
+
+    Its output width is the text model's ``n_embd`` (``spec`` defaults to that; a mismatch is refused).
+    """
+    text = text or TinyModelSpec()
+    spec = spec or TinyVisionSpec(n_embd_text=text.n_embd)
+    if spec.n_embd_text != text.n_embd:
+        raise ValueError(f"projector n_embd_text {spec.n_embd_text} != text model n_embd {text.n_embd}")
+    out = tiny_projector_path(cache_dir, spec)
+    if not out.exists():
+        write_tiny_projector(out, spec, gguf_py_dir=source.path / "gguf-py")
     return out
 
 

@@ -117,7 +117,11 @@ def die_with_parent() -> None:
 
 
 def server_args(settings: ServerSettings, model: Path, port: int, extra: list[str]) -> list[str]:
-    """Measurement hygiene: one slot, no context shift, no draft, checkpoints/prompt cache as configured."""
+    """Measurement hygiene: one slot, no context shift, no draft, checkpoints/prompt cache as configured,
+    no projector unless one is given explicitly (``--mmproj PATH`` in the extra args)."""
+    extra = list(settings.extra_args) + list(extra)
+    # --no-mmproj also drops an explicit --mmproj (common_params_handle_models), so leave it out then
+    mmproj = "--mmproj" in extra or "-mm" in extra
     args = [
         "--host", "127.0.0.1",
         "--port", str(port),
@@ -134,10 +138,10 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
         "--flash-attn", settings.flash_attn,
         "--fit", "off",
         "--no-ui",
-        "--no-mmproj",
+        *([] if mmproj else ["--no-mmproj"]),
         "--log-verbosity", "4",  # llama_context / memory lines: the resolved config is parsed from them
     ]  # fmt: skip
-    return args + list(settings.extra_args) + list(extra)
+    return args + extra
 
 
 class LlamaServer:

@@ -1,0 +1,57 @@
+"""Client side of image steps: prompts with a screenshot in the new part of a fake-prefix request.
+
+A multimodal /completion prompt is a string with the server's media marker (random per server process,
+from /props `media_marker`) plus base64 images, so the L-token prefix has to be text that tokenizes to
+exactly L tokens: common single-token words (" the", " of", ...), checked with the server's tokenizer.
+mtmd wraps each image in <|vision_start|> ... <|vision_end|> (one token each with the Qwen vocab), so an
+image adds nx*ny image tokens + 2 marker tokens to prompt_n, and advances max(nx, ny) positions (M-RoPE).
+"""
+
+from __future__ import annotations
+
+import base64
+import random
+from typing import Any
+
+from lab.engine.server import LlamaServer
+from lab.engine.tinyvision import image_grid
+
+WORDS = (
+    " the", " of", " and", " to", " in", " is", " that", " for", " it", " with", " as", " was", " on", " be",
+    " at", " by", " this", " had", " not", " are", " but", " from", " or", " have", " an", " they", " which",
+)  # fmt: skip
+IMAGE_MARKERS = 2  # <|vision_start|>, <|vision_end|>
+
+
+class MediaError(RuntimeError):
+    pass
+
+
+def filler_text(srv: LlamaServer, n: int, seed: int = 0) -> str:
+    """Text of exactly n tokens for this server's tokenizer (checked, never assumed)."""
+    words = [w for w in WORDS if len(srv.tokenize(w)) == 1]
+    rng = random.Random(seed)
+    text = "".join(rng.choice(words) for _ in range(n))
+    got = len(srv.tokenize(text))
+    if got != n:
+        raise MediaError(f"filler of {n} words tokenized to {got} tokens")
+    return text
+
+
+def image_tokens(width: int, height: int) -> tuple[int, int]:
+    """(prompt tokens, positions) an image adds: nx*ny + the two markers, and max(nx, ny) positions."""
+    nx, ny = image_grid(width, height)
+    return nx * ny + IMAGE_MARKERS, max(nx, ny)
+
+
+def media_prompt(srv: LlamaServer, before: str, pngs: list[bytes], after: str) -> dict[str, Any]:
+    """`before` + one media marker per image + `after` (images adjacent only if the caller asks)."""
+    marker = str(srv.props()["media_marker"])
+    return {
+        "prompt_string": before + marker * len(pngs) + after,
+        "multimodal_data": [base64.b64encode(p).decode() for p in pngs],
+    }
+
+
+def data_url(png: bytes) -> str:
+    return "data:image/png;base64," + base64.b64encode(png).decode()

@@ -1,0 +1,33 @@
+"""Deterministic PNG images in pure Python (zlib + struct, numpy for speed; no Pillow)."""
+
+from __future__ import annotations
+
+import struct
+import zlib
+
+import numpy as np
+
+_TILE = 32  # solid-colour tiles: a screenshot-like image that compresses well
+
+
+def _chunk(kind: bytes, data: bytes) -> bytes:
+    return struct.pack(">I", len(data)) + kind + data + struct.pack(">I", zlib.crc32(kind + data))
+
+
+def make_png(width: int, height: int, seed: int = 0) -> bytes:
+    """An 8-bit RGB PNG: seeded random colour tiles with a light grid; same arguments, same bytes."""
+    if width <= 0 or height <= 0:
+        raise ValueError(f"width and height must be > 0, got {width}x{height}")
+    rng = np.random.default_rng(seed)
+    tiles = rng.integers(0, 256, size=(-(-height // _TILE), -(-width // _TILE), 3), dtype=np.uint8)
+    rgb = np.repeat(np.repeat(tiles, _TILE, axis=0), _TILE, axis=1)[:height, :width]
+    rgb[::_TILE, :] = 255
+    rgb[:, ::_TILE] = 255
+    rows = np.concatenate([np.zeros((height, 1), dtype=np.uint8), rgb.reshape(height, width * 3)], axis=1)
+    ihdr = struct.pack(">IIBBBBB", width, height, 8, 2, 0, 0, 0)  # 8-bit truecolour, no interlace
+    return (
+        b"\x89PNG\r\n\x1a\n"
+        + _chunk(b"IHDR", ihdr)
+        + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 9))
+        + _chunk(b"IEND", b"")
+    )

@@ -1,0 +1,184 @@
+"""A deterministic random-weight vision projector (mmproj GGUF) for the tiny text model.
+
+:func:`write_tiny_projector` writes a ``clip.projector_type = qwen3vl_merger`` projector, the type
+Qwen3.5 uses at the pinned llama.cpp: the keys and tensors are exactly those the converter writes
+(``conversion/qwen3vl.py`` ``Qwen3VLVisionModel`` + ``MmprojModel`` in ``conversion/base.py``), the
+graph is ``tools/mtmd/models/qwen3vl.cpp``.  llama-server loads it with ``--mmproj`` next to the tiny
+text model, so image steps run the real mtmd path (preprocess, ViT encode, M-RoPE image positions).
+
+What the loader and graph need (llama.cpp 465b1f0e7):
+
+- ``spatial_merge_size`` 2: the graph hard-codes a 2x2 merge (``n_embd * 4`` rows into ``mm.0``);
+- no deepstack layers: they widen the projector output to ``n_embd_text * (1 + n_deepstack)``,
+  which only a text model that declares deepstack layers (qwen3vl) accepts, not qwen35moe;
+- ``v.position_embd.weight`` F32: with F16 the server aborts at startup in ``ggml_interpolate``
+  (the table is interpolated to every image's patch grid, warmup included);
+- ``mm.2`` output width = the text model's ``n_embd`` (mtmd refuses a mismatch at load).
+
+Image tokens: the server resizes an image to multiples of ``patch_size * 2`` (see
+:func:`image_grid`), one token per 2x2 patch block; M-RoPE advances positions by ``max(nx, ny)``.
+"""
+
+from __future__ import annotations
+
+import math
+import os
+import tempfile
+from dataclasses import dataclass
+from pathlib import Path
+from typing import Any
+
+import numpy as np
+
+from lab.engine.tinymodel import _F32, _import_gguf, _Tensors
+
+PROJECTOR_TYPE = "qwen3vl_merger"
+#: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).
+SPATIAL_MERGE = 2
+# llama.cpp's qwen3vl token budget (clip.cpp: set_limit_image_tokens(8, 4096)).
+MIN_IMAGE_TOKENS = 8
+MAX_IMAGE_TOKENS = 4096
+
+_LN_EPS = 1e-6  # the converter writes the text config's rms_norm_eps (Qwen3.5: 1e-6)
+_IMAGE_MEAN = (0.5, 0.5, 0.5)  # Qwen3-VL preprocessor_config.json
+_IMAGE_STD = (0.5, 0.5, 0.5)
+
+
+@dataclass(frozen=True)
+class TinyVisionSpec:
+    """Shape of the tiny projector.  ``n_embd_text`` must be the text model's ``n_embd``."""
+
+    n_embd_text: int = 256
+    n_embd: int = 64
+    n_head: int = 2
+    n_layer: int = 2
+    n_ff: int = 128
+    patch_size: int = 16
+    image_size: int = 256  # learned position table: (image_size / patch_size)^2 entries, interpolated per image
+    seed: int = 0
+
+    def validate(self) -> None:
+        for name in ("n_embd_text", "n_embd", "n_head", "n_layer", "n_ff", "patch_size", "image_size"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 4:
+            # M-RoPE splits each head into 4 sections of d_head / 4 (qwen3vl.cpp)
+            raise ValueError(f"n_embd / n_head must be a multiple of 4, got {self.n_embd}/{self.n_head}")
+        if self.image_size % (self.patch_size * SPATIAL_MERGE):
+            raise ValueError(f"image_size must be a multiple of {self.patch_size * SPATIAL_MERGE}")
+        if self.seed < 0:
+            raise ValueError(f"seed must be >= 0, got {self.seed}")
+
+
+def _cpp_round(x: float) -> int:
+    """std::round: halves away from zero (Python's round() rounds halves to even)."""
+    return math.floor(x + 0.5)
+
+
+def image_grid(width: int, height: int, patch_size: int = 16) -> tuple[int, int]:
+    """(nx, ny) image tokens for a width x height image, as llama.cpp's qwen3vl preprocessing computes them.
+
+    ``calc_size_preserved_ratio`` (mtmd-image.cpp, transformers' smart_resize): round each side to a
+    multiple of ``align = patch_size * 2`` (at least one), then rescale into the token budget if needed.
+    """
+    align = patch_size * SPATIAL_MERGE
+    min_pixels = MIN_IMAGE_TOKENS * align * align
+    max_pixels = MAX_IMAGE_TOKENS * align * align
+    h_bar = max(align, _cpp_round(height / align) * align)
+    w_bar = max(align, _cpp_round(width / align) * align)
+    if h_bar * w_bar > max_pixels:
+        beta = math.sqrt(height * width / max_pixels)
+        h_bar = max(align, math.floor(height / beta / align) * align)
+        w_bar = max(align, math.floor(width / beta / align) * align)
+    elif h_bar * w_bar < min_pixels:
+        beta = math.sqrt(min_pixels / (height * width))
+        h_bar = math.ceil(height * beta / align) * align
+        w_bar = math.ceil(width * beta / align) * align
+    return w_bar // align, h_bar // align
+
+
+def _tensors(spec: TinyVisionSpec) -> _Tensors:
+    """The converter's tensors (numpy shapes; ggml ne is reversed).  Dtypes as the converter's F16 output:
+    matrices and the patch convolutions F16; 1-D tensors and the position table F32."""
+    e, p, m = spec.n_embd, spec.patch_size, spec.n_embd * SPATIAL_MERGE**2
+    t = _Tensors(spec.seed)
+    # Conv3D (temporal patch 2) split into two Conv2D kernels, summed for a still image
+    t.mat("v.patch_embd.weight", (e, 3, p, p))
+    t.mat("v.patch_embd.weight.1", (e, 3, p, p))
+    t.mat("v.patch_embd.bias", (e,), _F32)
+    t.mat("v.position_embd.weight", ((spec.image_size // p) ** 2, e), _F32)
+    for il in range(spec.n_layer):
+        b = f"v.blk.{il}."
+        t.norm(b + "ln1.weight", e)
+        t.mat(b + "ln1.bias", (e,), _F32)
+        t.mat(b + "attn_qkv.weight", (3 * e, e))
+        t.mat(b + "attn_qkv.bias", (3 * e,), _F32)
+        t.mat(b + "attn_out.weight", (e, e))
+        t.mat(b + "attn_out.bias", (e,), _F32)
+        t.norm(b + "ln2.weight", e)
+        t.mat(b + "ln2.bias", (e,), _F32)
+        t.mat(b + "ffn_up.weight", (spec.n_ff, e))
+        t.mat(b + "ffn_up.bias", (spec.n_ff,), _F32)
+        t.mat(b + "ffn_down.weight", (e, spec.n_ff))
+        t.mat(b + "ffn_down.bias", (e,), _F32)
+    # merger: LayerNorm over n_embd, then 2x2 patches -> (4 n_embd) -> GELU MLP -> n_embd_text
+    t.norm("v.post_ln.weight", e)
+    t.mat("v.post_ln.bias", (e,), _F32)
+    t.mat("mm.0.weight", (m, m))
+    t.mat("mm.0.bias", (m,), _F32)
+    t.mat("mm.2.weight", (spec.n_embd_text, m))
+    t.mat("mm.2.bias", (spec.n_embd_text,), _F32)
+    return t
+
+
+def _write_keys(gguf: Any, w: Any, spec: TinyVisionSpec) -> None:
+    w.add_type(gguf.GGUFType.MMPROJ)
+    w.add_name("lab-tiny-qwen3vl-mmproj")
+    w.add_file_type(int(gguf.LlamaFileType.MOSTLY_F16))
+    # MmprojModel.set_gguf_parameters
+    w.add_clip_has_vision_encoder(True)
+    w.add_vision_projection_dim(spec.n_embd_text)
+    w.add_vision_image_size(spec.image_size)
+    w.add_vision_patch_size(spec.patch_size)
+    w.add_vision_embedding_length(spec.n_embd)
+    w.add_vision_feed_forward_length(spec.n_ff)
+    w.add_vision_block_count(spec.n_layer)
+    w.add_vision_head_count(spec.n_head)
+    w.add_vision_image_mean(list(_IMAGE_MEAN))
+    w.add_vision_image_std(list(_IMAGE_STD))
+    # Qwen3VLVisionModel.set_gguf_parameters
+    w.add_clip_projector_type(PROJECTOR_TYPE)
+    w.add_vision_use_gelu(True)
+    w.add_vision_spatial_merge_size(SPATIAL_MERGE)
+    w.add_vision_attention_layernorm_eps(_LN_EPS)
+    w.add_vision_is_deepstack_layers([False] * spec.n_layer)
+
+
+def write_tiny_projector(
+    out_path: Path, spec: TinyVisionSpec = TinyVisionSpec(), gguf_py_dir: Path | None = None
+) -> Path:
+    """Write the projector atomically to ``out_path`` (same spec, same bytes).  Returns ``out_path``."""
+    spec.validate()
+    out_path = Path(out_path)
+    gguf = _import_gguf(gguf_py_dir)
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        writer = gguf.GGUFWriter(str(tmp), "clip")  # general.architecture = clip (MODEL_ARCH.MMPROJ)
+        _write_keys(gguf, writer, spec)
+        for name, data in _tensors(spec).items.items():
+            writer.add_tensor(name, np.ascontiguousarray(data))
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+    return out_path
