@@ -103,6 +103,10 @@ def engine_check(
         raise _fail(e) from e
 
 
+def _str_list(v: str | None) -> list[str] | None:
+    return None if v is None else [x.strip() for x in v.split(",") if x.strip()]
+
+
 def _int_list(v: str | None) -> list[int] | None:
     if v is None:
         return None
@@ -117,6 +121,10 @@ def _int_list(v: str | None) -> list[int] | None:
 def sweep(
     Ls: Annotated[str | None, typer.Option("--Ls", help="fake prefix lengths, e.g. 512,2048,6000")] = None,
     news: Annotated[str | None, typer.Option("--news", help="new tokens per step, e.g. 64,256")] = None,
+    images: Annotated[
+        str | None, typer.Option("--images", help="screenshot axis: none and/or WxH, e.g. none,320x200,640x400")
+    ] = None,
+    mmproj: Annotated[Path | None, typer.Option("--mmproj", help="vision projector (default: the tiny one)")] = None,
     reps: Annotated[int | None, typer.Option("--reps", help="samples per arm and point")] = None,
     threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
     ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c")] = None,
@@ -131,7 +139,8 @@ def sweep(
     s = _settings(
         model=model,
         runs_dir=runs_dir,
-        sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps},
+        mmproj=mmproj,
+        sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps, "images": _str_list(images)},
         server={"threads": threads, "ctx_size": ctx_size},
     )
     try:
@@ -189,11 +198,15 @@ def trace_synth(
     start_depth: Annotated[int, typer.Option("--start-depth", min=1)] = 1024,
     max_depth: Annotated[int, typer.Option("--max-depth", min=2)] = 12000,
     seed: Annotated[int, typer.Option("--seed")] = 0,
+    screenshots: Annotated[
+        bool, typer.Option("--screenshots", help="each step also appends a generated screenshot (next to --out)")
+    ] = False,
 ) -> None:
     """Write a synthetic but plausible agent trace (deterministic from the seed)."""
     from lab.experiments.trace import synth_trace, write_trace
 
-    write_trace(synth_trace(tasks, steps, seed, start_depth, max_depth), out)
+    shots = out.parent / f"{out.stem}_screenshots" if screenshots else None
+    write_trace(synth_trace(tasks, steps, seed, start_depth, max_depth, shots), out)
     typer.echo(str(out))
 
 

@@ -33,6 +33,11 @@ class SweepSample(BaseModel):
     prompt_n: int | None = None
     cache_n: int | None = None
     fake_ms: float | None = None
+    image: str | None = Field(default=None, description="screenshot size WxH in the new part; None: text only")
+    image_tokens: int | None = Field(default=None, description="prompt tokens the image adds (incl. 2 markers)")
+    image_positions: int | None = Field(default=None, description="positions the image advances (M-RoPE)")
+    encode_ms: float | None = Field(default=None, description="vision encoder time (server log, whole ms)")
+    image_decode_ms: float | None = Field(default=None, description="LM prefill of the image tokens (server log)")
     t_utc: str
 
 
@@ -77,6 +82,11 @@ class SweepPoint(BaseModel):
     fake_vs_genuine: float | None = Field(default=None, description="median over reps of fake / genuine - 1")
     fake_vs_baseline: float | None = Field(default=None, description="median over reps of fake / baseline")
     diagnostics: list[str] = Field(default_factory=list)
+    image: str | None = Field(default=None, description="screenshot size WxH; None: a text-only step")
+    image_tokens: int | None = Field(default=None, description="prompt tokens of the image (nx*ny + 2 markers)")
+    image_positions: int | None = Field(default=None, description="positions it advances: L counts cells, not these")
+    encode_ms: float | None = Field(default=None, description="median vision encode ms of the fake arm")
+    lm_ms: float | None = Field(default=None, description="median fake prompt_ms - encode_ms: the LM part")
 
 
 class TraceStep(BaseModel):
@@ -121,6 +131,9 @@ class TraceStepResult(BaseModel):
     baseline_prefill_s: float | None = None
     baseline_decode_s: float | None = None
     baseline_exec_s: float | None = None
+    screenshot: str | None = None
+    image_tokens: int | None = Field(default=None, description="prompt tokens of the screenshot (incl. markers)")
+    encode_ms: float | None = Field(default=None, description="vision encode ms (server log); inside prompt_ms")
     t_utc: str
 
 

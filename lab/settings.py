@@ -61,6 +61,18 @@ class SweepSettings(BaseModel):
     bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench -r inside each interleaved sample")
     tolerance: float = Field(default=0.05, gt=0, lt=1, description="agreement tolerance for diagnostics")
     seed: int = 0
+    images: list[str] = Field(
+        default=["none"], description="screenshot in the new part: none (text only) and/or sizes WxH, e.g. 640x400"
+    )
+
+    @field_validator("images")
+    @classmethod
+    def _sizes(cls, v: list[str]) -> list[str]:
+        for x in v:
+            w, _, h = x.partition("x")
+            if x != "none" and not (w.isdigit() and h.isdigit() and int(w) >= 32 and int(h) >= 32):
+                raise ValueError(f"images: 'none' or WxH with sides >= 32, got {x!r}")
+        return list(dict.fromkeys(v))
 
     @field_validator("Ls", "news")
     @classmethod
@@ -146,6 +158,9 @@ class Settings(BaseSettings):
 
     cache_dir: Path = Field(default_factory=lambda: _default_cache_dir(), description="sources, builds, models")
     model: Path | None = Field(default=None, description="GGUF model; default: the tiny synthetic model")
+    mmproj: Path | None = Field(
+        default=None, description="vision projector GGUF for image steps; default with the tiny model: the tiny one"
+    )
     runs_dir: Path = Field(default=Path("catalog/runs"), description="where run folders are written")
     host_name: str | None = Field(default=None, description="name in run folder names; default: hostname")
     engine: EngineSettings = Field(default_factory=EngineSettings)

@@ -170,3 +170,23 @@ def _child_server_pid(parent: int) -> int:
         if int(fields[3]) == parent and b"llama-server" in cmdline:
             return int(stat.parent.name)
     raise AssertionError("no llama-server child found")
+
+
+def test_sweep_image_axis(tmp_path: Path) -> None:
+    r = lab("sweep", "--Ls", "512", "--news", "16", "--reps", "1", "--images", "none,320x200", "--runs-dir",
+            str(tmp_path))  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = only_run(tmp_path)
+    assert run.ready
+    points = {p.image: p for p in run.read(POINTS, SweepPoint)}
+    assert set(points) == {None, "320x200"}
+    img = points["320x200"]
+    assert (img.image_tokens, img.image_positions) == (10 * 6 + 2, 10)  # 320x200 -> 10x6 merged patches
+    assert img.encode_ms is not None and img.lm_ms is not None and img.opt_prefill_ms is not None
+    assert img.n_kv_padded == 768  # L + image tokens + text tokens, padded: L counts cells, not positions
+    samples = [s for s in run.read(SAMPLES, SweepSample) if s.image == "320x200"]
+    assert {s.arm for s in samples if s.ok} == {"baseline", "fake", "genuine"}, [s.reason for s in samples]
+    fake = next(s for s in samples if s.arm == "fake")
+    assert (fake.cache_n, fake.prompt_n) == (512, 62 + 16) and fake.encode_ms is not None
+    base = next(s for s in samples if s.arm == "baseline")
+    assert base.prompt_n == 512 + 62 + 16 and base.encode_ms is not None  # the baseline includes the encode

@@ -10,6 +10,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.engine.media import image_tokens
 from lab.experiments.trace import STEPS, TASKS, TraceError, check_replayable, load_trace, synth_trace, write_trace
 from lab.runs import RunFolder
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
@@ -98,3 +99,26 @@ def test_replay_trace_end_to_end(tmp_path: Path) -> None:
         assert task.opt_wall_s == pytest.approx(opt + dec + exe)
     lines = [json.loads(x) for x in (run.path / "raw" / f"{STEPS}.jsonl").read_text().splitlines()]
     assert all("measured_opt_prefill_s" in x for x in lines)  # the field a downstream simulator reads
+
+
+def test_replay_trace_with_screenshots(tmp_path: Path) -> None:
+    trace = tmp_path / "shots" / "trace.jsonl"
+    r = subprocess.run(
+        [LAB, "trace", "synth", "-o", str(trace), "--tasks", "1", "--steps", "3", "--start-depth", "300",
+         "--screenshots"], capture_output=True, text=True, cwd=REPO,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    steps = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert all(s["screenshot"].startswith("trace_screenshots/") for s in steps)  # relative to the trace
+    r = subprocess.run([LAB, "replay-trace", str(trace), "--runs-dir", str(tmp_path / "runs")],
+                       capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    results = run.read("steps", TraceStepResult)
+    assert len(results) == 3 and all(x.ok for x in results), [x.reason for x in results]
+    sizes = [(320, 200), (640, 400), (1280, 800)]
+    for x, size in zip(results, sizes, strict=True):
+        img = image_tokens(*size)[0]
+        assert x.image_tokens == img and x.encode_ms is not None
+        assert x.cache_n == x.L and x.prompt_n == x.new_tokens  # new_tokens = image tokens + text tokens
+        assert x.new_tokens > img

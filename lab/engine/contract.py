@@ -69,6 +69,30 @@ def check_fake(t: Timings, L: int, new: int) -> str:
     return ""
 
 
+def post_all(srv: LlamaServer, bodies: list[dict[str, Any]]) -> tuple[httpx.Response | None, str]:
+    """Send the requests of one arm in order; the last response, or the reason it failed."""
+    resp = None
+    for body in bodies:
+        try:
+            resp = srv.completion(body)
+        except httpx.TransportError as e:
+            return None, f"{TRANSPORT}: {type(e).__name__}: {e}"
+        if resp.status_code != 200:
+            return None, f"HTTP {resp.status_code}: {resp.text[:300]}"
+    return resp, ""
+
+
+def arm_reason(arm: Arm, t: Timings, L: int, new: int) -> str:
+    """Empty string if the timed request of an arm decoded what it should, else why not."""
+    if arm == "fake":
+        return check_fake(t, L, new)
+    if arm == "genuine" and (t.cache_n != L or t.prompt_n != new):
+        return f"genuine hit: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected {L}/{new}"
+    if arm == "baseline" and (t.cache_n != 0 or t.prompt_n != L + new):
+        return f"baseline: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected 0/{L + new}"
+    return ""
+
+
 def run_arm(srv: LlamaServer, arm: Arm, prefix: list[int], new_tokens: list[int]) -> ArmResult:
     """One sample of one arm. HTTP errors and contract violations come back as ok=False with the reason."""
     L, new = len(prefix), len(new_tokens)
@@ -79,21 +103,9 @@ def run_arm(srv: LlamaServer, arm: Arm, prefix: list[int], new_tokens: list[int]
         bodies = [_body(tokens, cache_prompt=False, n_fake_cached=L)]
     else:
         bodies = [_body(prefix, cache_prompt=True), _body(tokens, cache_prompt=True)]
-    resp = None
-    for body in bodies:
-        try:
-            resp = srv.completion(body)
-        except httpx.TransportError as e:
-            return ArmResult(arm=arm, L=L, new=new, ok=False, reason=f"{TRANSPORT}: {type(e).__name__}: {e}")
-        if resp.status_code != 200:
-            return ArmResult(arm=arm, L=L, new=new, ok=False, reason=f"HTTP {resp.status_code}: {resp.text[:300]}")
-    assert resp is not None
+    resp, reason = post_all(srv, bodies)
+    if resp is None:
+        return ArmResult(arm=arm, L=L, new=new, ok=False, reason=reason)
     t = Timings.model_validate(resp.json()["timings"])
-    reason = ""
-    if arm == "fake":
-        reason = check_fake(t, L, new)
-    elif arm == "genuine" and (t.cache_n != L or t.prompt_n != new):
-        reason = f"genuine hit: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected {L}/{new}"
-    elif arm == "baseline" and (t.cache_n != 0 or t.prompt_n != L + new):
-        reason = f"baseline: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected 0/{L + new}"
+    reason = arm_reason(arm, t, L, new)
     return ArmResult(arm=arm, L=L, new=new, ok=not reason, reason=reason, timings=t)

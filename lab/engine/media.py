@@ -11,8 +11,13 @@ from __future__ import annotations
 
 import base64
 import random
+import re
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
+from lab.engine.contract import Arm, ArmResult, Timings, arm_reason, post_all
+from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
 from lab.engine.tinyvision import image_grid
 
@@ -55,3 +60,81 @@ def media_prompt(srv: LlamaServer, before: str, pngs: list[bytes], after: str) -
 
 def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
+
+
+class LogTail:
+    """What the server logged since the last call: mtmd reports the vision encode and the LM prefill of the
+    image tokens only in its log ("image slice encoded in N ms", "image decoded (batch i/n) in N ms")."""
+
+    ENCODED = re.compile(r"slice encoded in (\d+) ms")
+    DECODED = re.compile(r"decoded \(batch \d+/\d+\) in (\d+) ms")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def read(self) -> str:
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        self.offset += len(data)
+        return data.decode(errors="replace")
+
+    def image_ms(self) -> tuple[float | None, float | None]:
+        """(encode ms, image-token decode ms) logged since the last call; None when no image was processed."""
+        text = self.read()
+        enc = [int(m) for m in self.ENCODED.findall(text)]
+        dec = [int(m) for m in self.DECODED.findall(text)]
+        return (float(sum(enc)) if enc else None), (float(sum(dec)) if dec else None)
+
+
+@dataclass(frozen=True)
+class ImageStep:
+    """One image step: L prefix tokens of text, a screenshot, then `new` tokens of text."""
+
+    prefix_text: str
+    L: int
+    png: bytes
+    size: tuple[int, int]
+    new_text: str
+    new: int
+
+    @property
+    def expected_new(self) -> int:
+        """prompt_n of a fake or genuine-hit request: derived, not `new + 8` (seed 000's check)."""
+        return image_tokens(*self.size)[0] + self.new
+
+
+def image_step(srv: LlamaServer, L: int, new: int, size: tuple[int, int], seed: int) -> ImageStep:
+    return ImageStep(
+        prefix_text=filler_text(srv, L, seed), L=L, png=make_png(*size, seed=seed), size=size,
+        new_text=filler_text(srv, new, seed + 1), new=new,
+    )  # fmt: skip
+
+
+def run_image_arm(
+    srv: LlamaServer, arm: Arm, step: ImageStep, tail: LogTail
+) -> tuple[ArmResult, float | None, float | None]:
+    """One sample of one arm with the screenshot in the new part; returns (result, encode ms, image decode ms)."""
+    body: dict[str, Any] = {
+        "prompt": media_prompt(srv, step.prefix_text, [step.png], step.new_text),
+        "n_predict": 1, "temperature": 0.0, "stream": False,
+    }  # fmt: skip
+    if arm == "baseline":
+        bodies = [{**body, "cache_prompt": False}]
+    elif arm == "fake":
+        bodies = [{**body, "cache_prompt": False, "n_fake_cached": step.L}]
+    else:
+        post_all(srv, [{**body, "prompt": step.prefix_text, "cache_prompt": True}])  # the real prefix prefill
+        bodies = [{**body, "cache_prompt": True}]
+    tail.read()  # only the timed request's log lines count
+    resp, reason = post_all(srv, bodies)
+    if resp is None:
+        return ArmResult(arm=arm, L=step.L, new=step.expected_new, ok=False, reason=reason), None, None
+    encode_ms, decode_ms = tail.image_ms()
+    t = Timings.model_validate(resp.json()["timings"])
+    reason = arm_reason(arm, t, step.L, step.expected_new)
+    if not reason and encode_ms is None:
+        reason = "no image encode in the server log: was the image dropped (wrong media marker)?"
+    result = ArmResult(arm=arm, L=step.L, new=step.expected_new, ok=not reason, reason=reason, timings=t)
+    return result, encode_ms, decode_ms

@@ -66,3 +66,15 @@ def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path
             raise FileNotFoundError(f"model not found: {path}")
         return path
     return ensure_tiny_model(settings.cache_dir, prepare_source(settings.engine, settings.cache_dir), spec)
+
+
+def resolve_projector(settings: Settings) -> Path:
+    """settings.mmproj if given; with the tiny default model, the tiny projector; else a clear error."""
+    if settings.mmproj is not None:
+        path = settings.mmproj.expanduser()
+        if not path.exists():
+            raise FileNotFoundError(f"vision projector not found: {path}")
+        return path
+    if settings.model is not None:
+        raise FileNotFoundError("image steps need the model's vision projector: set mmproj (--mmproj)")
+    return ensure_tiny_projector(settings.cache_dir, prepare_source(settings.engine, settings.cache_dir))

@@ -31,3 +31,11 @@ def make_png(width: int, height: int, seed: int = 0) -> bytes:
         + _chunk(b"IDAT", zlib.compress(rows.tobytes(), 9))
         + _chunk(b"IEND", b"")
     )
+
+
+def png_size(data: bytes) -> tuple[int, int]:
+    """(width, height) from a PNG's IHDR chunk; ValueError if it is not a PNG."""
+    if data[:8] != b"\x89PNG\r\n\x1a\n" or data[12:16] != b"IHDR":
+        raise ValueError("not a PNG file")
+    w, h = struct.unpack(">II", data[16:24])
+    return int(w), int(h)

@@ -17,6 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.contract import ARMS, TRANSPORT, Arm, ArmResult, filler_tokens, run_arm
+from lab.engine.media import LogTail, image_step, image_tokens, run_image_arm
+from lab.engine.models import resolve_projector
 from lab.engine.server import LlamaServer
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.session import open_session, progress_bar
@@ -27,27 +29,43 @@ from lab.settings import ServerSettings, Settings, SweepSettings
 SAMPLES, POINTS, TPS = "samples", "points", "prefill_tps"
 
 
-def point_id(L: int, new: int) -> str:
-    return f"L{L}_n{new}"
+def point_id(L: int, new: int, image: str | None = None) -> str:
+    return f"L{L}_n{new}" + (f"_img{image}" if image else "")
 
 
 @dataclass(frozen=True)
 class GridPoint:
     L: int
     new: int
+    image: str | None = None  # WxH of the screenshot in the new part
 
     @property
     def id(self) -> str:
-        return point_id(self.L, self.new)
+        return point_id(self.L, self.new, self.image)
+
+    @property
+    def size(self) -> tuple[int, int]:
+        assert self.image is not None
+        w, h = self.image.split("x")
+        return int(w), int(h)
 
 
 def grid(params: SweepSettings) -> list[GridPoint]:
-    return [GridPoint(L, new) for L in params.Ls for new in params.news]
+    images = [None if i == "none" else i for i in params.images]
+    return [GridPoint(L, new, img) for img in images for L in params.Ls for new in params.news]
 
 
-def sample_row(p: GridPoint, rep: int, r: ArmResult) -> SweepSample:
+def sample_row(
+    p: GridPoint, rep: int, r: ArmResult, encode_ms: float | None = None, image_decode_ms: float | None = None
+) -> SweepSample:
     t = r.timings
+    img = image_tokens(*p.size) if p.image else (None, None)
     return SweepSample(
+        image=p.image,
+        image_tokens=img[0],
+        image_positions=img[1],
+        encode_ms=encode_ms,
+        image_decode_ms=image_decode_ms,
         point=p.id,
         L=p.L,
         new=p.new,
@@ -81,17 +99,29 @@ def paired_ratio(a: dict[int, float], b: dict[int, float]) -> float | None:
 def summarize_point(p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float) -> SweepPoint:
     stats = {arm: arm_stats(samples, arm) for arm in ARMS}
     by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
-    est_by_rep = {t.rep: t.avg_ms for t in tps if t.rep is not None}
+    # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
+    encode = {s.rep: s.encode_ms for s in samples if s.arm == "fake" and s.ok and s.encode_ms is not None}
+    est_by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in tps if t.rep is not None}
     bench_ms = statistics.median(t.avg_ms for t in tps) if tps else None
+    encode_ms = statistics.median(encode.values()) if encode else None
+    only_new = tps[0].chunk if tps else p.new  # image steps: image tokens + text tokens
     base = by_rep["baseline"]
+    img = image_tokens(*p.size) if p.image else (None, None)
+    fake_ms = stats["fake"].median_ms
     point = SweepPoint(
         point=p.id,
         L=p.L,
         new=p.new,
-        n_kv_padded=ggml_pad(p.L + p.new),
+        image=p.image,
+        image_tokens=img[0],
+        image_positions=img[1],
+        encode_ms=encode_ms,
+        lm_ms=fake_ms - encode_ms if fake_ms is not None and encode_ms is not None else None,
+        n_kv_padded=ggml_pad(p.L + only_new),
         measurable=p.L >= KV_PAD,
-        prefill_tps=p.new / bench_ms * 1e3 if bench_ms else None,
-        opt_prefill_ms=bench_ms,  # only_new / prefill_tps(L) = the chunk's time at depth L
+        prefill_tps=only_new / bench_ms * 1e3 if bench_ms else None,
+        # only_new / prefill_tps(L) = the chunk's time at depth L (+ the encode for an image step)
+        opt_prefill_ms=bench_ms + (encode_ms or 0.0) if bench_ms is not None else None,
         fake_vs_estimate=paired_ratio(by_rep["fake"], est_by_rep),
         fake_vs_genuine=paired_ratio(by_rep["fake"], by_rep["genuine"]),
         fake_vs_baseline=(r + 1 if (r := paired_ratio(by_rep["fake"], base)) is not None else None),
@@ -114,14 +144,15 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
     err = p.fake_vs_estimate
     if err is not None and err > tol:
         prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
-        if prompt_ns != [p.new]:
+        only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
+        if prompt_ns != [only_new]:
             out.append(
-                f"measured {err:+.1%} above the estimate and prompt_n {prompt_ns} != new {p.new}: "
+                f"measured {err:+.1%} above the estimate and prompt_n {prompt_ns} != only_new {only_new}: "
                 "the only-new branch did not fire"
             )
         else:
             out.append(
-                f"measured {err:+.1%} above the estimate although prompt_n == new: per-request server "
+                f"measured {err:+.1%} above the estimate although prompt_n == only_new: per-request server "
                 "overhead or machine noise (compare fake/genuine, which shares the overhead)"
             )
     if err is not None and err < -tol:
@@ -145,6 +176,8 @@ def measure_point(
     always goes first; drift on a shared machine hits every arm and the estimate alike)."""
     prefix = filler_tokens(p.L, seed=seed * 1_000_003 + p.L, n_vocab=n_vocab)
     new_tokens = filler_tokens(p.new, seed=seed * 1_000_003 + p.L + p.new + 1, n_vocab=n_vocab)
+    step = image_step(srv, p.L, p.new, p.size, seed * 1_000_003 + p.L + p.new) if p.image else None
+    tail = LogTail(srv.log_path)
     samples: list[SweepSample] = []
     tps: list[PrefillTps] = []
     slots: tuple[Arm | None, ...] = (*ARMS, None)  # None: the llama-bench estimate sample
@@ -153,13 +186,17 @@ def measure_point(
             if arm is None:
                 tps.append(bench(p, rep))
             else:
-                r = run_arm(srv, arm, prefix, new_tokens)
+                enc = dec = None
+                if step is None:
+                    r = run_arm(srv, arm, prefix, new_tokens)
+                else:
+                    r, enc, dec = run_image_arm(srv, arm, step, tail)
                 if srv.died(r.reason, TRANSPORT):
                     raise ServerCrashed(
                         f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode})"
                         f"; see {srv.log_path}"
                     )
-                samples.append(sample_row(p, rep, r))
+                samples.append(sample_row(p, rep, r, enc, dec))
             on_sample()
     return samples, tps
 
@@ -186,6 +223,7 @@ def sweep_params(settings: Settings) -> dict[str, Any]:
         "sweep": settings.sweep.model_dump(mode="json"),
         "server": settings.server.model_dump(mode="json"),
         "model": str(settings.model) if settings.model else None,
+        "mmproj": str(settings.mmproj) if settings.mmproj else None,
     }
 
 
@@ -197,6 +235,7 @@ def settings_for_resume(settings: Settings, run: RunFolder) -> Settings:
             "sweep": SweepSettings.model_validate(params["sweep"]),
             "server": ServerSettings.model_validate(params["server"]),
             "model": Path(params["model"]) if params.get("model") else None,
+            "mmproj": Path(params["mmproj"]) if params.get("mmproj") else None,
         }
     )
 
@@ -214,19 +253,23 @@ def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Cons
         todo = [p for p in grid(params) if p.id not in done]
 
         def bench(p: GridPoint, rep: int) -> PrefillTps:
+            only_new = p.new + (image_tokens(*p.size)[0] if p.image else 0)  # image tokens cost like text tokens
             row = measure_prefill_tps(
-                sess.target, sess.engine, sess.model, [p.new], [p.L], params.bench_reps,
+                sess.target, sess.engine, sess.model, [only_new], [p.L], params.bench_reps,
                 settings.server.threads, settings.server.flash_attn, run.path / "logs" / "llama-bench.log",
             )[0]  # fmt: skip
             return row.model_copy(update={"point": p.id, "rep": rep})
 
         if todo:
-            with sess.server() as srv, progress_bar(console) as progress:
+            extra = list(settings.server.extra_args)
+            if any(p.image for p in todo):
+                extra += ["--mmproj", str(resolve_projector(settings))]
+            with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
                 task = progress.add_task("sweep", total=len(todo) * params.reps * (len(ARMS) + 1))
                 for p in todo:
-                    progress.update(task, description=f"L={p.L} new={p.new}")
+                    progress.update(task, description=f"L={p.L} new={p.new}" + (f" img={p.image}" if p.image else ""))
                     samples, tps = measure_point(
                         srv, p, params.reps, params.seed, n_vocab, bench, lambda: progress.advance(task)
                     )
@@ -249,12 +292,15 @@ def _pct(v: float | None) -> str:
 
 
 def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
-    t = Table(title="fake-prefix sweep: median prompt_ms per arm vs opt_prefill = new / prefill_tps(L)")
-    for col in ("L", "new", "baseline", "fake", "genuine", "estimate", "fake/est-1", "fake/gen-1", "note"):
+    t = Table(title="fake-prefix sweep: median prompt_ms per arm vs opt_prefill = only_new / prefill_tps(L) + encode")
+    images = any(p.image for p in points)
+    cols = ("L", "new", *(("image", "img tok", "encode") if images else ()), "baseline", "fake", "genuine", "estimate")
+    for col in (*cols, "fake/est-1", "fake/gen-1", "note"):
         t.add_column(col, justify="right")
     for p in points:
+        img = (p.image or "-", str(p.image_tokens or "-"), _ms(p.encode_ms)) if images else ()
         t.add_row(
-            str(p.L), str(p.new),
+            str(p.L), str(p.new), *img,
             _ms(p.baseline.median_ms), _ms(p.fake.median_ms), _ms(p.genuine.median_ms), _ms(p.opt_prefill_ms),
             _pct(p.fake_vs_estimate), _pct(p.fake_vs_genuine),
             f"[{notes[p.point]}]" if p.point in notes else "",

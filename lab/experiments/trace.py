@@ -19,6 +19,9 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.contract import TRANSPORT, Timings, check_fake, filler_tokens
+from lab.engine.media import ImageStep, LogTail, filler_text, image_tokens, run_image_arm
+from lab.engine.models import resolve_projector
+from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
 from lab.experiments.session import open_session, progress_bar
 from lab.runs import RunError, RunFolder, utc_now
@@ -126,12 +129,23 @@ _WORDS = (
 )
 
 
+SCREEN_SIZES = ((320, 200), (640, 400), (1280, 800))
+
+
 def synth_trace(
-    n_tasks: int = 3, n_steps: int = 6, seed: int = 0, start_depth: int = 1024, max_depth: int = 12000
+    n_tasks: int = 3,
+    n_steps: int = 6,
+    seed: int = 0,
+    start_depth: int = 1024,
+    max_depth: int = 12000,
+    screenshots: Path | None = None,
 ) -> list[TraceStep]:
     """A plausible agent trace: a system prompt of `start_depth` tokens, then steps that each append an
     observation (tool output, 40-400 words) and a model reply; the prior depth grows accordingly.
-    The baseline decode/exec seconds are synthetic (decode ~20 ms/token, exec 0.2-3 s)."""
+    The baseline decode/exec seconds are synthetic (decode ~20 ms/token, exec 0.2-3 s).
+    screenshots: a directory; each step then also appends a generated screenshot (sizes rotate) before its
+    text. A step never carries two images, so two screenshots are always separated by text (mtmd merges
+    adjacent same-size images into one chunk). The prior depth L counts KV cells: an image's tokens."""
     rng = random.Random(seed)
     out: list[TraceStep] = []
     for t in range(n_tasks):
@@ -140,8 +154,16 @@ def synth_trace(
             words = rng.randint(40, 400)
             text = " ".join(rng.choice(_WORDS) for _ in range(words))
             reply = rng.randint(20, 200)
-            if L + words + reply >= max_depth:
+            shot, img = None, 0
+            if screenshots is not None:
+                size = SCREEN_SIZES[(t + k) % len(SCREEN_SIZES)]
+                shot = screenshots / f"task{t:03d}_step{k}.png"
+                img = image_tokens(*size)[0]
+            if L + img + words + reply >= max_depth:
                 break
+            if shot is not None:
+                shot.parent.mkdir(parents=True, exist_ok=True)
+                shot.write_bytes(make_png(*SCREEN_SIZES[(t + k) % len(SCREEN_SIZES)], seed=seed * 1000 + t * 100 + k))
             out.append(
                 TraceStep(
                     task_id=f"task{t:03d}",
@@ -149,11 +171,12 @@ def synth_trace(
                     L=L,
                     only_new=words,
                     new_text=text,
+                    screenshot=f"{screenshots.name}/{shot.name}" if screenshots and shot else None,  # trace-relative
                     baseline_decode_s=round(reply * 0.02, 4),
                     baseline_exec_s=round(rng.uniform(0.2, 3.0), 3),
                 )
             )
-            L += words + reply
+            L += img + words + reply
     return out
 
 
@@ -163,6 +186,31 @@ def write_trace(steps: list[TraceStep], path: Path) -> None:
 
 
 # --- replay ----------------------------------------------------------------------------------------
+
+
+def replay_image_step(srv: LlamaServer, step: TraceStep, trace_dir: Path, tail: LogTail) -> TraceStepResult:
+    """The step's real screenshot, then its text, after a fabricated text prefix of the prior depth."""
+    L = step.prior_depth()
+    assert step.screenshot is not None
+    png = resolve_shot(step.screenshot, trace_dir).read_bytes()
+    size = png_size(png)
+    new = len(srv.tokenize(step.new_text))
+    istep = ImageStep(filler_text(srv, L, seed=L), L, png, size, step.new_text, new)
+    r, encode_ms, _ = run_image_arm(srv, "fake", istep, tail)
+    t = r.timings
+    return TraceStepResult(
+        task_id=step.task_id, step=step.step, L=L, new_tokens=istep.expected_new, trace_only_new=step.only_new,
+        ok=r.ok, reason=r.reason, measured_opt_prefill_s=t.prompt_ms / 1e3 if t else None,
+        fake_ms=t.fake_ms if t else None, cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
+        baseline_prefill_s=step.baseline_prefill_s, baseline_decode_s=step.baseline_decode_s,
+        baseline_exec_s=step.baseline_exec_s, screenshot=step.screenshot, image_tokens=image_tokens(*size)[0],
+        encode_ms=encode_ms, t_utc=utc_now(),
+    )  # fmt: skip
+
+
+def resolve_shot(path: str, trace_dir: Path) -> Path:
+    p = Path(path).expanduser()
+    return p if p.is_absolute() else trace_dir / p
 
 
 def replay_step(srv: LlamaServer, step: TraceStep, n_vocab: int) -> TraceStepResult:
@@ -241,8 +289,19 @@ def run_replay(
     if trace is None:
         raise TraceError("give a trace file (or --resume RUN)")
     steps = load_trace(trace)
-    check_replayable(steps, settings.server.ctx_size, has_vision=False, trace=trace)
-    params = {"trace": str(trace), "n_steps": len(steps), "server": settings.server.model_dump(mode="json")}
+    # relative screenshot paths are relative to the original trace file (a resume reads the run's copy)
+    shots_dir = Path(resume.manifest().params["trace"]).parent if resume is not None else trace.resolve().parent
+    shots = [s for s in steps if s.screenshot]
+    projector = resolve_projector(settings) if shots else None
+    check_replayable(steps, settings.server.ctx_size, has_vision=projector is not None, trace=trace)
+    for s in shots:  # refuse before starting: a missing or broken screenshot, named with its step
+        assert s.screenshot is not None
+        shot = resolve_shot(s.screenshot, shots_dir)
+        try:
+            png_size(shot.read_bytes())
+        except (OSError, ValueError) as e:
+            raise TraceError(f"{trace}: task {s.task_id!r} step {s.step}: screenshot {shot}: {e}") from e
+    params = {"trace": str(trace.resolve()), "n_steps": len(steps), "server": settings.server.model_dump(mode="json")}
     sess = open_session(settings, "trace_replay", params, resume)
     run = sess.run
     if resume is None:
@@ -253,13 +312,15 @@ def run_replay(
         run.rewrite(STEPS, done.values())
         todo = [s for s in steps if (s.task_id, s.step) not in done]
         if todo:
-            with sess.server() as srv, progress_bar(console) as progress:
+            extra = [*settings.server.extra_args, *(["--mmproj", str(projector)] if projector else [])]
+            with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
+                tail = LogTail(srv.log_path)
                 task = progress.add_task("replay", total=len(todo))
                 for s in todo:
                     progress.update(task, description=f"{s.task_id} step {s.step}")
-                    r = replay_step(srv, s, n_vocab)
+                    r = replay_image_step(srv, s, shots_dir, tail) if s.screenshot else replay_step(srv, s, n_vocab)
                     if srv.died(r.reason, TRANSPORT):
                         raise RunError(f"llama-server died replaying {s.task_id} step {s.step}; see {srv.log_path}")
                     run.append(STEPS, [r])
