@@ -467,7 +467,7 @@ def compare(
         ratio = r.ratio
         style = "" if ratio is None or abs(ratio - 1) <= s.report.tolerance else ("red" if ratio > 1 else "green")
         cell = "-" if ratio is None else (f"[{style}]{ratio:.3f}[/{style}]" if style else f"{ratio:.3f}")
-        t.add_row(*map(str, r.key), r.metric, _fmt(r.a), _fmt(r.b), cell)
+        t.add_row(*("-" if k is None else str(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), cell)
     Console().print(t)
     if as_report:
         from lab.catalog.ingest import ingest

@@ -20,8 +20,10 @@ from pydantic import BaseModel
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import table_path
 from lab.reports import compare_chart, render_compare, render_reports
+from lab.reports.agreement import agreement_chart
 from lab.reports.compare import CompareError
 from lab.reports.data import figure_rows, runs_table
+from lab.reports.render import save_chart
 from lab.runs import RunFolder
 from lab.schemas import (
     ArmName,
@@ -47,6 +49,14 @@ BANDS = ("ffn_moe", "attn_core", "proj", "gdn", "other")
 ARMS: tuple[ArmName, ...] = ("fake", "genuine", "baseline")
 MODES: tuple[Mode, ...] = ("off", "mask", "compact")
 SWEEP_GRID = [(64, 64), (512, 64), (512, 256), (2048, 64), (2048, 256)]  # (64, 64): below the 256-column floor
+# image steps of the image sweep: (L, new, screenshot, image tokens, vision encode ms)
+IMAGE_GRID = [
+    (512, 64, "320x200", 82, 310.0),
+    (512, 64, "640x400", 258, 960.0),
+    (2048, 64, "320x200", 82, 320.0),
+    (2048, 64, "640x400", 258, 990.0),
+]
+IMAGE_COLUMNS = ["image", "image_tokens", "image_positions", "encode_ms", "lm_ms"]
 
 
 # --- run folders built from the schemas ------------------------------------------------------------------
@@ -108,6 +118,44 @@ def sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
             for a in ARMS
         ]
     return {"points": points, "samples": samples}
+
+
+def image_sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
+    """The text-only grid plus IMAGE_GRID: the estimate is (image + new) / prefill_tps(L) + encode."""
+    rows = sweep_rows(speed)
+    for i, (L, new, image, tokens, encode) in enumerate(IMAGE_GRID):
+        lm_est = (tokens + new) / (3000.0 * speed / (1 + L / 4096)) * 1e3
+        est = lm_est + encode
+        fake = est * (1 + 0.02 * (-1) ** i)
+        arm = {"fake": fake, "genuine": fake * 0.99, "baseline": (L + tokens + new) / (3000.0 * speed) * 1e3 + encode}
+        stats = {k: ArmStats(median_ms=v, min_ms=v * 0.95, max_ms=v * 1.05, n_ok=3) for k, v in arm.items()}
+        point = f"L{L}_n{new}_img{image}"
+        rows["points"].append(
+            SweepPoint(
+                point=point,
+                L=L,
+                new=new,
+                n_kv_padded=ggml_pad(L + tokens + new),
+                measurable=True,
+                baseline=stats["baseline"],
+                fake=stats["fake"],
+                genuine=stats["genuine"],
+                prefill_tps=(tokens + new) / lm_est * 1e3,
+                opt_prefill_ms=est,
+                fake_vs_estimate=fake / est - 1,
+                fake_vs_genuine=0.01,
+                fake_vs_baseline=fake / arm["baseline"],
+                image=image,
+                image_tokens=tokens,
+                image_positions=16,
+                encode_ms=encode,
+                lm_ms=fake - encode,
+            )
+        )
+        rows["samples"] += [
+            SweepSample(point=point, L=L, new=new, arm=a, rep=0, ok=True, prompt_ms=arm[a], t_utc="x") for a in ARMS
+        ]
+    return rows
 
 
 def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
@@ -238,6 +286,22 @@ def empty_reports(tmp_path_factory: pytest.TempPathFactory) -> Path:
     out = tmp_path_factory.mktemp("reports-empty")
     render_reports(cat, out, SETTINGS)
     return out
+
+
+@pytest.fixture(scope="module")
+def image_catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
+    """Two complete sweep runs: host-a with text-only and image steps, host-b text only."""
+    root = tmp_path_factory.mktemp("runs-image")
+    params = {"sweep": {"Ls": [64, 512, 2048], "news": [64, 256], "images": ["none", "320x200", "640x400"]}}
+    make_run(root, "sweep", "host-a", image_sweep_rows(1.0), params=params)
+    make_run(root, "sweep", "host-b", sweep_rows(1.6), params={"sweep": {"Ls": [64, 512, 2048], "news": [64, 256]}})
+    cat = tmp_path_factory.mktemp("catalog-image") / "catalog"
+    ingest(root, cat)
+    return cat
+
+
+def render_agreement(catalog_dir: Path, out: Path) -> list[Path]:
+    return save_chart(agreement_chart(catalog_dir, runs_table(catalog_dir), SETTINGS), out, "agreement", SETTINGS)
 
 
 # --- the browser ---------------------------------------------------------------------------------------
@@ -442,3 +506,81 @@ def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]],
         compare_chart(catalog, sweep, profile)
     with pytest.raises(CompareError, match="no unique run"):
         compare_chart(catalog, "nope", sweep)
+
+
+def test_agreement_marks_image_steps_and_splits_encode_from_lm(
+    image_catalog: Path, browser: Browser, tmp_path: Path
+) -> None:
+    paths = render_agreement(image_catalog, tmp_path / "a")
+    assert [p.name for p in paths] == ["agreement.html", "agreement.png", "agreement.svg"]
+    drawn = runs_table(image_catalog).query("experiment == 'sweep' and in_figures")
+    with_images, text_only = (str(r) for r in drawn["run_id"])
+
+    def marks(page: Any) -> dict[str, Any]:
+        def symbols(label: str) -> int:  # Vega-Lite describes every mark in its aria-label
+            return int(page.locator(f'#vis svg g.mark-symbol.role-mark path[aria-label*="{label}"]').count())
+
+        return {
+            **Browser.count(page),
+            "text_steps": symbols("step: text only;"),
+            **{size: symbols(f"step: {size};") for size in sizes},
+            "encode_bars": int(
+                page.locator('#vis svg g.mark-rect.role-mark path[aria-label*="vision encode"]').count()
+            ),
+            "lm_bars": int(page.locator('#vis svg g.mark-rect.role-mark path[aria-label*="LM prefill"]').count()),
+            "share_labels": sum(t.endswith("% encode") for t in page.locator("#vis svg text").all_text_contents()),
+        }
+
+    def pick(run_id: str) -> Any:
+        def interact(page: Any) -> dict[str, Any]:
+            before = marks(page)
+            page.select_option("select[name='sweep_run']", run_id)
+            page.wait_for_timeout(200)
+            return {"before": before, "after": marks(page)}
+
+        return interact
+
+    n, m = len(SWEEP_GRID), len(IMAGE_GRID)
+    sizes = sorted({size for _, _, size, _, _ in IMAGE_GRID})
+    per_size = {size: 3 * sum(s == size for _, _, s, _, _ in IMAGE_GRID) for size in sizes}  # fake, genuine, baseline
+    r = browser.open(paths[0], interact=pick(with_images))
+    assert r["blocked"] == [] and r["errors"] == []
+    # all runs: fake (left) + genuine and baseline (right), per point of each run
+    assert r["symbols"] == 3 * (n + m) + 3 * n, r
+    assert r["areas"] == 1 and r["lines"] == 2
+    before, after = r["after"]["before"], r["after"]["after"]
+    assert before["text_steps"] == 2 * 3 * n and all(before[s] == per_size[s] for s in sizes), before
+    # one vision-encode and one LM-prefill bar per image point, and its encode share
+    assert before["rects"] == 2 * m and before["encode_bars"] == before["lm_bars"] == before["share_labels"] == m
+    assert after["symbols"] == 3 * (n + m) and after["text_steps"] == 3 * n, after
+    assert after["rects"] == 2 * m and after["encode_bars"] == after["lm_bars"] == m, after
+    other = browser.open(paths[0], interact=pick(text_only))["after"]["after"]  # a run without image steps
+    assert other["symbols"] == other["text_steps"] == 3 * n and other["rects"] == other["share_labels"] == 0, other
+    html = paths[0].read_text()
+    assert '"vision encode"' in html and '"LM prefill"' in html and '"text only"' in html
+    svg = paths[2].read_text()
+    for label in ("vision encode", "LM prefill", "L 512 · 320x200", "L 2,048 · 640x400", "text only"):
+        assert label in svg, label
+    again = render_agreement(image_catalog, tmp_path / "b")
+    for a, b in zip(paths, again, strict=True):
+        assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two renders of the same catalog"
+
+
+def test_agreement_reads_catalogs_without_image_columns(catalog: Path, browser: Browser, tmp_path: Path) -> None:
+    """A catalog ingested before the image columns existed draws exactly as one whose steps are all text."""
+    old = tmp_path / "old" / "catalog"
+    (old / "tables").mkdir(parents=True)
+    for name in ("runs", "sweep_points"):
+        table_path(old, name).write_bytes(table_path(catalog, name).read_bytes())
+    pts = pd.read_parquet(table_path(old, "sweep_points"))
+    assert set(IMAGE_COLUMNS) <= set(pts.columns) and pts["image"].isna().all()
+    pts.drop(columns=IMAGE_COLUMNS).to_parquet(table_path(old, "sweep_points"))
+    runs = runs_table(catalog)
+    assert agreement_chart(old, runs, SETTINGS).to_json() == agreement_chart(catalog, runs, SETTINGS).to_json()
+    html = save_chart(
+        agreement_chart(old, runs, SETTINGS), tmp_path / "out", "agreement", ReportSettings(formats=["html"])
+    )
+    r = browser.open(html[0])
+    assert r["blocked"] == [] and r["errors"] == []
+    assert r["symbols"] == 2 * 3 * len(SWEEP_GRID) and r["rects"] == 0, r
+    assert "vision encode" not in html[0].read_text()

@@ -26,9 +26,9 @@ class CompareRow:
         return self.b / self.a if self.a and self.b is not None else None
 
 
-KEYS = {"sweep": ("sweep_points", ("L", "new")), "profile": ("profile_bands", ("depth", "band"))}
+KEYS = {"sweep": ("sweep_points", ("L", "new", "image")), "profile": ("profile_bands", ("depth", "band"))}
 METRICS = {
-    "sweep": ("fake_median_ms", "genuine_median_ms", "baseline_median_ms", "opt_prefill_ms"),
+    "sweep": ("fake_median_ms", "genuine_median_ms", "baseline_median_ms", "opt_prefill_ms", "encode_ms"),
     "profile": ("ms_per_token",),
 }
 

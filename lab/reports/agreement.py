@@ -2,12 +2,17 @@
 
 Left, the fake arm on log-log axes with y = x and the +-tolerance band; right, the controls on the same
 estimate: the genuine hit (must match fake) and the baseline full prefill (what a cache hit saves).
+
+Image steps (a screenshot in the new part; the estimate is (image + new) / prefill_tps(L) + encode) get a
+marker shape per screenshot size, and a third panel splits the fake arm's prompt time of each image point into
+the vision encode and the LM prefill. Catalogs without image columns (or without image steps) draw as before.
 """
 
 from __future__ import annotations
 
 import math
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import pandas as pd
@@ -31,14 +36,25 @@ COLUMNS = [
     "baseline_median_ms",
     "fake_vs_estimate",
     "fake_vs_genuine",
+    "image",
+    "image_tokens",
+    "encode_ms",
+    "lm_ms",
 ]
+IMAGE_COLUMNS = ("image", "image_tokens", "encode_ms", "lm_ms")
 ARMS = {"genuine_median_ms": "genuine hit", "baseline_median_ms": "baseline (no cache)"}
 PARAM = "sweep_run"
+TEXT_STEP = "text only"
+# marker of each step kind: text only keeps the default circle; screenshot sizes, smallest first
+IMAGE_SHAPES = ["triangle-up", "square", "diamond", "triangle-down", "cross", "triangle-right", "triangle-left"]
+PARTS = {"encode_ms": "vision encode", "lm_ms": "LM prefill"}
+PART_COLORS = ["#b07aa1", "#76b7b2"]
+BAR_STEP = 16  # px per bar in the encode / LM panel
 
 
 def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
     side = min(settings.width, settings.height)
-    pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new"])
+    pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new", "point"])
     if pts.empty or any(c not in pts.columns for c in NEEDED):
         return empty_chart(
             TITLE,
@@ -51,6 +67,18 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     if "measurable" not in pts.columns:
         pts["measurable"] = True
     pts["measurable"] = pts["measurable"].fillna(True).astype(bool)
+    for c in IMAGE_COLUMNS:  # older catalogs: no image columns, every step is text only
+        if c not in pts.columns:
+            pts[c] = None
+    pts["image"] = pts["image"].astype(object).where(pts["image"].notna(), None)
+    for c in ("image_tokens", "encode_ms", "lm_ms"):
+        pts[c] = pd.to_numeric(pts[c], errors="coerce").astype(float)
+    sizes = sorted({str(i) for i in pts["image"].dropna()}, key=_size_key)
+    has_images = bool(sizes)
+    pts["step"] = pts["image"].fillna(TEXT_STEP).astype(str)
+    image_fields = ["step", *IMAGE_COLUMNS[1:]] if has_images else []
+    if not has_images:  # text only: the same data (and spec) as before image steps existed
+        pts = pts.drop(columns=[*IMAGE_COLUMNS, "step"])
     runs_drawn = drawn_runs(runs, "sweep")
     runs_drawn = runs_drawn[runs_drawn["run_id"].isin(pts["run_id"])]
     news = sorted(int(n) for n in pts["new"].unique())
@@ -68,6 +96,19 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
         alt.Tooltip("new:Q", title="new (tokens)"),
         alt.Tooltip("opt_prefill_ms:Q", title="estimate (ms)", format=".1f"),
     ]
+    # image steps: a shape per step kind (both panels), the image's numbers in every tooltip
+    step_shape: dict[str, Any] = {}
+    if has_images:
+        estimate = "estimate (image + new) / prefill_tps(L) + encode (ms)"
+        steps = [TEXT_STEP, *sizes]
+        shapes = ["circle", *(IMAGE_SHAPES[i % len(IMAGE_SHAPES)] for i in range(len(sizes)))]
+        step_shape["shape"] = alt.Shape("step:N", title="step", sort=steps, scale=alt.Scale(domain=steps, range=shapes))
+        tooltip_base += [
+            alt.Tooltip("step:N"),
+            alt.Tooltip("image_tokens:Q", title="image tokens"),
+            alt.Tooltip("encode_ms:Q", title="vision encode (ms)", format=".1f"),
+            alt.Tooltip("lm_ms:Q", title="LM prefill (ms)", format=".1f"),
+        ]
 
     # left: fake vs estimate
     fake_lo, fake_hi = _extent(pts, ["opt_prefill_ms", "fake_median_ms"])
@@ -90,6 +131,7 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
             color=color,
             stroke=stroke,
             fillOpacity=fill_opacity,
+            **step_shape,
             tooltip=[
                 *tooltip_base,
                 alt.Tooltip("fake_median_ms:Q", title="fake (ms)", format=".1f"),
@@ -106,12 +148,13 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
 
     # right: the genuine-hit control and the baseline on the same estimate
     controls = pts.melt(
-        id_vars=["run_id", "host", "point", "L", "new", "measurable", "opt_prefill_ms"],
+        id_vars=["run_id", "host", "point", "L", "new", "measurable", "opt_prefill_ms", *image_fields],
         value_vars=list(ARMS),
         var_name="arm",
         value_name="measured_ms",
     ).dropna(subset=["measured_ms"])
     controls["arm"] = controls["arm"].map(ARMS)
+    arms, shapes2 = list(ARMS.values()), ["diamond", "square"]
     x_lo, x_hi = _extent(controls, ["opt_prefill_ms"])
     ctl_x = alt.Scale(type="log", domain=[x_lo, x_hi], nice=False)
     ctl_lo, ctl_hi = _extent(controls, ["opt_prefill_ms", "measured_ms"])
@@ -120,6 +163,13 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
         alt.Chart(pd.DataFrame({"x": [ctl_lo, ctl_hi]}))
         .mark_line(color=MUTED, strokeDash=[5, 4], clip=True)
         .encode(x=alt.X("x:Q", scale=ctl_x, title=estimate), y=alt.Y("x:Q", scale=ctl_y))
+    )
+    # the control arm: its own shape when every step is text only; with image steps the shape is the step kind,
+    # and the baseline is drawn faded (it sits well above y = x anyway)
+    arm_channel: dict[str, Any] = (
+        {"opacity": alt.Opacity("arm:N", title="control arm", sort=arms, scale=alt.Scale(domain=arms, range=[1, 0.4]))}
+        if has_images
+        else {"shape": alt.Shape("arm:N", title="control arm", sort=arms, scale=alt.Scale(domain=arms, range=shapes2))}
     )
     ctl_points = (
         alt.Chart(controls)
@@ -130,12 +180,8 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
             color=color,
             stroke=stroke,
             fillOpacity=fill_opacity,
-            shape=alt.Shape(
-                "arm:N",
-                title="control arm",
-                sort=list(ARMS.values()),
-                scale=alt.Scale(domain=list(ARMS.values()), range=["diamond", "square"]),
-            ),
+            **step_shape,
+            **arm_channel,
             tooltip=[*tooltip_base, alt.Tooltip("arm:N"), alt.Tooltip("measured_ms:Q", title="ms", format=".1f")],
         )
         .transform_filter(run_filter(PARAM, allow_all=True))
@@ -148,18 +194,131 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
 
     measurable = pts[pts["measurable"]]
     inside = int((measurable["fake_median_ms"] / measurable["opt_prefill_ms"] - 1).abs().le(tol).sum())
+    n_image = int(pts["image"].notna().sum()) if has_images else 0
+    kinds = f" ({n_image} with a screenshot: {', '.join(sizes)})" if has_images else ""
     notes = [
-        f"{len(runs_drawn)} complete sweep run(s), {len(pts)} (L, new) points; "
+        f"{len(runs_drawn)} complete sweep run(s), {len(pts)} (L, new) points{kinds}; "
         f"{inside} of {len(measurable)} measurable points within ±{tol:.0%} of the estimate; dashed: y = x",
     ]
     if not pts["measurable"].all():
         notes.append("hollow markers: not measurable (padded KV below the 256-column floor, L changes nothing)")
+    scatter = alt.hconcat(left, right, spacing=40).resolve_scale(x="independent", y="independent")
+    bars = _encode_panel(pts, runs_drawn, sizes, 2 * side + 40) if has_images else None
+    if bars is None:
+        return scatter.add_params(param).properties(title=title(TITLE, *notes))
     return (
-        alt.hconcat(left, right, spacing=40)
+        alt.vconcat(scatter, bars, spacing=36)
         .add_params(param)
-        .resolve_scale(x="independent", y="independent")
+        .resolve_scale(x="independent", y="independent", color="independent", opacity="independent")
         .properties(title=title(TITLE, *notes))
     )
+
+
+def _encode_panel(pts: pd.DataFrame, runs_drawn: pd.DataFrame, sizes: list[str], width: int) -> Chart | None:
+    """Per image point, the fake arm's median prompt time split into vision encode + LM prefill (stacked)."""
+    img = pts[pts["image"].notna() & pts["encode_ms"].notna() & pts["lm_ms"].notna()].copy()
+    if img.empty:
+        return None
+    several_news = img["new"].nunique() > 1
+    img["row"] = [
+        f"L {int(L):,} · {image}" + (f" · new {int(new)}" if several_news else "")
+        for L, image, new in zip(img["L"], img["image"], img["new"], strict=True)
+    ]
+    order = img.assign(_size=[sizes.index(str(i)) for i in img["image"]]).sort_values(
+        ["L", "_size", "new"], kind="stable"
+    )
+    rows = list(dict.fromkeys(order["row"]))
+    run_order = [str(r) for r in runs_drawn["run_id"] if r in set(img["run_id"])]
+    img["total_ms"] = img["encode_ms"] + img["lm_ms"].clip(lower=0)
+    img["encode_share"] = img["encode_ms"] / img["total_ms"]
+    img["share_label"] = [f"{share:.0%} encode" for share in img["encode_share"]]
+    bars = img.melt(
+        id_vars=[
+            "run_id",
+            "host",
+            "row",
+            "L",
+            "new",
+            "image",
+            "image_tokens",
+            "encode_share",
+            "share_label",
+            "fake_median_ms",
+            "total_ms",
+        ],
+        value_vars=list(PARTS),
+        var_name="part",
+        value_name="ms",
+    )
+    bars["part_order"] = bars["part"].map({k: i for i, k in enumerate(PARTS)})
+    bars["part"] = bars["part"].map(PARTS)
+    bars["ms"] = bars["ms"].clip(lower=0)
+    parts = list(PARTS.values())
+    y = alt.Y("row:N", sort=rows, title="L (tokens) · screenshot", axis=alt.Axis(labelLimit=220))
+    y_offset = alt.YOffset("run_id:N", sort=run_order, title="run")
+    tooltip = [
+        alt.Tooltip("run_id:N", title="run"),
+        alt.Tooltip("host:N"),
+        alt.Tooltip("L:Q", title="L (tokens)"),
+        alt.Tooltip("new:Q", title="new (tokens)"),
+        alt.Tooltip("image:N", title="screenshot"),
+        alt.Tooltip("image_tokens:Q", title="image tokens"),
+        alt.Tooltip("part:N"),
+        alt.Tooltip("ms:Q", title="ms", format=".1f"),
+        alt.Tooltip("fake_median_ms:Q", title="fake prompt, median (ms)", format=".1f"),
+        alt.Tooltip("encode_share:Q", title="encode share", format=".0%"),
+    ]
+    stacked = (
+        alt.Chart(bars)
+        .mark_bar(height={"band": 0.85})
+        .encode(
+            x=alt.X(
+                "ms:Q",
+                stack="zero",
+                title="fake arm prompt time, median (ms)",
+                scale=alt.Scale(zero=True),
+                axis=alt.Axis(tickCount=8, format=",~f"),
+            ),
+            y=y,
+            yOffset=y_offset,
+            color=alt.Color(
+                "part:N", title="fake prompt time", sort=parts, scale=alt.Scale(domain=parts, range=PART_COLORS)
+            ),
+            order=alt.Order("part_order:Q"),
+            tooltip=tooltip,
+        )
+        .transform_filter(run_filter(PARAM, allow_all=True))
+    )
+    totals = bars[bars["part_order"] == 0]
+    labels = (
+        alt.Chart(totals)
+        .mark_text(align="left", dx=4, fontSize=10, color=MUTED)
+        .encode(
+            x=alt.X("total_ms:Q"),
+            y=y,
+            yOffset=y_offset,
+            text=alt.Text("share_label:N"),
+            tooltip=tooltip,
+        )
+        .transform_filter(run_filter(PARAM, allow_all=True))
+    )
+    height = max(80, BAR_STEP * len(rows) * max(1, len(run_order)))
+    return alt.layer(stacked, labels).properties(
+        width=width - 130,
+        height=height,
+        title=title(
+            "image steps: where the fake arm's prompt time goes",
+            "vision encode + LM prefill = the fake arm's median prompt time; one bar per run and (L, screenshot)",
+        ),
+    )
+
+
+def _size_key(size: str) -> tuple[int, int, str]:
+    """Screenshot sizes WxH smallest (by pixels) first; anything unparsable last, by name."""
+    w, _, h = size.partition("x")
+    if w.isdigit() and h.isdigit():
+        return int(w) * int(h), int(w), size
+    return 2**62, 0, size
 
 
 def _extent(df: pd.DataFrame, columns: list[str]) -> tuple[float, float]:

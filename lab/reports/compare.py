@@ -119,6 +119,8 @@ def _pair(df: pd.DataFrame, a: pd.Series, b: pd.Series, keys: list[str], metrics
 
 def _sweep(catalog_dir: Path, runs: pd.DataFrame, a: pd.Series, b: pd.Series) -> Grid:
     pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new"], run_ids=[a["run_id"], b["run_id"]])
+    if "image" in pts.columns:  # the (L, new) grid is the text-only steps; `lab compare` lists image steps too
+        pts = pts[pts["image"].isna()]
     metrics = [m for m in SWEEP_METRICS if m in pts.columns]
     out = _pair(pts, a, b, ["L", "new"], metrics)
     out["arm"] = out["metric"].map(SWEEP_METRICS)
