@@ -167,12 +167,13 @@ class RunFolder:
 
     @contextlib.contextmanager
     def guard(self) -> Iterator[None]:
-        """SIGTERM/SIGINT become RunInterrupted; any failure leaves the run incomplete with its reason."""
+        """SIGTERM/SIGINT/SIGHUP become RunInterrupted (SIGHUP: the ssh session of a remote run dropped);
+        any failure leaves the run incomplete with its reason."""
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
             raise RunInterrupted(f"interrupted by {signal.Signals(signum).name}")
 
-        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT)}
+        old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             yield
         except BaseException as e:

@@ -35,6 +35,9 @@ class EngineSettings(BaseModel):
     native: bool = True
     jobs: int = Field(default=max(1, os.cpu_count() or 1), ge=1)
     extra_cmake_flags: list[str] = Field(default_factory=list)
+    prebuilt: Path | None = Field(
+        default=None, description="an engine bundle pushed to a target host (bin/ + lab-build.json): use, never build"
+    )
 
 
 class ServerSettings(BaseModel):

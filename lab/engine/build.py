@@ -106,6 +106,8 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], quiet: bool) -> 
 def build_engine(
     settings: EngineSettings, cache_dir: Path, flavor: Flavor = "release", quiet: bool = True
 ) -> EngineInfo:
+    if settings.prebuilt is not None:
+        return prebuilt_engine(settings.prebuilt)
     src = prepare_source(settings, cache_dir)
     flags = cmake_flags(settings, flavor, src.info.commit)
     build_dir = src.path.parent / f"build-{flavor}-{flags_key(flags)}"
@@ -131,6 +133,27 @@ def build_engine(
                 raise BuildError(f"build finished but {p} is missing; log: {build_dir / 'lab-build.log'}")
         stamp.write_text(info.model_dump_json(indent=2))
     return info
+
+
+def prebuilt_engine(bundle: Path) -> EngineInfo:
+    """An engine bundle (`lab.remote.bundle`): the build's bin/ and its stamp, paths rebased onto the bundle.
+    Provenance (source, patch sha256, flags) is the stamp's: the bundle is that build, copied."""
+    stamp = bundle / STAMP
+    if not stamp.exists():
+        raise BuildError(f"{bundle} is not an engine bundle (no {STAMP})")
+    info = EngineInfo.model_validate_json(stamp.read_text())
+    bin_dir = bundle / "bin"
+    rebased = info.model_copy(
+        update={
+            "server": bin_dir / info.server.name, "bench": bin_dir / info.bench.name, "lib_dir": bin_dir,
+            "build_dir": bundle, "source_dir": bundle, "include_dir": bundle / "include",
+            "ggml_include_dir": bundle / "include",
+        }
+    )  # fmt: skip
+    for p in (rebased.server, rebased.bench):
+        if not p.exists():
+            raise BuildError(f"engine bundle {bundle} lacks {p.name}")
+    return rebased
 
 
 def _finished(stamp: Path, want: EngineInfo) -> EngineInfo | None:

@@ -81,7 +81,9 @@ def open_session(
         return Session(settings, resume, engine, model, target)
     run = RunFolder.create(settings.runs_dir, experiment, target.name, params)
     host = snapshot_host(target, run.path / "host")
-    lab_git = snapshot_git(REPO_ROOT, run.path / "git", applied_diff(engine.source_dir))
+    bundled = engine.source_dir / "engine.patch"  # a pushed engine bundle carries its applied diff
+    diff = bundled.read_text() if bundled.exists() else applied_diff(engine.source_dir)
+    lab_git = snapshot_git(REPO_ROOT, run.path / "git", diff)
     run.update(
         engine=engine_record(engine),
         model=model_rec,

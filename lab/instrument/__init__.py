@@ -37,12 +37,22 @@ def compile_command(engine: EngineInfo, out: Path) -> list[str]:
         f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
         str(SOURCE), "-o", str(out),
         f"-L{engine.lib_dir}", "-lllama", "-lggml", "-lggml-base",
-        f"-Wl,-rpath,{engine.lib_dir}",
+        f"-Wl,-rpath,$ORIGIN:{engine.lib_dir}",  # $ORIGIN: the copy inside an engine bundle finds its libs
     ]  # fmt: skip
 
 
 def build_instrument(engine: EngineInfo, cache_dir: Path) -> InstrumentInfo:
-    """Compile once per (instrument source, engine build); a repeat is a stamp check."""
+    """Compile once per (instrument source, engine build); a repeat is a stamp check. An engine bundle
+    (a prebuilt engine on a target host) carries its compiled instrument: that one is used as is."""
+    bundled = engine.lib_dir / BINARY
+    if engine.build_dir == engine.source_dir and bundled.exists():
+        return InstrumentInfo(
+            binary=bundled,
+            source=SOURCE,
+            source_sha256=hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+            compile_cmd=["(prebuilt in the engine bundle)"],
+            engine_patch_sha256=engine.patch_sha256,
+        )
     src_sha = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
     key = hashlib.sha256(f"{src_sha}|{engine.build_dir}|{engine.patch_sha256}|{engine.flags}".encode()).hexdigest()
     out_dir = cache_dir / "instrument" / key[:16]

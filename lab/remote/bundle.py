@@ -1,0 +1,73 @@
+"""The engine bundle pushed to a target host without Docker: the built engine (bin/ + its stamp + applied
+patch), the lab as a wheel, the tiny model when it is the default, and the local git state it came from.
+Built once per content key under cache_dir/bundles/; a host that already has the same key is skipped."""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import shutil
+import subprocess
+import sys
+from pathlib import Path
+
+from lab.engine.build import STAMP, EngineInfo
+from lab.engine.source import applied_diff
+from lab.settings import REPO_ROOT
+from lab.snapshot import snapshot_git
+
+
+def lab_source_sha() -> str:
+    """The lab's own source (what the wheel is built from; wheel bytes carry timestamps)."""
+    h = hashlib.sha256()
+    files = sorted(p for p in (REPO_ROOT / "lab").rglob("*") if p.is_file() and "__pycache__" not in p.parts)
+    for p in [*files, REPO_ROOT / "pyproject.toml"]:
+        h.update(str(p.relative_to(REPO_ROOT)).encode() + b"\0" + p.read_bytes())
+    return h.hexdigest()
+
+
+def bundle_key(engine: EngineInfo, model: Path | None, instrument: Path) -> str:
+    h = hashlib.sha256()
+    h.update(hashlib.sha256(instrument.read_bytes()).digest())
+    h.update((engine.build_dir / STAMP).read_bytes())
+    h.update(lab_source_sha().encode())
+    if model is not None:
+        h.update(f"{model.name}|{model.stat().st_size}|{model.stat().st_mtime_ns}".encode())
+    return h.hexdigest()[:16]
+
+
+def build_wheel(out: Path) -> Path:
+    out.mkdir(parents=True, exist_ok=True)
+    for old in out.glob("*.whl"):
+        old.unlink()
+    cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO_ROOT)]
+    r = subprocess.run(cmd, capture_output=True, text=True)
+    if r.returncode != 0:
+        raise RuntimeError(f"building the lab wheel failed:\n{r.stderr[-2000:]}")
+    return next(out.glob("*.whl"))
+
+
+def make_bundle(engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path) -> Path:
+    """A directory ready to push: engine/ (with the profiler instrument), wheel/, models/, lab-git/, bundle.json."""
+    key = bundle_key(engine, model, instrument)
+    out = cache_dir / "bundles" / key
+    if (out / "bundle.json").exists():
+        return out
+    wheel = build_wheel(cache_dir / "bundles" / "staging" / "wheel")
+    tmp = cache_dir / "bundles" / f".{key}.tmp"
+    shutil.rmtree(tmp, ignore_errors=True)
+    shutil.copytree(engine.build_dir / "bin", tmp / "engine" / "bin", symlinks=True)
+    shutil.copyfile(engine.build_dir / STAMP, tmp / "engine" / STAMP)
+    shutil.copy2(instrument, tmp / "engine" / "bin" / instrument.name)
+    (tmp / "engine" / "engine.patch").write_text(applied_diff(engine.source_dir))
+    shutil.copytree(wheel.parent, tmp / "wheel")
+    if model is not None:
+        (tmp / "models").mkdir()
+        shutil.copyfile(model, tmp / "models" / model.name)
+    git = snapshot_git(REPO_ROOT, tmp / "lab-git")
+    meta = {"key": key, "wheel": wheel.name, "model": model.name if model else None, "lab_git": git,
+            "engine_patch_sha256": engine.patch_sha256, "engine_commit": engine.source.commit}  # fmt: skip
+    (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
+    shutil.rmtree(out, ignore_errors=True)
+    tmp.rename(out)
+    return out

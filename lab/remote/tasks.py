@@ -1,0 +1,118 @@
+"""Fabric tasks (`fab -H nuc16 measure`; the repo's fabfile.py imports these).
+
+Every task verifies the host key first (lab.remote.connect): an unknown or changed key stops it with a
+clear message. Runs land in catalog/runs/<run_id>/ (keyed by host in the id) and are `dvc add`ed.
+`fab -H a,b measure` runs the hosts one after another (Fabric's own loop); results are keyed by host.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from fabric import task
+from invoke.exceptions import Exit
+from rich.console import Console
+
+from lab.remote.connect import SshTarget, explain
+from lab.remote.session import RemoteResult, absolute_dir, run_remote
+from lab.remote.session import push as push_bundle
+from lab.remote.session import snapshot as host_snapshot
+from lab.settings import Settings, load_settings
+
+REMOTE_DIR = "~/prefill-lab"
+
+
+def _target(c: Any) -> SshTarget:
+    return SshTarget(c, name=str(getattr(c, "original_host", None) or c.host))
+
+
+def _guarded(c: Any, work: Any) -> Any:
+    try:
+        return work(_target(c))
+    except Exception as e:
+        why = explain(e, str(getattr(c, "original_host", c.host)))
+        if why is not None:
+            raise Exit(why, code=1) from e
+        raise
+
+
+def _flags(**kw: Any) -> list[str]:
+    out: list[str] = []
+    for k, v in kw.items():
+        if v is not None:
+            out += [f"--{k.replace('_', '-')}", str(v)]
+    return out
+
+
+def _finish(res: RemoteResult, settings: Settings, console: Console) -> None:
+    if res.run is not None:
+        from lab.dvc_setup import track_runs
+
+        try:
+            track_runs(settings.runs_dir, settings.runs_dir.resolve().parent)
+        except RuntimeError as e:  # not a DVC project, or dvc failed: the run folder is kept either way
+            console.print(f"[yellow]dvc add skipped:[/yellow] {e}")
+    console.print(f"{res.host}: {res.status}" + (f" ({res.message})" if res.message else ""))
+    if res.run is not None:
+        console.print(str(res.run))
+    if res.status != "complete":
+        raise Exit(f"{res.host}: run {res.status}; rerun with --resume {res.run.name if res.run else '<run>'}", code=1)
+
+
+@task(help={"out": "where to write host/ and git/ (default: catalog/hosts/<host>)", "checkout": "lab checkout there"})
+def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> None:
+    """Snapshot the host: uname, lscpu, free, df, ... and the git state of a lab checkout there."""
+    dest = Path(out or f"catalog/hosts/{getattr(c, 'original_host', c.host)}")
+    summary = _guarded(c, lambda t: host_snapshot(t, dest, checkout))
+    Console().print(summary)
+    print(dest)
+
+
+@task(help={"remote_dir": f"lab directory on the host (default {REMOTE_DIR})"})
+def push(c: Any, remote_dir: str = REMOTE_DIR) -> None:
+    """Push the pinned build (engine + instrument + lab wheel + tiny model) unless the host has it."""
+    settings, console = load_settings(), Console()
+    meta = _guarded(c, lambda t: push_bundle(t, settings, absolute_dir(t, remote_dir), console))
+    console.print(f"bundle {meta['key']} (engine {meta['engine_commit']}, patch {meta['engine_patch_sha256'][:12]})")
+
+
+@task(
+    help={
+        "ls": "fake prefix lengths, e.g. 512,2048", "news": "new tokens, e.g. 64,256", "reps": "samples per arm",
+        "images": "screenshot axis, e.g. none,640x400", "resume": "finish an incomplete run (its id)",
+        "remote_dir": f"lab directory on the host (default {REMOTE_DIR})",
+    }
+)  # fmt: skip
+def measure(
+    c: Any, ls: str | None = None, news: str | None = None, reps: int | None = None, images: str | None = None,
+    resume: str | None = None, remote_dir: str = REMOTE_DIR,
+) -> None:  # fmt: skip
+    """Run the fake-prefix sweep on the host and fetch the run folder into catalog/runs/ (and dvc add it)."""
+    settings, console = load_settings(), Console()
+    args = ["sweep", *_flags(Ls=ls, news=news, reps=reps, images=images)] if resume is None else ["sweep"]
+    res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume))
+    _finish(res, settings, console)
+
+
+@task(
+    help={
+        "chunk": "tokens per probe chunk", "max_depth": "deepest probe", "cycles": "cycles",
+        "clean_room_stop": "command that stops the host's server", "clean_room_start": "command that restarts it",
+        "resume": "finish an incomplete run (its id)", "remote_dir": f"lab directory (default {REMOTE_DIR})",
+    }
+)  # fmt: skip
+def profile(
+    c: Any, chunk: int | None = None, max_depth: int | None = None, cycles: int | None = None,
+    clean_room_stop: str | None = None, clean_room_start: str | None = None, resume: str | None = None,
+    remote_dir: str = REMOTE_DIR,
+) -> None:  # fmt: skip
+    """Run the per-node profile on the host (optionally in a clean room) and fetch the run folder."""
+    settings, console = load_settings(), Console()
+    args = ["profile", *_flags(chunk=chunk, max_depth=max_depth, cycles=cycles)]
+    if clean_room_stop and clean_room_start:
+        args += ["--clean-room", clean_room_stop, clean_room_start]
+    if resume is not None:
+        args = ["profile"]
+    res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume))
+    _finish(res, settings, console)

@@ -1,0 +1,150 @@
+"""`fab -H nuc16 ...` against a real target host: an OpenSSH server on loopback with its own host key, an ssh
+config alias `nuc16`, the engine bundle pushed into its own directory, a sweep measured there and fetched
+into catalog/runs/ and dvc-added; unknown and changed host keys refused; a connection cut mid-run leaves an
+incomplete local copy and no server running there, and the rerun resumes."""
+
+from __future__ import annotations
+
+import os
+import shutil
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.runs import RunFolder
+from lab.schemas import SweepPoint
+
+from sshd import Sshd, start_sshd
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    server = start_sshd(tmp_path_factory.mktemp("nuc16"))
+    yield server
+    server.stop()
+
+
+def ssh_config(server: Sshd, path: Path, known_hosts: Path) -> Path:
+    path.write_text(
+        f"Host nuc16\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
+        f"  IdentityFile {server.client_key}\n  UserKnownHostsFile {known_hosts}\n"
+    )
+    return path
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    """A lab project (fabfile, params, DVC config) where fetched runs land."""
+    p = tmp_path_factory.mktemp("project")
+    for name in ("fabfile.py", "params.yaml", "dvc.yaml", ".dvcignore"):
+        shutil.copyfile(REPO / name, p / name)
+    (p / ".dvc").mkdir()
+    shutil.copyfile(REPO / ".dvc" / "config", p / ".dvc" / "config")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=p, check=True)
+    return p
+
+
+def fab(project: Path, config: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200"}
+    return subprocess.run([str(BIN / "fab"), "-S", str(config), "-H", "nuc16", *args], cwd=project, env=env,
+                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+
+
+def remote_dir(host: Sshd) -> Path:
+    return host.dir.parent / "home" / "prefill-lab"
+
+
+def test_unknown_and_changed_host_keys_are_refused(host: Sshd, project: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    r = fab(project, ssh_config(host, tmp_path / "c1", empty), "snapshot", "--out", str(tmp_path / "s1"))
+    assert r.returncode == 1 and "unknown host key" in r.stderr, r.stderr
+    wrong = host.write_wrong_known_hosts(tmp_path / "wrong")
+    r = fab(project, ssh_config(host, tmp_path / "c2", wrong), "snapshot", "--out", str(tmp_path / "s2"))
+    assert r.returncode == 1 and "CHANGED" in r.stderr, r.stderr
+    assert not (tmp_path / "s1").exists() and not (tmp_path / "s2").exists()
+    r = fab(project, ssh_config(host, tmp_path / "c3", host.known_hosts), "snapshot", "--out", str(tmp_path / "s3"))
+    assert r.returncode == 0, r.stderr
+    assert "Linux" in (tmp_path / "s3" / "host" / "uname.txt").read_text()
+    assert (tmp_path / "s3" / "host" / "lscpu.txt").read_text().strip()
+
+
+def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp_path: Path) -> None:
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    rdir = remote_dir(host)
+    r = fab(project, config, "measure", "--ls", "256", "--news", "16", "--reps", "1", "--remote-dir", str(rdir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    local = project / r.stdout.strip().splitlines()[-1]  # the last line: the run folder (absolute stays absolute)
+    run = RunFolder.open(local)
+    m = run.manifest()
+    assert run.ready and m.host == "nuc16" and "_nuc16_sweep_" in m.run_id
+    assert (local / "host" / "lscpu.txt").exists() and (local / "git" / "bundle" / "commit.txt").exists()
+    assert (rdir / "bundle" / "bundle.json").exists() and (rdir / "venv" / "bin" / "lab").exists()
+    assert local.with_name(local.name + ".dvc").exists()  # dvc add
+    assert str(rdir / "bundle" / "engine") in m.engine["server"]  # the pushed build measured there
+    # a second push of the same build is a no-op
+    r = fab(project, config, "push", "--remote-dir", str(rdir))
+    assert r.returncode == 0 and "already there" in r.stdout, r.stdout + r.stderr
+
+
+def _sshd_sessions(host: Sshd) -> list[int]:
+    out = subprocess.run(["pgrep", "-P", str(host.proc.pid)], capture_output=True, text=True).stdout
+    return [int(x) for x in out.split()]
+
+
+def _servers_under(path: Path) -> list[int]:
+    pids = []
+    for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
+        try:
+            text = cmdline.read_bytes()
+            state = (cmdline.parent / "stat").read_text().split()[2]
+        except OSError:
+            continue
+        if b"llama-server" in text and str(path).encode() in text and state != "Z":
+            pids.append(int(cmdline.parent.name))
+    return pids
+
+
+def test_connection_cut_mid_run_leaves_incomplete_and_resumes(host: Sshd, project: Path, tmp_path: Path) -> None:
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    rdir = remote_dir(host)
+    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200"}
+    proc = subprocess.Popen(
+        [str(BIN / "fab"), "-S", str(config), "-H", "nuc16", "measure", "--ls", "256,512,768,1024", "--news", "16",
+         "--reps", "2", "--remote-dir", str(rdir)], cwd=project, env=env, stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE, text=True,
+    )  # fmt: skip
+    before = set((rdir / "runs").iterdir()) if (rdir / "runs").exists() else set()
+    deadline = time.monotonic() + 600
+    run_dir = None
+    while time.monotonic() < deadline and run_dir is None:
+        assert proc.poll() is None, proc.communicate()
+        new = [p for p in (rdir / "runs").glob("*_sweep_*") if p not in before] if (rdir / "runs").exists() else []
+        if new and (new[0] / "raw" / "points.jsonl").exists() and (new[0] / "raw" / "points.jsonl").read_text():
+            run_dir = new[0]
+        time.sleep(0.2)
+    assert run_dir is not None, "the remote sweep made no progress"
+    for pid in _sshd_sessions(host):  # cut every ssh connection (the listener stays up)
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0, out + err
+    local = project / "catalog" / "runs" / run_dir.name
+    m = RunFolder.open(local).manifest()
+    assert m.status == "incomplete", (m.status, m.reason, out, err)
+    assert (local / "raw" / "points.jsonl").read_text()  # what was measured came back
+    time.sleep(1)
+    assert _servers_under(rdir) == []  # the remote llama-server went down with the run
+
+    r = fab(project, config, "measure", "--resume", run_dir.name, "--remote-dir", str(rdir))
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = RunFolder.open(local)
+    assert run.ready and len(run.manifest().resumed_utc) == 1
+    assert len(run.read("points", SweepPoint)) == 4
