@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import os
 import subprocess
 from pathlib import Path
 
@@ -47,7 +48,12 @@ def snapshot_git(repo: Path, dest: Path, engine_diff: str | None = None) -> dict
     """The lab checkout's commit, status and diff (git_diff.patch), and the engine tree's applied patch."""
     dest.mkdir(parents=True, exist_ok=True)
     rc, commit = _git(repo, "rev-parse", "HEAD")
-    commit = commit.strip() if rc == 0 else "unknown (not a git checkout)"
+    # in the container image the lab is installed, not checked out: the image carries its revision instead
+    revision = os.environ.get("LAB_REVISION", "").strip()
+    if rc == 0:
+        commit = commit.strip()
+    else:
+        commit = f"{revision} (image revision)" if revision else "unknown (not a git checkout)"
     _, status = _git(repo, "status", "--porcelain")
     _, diff = _git(repo, "diff", "HEAD", "--no-color", "--no-ext-diff")
     (dest / "commit.txt").write_text(commit + "\n")

