@@ -17,7 +17,7 @@ from typing import Literal
 
 from pydantic import BaseModel
 
-from lab.engine.source import PreparedSource, SourceInfo, locked, prepare_source
+from lab.engine.source import PreparedSource, SourceInfo, applied_diff, locked, prepare_source
 from lab.settings import EngineSettings
 
 Flavor = Literal["release", "assert"]
@@ -154,6 +154,12 @@ def prebuilt_engine(bundle: Path) -> EngineInfo:
         if not p.exists():
             raise BuildError(f"engine bundle {bundle} lacks {p.name}")
     return rebased
+
+
+def engine_patch_text(engine: EngineInfo) -> str:
+    """What the lab changed in llama.cpp: the tree's diff, or the diff a bundle carries (no tree there)."""
+    bundled = engine.source_dir / "engine.patch"
+    return bundled.read_text() if bundled.exists() else applied_diff(engine.source_dir)
 
 
 def _finished(stamp: Path, want: EngineInfo) -> EngineInfo | None:

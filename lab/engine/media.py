@@ -10,6 +10,7 @@ image adds nx*ny image tokens + 2 marker tokens to prompt_n, and advances max(nx
 from __future__ import annotations
 
 import base64
+import functools
 import random
 import re
 from dataclasses import dataclass
@@ -32,9 +33,15 @@ class MediaError(RuntimeError):
     pass
 
 
+@functools.cache
+def single_token_words(srv: LlamaServer) -> list[str]:
+    """The WORDS that are one token for this server's tokenizer (asked once per server)."""
+    return [w for w in WORDS if len(srv.tokenize(w)) == 1]
+
+
 def filler_text(srv: LlamaServer, n: int, seed: int = 0) -> str:
     """Text of exactly n tokens for this server's tokenizer (checked, never assumed)."""
-    words = [w for w in WORDS if len(srv.tokenize(w)) == 1]
+    words = single_token_words(srv)
     rng = random.Random(seed)
     text = "".join(rng.choice(words) for _ in range(n))
     got = len(srv.tokenize(text))

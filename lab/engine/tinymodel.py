@@ -45,12 +45,14 @@ output parser rejects malformed UTF-8) and generations can stop early.
 
 from __future__ import annotations
 
+import contextlib
 import importlib
 import os
 import struct
 import sys
 import tempfile
 import zlib
+from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
@@ -572,6 +574,30 @@ def _add_emit_channel(t: _Tensors, spec: TinyModelSpec, emittable: npt.NDArray[n
         down[..., 0, 0:2] = _EMIT_D
 
 
+@contextlib.contextmanager
+def atomic_gguf(gguf: Any, out_path: Path, arch: str) -> Iterator[Any]:
+    """A GGUFWriter on a temporary file next to out_path; on success the file is written, synced and renamed
+    into place, on any error removed (a reader never sees a partial model)."""
+    out_path.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp_name = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
+    os.close(fd)
+    tmp = Path(tmp_name)
+    try:
+        writer = gguf.GGUFWriter(str(tmp), arch)
+        yield writer
+        writer.write_header_to_file()
+        writer.write_kv_data_to_file()
+        writer.write_tensors_to_file()
+        writer.close()
+        with open(tmp, "rb") as f:
+            os.fsync(f.fileno())
+        os.chmod(tmp, 0o644)
+        os.replace(tmp, out_path)
+    except BaseException:
+        tmp.unlink(missing_ok=True)
+        raise
+
+
 def write_tiny_model(
     out_path: Path,
     vocab_gguf: Path,
@@ -589,12 +615,7 @@ def write_tiny_model(
     gguf = _import_gguf(gguf_py_dir)
     vt = gguf.GGUFValueType
 
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        writer = gguf.GGUFWriter(str(tmp), spec.arch)  # also writes general.architecture
+    with atomic_gguf(gguf, out_path, spec.arch) as writer:  # also writes general.architecture
         writer.add_key_value("general.type", "model", vt.STRING)
         writer.add_key_value("general.name", f"lab-tiny-{spec.arch}", vt.STRING)
         writer.add_key_value("general.file_type", int(gguf.LlamaFileType.MOSTLY_F16), vt.UINT32)
@@ -612,16 +633,4 @@ def write_tiny_model(
         _add_emit_channel(tensors, spec, emittable)
         for name, data in tensors.items.items():
             writer.add_tensor(name, data)
-
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return out_path

@@ -22,15 +22,13 @@ Image tokens: the server resizes an image to multiples of ``patch_size * 2`` (se
 from __future__ import annotations
 
 import math
-import os
-import tempfile
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 import numpy as np
 
-from lab.engine.tinymodel import _F32, _import_gguf, _Tensors
+from lab.engine.tinymodel import _F32, _import_gguf, _Tensors, atomic_gguf
 
 PROJECTOR_TYPE = "qwen3vl_merger"
 #: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).
@@ -161,24 +159,8 @@ def write_tiny_projector(
     spec.validate()
     out_path = Path(out_path)
     gguf = _import_gguf(gguf_py_dir)
-    out_path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp_name = tempfile.mkstemp(dir=out_path.parent, prefix=f".{out_path.name}.", suffix=".tmp")
-    os.close(fd)
-    tmp = Path(tmp_name)
-    try:
-        writer = gguf.GGUFWriter(str(tmp), "clip")  # general.architecture = clip (MODEL_ARCH.MMPROJ)
+    with atomic_gguf(gguf, out_path, "clip") as writer:  # general.architecture = clip (MODEL_ARCH.MMPROJ)
         _write_keys(gguf, writer, spec)
         for name, data in _tensors(spec).items.items():
             writer.add_tensor(name, np.ascontiguousarray(data))
-        writer.write_header_to_file()
-        writer.write_kv_data_to_file()
-        writer.write_tensors_to_file()
-        writer.close()
-        with open(tmp, "rb") as f:
-            os.fsync(f.fileno())
-        os.chmod(tmp, 0o644)
-        os.replace(tmp, out_path)
-    except BaseException:
-        tmp.unlink(missing_ok=True)
-        raise
     return out_path

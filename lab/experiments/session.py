@@ -12,10 +12,10 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lab import __version__
-from lab.engine.build import EngineInfo, build_engine
+from lab.engine.build import EngineInfo, build_engine, engine_patch_text
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
-from lab.engine.source import applied_diff, file_sha256
+from lab.engine.source import file_sha256
 from lab.runs import RunError, RunFolder
 from lab.settings import REPO_ROOT, Settings
 from lab.snapshot import snapshot_git, snapshot_host
@@ -81,9 +81,7 @@ def open_session(
         return Session(settings, resume, engine, model, target)
     run = RunFolder.create(settings.runs_dir, experiment, target.name, params)
     host = snapshot_host(target, run.path / "host")
-    bundled = engine.source_dir / "engine.patch"  # a pushed engine bundle carries its applied diff
-    diff = bundled.read_text() if bundled.exists() else applied_diff(engine.source_dir)
-    lab_git = snapshot_git(REPO_ROOT, run.path / "git", diff)
+    lab_git = snapshot_git(REPO_ROOT, run.path / "git", engine_patch_text(engine))
     run.update(
         engine=engine_record(engine),
         model=model_rec,

@@ -11,8 +11,7 @@ import subprocess
 import sys
 from pathlib import Path
 
-from lab.engine.build import STAMP, EngineInfo
-from lab.engine.source import applied_diff
+from lab.engine.build import STAMP, EngineInfo, engine_patch_text
 from lab.settings import REPO_ROOT
 from lab.snapshot import snapshot_git
 
@@ -59,7 +58,7 @@ def make_bundle(engine: EngineInfo, cache_dir: Path, model: Path | None, instrum
     shutil.copytree(engine.build_dir / "bin", tmp / "engine" / "bin", symlinks=True)
     shutil.copyfile(engine.build_dir / STAMP, tmp / "engine" / STAMP)
     shutil.copy2(instrument, tmp / "engine" / "bin" / instrument.name)
-    (tmp / "engine" / "engine.patch").write_text(applied_diff(engine.source_dir))
+    (tmp / "engine" / "engine.patch").write_text(engine_patch_text(engine))
     shutil.copytree(wheel.parent, tmp / "wheel")
     if model is not None:
         (tmp / "models").mkdir()
