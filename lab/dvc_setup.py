@@ -30,12 +30,13 @@ def dvc_setup(repo: Path, cache_dir: Path) -> list[str]:
     return done
 
 
-def track_runs(runs_dir: Path, repo: Path) -> list[str]:
-    """`dvc add` every finished run folder that has no .dvc file yet (a running one is left alone)."""
+def track_runs(runs_dir: Path, repo: Path, only: list[Path] | None = None) -> list[str]:
+    """`dvc add` every finished run folder (or those of `only`) that has no .dvc file yet (a running one is
+    left alone). DVC's repository lock refuses a second concurrent `dvc add`: callers in threads serialise."""
     from lab.catalog.ingest import IngestError, read_manifest, run_dirs
 
     todo = []
-    for d in run_dirs(runs_dir):
+    for d in run_dirs(runs_dir) if only is None else only:
         try:
             status = read_manifest(d).status
         except IngestError:

@@ -17,6 +17,7 @@ SSHD = "/usr/sbin/sshd"
 @dataclass
 class Sshd:
     dir: Path
+    home: Path  # $HOME of its sessions (each test host has its own ~)
     port: int
     user: str
     client_key: Path
@@ -57,8 +58,9 @@ def free_port() -> int:
 def start_sshd(base: Path) -> Sshd:
     if not Path(SSHD).exists():
         raise RuntimeError(f"{SSHD} is missing: install openssh-server (scripts/system-deps.sh does)")
-    d = base / "sshd"
+    d, home = base / "sshd", base / "home"
     d.mkdir(parents=True)
+    home.mkdir(exist_ok=True)
     keygen(d / "host_key")
     keygen(d / "client_key")
     shutil.copyfile(d / "client_key.pub", d / "authorized_keys")
@@ -72,7 +74,7 @@ def start_sshd(base: Path) -> Sshd:
                 f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / 'sshd.pid'}",
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
                 "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
-                "Subsystem sftp internal-sftp", "",
+                "Subsystem sftp internal-sftp", f"SetEnv HOME={home}", "",
             ]
         )
     )  # fmt: skip
@@ -91,4 +93,4 @@ def start_sshd(base: Path) -> Sshd:
     else:
         proc.kill()
         raise RuntimeError(f"sshd did not start; see {d / 'sshd.log'}")
-    return Sshd(d, port, getpass.getuser(), d / "client_key", d / "known_hosts", proc)
+    return Sshd(d, home, port, getpass.getuser(), d / "client_key", d / "known_hosts", proc)

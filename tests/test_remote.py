@@ -32,11 +32,21 @@ def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     server.stop()
 
 
+@pytest.fixture(scope="module")
+def host_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """A second target host (its own sshd, host key and home) for the parallel tests."""
+    server = start_sshd(tmp_path_factory.mktemp("nuc16b"))
+    yield server
+    server.stop()
+
+
+def alias(name: str, server: Sshd, known_hosts: Path) -> str:
+    return (f"Host {name}\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
+            f"  IdentityFile {server.client_key}\n  UserKnownHostsFile {known_hosts}\n")  # fmt: skip
+
+
 def ssh_config(server: Sshd, path: Path, known_hosts: Path) -> Path:
-    path.write_text(
-        f"Host nuc16\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
-        f"  IdentityFile {server.client_key}\n  UserKnownHostsFile {known_hosts}\n"
-    )
+    path.write_text(alias("nuc16", server, known_hosts))
     return path
 
 
@@ -44,7 +54,7 @@ def ssh_config(server: Sshd, path: Path, known_hosts: Path) -> Path:
 def project(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
     """A lab project (fabfile, params, DVC config) where fetched runs land."""
     p = tmp_path_factory.mktemp("project")
-    for name in ("fabfile.py", "params.yaml", "dvc.yaml", ".dvcignore"):
+    for name in ("fabfile.py", "fabric.yaml", "params.yaml", "dvc.yaml", ".dvcignore"):
         shutil.copyfile(REPO / name, p / name)
     (p / ".dvc").mkdir()
     shutil.copyfile(REPO / ".dvc" / "config", p / ".dvc" / "config")
@@ -52,14 +62,16 @@ def project(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
     return p
 
 
-def fab(project: Path, config: Path, *args: str, timeout: float = 1200) -> subprocess.CompletedProcess[str]:
+def fab(
+    project: Path, config: Path, *args: str, hosts: str = "nuc16", timeout: float = 1200
+) -> subprocess.CompletedProcess[str]:
     env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200"}
-    return subprocess.run([str(BIN / "fab"), "-S", str(config), "-H", "nuc16", *args], cwd=project, env=env,
+    return subprocess.run([str(BIN / "fab"), "-S", str(config), "-H", hosts, *args], cwd=project, env=env,
                           capture_output=True, text=True, timeout=timeout)  # fmt: skip
 
 
 def remote_dir(host: Sshd) -> Path:
-    return host.dir.parent / "home" / "prefill-lab"
+    return host.home / "prefill-lab"  # the tasks' default ~/prefill-lab there
 
 
 def test_unknown_and_changed_host_keys_are_refused(host: Sshd, project: Path, tmp_path: Path) -> None:
@@ -148,3 +160,56 @@ def test_connection_cut_mid_run_leaves_incomplete_and_resumes(host: Sshd, projec
     run = RunFolder.open(local)
     assert run.ready and len(run.manifest().resumed_utc) == 1
     assert len(run.read("points", SweepPoint)) == 4
+
+
+def test_profile_runs_in_a_clean_room_on_the_host(host: Sshd, project: Path, tmp_path: Path) -> None:
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    marks = host.home / "service"
+    r = fab(project, config, "profile", "--chunk", "128", "--max-depth", "256", "--cycles", "1",
+            "--clean-room-stop", f"mkdir -p {marks} && touch {marks}/stopped",
+            "--clean-room-start", f"touch {marks}/started")  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    local = project / r.stdout.strip().splitlines()[-1]
+    run = RunFolder.open(local)
+    assert run.ready and "_nuc16_profile_" in run.manifest().run_id
+    assert (local / "raw" / "profile_nodes.parquet").stat().st_size > 0
+    assert local.with_name(local.name + ".dvc").exists()
+    # the bundled instrument ran there (no compiler needed), and the host's service was stopped and restarted
+    assert str(remote_dir(host) / "bundle" / "engine") in (local / "raw" / "instrument.json").read_text()
+    assert (marks / "stopped").exists() and (marks / "started").exists()
+
+
+def test_hosts_run_in_parallel_keyed_by_host(host: Sshd, host_b: Sshd, project: Path, tmp_path: Path) -> None:
+    """`fab -H nuc16,nuc16b measure`: both hosts at once (nuc16b gets its bundle while nuc16 is measuring), one
+    run folder per host, each fetched and dvc-added, and a summary keyed by host."""
+    config = tmp_path / "config"
+    config.write_text(alias("nuc16", host, host.known_hosts) + alias("nuc16b", host_b, host_b.known_hosts))
+    runs = project / "catalog" / "runs"
+    before = set(runs.iterdir()) if runs.exists() else set()
+    r = fab(project, config, "measure", "--ls", "256,512", "--news", "16", "--reps", "2", hosts="nuc16,nuc16b")
+    assert r.returncode == 0, r.stdout + r.stderr
+    new = sorted(p for p in set(runs.iterdir()) - before if p.is_dir())
+    assert sorted(p.name.split("_")[1] for p in new) == ["nuc16", "nuc16b"], new
+    for p in new:
+        run = RunFolder.open(p)
+        assert run.ready and len(run.read("points", SweepPoint)) == 2
+        assert p.with_name(p.name + ".dvc").exists()
+        assert f"  {run.manifest().host:<6}  ok      {p.relative_to(project)}" in r.stdout, r.stdout
+    # parallel, not one after the other: nuc16b's bundle landed before nuc16's sweep finished
+    run_a = next(p for p in new if "_nuc16_" in p.name)
+    ready_a = (remote_dir(host) / "runs" / run_a.name / ".ready").stat().st_ctime
+    bundle_b = (remote_dir(host_b) / "bundle" / "bundle.json").stat().st_ctime
+    assert bundle_b < ready_a, (bundle_b, ready_a)
+
+
+def test_a_failing_host_does_not_stop_the_others(host: Sshd, host_b: Sshd, project: Path, tmp_path: Path) -> None:
+    empty = tmp_path / "empty_known_hosts"
+    empty.write_text("")
+    config = tmp_path / "config"
+    config.write_text(alias("stranger", host_b, empty) + alias("nuc16", host, host.known_hosts))
+    out = tmp_path / "snap"
+    r = fab(project, config, "snapshot", "--out", str(out), hosts="stranger,nuc16")
+    assert r.returncode == 1, r.stdout + r.stderr
+    assert "stranger" in r.stderr and "failed on 1 host(s): stranger" in r.stderr, r.stderr
+    assert "unknown host key" in r.stdout, r.stdout  # the per-host summary says why
+    assert "Linux" in (out / "host" / "uname.txt").read_text()  # nuc16 went on

@@ -12,6 +12,7 @@ import sys
 from pathlib import Path
 
 from lab.engine.build import STAMP, EngineInfo, engine_patch_text
+from lab.engine.source import locked
 from lab.settings import REPO_ROOT
 from lab.snapshot import snapshot_git
 
@@ -47,11 +48,17 @@ def build_wheel(out: Path) -> Path:
 
 
 def make_bundle(engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path) -> Path:
-    """A directory ready to push: engine/ (with the profiler instrument), wheel/, models/, lab-git/, bundle.json."""
+    """A directory ready to push: engine/ (with the profiler instrument), wheel/, models/, lab-git/, bundle.json.
+    Locked: hosts pushed in parallel (and concurrent `fab` runs) share the staging directory."""
     key = bundle_key(engine, model, instrument)
     out = cache_dir / "bundles" / key
-    if (out / "bundle.json").exists():
-        return out
+    with locked(cache_dir / "bundles.lock"):
+        if not (out / "bundle.json").exists():
+            _assemble(engine, cache_dir, model, instrument, key, out)
+    return out
+
+
+def _assemble(engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path, key: str, out: Path) -> None:
     wheel = build_wheel(cache_dir / "bundles" / "staging" / "wheel")
     tmp = cache_dir / "bundles" / f".{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -69,4 +76,3 @@ def make_bundle(engine: EngineInfo, cache_dir: Path, model: Path | None, instrum
     (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
-    return out

@@ -2,11 +2,13 @@
 
 Every task verifies the host key first (lab.remote.connect): an unknown or changed key stops it with a
 clear message. Runs land in catalog/runs/<run_id>/ (keyed by host in the id) and are `dvc add`ed.
-`fab -H a,b measure` runs the hosts one after another (Fabric's own loop); results are keyed by host.
+`fab -H a,b measure` runs the hosts in parallel (lab.remote.parallel, named in fabric.yaml); results are keyed
+by host. Each task returns what it produced (the run folder), which the parallel summary shows per host.
 """
 
 from __future__ import annotations
 
+import threading
 from pathlib import Path
 from typing import Any
 
@@ -21,6 +23,7 @@ from lab.remote.session import snapshot as host_snapshot
 from lab.settings import Settings, load_settings
 
 REMOTE_DIR = "~/prefill-lab"
+_DVC_LOCK = threading.Lock()  # hosts in parallel: DVC's repository lock refuses a concurrent `dvc add`
 
 
 def _target(c: Any) -> SshTarget:
@@ -45,12 +48,13 @@ def _flags(**kw: Any) -> list[str]:
     return out
 
 
-def _finish(res: RemoteResult, settings: Settings, console: Console) -> None:
+def _finish(res: RemoteResult, settings: Settings, console: Console) -> str:
     if res.run is not None:
         from lab.dvc_setup import track_runs
 
         try:
-            track_runs(settings.runs_dir, settings.runs_dir.resolve().parent)
+            with _DVC_LOCK:
+                track_runs(settings.runs_dir, settings.runs_dir.resolve().parent, only=[res.run])
         except RuntimeError as e:  # not a DVC project, or dvc failed: the run folder is kept either way
             console.print(f"[yellow]dvc add skipped:[/yellow] {e}")
     console.print(f"{res.host}: {res.status}" + (f" ({res.message})" if res.message else ""))
@@ -58,23 +62,26 @@ def _finish(res: RemoteResult, settings: Settings, console: Console) -> None:
         console.print(str(res.run))
     if res.status != "complete":
         raise Exit(f"{res.host}: run {res.status}; rerun with --resume {res.run.name if res.run else '<run>'}", code=1)
+    return str(res.run)
 
 
 @task(help={"out": "where to write host/ and git/ (default: catalog/hosts/<host>)", "checkout": "lab checkout there"})
-def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> None:
+def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> str:
     """Snapshot the host: uname, lscpu, free, df, ... and the git state of a lab checkout there."""
     dest = Path(out or f"catalog/hosts/{getattr(c, 'original_host', c.host)}")
     summary = _guarded(c, lambda t: host_snapshot(t, dest, checkout))
     Console().print(summary)
     print(dest)
+    return str(dest)
 
 
 @task(help={"remote_dir": f"lab directory on the host (default {REMOTE_DIR})"})
-def push(c: Any, remote_dir: str = REMOTE_DIR) -> None:
+def push(c: Any, remote_dir: str = REMOTE_DIR) -> str:
     """Push the pinned build (engine + instrument + lab wheel + tiny model) unless the host has it."""
     settings, console = load_settings(), Console()
     meta = _guarded(c, lambda t: push_bundle(t, settings, absolute_dir(t, remote_dir), console))
     console.print(f"bundle {meta['key']} (engine {meta['engine_commit']}, patch {meta['engine_patch_sha256'][:12]})")
+    return f"bundle {meta['key']}"
 
 
 @task(
@@ -87,12 +94,12 @@ def push(c: Any, remote_dir: str = REMOTE_DIR) -> None:
 def measure(
     c: Any, ls: str | None = None, news: str | None = None, reps: int | None = None, images: str | None = None,
     resume: str | None = None, remote_dir: str = REMOTE_DIR,
-) -> None:  # fmt: skip
+) -> str:  # fmt: skip
     """Run the fake-prefix sweep on the host and fetch the run folder into catalog/runs/ (and dvc add it)."""
     settings, console = load_settings(), Console()
     args = ["sweep", *_flags(Ls=ls, news=news, reps=reps, images=images)] if resume is None else ["sweep"]
     res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume))
-    _finish(res, settings, console)
+    return _finish(res, settings, console)
 
 
 @task(
@@ -106,7 +113,7 @@ def profile(
     c: Any, chunk: int | None = None, max_depth: int | None = None, cycles: int | None = None,
     clean_room_stop: str | None = None, clean_room_start: str | None = None, resume: str | None = None,
     remote_dir: str = REMOTE_DIR,
-) -> None:  # fmt: skip
+) -> str:  # fmt: skip
     """Run the per-node profile on the host (optionally in a clean room) and fetch the run folder."""
     settings, console = load_settings(), Console()
     args = ["profile", *_flags(chunk=chunk, max_depth=max_depth, cycles=cycles)]
@@ -115,4 +122,4 @@ def profile(
     if resume is not None:
         args = ["profile"]
     res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume))
-    _finish(res, settings, console)
+    return _finish(res, settings, console)
