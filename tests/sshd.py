@@ -1,12 +1,16 @@
-"""A real OpenSSH server on loopback for tests: its own host key, its own authorized client key, its own
-known_hosts line. Runs as the current user (root in CI) with no systemd."""
+"""The target host for tests: a real OpenSSH server on loopback with its own host key, authorized client key,
+known_hosts line and $HOME. Runs as the current user (root in CI) with no systemd. Plus how tests drive it:
+an ssh config alias, a lab project to run `fab` in, and `fab` itself."""
 
 from __future__ import annotations
 
 import getpass
+import os
 import shutil
+import signal
 import socket
 import subprocess
+import sys
 import time
 from dataclasses import dataclass
 from pathlib import Path
@@ -31,6 +35,11 @@ class Sshd:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+
+    def session_pids(self) -> list[int]:
+        """The sshd processes serving connections (killing them cuts every connection; the listener stays)."""
+        out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
+        return [int(x) for x in out.split()]
 
     def write_wrong_known_hosts(self, path: Path) -> Path:
         """A known_hosts naming this host with a different key (a changed or spoofed host)."""
@@ -94,3 +103,61 @@ def start_sshd(base: Path) -> Sshd:
         proc.kill()
         raise RuntimeError(f"sshd did not start; see {d / 'sshd.log'}")
     return Sshd(d, home, port, getpass.getuser(), d / "client_key", d / "known_hosts", proc)
+
+
+REPO = Path(__file__).resolve().parent.parent
+BIN = Path(sys.executable).parent
+
+
+def alias(name: str, server: Sshd, known_hosts: Path) -> str:
+    """An ssh config entry naming the server `name`, trusting the keys in known_hosts."""
+    return (f"Host {name}\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
+            f"  IdentityFile {server.client_key}\n  UserKnownHostsFile {known_hosts}\n")  # fmt: skip
+
+
+def fab_project(p: Path) -> Path:
+    """A lab project (fabfile, fabric.yaml, params, DVC config, git) where fetched runs land."""
+    for name in ("fabfile.py", "fabric.yaml", "params.yaml", "dvc.yaml", ".dvcignore"):
+        shutil.copyfile(REPO / name, p / name)
+    (p / ".dvc").mkdir()
+    shutil.copyfile(REPO / ".dvc" / "config", p / ".dvc" / "config")
+    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=p, check=True)
+    return p
+
+
+def fab_env(extra: dict[str, str] | None = None) -> dict[str, str]:
+    """The lab's venv first on PATH; no DOCKER_HOST leaking in (`--via auto` looks at the local Docker)."""
+    env = {k: v for k, v in os.environ.items() if k != "DOCKER_HOST"}
+    return {**env, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200", **(extra or {})}
+
+
+def fab_cmd(config: Path, hosts: str, *args: str) -> list[str]:
+    return [str(BIN / "fab"), "-S", str(config), "-H", hosts, *args]
+
+
+def fab(
+    project: Path, config: Path, *args: str, hosts: str = "nuc16", env: dict[str, str] | None = None,
+    timeout: float = 1200,
+) -> subprocess.CompletedProcess[str]:  # fmt: skip
+    return subprocess.run(fab_cmd(config, hosts, *args), cwd=project, env=fab_env(env), capture_output=True,
+                          text=True, timeout=timeout)  # fmt: skip
+
+
+def cut_mid_sweep(
+    server: Sshd, proc: subprocess.Popen[str], runs: Path, before: set[Path], timeout: float = 600
+) -> tuple[Path, str, str]:
+    """Once the sweep that `proc` (a fab measure) started has written a point on the host, cut every SSH
+    connection to it; returns the host's run folder and fab's output after it gave up."""
+    deadline, run_dir = time.monotonic() + timeout, None
+    while time.monotonic() < deadline and run_dir is None:
+        assert proc.poll() is None, proc.communicate()
+        new = [p for p in runs.glob("*_sweep_*") if p not in before]
+        if new and (new[0] / "raw" / "points.jsonl").exists() and (new[0] / "raw" / "points.jsonl").read_text():
+            run_dir = new[0]
+        time.sleep(0.2)
+    assert run_dir is not None, "the remote sweep made no progress"
+    for pid in server.session_pids():
+        os.kill(pid, signal.SIGKILL)
+    out, err = proc.communicate(timeout=300)
+    assert proc.returncode != 0, out + err
+    return run_dir, out, err

@@ -16,15 +16,20 @@ import os
 import shutil
 import subprocess
 import sys
+import tempfile
 import time
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 
 import pytest
 
 from lab.engine.source import locked
-from lab.runs import Manifest
+from lab.runs import Manifest, RunFolder
+from lab.schemas import SweepPoint
 from lab.settings import load_settings
+
+from sshd import alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "docker-private.sh"
@@ -154,14 +159,15 @@ def _du_bytes(path: Path) -> int:
     return int(out.split()[0]) if out else 0
 
 
-@pytest.fixture
-def private_docker(tmp_path: Path) -> Iterator[dict[str, str]]:
+@pytest.fixture(scope="module")
+def private_docker(tmp_path_factory: pytest.TempPathFactory) -> Iterator[dict[str, str]]:
     """The private daemon (scripts/docker-private.sh), locked against a concurrent test on the same data-root,
     with the debootstrap base image; always stopped (and its leftover mounts unmounted) afterwards."""
     _prerequisites()
+    tmp = tmp_path_factory.mktemp("docker")
     docker_dir = load_settings().cache_dir / "docker"
-    env = {**_clean_env(tmp_path), "LAB_DOCKER_DIR": str(docker_dir), "DOCKER_HOST": f"unix://{docker_dir}/docker.sock"}
-    log = tmp_path / "docker-private.log"
+    env = {**_clean_env(tmp), "LAB_DOCKER_DIR": str(docker_dir), "DOCKER_HOST": f"unix://{docker_dir}/docker.sock"}
+    log = tmp / "docker-private.log"
     with locked(docker_dir.parent / "docker.lock"):
         try:
             _run(["bash", str(SCRIPT), "start"], log, env, REPO, 120)
@@ -171,23 +177,38 @@ def private_docker(tmp_path: Path) -> Iterator[dict[str, str]]:
             subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
 
 
-def test_compose_run_sweep_writes_a_run_folder(private_docker: dict[str, str], tmp_path: Path) -> None:
-    compose = str(compose_binary())
+@dataclass
+class Built:
+    project: Path
+    env: dict[str, str]
+    uid: int
+    build_s: float
+    log: Path
+
+
+@pytest.fixture(scope="module")
+def built(private_docker: dict[str, str], tmp_path_factory: pytest.TempPathFactory) -> Built:
+    """`docker compose build` of a copy of this checkout (the image every test below uses)."""
+    tmp = tmp_path_factory.mktemp("compose")
     uid = os.getuid() or 4321  # as root (CI), an arbitrary non-root uid: the mapping is what is tested
-    project = _project_copy(tmp_path / "project", uid)
+    project = _project_copy(tmp / "project", uid)
     env = {**private_docker, "COMPOSE_PROJECT_NAME": "prefill-lab-test", "LAB_UID": str(uid), "LAB_GID": str(uid),
            "LAB_HOST_NAME": HOST_NAME}  # fmt: skip
-    log = tmp_path / "compose.log"
+    log = tmp / "compose.log"
     revision = subprocess.run(["git", "-C", str(REPO), "rev-parse", "HEAD"], capture_output=True, text=True)
-
     build_s = _run(
-        [compose, "--progress", "plain", "-f", "compose.yaml", "build",
+        [str(compose_binary()), "--progress", "plain", "-f", "compose.yaml", "build",
          "--build-arg", f"BASE_IMAGE={BASE_IMAGE}", "--build-arg", f"LAB_REVISION={revision.stdout.strip()}"],
         log, env, project, BUILD_TIMEOUT_S,
     )  # fmt: skip
     # the tag moved: the previous image's layers stay in the BuildKit cache (GC-bounded), not as dangling images
     subprocess.run(["docker", "image", "prune", "--force"], env=env, capture_output=True, timeout=120)
+    return Built(project, env, uid, build_s, log)
 
+
+def test_compose_run_sweep_writes_a_run_folder(built: Built, tmp_path: Path) -> None:
+    compose = str(compose_binary())
+    project, env, uid, log, build_s = built.project, built.env, built.uid, built.log, built.build_s
     runs = project / "catalog" / "runs"
     before = set(runs.iterdir())
     run_s = _run([compose, "-f", "compose.yaml", "run", "--rm", "lab", *SWEEP], log, env, project, RUN_TIMEOUT_S)
@@ -227,3 +248,93 @@ def test_compose_run_sweep_writes_a_run_folder(private_docker: dict[str, str], t
     }
     (docker_dir / "last-test.json").write_text(json.dumps(timings, indent=2) + "\n")
     print(f"container test: {timings}")
+
+
+# --- `fab -H nuc16 measure` on a host that has Docker: the image travels, the lab runs in it -----------------
+
+
+@pytest.fixture(scope="module")
+def host_docker(built: Built) -> Iterator[str]:
+    """The target host's own Docker: a second private daemon (own data-root and socket), empty at the start."""
+    d = Path(tempfile.mkdtemp(prefix="lab-rd-", dir="/tmp"))  # short: unix socket paths
+    env = {**built.env, "LAB_DOCKER_DIR": str(d), "DOCKER_HOST": f"unix://{d}/docker.sock"}
+    try:
+        _run(["bash", str(SCRIPT), "start"], d.with_suffix(".log"), env, REPO, 120)
+        yield env["DOCKER_HOST"]
+    finally:
+        subprocess.run(["bash", str(SCRIPT), "stop"], env=env, capture_output=True, timeout=120)
+        shutil.rmtree(d, ignore_errors=True)
+
+
+def _image_id(docker_host: str, image: str = IMAGE) -> str:
+    r = subprocess.run(["docker", "image", "inspect", "--format", "{{.Id}}", image], capture_output=True, text=True,
+                       env={**os.environ, "DOCKER_HOST": docker_host})  # fmt: skip
+    return r.stdout.strip()
+
+
+def _containers(docker_host: str) -> list[str]:
+    r = subprocess.run(
+        ["docker", "ps", "-aq"], capture_output=True, text=True, env={**os.environ, "DOCKER_HOST": docker_host}
+    )
+    return r.stdout.split()
+
+
+def test_fab_pushes_the_image_and_measures_in_it(
+    built: Built, host_docker: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    tmp = tmp_path_factory.mktemp("fab-docker")
+    server = start_sshd(tmp / "nuc16")
+    try:
+        config = tmp / "ssh_config"
+        config.write_text(alias("nuc16", server, server.known_hosts))
+        (tmp / "project").mkdir()
+        project = fab_project(tmp / "project")
+        env = {"DOCKER_HOST": built.env["DOCKER_HOST"], "DOCKER_CONFIG": built.env["DOCKER_CONFIG"]}
+        via = ["--via", "docker", "--docker-host", host_docker]
+        rdir = server.home / "prefill-lab"
+        local_id = _image_id(built.env["DOCKER_HOST"])
+        assert local_id and _image_id(host_docker) == ""
+
+        # push (docker save | docker load over the task's SSH connection) and measure there, in the image
+        r = fab(project, config, "measure", *via, "--ls", "256", "--news", "16", "--reps", "1", env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "docker save" in r.stdout and "(docker)" in r.stdout, r.stdout
+        assert _image_id(host_docker) == local_id
+        local = project / r.stdout.strip().splitlines()[-1]
+        run = RunFolder.open(local)
+        m = run.manifest()
+        assert run.ready and m.host == "nuc16" and "_nuc16_sweep_" in m.run_id
+        assert m.engine["server"].startswith("/opt/prefill-lab/cache/"), m.engine  # the image's engine
+        assert json.loads((local / "git" / "image.json").read_text())["id"] == local_id
+        assert local.with_name(local.name + ".dvc").exists()
+        assert not (rdir / "bundle").exists() and _containers(host_docker) == []  # no bundle, no leftovers
+        r = fab(project, config, "push", *via, env=env)
+        assert r.returncode == 0 and "already there" in r.stdout, r.stdout + r.stderr
+
+        # a clean room runs on the host around the container (which cannot reach the host's services)
+        marks = server.home / "service"
+        r = fab(project, config, "profile", *via, "--chunk", "128", "--max-depth", "256", "--cycles", "1",
+                "--clean-room-stop", f"mkdir -p {marks} && touch {marks}/stopped",
+                "--clean-room-start", f"touch {marks}/started", env=env)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        prof = RunFolder.open(project / r.stdout.strip().splitlines()[-1])
+        assert prof.ready and (prof.path / "raw" / "profile_nodes.parquet").exists()
+        assert prof.manifest().params["clean_room"]["where"] == "on the host, around the container"
+        assert (marks / "stopped").exists() and (marks / "started").exists()
+
+        # a connection cut mid-run: the container is stopped, the local copy is incomplete, the rerun resumes
+        (marks / "started").unlink()
+        before = set((rdir / "runs").glob("*"))
+        proc = subprocess.Popen(
+            fab_cmd(config, "nuc16", "measure", *via, "--ls", "256,512,768,1024", "--news", "16", "--reps", "2"),
+            cwd=project, env=fab_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        run_dir, out, err = cut_mid_sweep(server, proc, rdir / "runs", before)
+        cut = RunFolder.open(project / "catalog" / "runs" / run_dir.name)
+        assert cut.manifest().status == "incomplete", (cut.manifest(), out, err)
+        assert _containers(host_docker) == []  # stopped and removed
+        r = fab(project, config, "measure", *via, "--resume", run_dir.name, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert cut.ready and len(cut.manifest().resumed_utc) == 1 and len(cut.read("points", SweepPoint)) == 4
+    finally:
+        server.stop()

@@ -5,11 +5,7 @@ incomplete local copy and no server running there, and the rerun resumes."""
 
 from __future__ import annotations
 
-import os
-import shutil
-import signal
 import subprocess
-import sys
 import time
 from collections.abc import Iterator
 from pathlib import Path
@@ -19,10 +15,7 @@ import pytest
 from lab.runs import RunFolder
 from lab.schemas import SweepPoint
 
-from sshd import Sshd, start_sshd
-
-REPO = Path(__file__).resolve().parent.parent
-BIN = Path(sys.executable).parent
+from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
 
 @pytest.fixture(scope="module")
@@ -40,11 +33,6 @@ def host_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
     server.stop()
 
 
-def alias(name: str, server: Sshd, known_hosts: Path) -> str:
-    return (f"Host {name}\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
-            f"  IdentityFile {server.client_key}\n  UserKnownHostsFile {known_hosts}\n")  # fmt: skip
-
-
 def ssh_config(server: Sshd, path: Path, known_hosts: Path) -> Path:
     path.write_text(alias("nuc16", server, known_hosts))
     return path
@@ -52,22 +40,7 @@ def ssh_config(server: Sshd, path: Path, known_hosts: Path) -> Path:
 
 @pytest.fixture(scope="module")
 def project(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
-    """A lab project (fabfile, params, DVC config) where fetched runs land."""
-    p = tmp_path_factory.mktemp("project")
-    for name in ("fabfile.py", "fabric.yaml", "params.yaml", "dvc.yaml", ".dvcignore"):
-        shutil.copyfile(REPO / name, p / name)
-    (p / ".dvc").mkdir()
-    shutil.copyfile(REPO / ".dvc" / "config", p / ".dvc" / "config")
-    subprocess.run(["git", "init", "-q", "-b", "main"], cwd=p, check=True)
-    return p
-
-
-def fab(
-    project: Path, config: Path, *args: str, hosts: str = "nuc16", timeout: float = 1200
-) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200"}
-    return subprocess.run([str(BIN / "fab"), "-S", str(config), "-H", hosts, *args], cwd=project, env=env,
-                          capture_output=True, text=True, timeout=timeout)  # fmt: skip
+    return fab_project(tmp_path_factory.mktemp("project"))
 
 
 def remote_dir(host: Sshd) -> Path:
@@ -107,11 +80,6 @@ def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp
     assert r.returncode == 0 and "already there" in r.stdout, r.stdout + r.stderr
 
 
-def _sshd_sessions(host: Sshd) -> list[int]:
-    out = subprocess.run(["pgrep", "-P", str(host.proc.pid)], capture_output=True, text=True).stdout
-    return [int(x) for x in out.split()]
-
-
 def _servers_under(path: Path) -> list[int]:
     pids = []
     for cmdline in Path("/proc").glob("[0-9]*/cmdline"):
@@ -128,26 +96,13 @@ def _servers_under(path: Path) -> list[int]:
 def test_connection_cut_mid_run_leaves_incomplete_and_resumes(host: Sshd, project: Path, tmp_path: Path) -> None:
     config = ssh_config(host, tmp_path / "config", host.known_hosts)
     rdir = remote_dir(host)
-    env = {**os.environ, "PATH": f"{BIN}:{os.environ['PATH']}", "COLUMNS": "200"}
+    before = set((rdir / "runs").glob("*"))
     proc = subprocess.Popen(
-        [str(BIN / "fab"), "-S", str(config), "-H", "nuc16", "measure", "--ls", "256,512,768,1024", "--news", "16",
-         "--reps", "2", "--remote-dir", str(rdir)], cwd=project, env=env, stdout=subprocess.PIPE,
+        fab_cmd(config, "nuc16", "measure", "--ls", "256,512,768,1024", "--news", "16", "--reps", "2",
+                "--remote-dir", str(rdir)), cwd=project, env=fab_env(), stdout=subprocess.PIPE,
         stderr=subprocess.PIPE, text=True,
     )  # fmt: skip
-    before = set((rdir / "runs").iterdir()) if (rdir / "runs").exists() else set()
-    deadline = time.monotonic() + 600
-    run_dir = None
-    while time.monotonic() < deadline and run_dir is None:
-        assert proc.poll() is None, proc.communicate()
-        new = [p for p in (rdir / "runs").glob("*_sweep_*") if p not in before] if (rdir / "runs").exists() else []
-        if new and (new[0] / "raw" / "points.jsonl").exists() and (new[0] / "raw" / "points.jsonl").read_text():
-            run_dir = new[0]
-        time.sleep(0.2)
-    assert run_dir is not None, "the remote sweep made no progress"
-    for pid in _sshd_sessions(host):  # cut every ssh connection (the listener stays up)
-        os.kill(pid, signal.SIGKILL)
-    out, err = proc.communicate(timeout=300)
-    assert proc.returncode != 0, out + err
+    run_dir, out, err = cut_mid_sweep(host, proc, rdir / "runs", before)
     local = project / "catalog" / "runs" / run_dir.name
     m = RunFolder.open(local).manifest()
     assert m.status == "incomplete", (m.status, m.reason, out, err)

@@ -11,8 +11,9 @@ from __future__ import annotations
 import io
 import os
 import tarfile
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, BinaryIO
 
 from lab.target import CmdResult
 
@@ -73,16 +74,26 @@ class SshTarget:
     def get(self, remote: str, local: Path) -> None:
         self.c.get(remote, str(local))
 
+    def pipe_in(self, remote_cmd: str, feed: Callable[[BinaryIO], None]) -> None:
+        """Run remote_cmd with feed() writing its stdin (a stream: nothing is staged on either side)."""
+        chan = self.c.client.get_transport().open_session()
+        chan.exec_command(remote_cmd)
+        with chan.makefile_stdin("wb") as stdin:
+            feed(stdin)
+        chan.shutdown_write()
+        if chan.recv_exit_status() != 0:
+            err = chan.makefile_stderr("rb").read().decode(errors="replace").strip()
+            raise RuntimeError(f"{self.name}: `{remote_cmd}` failed: {err[-1500:]}")
+
     def put_tree(self, local: Path, remote_dir: str) -> None:
         """Copy a directory's contents into remote_dir as one tar stream (SFTP is slow for many files)."""
         self.run(f"mkdir -p {remote_dir}")
-        chan = self.c.client.get_transport().open_session()
-        chan.exec_command(f"tar -C {remote_dir} -xf -")
-        with chan.makefile_stdin("wb") as stdin, tarfile.open(fileobj=stdin, mode="w|") as tar:
-            tar.add(str(local), arcname=".")
-        chan.shutdown_write()
-        if chan.recv_exit_status() != 0:
-            raise RuntimeError(f"unpacking into {self.name}:{remote_dir} failed")
+
+        def tar_into(stdin: BinaryIO) -> None:
+            with tarfile.open(fileobj=stdin, mode="w|") as tar:
+                tar.add(str(local), arcname=".")
+
+        self.pipe_in(f"tar -C {remote_dir} -xf -", tar_into)
 
     def get_tree(self, remote_dir: str, local: Path) -> None:
         """Copy remote_dir's contents into local (created) as one tar stream."""

@@ -11,6 +11,7 @@ from __future__ import annotations
 import json
 import shlex
 import shutil
+import uuid
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -21,6 +22,16 @@ from lab.engine.models import resolve_model
 from lab.instrument import build_instrument
 from lab.remote.bundle import make_bundle
 from lab.remote.connect import SshTarget
+from lab.remote.image import (
+    IMAGE,
+    ImageRef,
+    around,
+    host_has_docker,
+    lab_in_container,
+    local_image,
+    push_image,
+    stop_container,
+)
 from lab.runs import RunFolder
 from lab.settings import Settings
 from lab.snapshot import snapshot_host
@@ -91,20 +102,76 @@ def absolute_dir(t: SshTarget, remote_dir: str) -> str:
     return r.stdout.strip()
 
 
+@dataclass
+class Deployment:
+    """How `lab` runs on the host: from the pushed bundle, or in the pushed container image."""
+
+    kind: str  # bundle | docker
+    meta: dict[str, str]  # bundle.json
+    image: ImageRef | None = None
+    docker_host: str | None = None
+    container: str = ""
+
+    def command(self, t: SshTarget, remote_dir: str, args: list[str], clean_room: tuple[str, str] | None) -> str:
+        if self.image is None:
+            return lab_command(
+                t, remote_dir, self.meta, [*args, *(["--clean-room", *clean_room] if clean_room else [])]
+            )
+        cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host)
+        return cmd if clean_room is None else around(cmd, *clean_room)
+
+    def record(self, t: SshTarget, remote_dir: str, local: Path) -> None:
+        """What the host ran, into the local run folder's git/: the bundle's git state, or the image."""
+        if self.image is None:
+            t.get_tree(f"{remote_dir}/bundle/lab-git", local / "git" / "bundle")
+        else:
+            (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
+
+    def stop(self, t: SshTarget) -> None:
+        if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
+            stop_container(t, self.container, self.docker_host)
+
+
+def deploy(
+    t: SshTarget, settings: Settings, remote_dir: str, console: Console, via: str = "auto",
+    image: str = IMAGE, docker_host: str | None = None,
+) -> Deployment:  # fmt: skip
+    """Push the pinned build: the container image when asked (or, with `auto`, when this machine has the image
+    and the host has Docker), otherwise the bundle."""
+    if via not in ("auto", "bundle", "docker"):
+        raise ValueError(f"--via must be auto, bundle or docker, got {via!r}")
+    if via != "bundle":
+        ref = local_image(image)
+        has_docker = host_has_docker(t, docker_host)
+        if via == "docker" and (ref is None or not has_docker):
+            why = f"no local image {image} (docker compose build)" if ref is None else f"{t.name} has no Docker"
+            raise RuntimeError(f"--via docker: {why}")
+        if ref is not None and has_docker:
+            push_image(t, ref, docker_host, console)
+            return Deployment("docker", {}, ref, docker_host, f"prefill-lab-{uuid.uuid4().hex[:12]}")
+        console.print(
+            f"{t.name}: pushing the bundle ({'no local image ' + image if ref is None else 'no Docker there'})"
+        )
+    return Deployment("bundle", push(t, settings, remote_dir, console))
+
+
 def run_remote(
-    t: SshTarget, settings: Settings, remote_dir: str, args: list[str], console: Console, resume: str | None = None
-) -> RemoteResult:
-    """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir."""
+    t: SshTarget, settings: Settings, remote_dir: str, args: list[str], console: Console, resume: str | None = None,
+    via: str = "auto", image: str = IMAGE, docker_host: str | None = None, clean_room: tuple[str, str] | None = None,
+) -> RemoteResult:  # fmt: skip
+    """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
+    A clean room (stop, start) is the lab's own (`lab profile --clean-room`) from the bundle; around the
+    container on the host (the container cannot reach the host's services) from the image."""
     remote_dir = absolute_dir(t, remote_dir)
-    meta = push(t, settings, remote_dir, console)
+    how = deploy(t, settings, remote_dir, console, via, image, docker_host)
     params = Path("params.yaml")
     if params.exists():
         t.put(params, f"{remote_dir}/params.yaml")
     else:
         t.run(f"touch {remote_dir}/params.yaml")
     before = list_runs(t, remote_dir)
-    cmd = lab_command(t, remote_dir, meta, [*args, *(["--resume", resume] if resume else [])])
-    console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else ""))
+    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], clean_room)
+    console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
     error = ""
     try:
         r = t.run(cmd, pty=True)
@@ -112,12 +179,17 @@ def run_remote(
             error = f"exit {r.exited}: {(r.stdout + r.stderr).strip()[-1500:]}"
     except Exception as e:  # a dropped connection: fetch what is there on a fresh connection
         error = f"connection lost: {type(e).__name__}: {e}"
+    if error:  # a cut connection may also just end the command (exit -1): make sure nothing is left running
+        how.stop(t)
     run_id = resume or next(iter(sorted(list_runs(t, remote_dir) - before)), None)
     if run_id is None:
         return RemoteResult(t.name, None, "failed", error or "no run folder was created")
     local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir / run_id)
-    bundle_git = settings.runs_dir / run_id / "git" / "bundle"
-    t.get_tree(f"{remote_dir}/bundle/lab-git", bundle_git)  # what the pushed lab was built from
+    how.record(t, remote_dir, local)
+    if clean_room is not None and how.image is not None:
+        recorded = RunFolder.open(local).manifest().params
+        cr = {"stop": clean_room[0], "start": clean_room[1], "where": "on the host, around the container"}
+        RunFolder.open(local).update(params={**recorded, "clean_room": cr})
     m = RunFolder.open(local).manifest()
     if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
         RunFolder.open(local).fail(f"remote run ended without finishing ({error or 'unknown cause'})")

@@ -17,8 +17,8 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 from lab.remote.connect import SshTarget, explain
-from lab.remote.session import RemoteResult, absolute_dir, run_remote
-from lab.remote.session import push as push_bundle
+from lab.remote.image import IMAGE
+from lab.remote.session import RemoteResult, absolute_dir, deploy, run_remote
 from lab.remote.session import snapshot as host_snapshot
 from lab.settings import Settings, load_settings
 
@@ -75,30 +75,45 @@ def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> str
     return str(dest)
 
 
-@task(help={"remote_dir": f"lab directory on the host (default {REMOTE_DIR})"})
-def push(c: Any, remote_dir: str = REMOTE_DIR) -> str:
-    """Push the pinned build (engine + instrument + lab wheel + tiny model) unless the host has it."""
+VIA = {
+    "via": "auto (the image if this machine has it and the host has Docker, else the bundle) | docker | bundle",
+    "image": f"container image to push (default {IMAGE})", "docker_host": "DOCKER_HOST on the host (default: its own)",
+    "remote_dir": f"lab directory on the host (default {REMOTE_DIR})",
+}  # fmt: skip
+
+
+@task(help=VIA)
+def push(
+    c: Any, via: str = "auto", image: str = IMAGE, docker_host: str | None = None, remote_dir: str = REMOTE_DIR
+) -> str:
+    """Push the pinned build unless the host has it: the container image (docker save | docker load) or the
+    bundle (engine + instrument + lab wheel + tiny model)."""
     settings, console = load_settings(), Console()
-    meta = _guarded(c, lambda t: push_bundle(t, settings, absolute_dir(t, remote_dir), console))
-    console.print(f"bundle {meta['key']} (engine {meta['engine_commit']}, patch {meta['engine_patch_sha256'][:12]})")
-    return f"bundle {meta['key']}"
+    how = _guarded(c, lambda t: deploy(t, settings, absolute_dir(t, remote_dir), console, via, image, docker_host))
+    if how.image is not None:
+        what = f"image {how.image.name} {how.image.id[7:19]} (lab {how.image.revision[:12]})"
+    else:
+        m = how.meta
+        what = f"bundle {m['key']} (engine {m['engine_commit']}, patch {m['engine_patch_sha256'][:12]})"
+    console.print(what)
+    return what
 
 
 @task(
     help={
         "ls": "fake prefix lengths, e.g. 512,2048", "news": "new tokens, e.g. 64,256", "reps": "samples per arm",
-        "images": "screenshot axis, e.g. none,640x400", "resume": "finish an incomplete run (its id)",
-        "remote_dir": f"lab directory on the host (default {REMOTE_DIR})",
+        "images": "screenshot axis, e.g. none,640x400", "resume": "finish an incomplete run (its id)", **VIA,
     }
 )  # fmt: skip
 def measure(
     c: Any, ls: str | None = None, news: str | None = None, reps: int | None = None, images: str | None = None,
-    resume: str | None = None, remote_dir: str = REMOTE_DIR,
+    resume: str | None = None, via: str = "auto", image: str = IMAGE, docker_host: str | None = None,
+    remote_dir: str = REMOTE_DIR,
 ) -> str:  # fmt: skip
     """Run the fake-prefix sweep on the host and fetch the run folder into catalog/runs/ (and dvc add it)."""
     settings, console = load_settings(), Console()
     args = ["sweep", *_flags(Ls=ls, news=news, reps=reps, images=images)] if resume is None else ["sweep"]
-    res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume))
+    res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume, via, image, docker_host))
     return _finish(res, settings, console)
 
 
@@ -106,20 +121,21 @@ def measure(
     help={
         "chunk": "tokens per probe chunk", "max_depth": "deepest probe", "cycles": "cycles",
         "clean_room_stop": "command that stops the host's server", "clean_room_start": "command that restarts it",
-        "resume": "finish an incomplete run (its id)", "remote_dir": f"lab directory (default {REMOTE_DIR})",
+        "resume": "finish an incomplete run (its id)", **VIA,
     }
 )  # fmt: skip
 def profile(
     c: Any, chunk: int | None = None, max_depth: int | None = None, cycles: int | None = None,
     clean_room_stop: str | None = None, clean_room_start: str | None = None, resume: str | None = None,
-    remote_dir: str = REMOTE_DIR,
+    via: str = "auto", image: str = IMAGE, docker_host: str | None = None, remote_dir: str = REMOTE_DIR,
 ) -> str:  # fmt: skip
     """Run the per-node profile on the host (optionally in a clean room) and fetch the run folder."""
     settings, console = load_settings(), Console()
-    args = ["profile", *_flags(chunk=chunk, max_depth=max_depth, cycles=cycles)]
-    if clean_room_stop and clean_room_start:
-        args += ["--clean-room", clean_room_stop, clean_room_start]
-    if resume is not None:
-        args = ["profile"]
-    res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume))
+    args = ["profile", *_flags(chunk=chunk, max_depth=max_depth, cycles=cycles)] if resume is None else ["profile"]
+    if (clean_room_stop is None) != (clean_room_start is None):
+        raise Exit("--clean-room-stop and --clean-room-start go together", code=2)
+    room = (clean_room_stop, clean_room_start) if clean_room_stop and clean_room_start else None
+    res = _guarded(
+        c, lambda t: run_remote(t, settings, remote_dir, args, console, resume, via, image, docker_host, room)
+    )
     return _finish(res, settings, console)
