@@ -7,7 +7,7 @@ pkgs=(cmake g++ make ccache git python3-venv libssl-dev
 # the container test (tests/test_container.py): a private dockerd and a debootstrap base image. Debian's docker.io
 # only where no Docker engine is installed yet (it conflicts with docker-ce / containerd.io).
 { command -v dockerd || [[ -x /usr/sbin/dockerd || -x /usr/bin/dockerd ]]; } >/dev/null || pkgs+=(docker.io containerd runc)
-pkgs+=(debootstrap)
+pkgs+=(debootstrap iproute2)  # iproute2: the target-host test runs its sshd in a network namespace
 missing=()
 for p in "${pkgs[@]}"; do
   dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed" || missing+=("$p")

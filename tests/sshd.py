@@ -22,11 +22,13 @@ SSHD = "/usr/sbin/sshd"
 class Sshd:
     dir: Path
     home: Path  # $HOME of its sessions (each test host has its own ~)
+    address: str
     port: int
     user: str
     client_key: Path
     known_hosts: Path  # the server's real host key
     proc: subprocess.Popen[bytes]
+    netns: str | None = None  # its own network namespace (reached over a veth pair), if any
 
     def stop(self) -> None:
         self.proc.terminate()
@@ -35,6 +37,8 @@ class Sshd:
         except subprocess.TimeoutExpired:
             self.proc.kill()
             self.proc.wait()
+        if self.netns:
+            drop_netns(self.netns)
 
     def session_pids(self) -> list[int]:
         """The sshd processes serving connections (killing them cuts every connection; the listener stays)."""
@@ -46,7 +50,7 @@ class Sshd:
         other = self.dir / "other_host_key"
         if not other.exists():
             keygen(other)
-        path.write_text(f"[127.0.0.1]:{self.port} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
+        path.write_text(f"[{self.address}]:{self.port} {' '.join(other.with_suffix('.pub').read_text().split()[:2])}\n")
         return path
 
 
@@ -64,7 +68,33 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def start_sshd(base: Path) -> Sshd:
+def make_netns(name: str) -> str:
+    """A network namespace joined to this one by a veth pair; returns its address (this side is .1). Its
+    processes (sshd, the sessions, the llama-server they start) get their own loopback and ports."""
+    n = int(name.rsplit("-", 1)[1]) % 16000
+    net = f"10.{200 + n // 250 % 50}.{n % 250}"
+    here, there = f"vl{n}a", f"vl{n}b"
+    for cmd in (
+        f"ip netns add {name}", f"ip netns exec {name} ip link set lo up",
+        f"ip link add {here} type veth peer name {there}", f"ip link set {there} netns {name}",
+        f"ip addr add {net}.1/30 dev {here}", f"ip link set {here} up",
+        f"ip netns exec {name} ip addr add {net}.2/30 dev {there}", f"ip netns exec {name} ip link set {there} up",
+    ):  # fmt: skip
+        r = subprocess.run(cmd.split(), capture_output=True, text=True)
+        if r.returncode != 0:
+            drop_netns(name)
+            raise RuntimeError(f"`{cmd}` failed (needs root and iproute2): {r.stderr.strip()}")
+    return f"{net}.2"
+
+
+def drop_netns(name: str) -> None:
+    n = int(name.rsplit("-", 1)[1]) % 16000
+    subprocess.run(["ip", "link", "del", f"vl{n}a"], capture_output=True)  # takes its peer along
+    subprocess.run(["ip", "netns", "del", name], capture_output=True)
+
+
+def start_sshd(base: Path, netns: bool = False) -> Sshd:
+    """sshd on 127.0.0.1, or (netns=True) in its own network namespace, reached at a veth address."""
     if not Path(SSHD).exists():
         raise RuntimeError(f"{SSHD} is missing: install openssh-server (scripts/system-deps.sh does)")
     d, home = base / "sshd", base / "home"
@@ -76,10 +106,12 @@ def start_sshd(base: Path) -> Sshd:
     (d / "authorized_keys").chmod(0o600)
     Path("/run/sshd").mkdir(exist_ok=True)  # privilege separation directory
     port = free_port()
+    ns = f"lab-sshd-{port}" if netns else None
+    address = make_netns(ns) if ns else "127.0.0.1"
     (d / "sshd_config").write_text(
         "\n".join(
             [
-                f"Port {port}", "ListenAddress 127.0.0.1", f"HostKey {d / 'host_key'}",
+                f"Port {port}", f"ListenAddress {address}", f"HostKey {d / 'host_key'}",
                 f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / 'sshd.pid'}",
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
                 "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
@@ -89,20 +121,23 @@ def start_sshd(base: Path) -> Sshd:
     )  # fmt: skip
     subprocess.run([SSHD, "-t", "-f", str(d / "sshd_config")], check=True)
     log = (d / "sshd.log").open("wb")
-    proc = subprocess.Popen([SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log)
+    inside = ["ip", "netns", "exec", ns] if ns else []
+    proc = subprocess.Popen([*inside, SSHD, "-D", "-e", "-f", str(d / "sshd_config")], stdout=log, stderr=log)
     pub = (d / "host_key.pub").read_text().split()
-    (d / "known_hosts").write_text(f"[127.0.0.1]:{port} {pub[0]} {pub[1]}\n")
+    (d / "known_hosts").write_text(f"[{address}]:{port} {pub[0]} {pub[1]}\n")
     deadline = time.monotonic() + 15
     while time.monotonic() < deadline:
         try:
-            with socket.create_connection(("127.0.0.1", port), timeout=1):
+            with socket.create_connection((address, port), timeout=1):
                 break
         except OSError:
             time.sleep(0.1)
     else:
         proc.kill()
+        if ns:
+            drop_netns(ns)
         raise RuntimeError(f"sshd did not start; see {d / 'sshd.log'}")
-    return Sshd(d, home, port, getpass.getuser(), d / "client_key", d / "known_hosts", proc)
+    return Sshd(d, home, address, port, getpass.getuser(), d / "client_key", d / "known_hosts", proc, ns)
 
 
 REPO = Path(__file__).resolve().parent.parent
@@ -111,7 +146,7 @@ BIN = Path(sys.executable).parent
 
 def alias(name: str, server: Sshd, known_hosts: Path) -> str:
     """An ssh config entry naming the server `name`, trusting the keys in known_hosts."""
-    return (f"Host {name}\n  HostName 127.0.0.1\n  Port {server.port}\n  User {server.user}\n"
+    return (f"Host {name}\n  HostName {server.address}\n  Port {server.port}\n  User {server.user}\n"
             f"  IdentityFile {server.client_key}\n  UserKnownHostsFile {known_hosts}\n")  # fmt: skip
 
 

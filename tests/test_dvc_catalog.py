@@ -127,7 +127,7 @@ def test_pull_a_colleagues_run_local_remote(origin: Path) -> None:
 def test_pull_a_colleagues_run_ssh_remote_with_host_key_check(origin: Path, tmp_path: Path) -> None:
     server: Sshd = start_sshd(tmp_path)
     try:
-        url = f"ssh://{server.user}@127.0.0.1:{server.port}{tmp_path / 'ssh-remote'}"
+        url = f"ssh://{server.user}@{server.address}:{server.port}{tmp_path / 'ssh-remote'}"
         env = project_env(LAB_SSH_KNOWN_HOSTS=str(server.known_hosts))
         for repo in (origin,):
             dvc("remote", "add", "--local", "-f", "ssh", url, cwd=repo)

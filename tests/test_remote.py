@@ -1,7 +1,9 @@
-"""`fab -H nuc16 ...` against a real target host: an OpenSSH server on loopback with its own host key, an ssh
-config alias `nuc16`, the engine bundle pushed into its own directory, a sweep measured there and fetched
-into catalog/runs/ and dvc-added; unknown and changed host keys refused; a connection cut mid-run leaves an
-incomplete local copy and no server running there, and the rerun resumes."""
+"""`fab -H nuc16 ...` against a real target host: an OpenSSH server in its own network namespace (reached over
+a veth pair, no route beyond it) with its own host key and home, and an ssh config alias `nuc16`. The engine
+bundle is pushed into its own directory, a sweep is measured there, fetched into catalog/runs/ and dvc-added;
+unknown and changed host keys are refused; a connection cut mid-run leaves an incomplete local copy and no
+server running there, and the rerun resumes; `fab profile` runs in a clean room; and `-H nuc16,nuc16b` (a
+second sshd, on loopback) runs in parallel."""
 
 from __future__ import annotations
 
@@ -20,7 +22,8 @@ from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project,
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    server = start_sshd(tmp_path_factory.mktemp("nuc16"))
+    """nuc16 in its own network namespace: its llama-server's loopback and ports are not this machine's."""
+    server = start_sshd(tmp_path_factory.mktemp("nuc16"), netns=True)
     yield server
     server.stop()
 
@@ -73,6 +76,9 @@ def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp
     assert run.ready and m.host == "nuc16" and "_nuc16_sweep_" in m.run_id
     assert (local / "host" / "lscpu.txt").exists() and (local / "git" / "bundle" / "commit.txt").exists()
     assert (rdir / "bundle" / "bundle.json").exists() and (rdir / "venv" / "bin" / "lab").exists()
+    # nuc16 has no route anywhere: the lab's dependencies came from the pushed wheelhouse, pinned as here
+    assert "from wheelhouse" in r.stdout, r.stdout
+    assert len(list((rdir / "wheelhouse").glob("*/requirements.txt"))) == 1
     assert local.with_name(local.name + ".dvc").exists()  # dvc add
     assert str(rdir / "bundle" / "engine") in m.engine["server"]  # the pushed build measured there
     # a second push of the same build is a no-op

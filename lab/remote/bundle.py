@@ -1,6 +1,10 @@
 """The engine bundle pushed to a target host without Docker: the built engine (bin/ + its stamp + applied
 patch), the lab as a wheel, the tiny model when it is the default, and the local git state it came from.
-Built once per content key under cache_dir/bundles/; a host that already has the same key is skipped."""
+Built once per content key under cache_dir/bundles/; a host that already has the same key is skipped.
+
+Beside it, a wheelhouse: the lab's runtime dependencies at exactly the versions installed here, as wheels
+(cache_dir/wheelhouses/<key>/). The host installs from it with no package index, so it runs what was tested
+here and needs no internet."""
 
 from __future__ import annotations
 
@@ -76,3 +80,54 @@ def _assemble(engine: EngineInfo, cache_dir: Path, model: Path | None, instrumen
     (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)
+
+
+def runtime_requirements(dist: str = "prefill-lab") -> list[str]:
+    """The lab's runtime dependency closure (no extras), pinned to the versions installed here."""
+    from importlib.metadata import distribution
+
+    from packaging.requirements import Requirement
+    from packaging.utils import canonicalize_name
+
+    pinned: dict[str, str] = {}
+    todo = [dist]
+    while todo:
+        d = distribution(todo.pop())
+        name = canonicalize_name(d.metadata["Name"])
+        if name in pinned:
+            continue
+        pinned[name] = d.version
+        for text in d.requires or []:
+            req = Requirement(text)
+            if req.marker is None or req.marker.evaluate({"extra": ""}):
+                todo.append(req.name)
+    pinned.pop(canonicalize_name(dist))
+    return sorted(f"{n}=={v}" for n, v in pinned.items())
+
+
+def python_tag() -> str:
+    """What a wheelhouse fits: the interpreter (cpython-311) and the machine (x86_64)."""
+    import platform
+
+    return f"{sys.implementation.cache_tag} {platform.machine()}"
+
+
+def make_wheelhouse(cache_dir: Path) -> tuple[str, Path]:
+    """(key, directory) of the wheels of runtime_requirements() for this interpreter; built once per key."""
+    reqs = runtime_requirements()
+    key = hashlib.sha256("\n".join([python_tag(), *reqs]).encode()).hexdigest()[:16]
+    out = cache_dir / "wheelhouses" / key
+    with locked(cache_dir / "wheelhouses.lock"):
+        if not (out / "requirements.txt").exists():
+            tmp = out.with_name(f".{key}.tmp")
+            shutil.rmtree(tmp, ignore_errors=True)
+            tmp.mkdir(parents=True)
+            cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp), *reqs]
+            r = subprocess.run(cmd, capture_output=True, text=True)
+            if r.returncode != 0:
+                raise RuntimeError(f"building the dependency wheelhouse failed:\n{r.stderr[-2000:]}")
+            (tmp / "requirements.txt").write_text("\n".join(reqs) + "\n")
+            (tmp / "python.txt").write_text(python_tag() + "\n")
+            shutil.rmtree(out, ignore_errors=True)
+            tmp.rename(out)
+    return key, out

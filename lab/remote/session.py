@@ -20,7 +20,7 @@ from rich.console import Console
 from lab.engine.build import build_engine
 from lab.engine.models import resolve_model
 from lab.instrument import build_instrument
-from lab.remote.bundle import make_bundle
+from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
 from lab.remote.connect import SshTarget
 from lab.remote.image import (
     IMAGE,
@@ -63,17 +63,37 @@ def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) ->
         if not r.ok:
             raise RuntimeError(f"{t.name}: installing the bundle failed: {r.stderr}")
     venv = f"{remote_dir}/venv"
+    source, index_args = wheelhouse_on_host(t, settings, remote_dir, console)
+    marker = f"{meta['key']} {source}"
     installed = t.run(f"cat {venv}/.lab-wheel 2>/dev/null").stdout.strip()
-    if installed != meta["key"]:
-        console.print(f"{t.name}: installing the lab ({meta['wheel']}) into {venv} ...")
+    if installed != marker:
+        console.print(f"{t.name}: installing the lab ({meta['wheel']}) into {venv} from {source} ...")
         r = t.run(
             f"python3 -m venv {venv} && {venv}/bin/pip install -q --upgrade --force-reinstall --no-cache-dir "
-            f"{remote_dir}/bundle/wheel/{meta['wheel']} && echo {meta['key']} > {venv}/.lab-wheel",
+            f"{index_args} {remote_dir}/bundle/wheel/{meta['wheel']} && echo '{marker}' > {venv}/.lab-wheel",
             timeout=1800,
         )
         if not r.ok:
             raise RuntimeError(f"{t.name}: installing the lab failed:\n{r.stderr[-2000:]}")
     return meta
+
+
+def wheelhouse_on_host(t: SshTarget, settings: Settings, remote_dir: str, console: Console) -> tuple[str, str]:
+    """Push the dependency wheelhouse when the host's python3 fits it. Returns (where the lab's dependencies
+    come from, pip's index arguments): the wheelhouse with no index, or the host's own package index."""
+    there = t.run("python3 -c 'import sys, platform; print(sys.implementation.cache_tag, platform.machine())'")
+    if there.stdout.strip() != python_tag():
+        console.print(f"{t.name}: python3 there is {there.stdout.strip() or 'missing'}, here {python_tag()}: "
+                      "its pip resolves the dependencies from its own package index")  # fmt: skip
+        return "the host's package index", ""
+    key, local = make_wheelhouse(settings.cache_dir)
+    dest = f"{remote_dir}/wheelhouse/{key}"
+    if not t.run(f"test -f {dest}/requirements.txt").ok:
+        console.print(f"{t.name}: pushing the dependency wheelhouse {key} ...")
+        t.run(f"rm -rf {dest}.new")
+        t.put_tree(local, f"{dest}.new")
+        t.run(f"rm -rf {dest} && mv {dest}.new {dest}")
+    return f"wheelhouse {key}", f"--no-index --find-links {dest} -r {dest}/requirements.txt"
 
 
 def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[str]) -> str:
