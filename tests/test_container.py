@@ -306,6 +306,7 @@ def test_fab_pushes_the_image_and_measures_in_it(
         assert run.ready and m.host == "nuc16" and "_nuc16_sweep_" in m.run_id
         assert m.engine["server"].startswith("/opt/prefill-lab/cache/"), m.engine  # the image's engine
         assert json.loads((local / "git" / "image.json").read_text())["id"] == local_id
+        assert (local / "git" / "pushed-from" / "git_diff.patch").exists()
         assert local.with_name(local.name + ".dvc").exists()
         assert not (rdir / "bundle").exists() and _containers(host_docker) == []  # no bundle, no leftovers
         r = fab(project, config, "push", *via, env=env)

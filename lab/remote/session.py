@@ -33,8 +33,8 @@ from lab.remote.image import (
     stop_container,
 )
 from lab.runs import RunFolder
-from lab.settings import Settings
-from lab.snapshot import snapshot_host
+from lab.settings import REPO_ROOT, Settings
+from lab.snapshot import snapshot_git, snapshot_host
 
 
 @dataclass
@@ -146,6 +146,8 @@ class Deployment:
             t.get_tree(f"{remote_dir}/bundle/lab-git", local / "git" / "bundle")
         else:
             (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
+            # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
+            snapshot_git(REPO_ROOT, local / "git" / "pushed-from")
 
     def stop(self, t: SshTarget) -> None:
         if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
