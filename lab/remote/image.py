@@ -57,10 +57,15 @@ def host_has_docker(t: SshTarget, docker_host: str | None) -> bool:
     return t.run(f"{docker(docker_host)} info --format '{{{{.ServerVersion}}}}'", timeout=60).ok
 
 
+def image_id_there(t: SshTarget, name: str, docker_host: str | None) -> str:
+    """The id of image `name` on the host ("" when it has none)."""
+    r = t.run(f"{docker(docker_host)} image inspect --format '{{{{.Id}}}}' {shlex.quote(name)}")
+    return r.stdout.strip() if r.ok else ""
+
+
 def push_image(t: SshTarget, ref: ImageRef, docker_host: str | None, console: Console) -> None:
     """docker save here | docker load there, unless the host already has this image id under that name."""
-    have = t.run(f"{docker(docker_host)} image inspect --format '{{{{.Id}}}}' {shlex.quote(ref.name)}")
-    if have.ok and have.stdout.strip() == ref.id:
+    if image_id_there(t, ref.name, docker_host) == ref.id:
         console.print(f"{t.name}: image {ref.name} ({ref.id[7:19]}) already there")
         return
     if ref.native:
@@ -81,10 +86,9 @@ def push_image(t: SshTarget, ref: ImageRef, docker_host: str | None, console: Co
         err = save.stderr.read().decode(errors="replace") if save.stderr else ""
         if save.wait() != 0:
             raise RuntimeError(f"docker save {ref.name} failed: {err.strip()}")
-    got = t.run(f"{docker(docker_host)} image inspect --format '{{{{.Id}}}}' {shlex.quote(ref.name)}")
-    if got.stdout.strip() != ref.id:
-        raise RuntimeError(f"{t.name}: after docker load, {ref.name} is {got.stdout.strip() or 'missing'}, "
-                           f"not {ref.id}")  # fmt: skip
+    got = image_id_there(t, ref.name, docker_host)
+    if got != ref.id:
+        raise RuntimeError(f"{t.name}: after docker load, {ref.name} is {got or 'missing'}, not {ref.id}")
 
 
 def lab_in_container(
@@ -109,6 +113,6 @@ def around(cmd: str, stop: str, start: str) -> str:
 
 
 def stop_container(t: SshTarget, container: str, docker_host: str | None) -> None:
-    """After a dropped connection: stop the run's container if it still runs (SIGTERM: the run ends incomplete)."""
+    """After a failed or cut run: stop the run's container if it still runs (SIGTERM: the run ends incomplete)."""
     t.run(f"{docker(docker_host)} stop -t 30 {container} >/dev/null 2>&1; "
           f"{docker(docker_host)} rm -f {container} >/dev/null 2>&1; true", timeout=120)  # fmt: skip

@@ -126,11 +126,14 @@ def absolute_dir(t: SshTarget, remote_dir: str) -> str:
 class Deployment:
     """How `lab` runs on the host: from the pushed bundle, or in the pushed container image."""
 
-    kind: str  # bundle | docker
-    meta: dict[str, str]  # bundle.json
+    meta: dict[str, str]  # bundle.json (empty for the image)
     image: ImageRef | None = None
     docker_host: str | None = None
     container: str = ""
+
+    @property
+    def kind(self) -> str:
+        return "bundle" if self.image is None else "docker"
 
     def command(self, t: SshTarget, remote_dir: str, args: list[str], clean_room: tuple[str, str] | None) -> str:
         if self.image is None:
@@ -140,14 +143,19 @@ class Deployment:
         cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host)
         return cmd if clean_room is None else around(cmd, *clean_room)
 
-    def record(self, t: SshTarget, remote_dir: str, local: Path) -> None:
-        """What the host ran, into the local run folder's git/: the bundle's git state, or the image."""
+    def record(self, t: SshTarget, remote_dir: str, local: Path, clean_room: tuple[str, str] | None) -> None:
+        """What the host ran, into the local run folder: the bundle's git state, or the image (and the clean
+        room, which the lab in the container did not run itself)."""
         if self.image is None:
             t.get_tree(f"{remote_dir}/bundle/lab-git", local / "git" / "bundle")
-        else:
-            (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
-            # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
-            snapshot_git(REPO_ROOT, local / "git" / "pushed-from")
+            return
+        (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
+        # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
+        snapshot_git(REPO_ROOT, local / "git" / "pushed-from")
+        if clean_room is not None:
+            run = RunFolder.open(local)
+            cr = {"stop": clean_room[0], "start": clean_room[1], "where": "on the host, around the container"}
+            run.update(params={**run.manifest().params, "clean_room": cr})
 
     def stop(self, t: SshTarget) -> None:
         if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
@@ -170,11 +178,11 @@ def deploy(
             raise RuntimeError(f"--via docker: {why}")
         if ref is not None and has_docker:
             push_image(t, ref, docker_host, console)
-            return Deployment("docker", {}, ref, docker_host, f"prefill-lab-{uuid.uuid4().hex[:12]}")
+            return Deployment({}, ref, docker_host, f"prefill-lab-{uuid.uuid4().hex[:12]}")
         console.print(
             f"{t.name}: pushing the bundle ({'no local image ' + image if ref is None else 'no Docker there'})"
         )
-    return Deployment("bundle", push(t, settings, remote_dir, console))
+    return Deployment(push(t, settings, remote_dir, console))
 
 
 def run_remote(
@@ -207,11 +215,7 @@ def run_remote(
     if run_id is None:
         return RemoteResult(t.name, None, "failed", error or "no run folder was created")
     local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir / run_id)
-    how.record(t, remote_dir, local)
-    if clean_room is not None and how.image is not None:
-        recorded = RunFolder.open(local).manifest().params
-        cr = {"stop": clean_room[0], "start": clean_room[1], "where": "on the host, around the container"}
-        RunFolder.open(local).update(params={**recorded, "clean_room": cr})
+    how.record(t, remote_dir, local, clean_room)
     m = RunFolder.open(local).manifest()
     if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
         RunFolder.open(local).fail(f"remote run ended without finishing ({error or 'unknown cause'})")
