@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/lab
 PYTHON ?= python3
 
-.PHONY: deps setup demo test lint bench repro
+.PHONY: deps setup demo test test-fast test-engine lint bench repro
 .DEFAULT_GOAL := demo
 
 deps:
@@ -38,6 +38,13 @@ repro: $(VENV)/.installed
 
 test: setup
 	$(VENV)/bin/pytest -q
+
+# tiers for development (`make test` runs all of them): fast = no server, engine = the real server, slow = the rest
+test-fast: $(VENV)/.installed
+	$(VENV)/bin/pytest -q -m fast
+
+test-engine: setup
+	$(VENV)/bin/pytest -q -m "fast or engine"
 
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .

@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.build import build_engine
-from lab.engine.contract import ARMS, filler_tokens, run_arm
+from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.experiments.fakeprefix import paired_ratio
@@ -59,18 +59,19 @@ def main() -> int:
         fab.add_column(col, justify="right")
 
     with LlamaServer(engine, model, srv_settings, log) as srv:
-        n_vocab = int(srv.props().get("model_vocab_n_tokens") or 150000)
+        client = ContractClient(srv)
+        n_vocab = srv.n_vocab()
         for L in args.Ls:
             prefix = filler_tokens(L, seed=L, n_vocab=n_vocab)
             for new in args.news:
-                new_tokens = filler_tokens(new, seed=L + new + 1, n_vocab=n_vocab)
+                step = text_step(prefix, filler_tokens(new, seed=L + new + 1, n_vocab=n_vocab))
                 ms: dict[str, dict[int, float]] = {a: {} for a in ARMS}
                 for rep in range(args.reps):
                     order = ARMS[rep % 3 :] + ARMS[: rep % 3]  # rotate so no arm always runs first
                     for arm in order:
-                        r = run_arm(srv, arm, prefix, new_tokens)
+                        r = client.run_arm(arm, step)
                         if not r.ok or r.timings is None:
-                            failures.append(f"L={L} new={new} {arm}: {r.reason}")
+                            failures.append(f"L={L} new={new} {arm}: {r.kind}: {r.reason}")
                             continue
                         ms[arm][rep] = r.timings.prompt_ms
                 med = {a: statistics.median(v.values()) if v else float("nan") for a, v in ms.items()}
@@ -87,10 +88,10 @@ def main() -> int:
             for _ in range(args.reps):
                 # fresh: the slot holds 8 tokens -> L positions are built from scratch (tree inserts)
                 srv.completion({"prompt": tokens[:8], "n_predict": 1, "cache_prompt": False})
-                fresh.append(_fake_ms(srv, tokens, L, failures))
+                fresh.append(_fake_ms(client, tokens, L, failures))
                 # after a prefill at this depth (how a sweep interleaves arms): the cells are reshaped in place
                 srv.completion({"prompt": tokens, "n_predict": 1, "cache_prompt": False})
-                reshaped.append(_fake_ms(srv, tokens, L, failures))
+                reshaped.append(_fake_ms(client, tokens, L, failures))
             fm, rm = statistics.median(fresh), statistics.median(reshaped)
             fab.add_row(str(L), f"{fm:.3f}", f"{fm * 1e6 / L:.1f}", f"{rm:.3f}", f"{rm * 1e6 / L:.1f}")
 
@@ -105,13 +106,12 @@ def _ratio(r: float | None) -> str:
     return "-" if r is None else f"{r + 1:.3f}"
 
 
-def _fake_ms(srv: LlamaServer, tokens: list[int], L: int, failures: list[str]) -> float:
-    r = srv.completion({"prompt": tokens, "n_predict": 1, "cache_prompt": False, "n_fake_cached": L})
-    t = r.json().get("timings", {}) if r.status_code == 200 else {}
-    if t.get("cache_n") != L:
-        failures.append(f"fabrication L={L}: HTTP {r.status_code} {r.text[:200]}")
+def _fake_ms(client: ContractClient, tokens: list[int], L: int, failures: list[str]) -> float:
+    r = client.run_arm("fake", text_step(tokens[:L], tokens[L:]))
+    if not r.ok or r.timings is None:
+        failures.append(f"fabrication L={L}: {r.kind}: {r.reason}")
         return float("nan")
-    return float(t["fake_ms"])
+    return r.timings.fake_ms
 
 
 if __name__ == "__main__":

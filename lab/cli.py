@@ -11,7 +11,24 @@ from typing import Annotated, Any
 
 import typer
 
-app = typer.Typer(
+
+class LabApp(typer.Typer):
+    """The error policy: a LabError (anything a user can cause) is one red line and exit 1 (2 for a bad option),
+    with its details below; anything else is a bug in the lab and keeps its traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from lab.errors import LabError
+
+        try:
+            return super().__call__(*args, **kwargs)
+        except LabError as e:
+            typer.secho(e.headline, fg="red", err=True)
+            if e.details:
+                typer.echo(e.details, err=True)
+            sys.exit(e.exit_code)
+
+
+app = LabApp(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
@@ -22,7 +39,9 @@ model_app = typer.Typer(no_args_is_help=True, help="models (the tiny synthetic d
 trace_app = typer.Typer(no_args_is_help=True, help="agent traces (JSONL of recorded steps)")
 app.add_typer(engine_app, name="engine")
 app.add_typer(model_app, name="model")
-replay_app = typer.Typer(no_args_is_help=True, help="replay labs: approximate state reconstruction (seed 001)")
+replay_app = typer.Typer(
+    no_args_is_help=True, help="replay labs: exact and approximate reconstruction of a cached state by replaying inputs"
+)
 app.add_typer(trace_app, name="trace")
 app.add_typer(replay_app, name="replay")
 catalog_app = typer.Typer(no_args_is_help=True, help="the data catalog (catalog/tables/*.parquet)")
@@ -35,18 +54,21 @@ CacheDir = Annotated[Path | None, typer.Option("--cache-dir", help="sources, bui
 
 
 def _settings(cache_dir: Path | None = None, engine: dict[str, Any] | None = None, **kw: Any) -> Any:
+    from pydantic import ValidationError
+
+    from lab.errors import UsageError
     from lab.settings import load_settings
 
     try:
         return load_settings(cache_dir=cache_dir, engine=engine or {}, **kw)
-    except Exception as e:  # pydantic ValidationError names the offending key
-        typer.secho(f"invalid settings: {e}", fg="red", err=True)
-        raise typer.Exit(2) from e
+    except ValidationError as e:  # names the offending key
+        raise UsageError(f"invalid settings: {e.error_count()} error(s)\n{e}") from e
 
 
-def _fail(e: Exception) -> typer.Exit:
-    typer.secho(str(e), fg="red", err=True)
-    return typer.Exit(1)
+def _resolve(ref: str | None, runs_dir: Path) -> Any:
+    from lab.runs import resolve_run
+
+    return resolve_run(ref, runs_dir) if ref else None
 
 
 @engine_app.command("build")
@@ -78,12 +100,10 @@ def engine_info(
         typer.echo(engine_info_json(info))
         return
     from rich.console import Console
-    from rich.table import Table
 
-    t = Table(show_header=False)
-    for k, v in info.model_dump().items():
-        t.add_row(k, str(v))
-    Console().print(t)
+    from lab.presenters import engine_table
+
+    Console().print(engine_table(info))
 
 
 @engine_app.command("check")
@@ -96,11 +116,9 @@ def engine_check(
     """Start the patched server and show the three arms (baseline, fake, genuine) once each."""
     from lab.engine.check import run_check
 
-    s = _settings(cache_dir, model=model)
-    try:
-        run_check(s, L=L, new=new)
-    except Exception as e:
-        raise _fail(e) from e
+    if not run_check(_settings(cache_dir, model=model), L=L, new=new):
+        typer.secho("the engine does not honour the n_fake_cached contract (see the table)", fg="red", err=True)
+        raise typer.Exit(1)
 
 
 def _str_list(v: str | None) -> list[str] | None:
@@ -110,11 +128,12 @@ def _str_list(v: str | None) -> list[str] | None:
 def _int_list(v: str | None) -> list[int] | None:
     if v is None:
         return None
+    from lab.errors import UsageError
+
     try:
         return [int(x) for x in v.split(",") if x.strip()]
     except ValueError as e:
-        typer.secho(f"expected comma-separated integers, got {v!r}", fg="red", err=True)
-        raise typer.Exit(2) from e
+        raise UsageError(f"expected comma-separated integers, got {v!r}") from e
 
 
 @app.command("sweep")
@@ -134,7 +153,6 @@ def sweep(
 ) -> None:
     """Live sweep over L x new: baseline, fake and genuine hit, against opt_prefill = new / prefill_tps(L)."""
     from lab.experiments.fakeprefix import run_sweep
-    from lab.runs import RunError, resolve_run
 
     s = _settings(
         model=model,
@@ -143,11 +161,7 @@ def sweep(
         sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps, "images": _str_list(images)},
         server={"threads": threads, "ctx_size": ctx_size},
     )
-    try:
-        run = run_sweep(s, resume=resolve_run(resume, s.runs_dir) if resume else None)
-    except RunError as e:
-        raise _fail(e) from e
-    typer.echo(str(run.path))
+    typer.echo(str(run_sweep(s, resume=_resolve(resume, s.runs_dir)).path))
 
 
 @app.command("profile")
@@ -168,10 +182,8 @@ def profile(
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
 ) -> None:
-    """Per-node prefill profile over a cumulative depth sweep, sorted into five bands (seed 002)."""
-    from lab.experiments.bands import CoverageError
+    """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
     from lab.experiments.profile import run_profile
-    from lab.runs import RunError, resolve_run
 
     s = _settings(
         model=model,
@@ -183,11 +195,7 @@ def profile(
             "clean_room_start": clean_room[1] if clean_room else None,
         },
     )  # fmt: skip
-    try:
-        run = run_profile(s, resume=resolve_run(resume, s.runs_dir) if resume else None)
-    except (RunError, CoverageError) as e:
-        raise _fail(e) from e
-    typer.echo(str(run.path))
+    typer.echo(str(run_profile(s, resume=_resolve(resume, s.runs_dir)).path))
 
 
 @trace_app.command("synth")
@@ -220,15 +228,10 @@ def replay_trace(
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")] = None,
 ) -> None:
     """Replay each recorded agent step with a fake prefix: measured_opt_prefill_s per step, opt_wall per task."""
-    from lab.experiments.trace import TraceError, run_replay
-    from lab.runs import RunError, resolve_run
+    from lab.experiments.trace import run_replay
 
     s = _settings(model=model, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
-    try:
-        run = run_replay(s, trace, resume=resolve_run(resume, s.runs_dir) if resume else None)
-    except (RunError, TraceError) as e:
-        raise _fail(e) from e
-    typer.echo(str(run.path))
+    typer.echo(str(run_replay(s, trace, resume=_resolve(resume, s.runs_dir)).path))
 
 
 @model_app.command("tiny")
@@ -240,37 +243,31 @@ def model_tiny(
 ) -> None:
     """Write (once, cached, deterministic) the tiny random-weight model and print its path (then the projector's)."""
     from lab.engine.models import ensure_tiny_model, ensure_tiny_projector
-    from lab.engine.source import SourceError, prepare_source
-    from lab.engine.tinymodel import TinyModelSpec
+    from lab.engine.source import prepare_source
+    from lab.engine.tinyarchs import TinyModelSpec
+    from lab.errors import UsageError
 
     s = _settings(cache_dir)
     spec = TinyModelSpec(arch=arch, seed=seed)
     try:
-        src = prepare_source(s.engine, s.cache_dir)
-        paths = [ensure_tiny_model(s.cache_dir, src, spec)]
-        if vision:
-            paths.append(ensure_tiny_projector(s.cache_dir, src, text=spec))
-    except (SourceError, ValueError) as e:
-        raise _fail(e) from e
+        spec.validate()
+    except ValueError as e:
+        raise UsageError(f"--arch/--seed: {e}") from e
+    src = prepare_source(s.engine, s.cache_dir)
+    paths = [ensure_tiny_model(s.cache_dir, src, spec)]
+    if vision:
+        paths.append(ensure_tiny_projector(s.cache_dir, src, text=spec))
     for path in paths:
         typer.echo(str(path))
 
 
 def _build(s: Any, flavor: str, quiet: bool) -> Any:
-    from lab.engine.build import BuildError, build_engine
-    from lab.engine.source import SourceError
+    from lab.engine.build import build_engine
+    from lab.errors import UsageError
 
-    try:
-        return build_engine(s.engine, s.cache_dir, flavor=_flavor(flavor), quiet=quiet)
-    except (BuildError, SourceError) as e:
-        raise _fail(e) from e
-
-
-def _flavor(v: str) -> Any:
-    if v not in ("release", "assert"):
-        typer.secho(f"--flavor must be release or assert, got {v!r}", fg="red", err=True)
-        raise typer.Exit(2)
-    return v
+    if flavor not in ("release", "assert"):
+        raise UsageError(f"--flavor must be release or assert, got {flavor!r}")
+    return build_engine(s.engine, s.cache_dir, flavor=flavor, quiet=quiet)  # type: ignore[arg-type]
 
 
 AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
@@ -287,7 +284,7 @@ def replay_exact(
     as_json: AsJson = False,
     runs_dir: RunsDir = None,
 ) -> None:
-    """§9.1: full prefill vs replay of the last K inputs, shared vs per-layer KV, then one decode step."""
+    """Full prefill vs replay of the last K inputs, shared vs per-layer KV, then one decode step."""
     replay = {"window": window, "depth": depth, "length": length, "keep": keep, "next_input": next_input}
     _replay("exact", _settings(runs_dir=runs_dir, replay=replay), as_json)
 
@@ -299,7 +296,7 @@ def replay_span(
     as_json: AsJson = False,
     runs_dir: RunsDir = None,
 ) -> None:
-    """§9.1.1: R = W + (D-1)(W-1), checked on every 0/1 input two positions longer than R."""
+    """Replay span R = W + (D-1)(W-1) of D layers of window W, checked on every 0/1 input two longer than R."""
     replay = {"span_windows": _int_list(windows), "span_depths": _int_list(depths)}
     _replay("span", _settings(runs_dir=runs_dir, replay=replay), as_json)
 
@@ -317,7 +314,7 @@ def replay_cost(
     as_json: AsJson = False,
     runs_dir: RunsDir = None,
 ) -> None:
-    """§9.5: consumer rows and SWA pairs for off / mask / compact, checked against pair enumeration."""
+    """Consumer rows and SWA pairs for off / mask / compact replay, checked against pair enumeration."""
     replay = {
         "cost_window": window, "cost_keep": keep, "producer_layers": producer, "consumer_layers": consumer,
         "row_keep": row_keep, "lengths": _int_list(lengths), "chunked_length": chunked_length, "chunk": chunk,
@@ -328,13 +325,11 @@ def replay_cost(
 def _replay(which: str, s: Any, as_json: bool) -> None:
     import json
 
-    from lab.experiments.replay_labs import run_replay_lab
-    from lab.runs import RunError
+    from rich.console import Console
 
-    try:
-        run, result = run_replay_lab(s, which)
-    except (RunError, ValueError) as e:
-        raise _fail(e) from e
+    from lab.experiments.replay_labs import run_replay_lab
+
+    run, result = run_replay_lab(s, which, Console(stderr=True, quiet=as_json))
     if as_json:
         tables = {k: [r.model_dump(mode="json") for r in rows] for k, rows in result.tables.items()}
         typer.echo(json.dumps({"run": str(run.path), "ok": result.ok, "summary": result.summary, **tables}, indent=2))
@@ -351,13 +346,10 @@ CatalogDir = Annotated[Path | None, typer.Option("--catalog-dir", help="default:
 @catalog_app.command("ingest")
 def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> None:
     """Validate every run folder and rebuild the catalog tables (all or nothing) and catalog/metrics.json."""
-    from lab.catalog.ingest import IngestError, ingest
+    from lab.catalog.ingest import ingest
 
     s = _settings(runs_dir=runs_dir, catalog_dir=catalog_dir)
-    try:
-        r = ingest(s.runs_dir, s.catalog_dir)
-    except IngestError as e:
-        raise _fail(e) from e
+    r = ingest(s.runs_dir, s.catalog_dir)
     rows = ", ".join(f"{k} {v}" for k, v in r.rows.items() if v)
     typer.echo(f"{r.runs} runs ({r.in_figures} complete) -> {r.tables_dir}: {rows or 'no rows'}")
 
@@ -366,45 +358,22 @@ def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> 
 def catalog_ls(runs_dir: RunsDir = None) -> None:
     """List run folders: id, experiment, host, engine commit, status."""
     from rich.console import Console
-    from rich.table import Column, Table
 
-    from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record
+    from lab.presenters import runs_table
 
-    s = _settings(runs_dir=runs_dir)
-    t = Table("experiment", "host", "engine", "status", "started (UTC)")
-    t.columns.insert(0, Column("run", no_wrap=True))
-    for d in run_dirs(s.runs_dir):
-        try:
-            r = run_record(d, read_manifest(d))
-        except IngestError as e:
-            t.add_row(d.name, "?", "?", "?", f"[red]unreadable: {e}[/red]", "")
-            continue
-        status = r.status if r.status == "complete" else f"[yellow]{r.status}[/yellow] {r.reason}".rstrip()
-        t.add_row(r.run_id, r.experiment, r.host, r.engine_commit or "-", status, r.started_utc)
-    Console().print(t)
+    Console().print(runs_table(_settings(runs_dir=runs_dir).runs_dir))
 
 
 @catalog_app.command("show")
-def catalog_show(run: Annotated[str, typer.Argument(help="run id or path")], runs_dir: RunsDir = None) -> None:
-    """One run with its provenance (host, CPU, engine, patch, model, lab commit) and its tables."""
-    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_record
-    from lab.catalog.tables import SPECS
-    from lab.runs import RunError, resolve_run
+def catalog_show(
+    run: Annotated[str, typer.Argument(help="run id (or unique prefix) or path")], runs_dir: RunsDir = None
+) -> None:
+    """One run with its provenance (host, CPU, engine, patch, model, lab commit), inputs, results and tables."""
+    from lab.presenters import run_details
 
     s = _settings(runs_dir=runs_dir)
-    try:
-        folder = resolve_run(run, s.runs_dir)
-        m = read_manifest(folder.path)
-        rec = run_record(folder.path, m)
-        for field, value in rec.model_dump().items():
-            if field != "params_json":
-                typer.echo(f"{field:>14}: {value}")
-        typer.echo(f"{'params':>14}: {rec.params_json}")
-        for spec in SPECS:
-            if m.experiment in spec.experiments and rec.in_figures:
-                typer.echo(f"{'table':>14}: {spec.name} ({len(read_spec(folder.path, spec))} rows)")
-    except (RunError, IngestError) as e:
-        raise _fail(e) from e
+    for line in run_details(_resolve(run, s.runs_dir).path):
+        typer.echo(line)
 
 
 @app.command("dvc-setup")
@@ -424,10 +393,7 @@ def catalog_track(runs_dir: RunsDir = None) -> None:
     from lab.dvc_setup import track_runs
 
     s = _settings(runs_dir=runs_dir)
-    try:
-        added = track_runs(s.runs_dir, s.runs_dir.resolve().parent)
-    except RuntimeError as e:
-        raise _fail(e) from e
+    added = track_runs(s.runs_dir, s.runs_dir.resolve().parent)
     typer.echo(f"tracked {len(added)} run folder(s)" + "".join(f"\n  {a}" for a in added))
 
 
@@ -448,43 +414,17 @@ def compare(
     as_report: Annotated[bool, typer.Option("--report", help="also write compare_<a>_vs_<b>.* to reports/")] = False,
     runs_dir: RunsDir = None,
 ) -> None:
-    """Two sweep or two profile runs side by side, with B/A ratios."""
+    """Two sweep or two profile runs side by side, with B/A ratios (the same rows as the --report heatmap)."""
     from rich.console import Console
-    from rich.table import Table
 
-    from lab.catalog.compare import CompareError, compare_runs
-    from lab.catalog.ingest import IngestError
-    from lab.runs import RunError, resolve_run
+    from lab.catalog.compare import compare_runs
+    from lab.presenters import compare_table
 
     s = _settings(runs_dir=runs_dir)
-    try:
-        a, b = resolve_run(run_a, s.runs_dir), resolve_run(run_b, s.runs_dir)
-        _, keys, rows = compare_runs(a.path, b.path)
-    except (RunError, IngestError, CompareError) as e:
-        raise _fail(e) from e
-    t = Table(*keys, "metric", "A", "B", "B/A", title=f"A = {a.path.name}\nB = {b.path.name}")
-    for r in rows:
-        ratio = r.ratio
-        style = "" if ratio is None or abs(ratio - 1) <= s.report.tolerance else ("red" if ratio > 1 else "green")
-        cell = "-" if ratio is None else (f"[{style}]{ratio:.3f}[/{style}]" if style else f"{ratio:.3f}")
-        t.add_row(*("-" if k is None else str(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), cell)
-    Console().print(t)
+    c = compare_runs(_resolve(run_a, s.runs_dir).path, _resolve(run_b, s.runs_dir).path)
+    Console().print(compare_table(c, s.report.tolerance))
     if as_report:
-        from lab.catalog.ingest import ingest
         from lab.reports import render_compare
 
-        try:
-            ingest(s.runs_dir, s.catalog_dir)
-            paths = render_compare(s.catalog_dir, s.reports_dir, a.path.name, b.path.name, s.report)
-        except (IngestError, ValueError) as e:
-            raise _fail(e) from e
-        for p in paths:
+        for p in render_compare(c, s.reports_dir, s.report):
             typer.echo(str(p))
-
-
-def _fmt(v: float | None) -> str:
-    return "-" if v is None else f"{v:.4g}"
-
-
-def main() -> None:  # pragma: no cover
-    sys.exit(app())

@@ -12,6 +12,11 @@ import sys
 from pathlib import Path
 
 from lab.dvc_hostkeys import install_pth
+from lab.errors import LabError
+
+
+class DvcError(LabError):
+    """A dvc command the lab ran failed."""
 
 
 def dvc(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
@@ -25,7 +30,7 @@ def dvc_setup(repo: Path, cache_dir: Path) -> list[str]:
     for key, value in (("core.analytics", "false"), ("core.site_cache_dir", str(cache_dir / "dvc-site"))):
         r = dvc("config", "--local", key, value, cwd=repo)
         if r.returncode != 0:
-            raise RuntimeError(f"dvc config --local {key} {value} failed: {r.stderr.strip()}")
+            raise DvcError(f"dvc config --local {key} {value} failed: {r.stderr.strip()}")
         done.append(f"{key} = {value} (.dvc/config.local)")
     return done
 
@@ -46,5 +51,5 @@ def track_runs(runs_dir: Path, repo: Path, only: list[Path] | None = None) -> li
     if todo:
         r = dvc("add", *todo, cwd=repo)
         if r.returncode != 0:
-            raise RuntimeError(f"dvc add failed: {(r.stderr + r.stdout).strip()}")
+            raise DvcError(f"dvc add failed: {(r.stderr + r.stdout).strip()}")
     return todo

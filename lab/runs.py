@@ -27,15 +27,17 @@ from typing import Any, Literal, TypeVar
 
 from pydantic import BaseModel, Field, ValidationError
 
+from lab.errors import LabError
+
 Status = Literal["running", "incomplete", "complete"]
 Row = TypeVar("Row", bound=BaseModel)
 
 
-class RunError(RuntimeError):
+class RunError(LabError):
     pass
 
 
-class RunInterrupted(RuntimeError):
+class RunInterrupted(LabError):
     """Raised inside a guarded run when SIGTERM/SIGINT arrives."""
 
 
@@ -48,7 +50,8 @@ class Manifest(BaseModel):
     started_utc: str
     finished_utc: str | None = None
     resumed_utc: list[str] = Field(default_factory=list)
-    params: dict[str, Any] = Field(default_factory=dict)
+    params: dict[str, Any] = Field(default_factory=dict, description="the inputs: fixed when the run starts")
+    results: dict[str, Any] = Field(default_factory=dict, description="what the run found or did (outputs)")
     engine: dict[str, Any] = Field(default_factory=dict)
     model: dict[str, Any] = Field(default_factory=dict)
     server_config: dict[str, Any] = Field(default_factory=dict)
@@ -116,9 +119,15 @@ class RunFolder:
         _atomic_write(self.manifest_path, m.model_dump_json(indent=2) + "\n")
 
     def update(self, **fields: Any) -> Manifest:
+        if "params" in fields:
+            raise RunError(f"{self.path.name}: a run's params are its inputs and never change after it starts")
         m = self.manifest().model_copy(update=fields)
         self.write_manifest(m)
         return m
+
+    def add_results(self, **results: Any) -> Manifest:
+        """Merge outputs into the manifest's `results` (never into its `params`)."""
+        return self.update(results={**self.manifest().results, **results})
 
     @property
     def ready(self) -> bool:
@@ -208,16 +217,23 @@ def _short(e: Exception) -> str:
     return str(e)
 
 
-def runs_root(repo_root: Path) -> Path:
-    return repo_root / "catalog" / "runs"
-
-
 def resolve_run(ref: str | Path, root: Path) -> RunFolder:
-    """A run by path or by (unique prefix of) its folder name under root."""
+    """A run by path, by its id, or by a unique prefix of its id under root. Only run folders count: a
+    DVC-tracked run's `<id>.dvc` file beside it is not a second match."""
     p = Path(ref)
     if p.is_dir():
         return RunFolder.open(p)
-    matches = sorted(root.glob(f"{ref}*")) if root.exists() else []
+    name = str(ref).rstrip("/")
+    if name.endswith(".dvc"):  # the tracked run's .dvc file names the run too
+        name = name[: -len(".dvc")]
+    folders = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")] if root.is_dir() else []
+    exact = [d for d in folders if d.name == Path(name).name]
+    matches = exact or sorted(d for d in folders if d.name.startswith(Path(name).name))
+    if not matches and root.is_dir():
+        tracked = sorted(f.name[: -len(".dvc")] for f in root.glob(f"{Path(name).name}*.dvc"))
+        if len(tracked) == 1:
+            raise RunError(f"run {tracked[0]} is tracked by DVC but not here yet: dvc pull {root / tracked[0]}.dvc")
     if len(matches) != 1:
-        raise RunError(f"no unique run matches {ref!r} under {root} ({len(matches)} found)")
+        found = f"{len(matches)} match: {', '.join(d.name for d in matches[:5])}" if matches else "none matches"
+        raise RunError(f"no unique run {str(ref)!r} under {root} ({found})")
     return RunFolder.open(matches[0])

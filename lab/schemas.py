@@ -12,6 +12,10 @@ from pydantic import BaseModel, Field
 
 ArmName = Literal["baseline", "fake", "genuine"]
 
+# Where prefill time goes, per profiled graph node (lab.experiments.bands sorts nodes into these):
+Band = Literal["ffn_moe", "attn_core", "proj", "gdn", "other"]
+BANDS: tuple[Band, ...] = ("ffn_moe", "attn_core", "proj", "gdn", "other")
+
 KV_PAD = 256  # llama_kv_cache::get_n_kv pads the attended columns to a multiple of max(n_pad, 256)
 
 
@@ -190,7 +194,7 @@ class ProfileSummary(BaseModel):
     )
 
 
-# --- replay labs (seed 001): exact values are kept as fraction strings ("57/2") beside their floats ---------
+# --- replay labs: exact values are kept as fraction strings ("57/2") beside their floats ---------
 
 
 class ReplayExactRow(BaseModel):

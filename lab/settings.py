@@ -56,7 +56,7 @@ class ServerSettings(BaseModel):
 
 
 class SweepSettings(BaseModel):
-    """The fake-prefix sweep grid (seed 000 §6): every (L, new) point, all three arms, interleaved."""
+    """The fake-prefix sweep grid: every (L, new) point, all three arms, interleaved."""
 
     Ls: list[int] = Field(default=[512, 1024, 2048, 4096], min_length=1, description="fake prefix lengths")
     news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
@@ -87,7 +87,7 @@ class SweepSettings(BaseModel):
 
 
 class ProfileSettings(BaseModel):
-    """The per-node profile sweep (seed 002 §3): chunks of `chunk` tokens up to `max_depth`, `cycles` times."""
+    """The per-node profile sweep: chunks of `chunk` tokens up to `max_depth`, `cycles` times."""
 
     chunk: int = Field(default=512, ge=16, le=8192)
     max_depth: int = Field(default=4096, ge=0)
@@ -109,7 +109,7 @@ class ProfileSettings(BaseModel):
 
 
 class ReplaySettings(BaseModel):
-    """The replay labs (seed 001 §9.1 and §9.5); the defaults print the seed's tables."""
+    """The replay labs (exact replay, replay span, replay cost); the defaults print the reference tables."""
 
     window: int = Field(default=3, ge=1, description="exact: attention window W")
     depth: int = Field(default=2, ge=1, description="exact: layers D")
@@ -155,7 +155,6 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAB_",
         env_nested_delimiter="__",
-        yaml_file=os.environ.get("LAB_PARAMS_FILE", "params.yaml"),
         extra="ignore",
     )
 
@@ -192,7 +191,12 @@ class Settings(BaseSettings):
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
         # earlier wins: CLI (init kwargs) > env > params.yaml > defaults
-        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls))
+        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls, yaml_file=params_file()))
+
+
+def params_file() -> Path:
+    """The params file in force: LAB_PARAMS_FILE, else ./params.yaml (read when settings are loaded)."""
+    return Path(os.environ.get("LAB_PARAMS_FILE", "params.yaml"))
 
 
 def _default_cache_dir() -> Path:

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 import os
-import subprocess
+import shlex
 from pathlib import Path
 
-from lab.target import Target
+from lab.target import LocalTarget, Target
 
 # file name -> shell command; whatever a host cannot answer is recorded as such, never fatal
 HOST_COMMANDS: dict[str, str] = {
@@ -39,26 +39,25 @@ def snapshot_host(target: Target, dest: Path) -> dict[str, str]:
     return summary
 
 
-def _git(repo: Path, *args: str) -> tuple[int, str]:
-    p = subprocess.run(["git", "-C", str(repo), *args], capture_output=True, text=True)
-    return p.returncode, p.stdout
+def snapshot_git(target: Target, repo: str | Path, dest: Path, engine_diff: str | None = None) -> dict[str, str | bool]:
+    """A lab checkout's commit, status and diff (git_diff.patch) on `target`, and the engine tree's applied patch.
 
-
-def snapshot_git(repo: Path, dest: Path, engine_diff: str | None = None) -> dict[str, str | bool]:
-    """The lab checkout's commit, status and diff (git_diff.patch), and the engine tree's applied patch."""
+    `dirty` means the checkout's tracked files differ from its commit (git_diff.patch is not empty); untracked
+    files such as run folders and their .dvc files are not dirt, but status.txt lists them."""
     dest.mkdir(parents=True, exist_ok=True)
-    rc, commit = _git(repo, "rev-parse", "HEAD")
+    git = f"git -C {shlex.quote(str(repo))}"
+    head = target.run(f"{git} rev-parse HEAD", timeout=60)
     # in the container image the lab is installed, not checked out: the image carries its revision instead
-    revision = os.environ.get("LAB_REVISION", "").strip()
-    if rc == 0:
-        commit = commit.strip()
+    revision = os.environ.get("LAB_REVISION", "").strip() if isinstance(target, LocalTarget) else ""
+    if head.ok:
+        commit = head.stdout.strip()
     else:
         commit = f"{revision} (image revision)" if revision else "unknown (not a git checkout)"
-    _, status = _git(repo, "status", "--porcelain")
-    _, diff = _git(repo, "diff", "HEAD", "--no-color", "--no-ext-diff")
+    status = target.run(f"{git} status --porcelain", timeout=60)
+    diff = target.run(f"{git} diff HEAD --no-color --no-ext-diff", timeout=60)
     (dest / "commit.txt").write_text(commit + "\n")
-    (dest / "status.txt").write_text(status)
-    (dest / "git_diff.patch").write_text(diff)
+    (dest / "status.txt").write_text(status.stdout if status.ok else f"unavailable ({status.exited})\n")
+    (dest / "git_diff.patch").write_text(diff.stdout if diff.ok else "")
     if engine_diff is not None:
         (dest / "engine.patch").write_text(engine_diff)
-    return {"commit": commit, "dirty": bool(status.strip())}
+    return {"commit": commit, "dirty": bool(diff.ok and diff.stdout.strip())}

@@ -1,12 +1,14 @@
-"""Where commands run. Local = invoke.Context, remote = fabric.Connection: the same run/put/get API, so
-experiment code never branches on local vs remote."""
+"""The host shell: where the lab's shell commands run. Local = invoke.Context, a target host =
+fabric.Connection (lab.remote.connect.SshTarget): the same `run` API. The host snapshot, the git snapshot,
+llama-bench and the clean-room commands go through it, so the same code records a host whether the lab runs
+there itself (a bundle or the image on nuc16 runs `lab` locally) or a fab task asks it over SSH.
+The engine's own processes (llama-server, the profiler instrument) are started directly, on the machine the
+lab runs on, because the lab supervises them (health checks, process groups, parent-death signals)."""
 
 from __future__ import annotations
 
-import shutil
 import socket
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any, Protocol
 
 
@@ -22,15 +24,11 @@ class CmdResult:
 
 
 class Target(Protocol):
-    """What the lab needs from a host: run a shell command, copy files both ways, and a name for it."""
+    """What the lab needs from a host: run a shell command, and a name for it."""
 
     name: str
 
     def run(self, cmd: str, timeout: float | None = None) -> CmdResult: ...
-
-    def put(self, local: Path, remote: str) -> None: ...
-
-    def get(self, remote: str, local: Path) -> None: ...
 
 
 class LocalTarget:
@@ -45,9 +43,3 @@ class LocalTarget:
     def run(self, cmd: str, timeout: float | None = None) -> CmdResult:
         r: Any = self.ctx.run(cmd, warn=True, hide=True, in_stream=False, timeout=timeout)
         return CmdResult(stdout=r.stdout, stderr=r.stderr, exited=int(r.exited))
-
-    def put(self, local: Path, remote: str) -> None:
-        shutil.copy2(local, remote)
-
-    def get(self, remote: str, local: Path) -> None:
-        shutil.copy2(remote, local)

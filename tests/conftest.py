@@ -1,7 +1,17 @@
-"""Shared fixtures: the real patched engine (assertions on), the real tiny model, real servers."""
+"""Shared fixtures: the real patched engine (assertions on), the real tiny model, real servers.
+
+Tiers (every test module carries one marker; `make test` runs them all, `make test-fast` only `fast`):
+  fast    no server, no engine build: pure Python, run folders, catalog, reports (seconds)
+  engine  the real patched llama-server / instrument / llama-bench on the tiny model
+  slow    containers, target hosts over SSH, DVC SSH remotes, other llama.cpp versions, own-cache rebuilds
+
+Tests never read the developer's params.yaml or LAB_* environment (`isolated_config`), and never rebuild or
+re-patch the shared engine cache a user measures with (a test that changes the patch builds in its own).
+"""
 
 from __future__ import annotations
 
+import os
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -11,12 +21,34 @@ from lab.engine.build import EngineInfo, build_engine
 from lab.engine.models import ensure_tiny_model
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource, prepare_source
-from lab.engine.tinymodel import TinyModelSpec
+from lab.engine.tinyarchs import TinyModelSpec
 from lab.settings import ServerSettings, Settings, load_settings
+
+TIERS = ("fast", "engine", "slow")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
+    if untiered:
+        raise pytest.UsageError(f"tests without a tier marker ({', '.join(TIERS)}): {', '.join(untiered[:5])}")
+
+
+@pytest.fixture(scope="session", autouse=True)
+def isolated_config(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """An empty params file and no LAB_* variables, for the tests and every `lab` process they start."""
+    saved = {k: v for k, v in os.environ.items() if k.startswith("LAB_")}
+    for k in saved:
+        del os.environ[k]
+    params = tmp_path_factory.mktemp("config") / "params.yaml"
+    params.write_text("{}\n")
+    os.environ["LAB_PARAMS_FILE"] = str(params)
+    yield params
+    del os.environ["LAB_PARAMS_FILE"]
+    os.environ.update(saved)
 
 
 @pytest.fixture(scope="session")
-def settings() -> Settings:
+def settings(isolated_config: Path) -> Settings:
     return load_settings()
 
 

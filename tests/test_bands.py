@@ -20,6 +20,8 @@ from lab.experiments.bands import (
     weight_token,
 )
 
+pytestmark = pytest.mark.engine
+
 GRAPH = [
     Node("__fgdn_ch__-0", "GATED_DELTA_NET", "q_conv_predelta-0"),
     Node("linear_attn_qkv_mixed-0", "MUL_MAT", "blk.0.attn_qkv.weight"),

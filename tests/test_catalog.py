@@ -15,6 +15,8 @@ from lab.catalog.tables import RUNS, SPECS, columns, load_table
 from lab.runs import RunFolder
 from lab.schemas import ArmStats, SweepPoint
 
+pytestmark = pytest.mark.fast
+
 LAB = str(Path(sys.executable).parent / "lab")
 
 
@@ -79,7 +81,10 @@ def sweep_run(root: Path, fake_ms: float) -> RunFolder:
     stats = ArmStats(median_ms=fake_ms, n_ok=1)
     run.rewrite("points", [
         SweepPoint(point="L512-n64", L=512, new=64, n_kv_padded=768, measurable=True, baseline=stats, fake=stats,
-                   genuine=stats, opt_prefill_ms=20.0)
+                   genuine=stats, opt_prefill_ms=20.0),
+        SweepPoint(point="L512-n64-img", L=512, new=64, n_kv_padded=768, measurable=True, baseline=stats,
+                   fake=ArmStats(median_ms=2 * fake_ms, n_ok=1), genuine=stats, opt_prefill_ms=40.0,
+                   image="320x200", image_tokens=82, encode_ms=fake_ms),
     ])  # fmt: skip
     run.rewrite("samples", [])
     run.complete()
@@ -95,3 +100,26 @@ def test_compare_prints_ratios_and_refuses_mixed_runs(runs: Path) -> None:
     replay = next(p for p in runs.iterdir() if "replay_exact" in p.name)
     r = lab("compare", a.path.name, replay.name, "--runs-dir", str(runs))
     assert r.returncode == 1 and "cannot compare a sweep run with a replay_exact run" in r.stderr
+
+
+def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path) -> None:
+    """One compare core: the CLI table, `--report` and the heatmap take the same rows (image steps keyed apart)."""
+    from lab.catalog.compare import compare_runs
+    from lab.reports.compare import _sweep
+
+    a, b = sweep_run(runs, 20.0), sweep_run(runs, 25.0)
+    c = compare_runs(a.path, b.path)
+    keys = {r.key for r in c.rows}
+    assert keys == {(512, 64, None), (512, 64, "320x200")}, keys  # the image step is its own row, not merged
+    env = {**os.environ, "COLUMNS": "200", "LAB_REPORTS_DIR": str(tmp_path / "reports")}
+    cmd = [LAB, "compare", a.path.name, b.path.name, "--runs-dir", str(runs), "--report"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    assert r.returncode == 0, r.stderr
+    printed = [line for line in r.stdout.splitlines() if "fake_median_ms" in line]
+    assert len(printed) == 2 and any("320x200" in line for line in printed), r.stdout
+    assert all("1.250" in line for line in printed)
+    html = next(Path(x) for x in r.stdout.split() if x.endswith(".html"))
+    assert html.exists() and a.path.name in html.name and html.parent == tmp_path / "reports"
+    drawn = _sweep(c).ratios
+    text_rows = [x for x in c.rows if x.key[2] is None and x.a and x.b and x.metric != "encode_ms"]
+    assert sorted(drawn["ratio"]) == pytest.approx(sorted(x.ratio for x in text_rows))

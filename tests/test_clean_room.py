@@ -15,6 +15,8 @@ import pytest
 
 from lab.runs import RunFolder
 
+pytestmark = pytest.mark.engine
+
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 
@@ -64,7 +66,9 @@ def test_service_stopped_for_the_sweep_and_restarted(service: Service, tmp_path:
     assert service.log() == ["start", "stop", "start"]
     assert service.running() and service.pid() != first
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    cr = run.manifest().params["clean_room"]
+    m = run.manifest()
+    cr = m.results["clean_room"]
+    assert "clean_room" not in m.params  # an output, never written into the inputs
     assert (cr["stop_rc"], cr["start_rc"]) == (0, 0) and run.ready
 
 
@@ -94,4 +98,4 @@ def test_service_restarted_on_sigterm(service: Service, tmp_path: Path) -> None:
     (run_dir,) = (tmp_path / "runs").iterdir()
     m = RunFolder.open(run_dir).manifest()
     assert (m.status, m.reason) == ("incomplete", "interrupted by SIGTERM")
-    assert m.params["clean_room"]["start_rc"] == 0
+    assert m.results["clean_room"]["start_rc"] == 0

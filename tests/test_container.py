@@ -31,6 +31,8 @@ from lab.settings import load_settings
 
 from sshd import alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 SCRIPT = REPO / "scripts" / "docker-private.sh"
 IMAGE = "prefill-lab:latest"
@@ -320,7 +322,7 @@ def test_fab_pushes_the_image_and_measures_in_it(
         assert r.returncode == 0, r.stdout + r.stderr
         prof = RunFolder.open(project / r.stdout.strip().splitlines()[-1])
         assert prof.ready and (prof.path / "raw" / "profile_nodes.parquet").exists()
-        assert prof.manifest().params["clean_room"]["where"] == "on the host, around the container"
+        assert prof.manifest().results["clean_room"]["where"] == "on the host, around the container"
         assert (marks / "stopped").exists() and (marks / "started").exists()
 
         # a connection cut mid-run: the container is stopped, the local copy is incomplete, the rerun resumes

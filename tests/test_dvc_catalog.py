@@ -19,6 +19,8 @@ from lab.runs import RunFolder
 
 from sshd import Sshd, start_sshd
 
+pytestmark = pytest.mark.slow
+
 REPO = Path(__file__).resolve().parent.parent
 BIN = Path(sys.executable).parent
 

@@ -19,6 +19,8 @@ from lab.engine.source import (
 )
 from lab.settings import EngineSettings, Settings
 
+pytestmark = pytest.mark.slow
+
 
 def git(tree: Path, *args: str) -> str:
     return subprocess.run(["git", "-C", str(tree), *args], check=True, capture_output=True, text=True).stdout

@@ -6,10 +6,12 @@ from typing import Any
 
 import pytest
 
-from lab.engine.contract import Timings, filler_tokens, run_arm
+from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
 from lab.engine.server import LlamaServer
 
 from conftest import ServerFactory
+
+pytestmark = pytest.mark.engine
 
 N_VOCAB = 151936
 PREFIX = filler_tokens(1500, seed=11, n_vocab=N_VOCAB)
@@ -167,9 +169,20 @@ def test_fabricated_state_is_never_a_cache_hit(start_server: ServerFactory, extr
 
 def test_genuine_hit_after_fake_matches_contract(server: LlamaServer) -> None:
     fake(server, 800)
-    r = run_arm(server, "genuine", PREFIX[:800], NEW)
-    assert r.ok, r.reason
-    r = run_arm(server, "fake", PREFIX[:800], NEW)
-    assert r.ok, r.reason
-    r = run_arm(server, "baseline", PREFIX[:800], NEW)
-    assert r.ok, r.reason
+    client = ContractClient(server)
+    for arm in ("genuine", "fake", "baseline"):
+        r = client.run_arm(arm, text_step(PREFIX[:800], NEW))
+        assert r.ok and r.kind is None, r.reason
+
+
+def test_client_failures_are_typed_and_leave_the_server_up(server: LlamaServer) -> None:
+    client = ContractClient(server)
+    assert server.n_vocab() == N_VOCAB  # read from the server, never a fallback guess
+    # the server refuses n_fake_cached beyond the prompt: an HTTP failure
+    r = client.run_arm("fake", Step(L=200, new=0, prompt=PREFIX[:100], prefix=PREFIX[:100]))
+    assert (r.ok, r.kind) == (False, "http") and "HTTP 400" in r.reason, r
+    # the server answers, but decodes 48 new tokens where the step claims 10: a contract failure
+    r = client.run_arm("fake", Step(L=800, new=10, prompt=PREFIX[:800] + NEW, prefix=PREFIX[:800]))
+    assert (r.ok, r.kind) == (False, "contract") and "prompt_n=48" in r.reason, r
+    assert not client.died(r)
+    assert_up(server)

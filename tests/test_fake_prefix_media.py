@@ -20,6 +20,8 @@ from lab.settings import Settings
 
 from conftest import server_settings
 
+pytestmark = pytest.mark.engine
+
 L = 300
 NEW_TEXT = " describe the screen and then click"
 

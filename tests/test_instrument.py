@@ -13,6 +13,8 @@ import pytest
 from lab.engine.build import EngineInfo
 from lab.instrument import build_instrument
 
+pytestmark = pytest.mark.engine
+
 
 @pytest.fixture(scope="module")
 def rows(engine: EngineInfo, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:

@@ -19,6 +19,8 @@ from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, linear_fi
 from lab.runs import RunFolder
 from lab.schemas import BandDepth, ProfileSummary, ProfileWall
 
+pytestmark = pytest.mark.engine
+
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 

@@ -19,6 +19,8 @@ from lab.schemas import SweepPoint
 
 from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
+pytestmark = pytest.mark.slow
+
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:

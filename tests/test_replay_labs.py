@@ -15,6 +15,8 @@ from lab.replay import cost, span, tables, toy
 from lab.runs import RunFolder
 from lab.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 
+pytestmark = pytest.mark.fast
+
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 

@@ -17,11 +17,11 @@ from playwright.sync_api import TimeoutError as PlaywrightTimeout
 from playwright.sync_api import sync_playwright
 from pydantic import BaseModel
 
+from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import table_path
-from lab.reports import compare_chart, render_compare, render_reports
+from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart
-from lab.reports.compare import CompareError
 from lab.reports.data import figure_rows, runs_table
 from lab.reports.render import save_chart
 from lab.runs import RunFolder
@@ -40,6 +40,8 @@ from lab.schemas import (
     ggml_pad,
 )
 from lab.settings import ReportSettings
+
+pytestmark = pytest.mark.fast
 
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")
@@ -495,7 +497,7 @@ def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]],
     runs = runs_table(catalog).query("in_figures")
     for experiment, cells in (("sweep", 4 * len(SWEEP_GRID)), ("profile", 5 * (len(BANDS) + 1))):
         a, b = (str(x) for x in runs.loc[runs["experiment"] == experiment, "run_id"])
-        paths = render_compare(catalog, out, a, b, SETTINGS)
+        paths = render_compare(compare_catalog(catalog, a, b), out, SETTINGS)
         assert [p.name for p in paths] == [f"compare_{a}_vs_{b}.{fmt}" for fmt in ("html", "png", "svg")]
         r = browser.open(paths[0])
         assert r["blocked"] == [] and r["errors"] == []
@@ -503,9 +505,9 @@ def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]],
     sweep = str(runs.loc[runs["experiment"] == "sweep", "run_id"].iloc[0])
     profile = str(runs.loc[runs["experiment"] == "profile", "run_id"].iloc[0])
     with pytest.raises(CompareError, match="sweep run"):
-        compare_chart(catalog, sweep, profile)
+        compare_catalog(catalog, sweep, profile)
     with pytest.raises(CompareError, match="no unique run"):
-        compare_chart(catalog, "nope", sweep)
+        compare_catalog(catalog, "nope", sweep)
 
 
 def test_agreement_marks_image_steps_and_splits_encode_from_lm(

@@ -11,6 +11,8 @@ import pytest
 from lab.runs import RunError, RunFolder, RunInterrupted, read_jsonl, resolve_run
 from lab.schemas import PrefillTps
 
+pytestmark = pytest.mark.fast
+
 
 def tps(depth: int) -> PrefillTps:
     return PrefillTps(depth=depth, chunk=64, tps=1000.0, avg_ms=64.0, stddev_ms=1.0, reps=3)
@@ -80,3 +82,28 @@ def test_resolve_run_by_prefix(tmp_path: Path) -> None:
     assert resolve_run(str(run.path), tmp_path).path == run.path
     with pytest.raises(RunError, match="no unique run"):
         resolve_run("nope", tmp_path)
+
+
+def test_resolve_run_beside_its_dvc_file(tmp_path: Path) -> None:
+    """A DVC-tracked run has `<id>.dvc` beside its folder: the id (or a prefix, or the .dvc name) still names
+    one run; a tracked run that was not pulled says how to get it."""
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    (tmp_path / f"{run.path.name}.dvc").write_text("outs:\n- path: x\n")
+    for ref in (run.path.name, run.path.name[:-3], f"{run.path.name}.dvc"):
+        assert resolve_run(ref, tmp_path).path == run.path, ref
+    (tmp_path / "2026-01-01_h_sweep_abcdef.dvc").write_text("outs:\n- path: x\n")
+    with pytest.raises(RunError, match="tracked by DVC but not here yet: dvc pull"):
+        resolve_run("2026-01-01_h_sweep_ab", tmp_path)
+
+
+def test_params_are_inputs_and_never_change(tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path, "profile", "h", {"chunk": 128})
+    run.add_results(instrument_meta={"n_nodes": 661})
+    run.add_results(clean_room={"stop_rc": 0})
+    m = run.manifest()
+    assert m.params == {"chunk": 128} and m.results == {
+        "instrument_meta": {"n_nodes": 661},
+        "clean_room": {"stop_rc": 0},
+    }
+    with pytest.raises(RunError, match="never change"):
+        run.update(params={"chunk": 256})

@@ -17,6 +17,8 @@ from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, s
 
 from conftest import ServerFactory, server_settings
 
+pytestmark = pytest.mark.engine
+
 
 def pid_alive(pid: int) -> bool:
     try:

@@ -18,6 +18,8 @@ from lab.experiments.fakeprefix import POINTS, SAMPLES, TPS
 from lab.runs import RunFolder
 from lab.schemas import PrefillTps, SweepPoint, SweepSample
 
+pytestmark = pytest.mark.engine
+
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 

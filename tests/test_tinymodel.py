@@ -1,4 +1,4 @@
-"""Tests for lab.engine.tinymodel (deterministic random-weight GGUF models)."""
+"""Tests for lab.engine.tinymodel (deterministic random-weight GGUF models) and its GGUF metadata reader."""
 
 from __future__ import annotations
 
@@ -9,16 +9,12 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lab.engine.gguf_io import read_gguf_kv, read_gguf_metadata
 from lab.engine.models import VOCAB_REL
 from lab.engine.source import PreparedSource
-from lab.engine.tinymodel import (
-    GEMMA3_SLIDING_WINDOW,
-    QWEN_ADDED_TOKENS,
-    SUPPORTED_ARCHS,
-    TinyModelSpec,
-    _read_gguf_kv,
-    write_tiny_model,
-)
+from lab.engine.tinyarchs import GEMMA3_SLIDING_WINDOW, SUPPORTED_ARCHS, TinyModelSpec
+from lab.engine.tinymodel import write_tiny_model
+from lab.engine.tinyvocab import QWEN_ADDED_TOKENS
 
 N_VOCAB = 151936
 
@@ -27,6 +23,8 @@ SMALL = TinyModelSpec(
     n_embd=64, n_layer=4, full_attention_interval=2, n_expert=4, n_expert_used=2,
     n_head=4, n_head_kv=2, head_dim=16, n_ff_exp=32, n_ff_shexp=32,
 )  # fmt: skip
+
+pytestmark = pytest.mark.engine
 
 
 @pytest.fixture(scope="module")
@@ -40,7 +38,7 @@ def _sha256(path: Path) -> str:
 
 
 def _kv(path: Path) -> dict[str, Any]:
-    return {key: value for key, _vt, _it, value in _read_gguf_kv(path)}
+    return {key: value for key, _vt, _it, value in read_gguf_kv(path)}
 
 
 @pytest.fixture(scope="module")
@@ -177,3 +175,62 @@ def test_emit_channel(reader: Any, small_model: Path) -> None:
     for text in (b"Hello", b"\xc4\xa0world", b"."):  # "\u0120world" = " world" in byte-level BPE
         assert col0[ids[text]] > 0, text
     assert 0.95 < float((col0 > 0).mean()) < 1.0
+
+
+def test_read_gguf_metadata_without_tensors(tmp_path: Path) -> None:
+    """A metadata-only GGUF (zero tensors), as a cost model reading an architecture's hyperparameters gets."""
+    import gguf
+
+    path = tmp_path / "meta.gguf"
+    vt = gguf.GGUFValueType
+    w = gguf.GGUFWriter(str(path), "qwen35moe")
+    w.add_uint32("qwen35moe.block_count", 40)
+    w.add_uint64("qwen35moe.context_length", 262144)
+    w.add_float32("qwen35moe.rope.freq_base", 1e7)
+    w.add_bool("qwen35moe.flag", True)
+    w.add_string("general.name", "na\u00efve")
+    w.add_key_value("general.raw", b"\xff\xfe", vt.STRING)  # not UTF-8: stays bytes
+    w.add_array("qwen35moe.rope.dimension_sections", [11, 11, 10, 0])
+    w.add_array("general.tags", ["moe", "hybrid"])
+    w.add_key_value("tokenizer.ggml.tokens", [b"a", b"\xc4"], vt.ARRAY, sub_type=vt.STRING)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert len(gguf.GGUFReader(str(path)).tensors) == 0
+    assert read_gguf_metadata(path) == {
+        "general.architecture": "qwen35moe",
+        "qwen35moe.block_count": 40,
+        "qwen35moe.context_length": 262144,
+        "qwen35moe.rope.freq_base": 1e7,
+        "qwen35moe.flag": True,
+        "general.name": "na\u00efve",
+        "general.raw": b"\xff\xfe",
+        "qwen35moe.rope.dimension_sections": [11, 11, 10, 0],
+        "general.tags": ["moe", "hybrid"],
+        "tokenizer.ggml.tokens": [b"a", b"\xc4"],
+    }
+
+
+def test_read_gguf_metadata_rejects_bad_files(tmp_path: Path, small_model: Path) -> None:
+    (tmp_path / "empty.gguf").write_bytes(b"")
+    with pytest.raises(ValueError, match="not a GGUF"):
+        read_gguf_metadata(tmp_path / "empty.gguf")
+    with small_model.open("rb") as f:
+        (tmp_path / "cut.gguf").write_bytes(f.read(100_000))  # cut inside the token list
+    with pytest.raises(ValueError, match="truncated"):
+        read_gguf_metadata(tmp_path / "cut.gguf")
+
+
+def test_read_gguf_metadata_tiny_model(small_model: Path, reader: Any) -> None:
+    meta = read_gguf_metadata(small_model)
+    assert meta["general.architecture"] == "qwen35moe"
+    assert meta["qwen35moe.block_count"] == SMALL.n_layer
+    assert meta["tokenizer.ggml.model"] == "gpt2"
+    tokens = meta["tokenizer.ggml.tokens"]
+    assert len(tokens) == N_VOCAB and all(isinstance(t, bytes) for t in tokens)
+    # every other value as gguf's own (slow) reader decodes it
+    for key, field in reader.fields.items():
+        if key.startswith(("GGUF.", "tokenizer.ggml.tokens", "tokenizer.ggml.merges")):
+            continue
+        assert meta[key] == field.contents(), key

@@ -14,15 +14,18 @@ from typing import Any
 import pytest
 
 from lab.engine.build import EngineInfo
-from lab.engine.models import ensure_tiny_projector
+from lab.engine.models import ModelError, ensure_tiny_projector
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, server_args
 from lab.engine.source import PreparedSource
-from lab.engine.tinymodel import QWEN_ADDED_TOKENS, TinyModelSpec
+from lab.engine.tinyarchs import TinyModelSpec
 from lab.engine.tinyvision import TinyVisionSpec, image_grid, write_tiny_projector
+from lab.engine.tinyvocab import QWEN_ADDED_TOKENS
 from lab.settings import Settings
 
 from conftest import ServerFactory, server_settings
+
+pytestmark = pytest.mark.engine
 
 VISION_START, VISION_END = 151652, 151653
 TEXT = " describe"
@@ -90,7 +93,7 @@ def test_projector_keys_and_tensors(projector: Path) -> None:
 
 
 def test_projector_spec_checked(tmp_path: Path, settings: Settings, source: PreparedSource) -> None:
-    with pytest.raises(ValueError, match="n_embd_text"):
+    with pytest.raises(ModelError, match="n_embd_text"):
         ensure_tiny_projector(tmp_path, source, TinyVisionSpec(n_embd_text=128))
     with pytest.raises(ValueError, match="multiple of 4"):
         write_tiny_projector(tmp_path / "x.gguf", TinyVisionSpec(n_embd=60, n_head=2))

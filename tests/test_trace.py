@@ -4,8 +4,11 @@ from __future__ import annotations
 
 import itertools
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 import pytest
@@ -14,6 +17,8 @@ from lab.engine.media import image_tokens
 from lab.experiments.trace import STEPS, TASKS, TraceError, check_replayable, load_trace, synth_trace, write_trace
 from lab.runs import RunFolder
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
+
+pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
@@ -122,3 +127,34 @@ def test_replay_trace_with_screenshots(tmp_path: Path) -> None:
         assert x.image_tokens == img and x.encode_ms is not None
         assert x.cache_n == x.L and x.prompt_n == x.new_tokens  # new_tokens = image tokens + text tokens
         assert x.new_tokens > img
+
+
+def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
+    """An interrupted replay resumes with the server settings it was started with, whatever today's config says."""
+    trace = tmp_path / "trace.jsonl"
+    subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "3", "--steps", "6"], cwd=REPO, check=True)
+    runs = tmp_path / "runs"
+    cmd = [LAB, "replay-trace", str(trace), "-t", "1", "-c", "12288", "--runs-dir", str(runs)]
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 180
+    while not any(p.stat().st_size for p in runs.glob("*/raw/steps.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
+    run = RunFolder.open(run_dir)
+    assert run.manifest().status == "incomplete", run.manifest()
+    done_before = len(run.read(STEPS, TraceStepResult, tolerate_torn_tail=True))
+    assert done_before < len(load_trace(trace))
+    env = {**os.environ, "LAB_SERVER__THREADS": "2", "LAB_SERVER__CTX_SIZE": "16384"}
+    r = subprocess.run([LAB, "replay-trace", "--resume", run_dir.name, "--runs-dir", str(runs)],
+                       capture_output=True, text=True, cwd=REPO, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    m = run.manifest()
+    assert run.ready and len(m.resumed_utc) == 1
+    assert (m.server_config["threads"], m.server_config["n_ctx"]) == (1, 12288), m.server_config
+    assert m.params["server"]["threads"] == 1
+    steps = run.read(STEPS, TraceStepResult)
+    assert len(steps) == len(load_trace(trace)) and all(s.ok for s in steps)
+    assert len({(s.task_id, s.step) for s in steps}) == len(steps)  # none measured twice

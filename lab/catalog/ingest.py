@@ -15,10 +15,11 @@ from pydantic import ValidationError
 
 from lab.catalog.metrics import compute_metrics
 from lab.catalog.tables import METRICS_FILE, RUNS, SPECS, TABLES_DIR, RunRecord, TableSpec, columns, flatten
+from lab.errors import LabError
 from lab.runs import Manifest, RunError, read_jsonl
 
 
-class IngestError(RuntimeError):
+class IngestError(LabError):
     pass
 
 

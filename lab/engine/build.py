@@ -18,6 +18,7 @@ from typing import Literal
 from pydantic import BaseModel
 
 from lab.engine.source import PreparedSource, SourceInfo, applied_diff, locked, prepare_source
+from lab.errors import LabError
 from lab.settings import EngineSettings
 
 Flavor = Literal["release", "assert"]
@@ -42,7 +43,7 @@ class EngineInfo(BaseModel):
     flags: list[str]
 
 
-class BuildError(RuntimeError):
+class BuildError(LabError):
     pass
 
 

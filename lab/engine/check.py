@@ -8,22 +8,26 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.build import build_engine
-from lab.engine.contract import ARMS, filler_tokens, run_arm
+from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
+from lab.errors import UsageError
 from lab.settings import Settings
 
 
-def run_check(settings: Settings, L: int, new: int) -> bool:
-    console = Console()
+def run_check(settings: Settings, L: int, new: int, console: Console | None = None) -> bool:
+    """One sample of each arm; True when every arm honoured the contract."""
+    console = console or Console()
+    if L + new >= settings.server.ctx_size:
+        raise UsageError(f"--L {L} + --new {new} do not fit server.ctx_size {settings.server.ctx_size}")
     engine = build_engine(settings.engine, settings.cache_dir, quiet=True)
     model = resolve_model(settings)
     log = settings.cache_dir / "logs" / f"check-{time.strftime('%Y%m%dT%H%M%S')}.log"
     with LlamaServer(engine, model, settings.server, log) as srv:
-        n_vocab = int(srv.props().get("model_vocab_n_tokens", 0) or 0) or 150000
-        prefix = filler_tokens(L, seed=1, n_vocab=n_vocab)
-        new_tokens = filler_tokens(new, seed=2, n_vocab=n_vocab)
-        results = [run_arm(srv, arm, prefix, new_tokens) for arm in ARMS]
+        n_vocab = srv.n_vocab()
+        step = text_step(filler_tokens(L, seed=1, n_vocab=n_vocab), filler_tokens(new, seed=2, n_vocab=n_vocab))
+        client = ContractClient(srv)
+        results = [client.run_arm(arm, step) for arm in ARMS]
         cfg = srv.config
     table = Table(title=f"engine check: L={L} new={new}  ({model.name}, {engine.source.commit})")
     for col in ("arm", "cache_n", "prompt_n", "prompt_ms", "fake_ms", "ok"):
@@ -36,7 +40,7 @@ def run_check(settings: Settings, L: int, new: int) -> bool:
             str(t.prompt_n) if t else "-",
             f"{t.prompt_ms:.2f}" if t else "-",
             f"{t.fake_ms:.3f}" if t and r.arm == "fake" else "",
-            "yes" if r.ok else f"NO: {r.reason}",
+            "yes" if r.ok else f"[red]NO ({r.kind}): {r.reason}[/red]",
         )
     console.print(table)
     console.print(

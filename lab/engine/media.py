@@ -1,4 +1,4 @@
-"""Client side of image steps: prompts with a screenshot in the new part of a fake-prefix request.
+"""Image steps: prompts with a screenshot in the new part of a fake-prefix request.
 
 A multimodal /completion prompt is a string with the server's media marker (random per server process,
 from /props `media_marker`) plus base64 images, so the L-token prefix has to be text that tokenizes to
@@ -12,15 +12,13 @@ from __future__ import annotations
 import base64
 import functools
 import random
-import re
-from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from lab.engine.contract import Arm, ArmResult, Timings, arm_reason, post_all
+from lab.engine.contract import Step
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
 from lab.engine.tinyvision import image_grid
+from lab.errors import LabError
 
 WORDS = (
     " the", " of", " and", " to", " in", " is", " that", " for", " it", " with", " as", " was", " on", " be",
@@ -29,7 +27,7 @@ WORDS = (
 IMAGE_MARKERS = 2  # <|vision_start|>, <|vision_end|>
 
 
-class MediaError(RuntimeError):
+class MediaError(LabError):
     pass
 
 
@@ -42,6 +40,8 @@ def single_token_words(srv: LlamaServer) -> list[str]:
 def filler_text(srv: LlamaServer, n: int, seed: int = 0) -> str:
     """Text of exactly n tokens for this server's tokenizer (checked, never assumed)."""
     words = single_token_words(srv)
+    if not words:
+        raise MediaError("none of the filler words is a single token for this model's tokenizer")
     rng = random.Random(seed)
     text = "".join(rng.choice(words) for _ in range(n))
     got = len(srv.tokenize(text))
@@ -69,79 +69,16 @@ def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-class LogTail:
-    """What the server logged since the last call: mtmd reports the vision encode and the LM prefill of the
-    image tokens only in its log ("image slice encoded in N ms", "image decoded (batch i/n) in N ms")."""
-
-    ENCODED = re.compile(r"slice encoded in (\d+) ms")
-    DECODED = re.compile(r"decoded \(batch \d+/\d+\) in (\d+) ms")
-
-    def __init__(self, path: Path) -> None:
-        self.path = path
-        self.offset = path.stat().st_size if path.exists() else 0
-
-    def read(self) -> str:
-        with self.path.open("rb") as fh:
-            fh.seek(self.offset)
-            data = fh.read()
-        self.offset += len(data)
-        return data.decode(errors="replace")
-
-    def image_ms(self) -> tuple[float | None, float | None]:
-        """(encode ms, image-token decode ms) logged since the last call; None when no image was processed."""
-        text = self.read()
-        enc = [int(m) for m in self.ENCODED.findall(text)]
-        dec = [int(m) for m in self.DECODED.findall(text)]
-        return (float(sum(enc)) if enc else None), (float(sum(dec)) if dec else None)
+def image_step(srv: LlamaServer, prefix_text: str, L: int, png: bytes, size: tuple[int, int], new_text: str) -> Step:
+    """L tokens of text (`prefix_text`), the screenshot, then `new_text`. The new part a fake or genuine-hit
+    request decodes is derived from the image's grid, not assumed: nx*ny + 2 markers + the text's tokens."""
+    new = image_tokens(*size)[0] + len(srv.tokenize(new_text))
+    return Step(L=L, new=new, prompt=media_prompt(srv, prefix_text, [png], new_text), prefix=prefix_text,
+                has_image=True)  # fmt: skip
 
 
-@dataclass(frozen=True)
-class ImageStep:
-    """One image step: L prefix tokens of text, a screenshot, then `new` tokens of text."""
-
-    prefix_text: str
-    L: int
-    png: bytes
-    size: tuple[int, int]
-    new_text: str
-    new: int
-
-    @property
-    def expected_new(self) -> int:
-        """prompt_n of a fake or genuine-hit request: derived, not `new + 8` (seed 000's check)."""
-        return image_tokens(*self.size)[0] + self.new
-
-
-def image_step(srv: LlamaServer, L: int, new: int, size: tuple[int, int], seed: int) -> ImageStep:
-    return ImageStep(
-        prefix_text=filler_text(srv, L, seed), L=L, png=make_png(*size, seed=seed), size=size,
-        new_text=filler_text(srv, new, seed + 1), new=new,
-    )  # fmt: skip
-
-
-def run_image_arm(
-    srv: LlamaServer, arm: Arm, step: ImageStep, tail: LogTail
-) -> tuple[ArmResult, float | None, float | None]:
-    """One sample of one arm with the screenshot in the new part; returns (result, encode ms, image decode ms)."""
-    body: dict[str, Any] = {
-        "prompt": media_prompt(srv, step.prefix_text, [step.png], step.new_text),
-        "n_predict": 1, "temperature": 0.0, "stream": False,
-    }  # fmt: skip
-    if arm == "baseline":
-        bodies = [{**body, "cache_prompt": False}]
-    elif arm == "fake":
-        bodies = [{**body, "cache_prompt": False, "n_fake_cached": step.L}]
-    else:
-        post_all(srv, [{**body, "prompt": step.prefix_text, "cache_prompt": True}])  # the real prefix prefill
-        bodies = [{**body, "cache_prompt": True}]
-    tail.read()  # only the timed request's log lines count
-    resp, reason = post_all(srv, bodies)
-    if resp is None:
-        return ArmResult(arm=arm, L=step.L, new=step.expected_new, ok=False, reason=reason), None, None
-    encode_ms, decode_ms = tail.image_ms()
-    t = Timings.model_validate(resp.json()["timings"])
-    reason = arm_reason(arm, t, step.L, step.expected_new)
-    if not reason and encode_ms is None:
-        reason = "no image encode in the server log: was the image dropped (wrong media marker)?"
-    result = ArmResult(arm=arm, L=step.L, new=step.expected_new, ok=not reason, reason=reason, timings=t)
-    return result, encode_ms, decode_ms
+def synthetic_image_step(srv: LlamaServer, L: int, new: int, size: tuple[int, int], seed: int) -> Step:
+    """A generated screenshot of `size` between L and `new` tokens of filler text (deterministic per seed)."""
+    return image_step(
+        srv, filler_text(srv, L, seed), L, make_png(*size, seed=seed), size, filler_text(srv, new, seed + 1)
+    )

@@ -6,19 +6,40 @@ import hashlib
 import json
 from dataclasses import asdict
 from pathlib import Path
+from types import ModuleType
 
-from lab.engine import tinymodel, tinyvision
+from lab.engine import gguf_io, tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab
 from lab.engine.source import PreparedSource, file_sha256, prepare_source
-from lab.engine.tinymodel import TinyModelSpec, write_tiny_model
+from lab.engine.tinyarchs import TinyModelSpec
+from lab.engine.tinymodel import write_tiny_model
 from lab.engine.tinyvision import TinyVisionSpec, write_tiny_projector
+from lab.errors import LabError
 from lab.settings import Settings
 
 VOCAB_REL = Path("models") / "ggml-vocab-qwen35.gguf"
 
 
+class ModelError(LabError):
+    """A model or projector that is missing, or does not fit the model it is for."""
+
+
+#: Every module whose code decides the bytes of the tiny model or projector (add new ones here).
+WRITER_MODULES: tuple[ModuleType, ...] = (gguf_io, tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab)
+
+
+def writer_sources_sha() -> str:
+    """sha256 over the sources of :data:`WRITER_MODULES`, in that order."""
+    h = hashlib.sha256()
+    for module in WRITER_MODULES:
+        if module.__file__ is None:
+            raise RuntimeError(f"{module.__name__} has no source file")
+        h.update(f"{module.__name__}:{file_sha256(Path(module.__file__))}\n".encode())
+    return h.hexdigest()
+
+
 def tiny_model_path(cache_dir: Path, spec: TinyModelSpec, vocab: Path) -> Path:
-    # keyed by the spec, the vocab and the writer's own source: a changed writer never serves a stale file
-    key = json.dumps(asdict(spec), sort_keys=True) + file_sha256(vocab) + file_sha256(Path(tinymodel.__file__))
+    # keyed by the spec, the vocab and the writers' sources: a changed writer never serves a stale file
+    key = json.dumps(asdict(spec), sort_keys=True) + file_sha256(vocab) + writer_sources_sha()
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir / "models" / f"tiny-{spec.arch}-{digest}.gguf"
 
@@ -35,9 +56,9 @@ def ensure_tiny_model(cache_dir: Path, source: PreparedSource, spec: TinyModelSp
 
 
 def tiny_projector_path(cache_dir: Path, spec: TinyVisionSpec) -> Path:
-    # tinyvision borrows tinymodel's random streams, so both writers' sources are in the key
-    writers = file_sha256(Path(tinyvision.__file__)) + file_sha256(Path(tinymodel.__file__))
-    digest = hashlib.sha256((json.dumps(asdict(spec), sort_keys=True) + writers).encode()).hexdigest()[:12]
+    # the projector shares the model's random streams and GGUF writer, so all writers' sources are in the key
+    key = json.dumps(asdict(spec), sort_keys=True) + writer_sources_sha()
+    digest = hashlib.sha256(key.encode()).hexdigest()[:12]
     return cache_dir / "models" / f"tiny-mmproj-{tinyvision.PROJECTOR_TYPE}-{digest}.gguf"
 
 
@@ -51,7 +72,7 @@ def ensure_tiny_projector(
     text = text or TinyModelSpec()
     spec = spec or TinyVisionSpec(n_embd_text=text.n_embd)
     if spec.n_embd_text != text.n_embd:
-        raise ValueError(f"projector n_embd_text {spec.n_embd_text} != text model n_embd {text.n_embd}")
+        raise ModelError(f"projector n_embd_text {spec.n_embd_text} != text model n_embd {text.n_embd}")
     out = tiny_projector_path(cache_dir, spec)
     if not out.exists():
         write_tiny_projector(out, spec, gguf_py_dir=source.path / "gguf-py")
@@ -63,7 +84,7 @@ def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path
     if settings.model is not None:
         path = settings.model.expanduser()
         if not path.exists():
-            raise FileNotFoundError(f"model not found: {path}")
+            raise ModelError(f"model not found: {path}")
         return path
     return ensure_tiny_model(settings.cache_dir, prepare_source(settings.engine, settings.cache_dir), spec)
 
@@ -73,8 +94,8 @@ def resolve_projector(settings: Settings) -> Path:
     if settings.mmproj is not None:
         path = settings.mmproj.expanduser()
         if not path.exists():
-            raise FileNotFoundError(f"vision projector not found: {path}")
+            raise ModelError(f"vision projector not found: {path}")
         return path
     if settings.model is not None:
-        raise FileNotFoundError("image steps need the model's vision projector: set mmproj (--mmproj)")
+        raise ModelError("image steps need the model's vision projector: set mmproj (--mmproj)")
     return ensure_tiny_projector(settings.cache_dir, prepare_source(settings.engine, settings.cache_dir))

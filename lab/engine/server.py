@@ -11,7 +11,6 @@ import signal
 import socket
 import subprocess
 import time
-from collections.abc import Iterator
 from pathlib import Path
 from types import TracebackType
 from typing import Any
@@ -20,10 +19,11 @@ import httpx
 from pydantic import BaseModel, Field
 
 from lab.engine.build import EngineInfo
+from lab.errors import LabError
 from lab.settings import ServerSettings
 
 
-class ServerError(RuntimeError):
+class ServerError(LabError):
     pass
 
 
@@ -230,9 +230,9 @@ class LlamaServer:
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
 
-    def died(self, failure_reason: str, transport_marker: str) -> bool:
-        """After a request: has the server died? A dropped connection gets a few seconds to show it."""
-        if failure_reason.startswith(transport_marker) and self.wait_exit(5.0):
+    def died(self, dropped: bool = False) -> bool:
+        """After a request: has the server died? A dropped connection (`dropped`) gets a few seconds to show it."""
+        if dropped and self.wait_exit(5.0):
             return True
         return not self.alive()
 
@@ -283,6 +283,18 @@ class LlamaServer:
         r.raise_for_status()
         return [int(t) for t in r.json()["tokens"]]
 
+    def n_vocab(self) -> int:
+        """The loaded model's vocabulary size, as the server reports it (/v1/models); never guessed."""
+        r = self.client.get("/v1/models")
+        r.raise_for_status()
+        try:
+            n = int(r.json()["data"][0]["meta"]["n_vocab"])
+        except (KeyError, IndexError, TypeError, ValueError) as e:
+            raise ServerError(f"llama-server at {self.url} did not report the model's n_vocab (/v1/models)") from e
+        if n <= 0:
+            raise ServerError(f"llama-server reports n_vocab = {n}")
+        return n
+
     def props(self) -> dict[str, Any]:
         r = self.client.get("/props")
         r.raise_for_status()
@@ -290,12 +302,29 @@ class LlamaServer:
         return out
 
 
-@contextlib.contextmanager
-def running_server(
-    engine: EngineInfo, model: Path, settings: ServerSettings, log_path: Path, extra_args: list[str] | None = None
-) -> Iterator[LlamaServer]:
-    srv = LlamaServer(engine, model, settings, log_path, extra_args)
-    try:
-        yield srv.start()
-    finally:
-        srv.stop()
+class LogTail:
+    """What the server logged since the last call. mtmd reports the vision encode and the LM prefill of the
+    image tokens only in its log ("image slice encoded in N ms", "image decoded (batch i/n) in N ms")."""
+
+    ENCODED = re.compile(r"slice encoded in (\d+) ms")
+    DECODED = re.compile(r"decoded \(batch \d+/\d+\) in (\d+) ms")
+
+    def __init__(self, path: Path) -> None:
+        self.path = path
+        self.offset = path.stat().st_size if path.exists() else 0
+
+    def read(self) -> str:
+        if not self.path.exists():
+            return ""
+        with self.path.open("rb") as fh:
+            fh.seek(self.offset)
+            data = fh.read()
+        self.offset += len(data)
+        return data.decode(errors="replace")
+
+    def image_ms(self) -> tuple[float | None, float | None]:
+        """(encode ms, image-token decode ms) logged since the last call; None when no image was processed."""
+        text = self.read()
+        enc = [int(m) for m in self.ENCODED.findall(text)]
+        dec = [int(m) for m in self.DECODED.findall(text)]
+        return (float(sum(enc)) if enc else None), (float(sum(dec)) if dec else None)

@@ -26,6 +26,7 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from lab.errors import LabError
 from lab.settings import PIN_COMMIT, EngineSettings
 
 
@@ -71,7 +72,7 @@ class PreparedSource(BaseModel):
     patches: list[str]
 
 
-class SourceError(RuntimeError):
+class SourceError(LabError):
     pass
 
 

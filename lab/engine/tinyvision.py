@@ -28,7 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.engine.tinymodel import _F32, _import_gguf, _Tensors, atomic_gguf
+from lab.engine.gguf_io import atomic_gguf, import_gguf
+from lab.engine.tinyarchs import F32, Tensors
 
 PROJECTOR_TYPE = "qwen3vl_merger"
 #: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).
@@ -95,37 +96,37 @@ def image_grid(width: int, height: int, patch_size: int = 16) -> tuple[int, int]
     return w_bar // align, h_bar // align
 
 
-def _tensors(spec: TinyVisionSpec) -> _Tensors:
+def _tensors(spec: TinyVisionSpec) -> Tensors:
     """The converter's tensors (numpy shapes; ggml ne is reversed).  Dtypes as the converter's F16 output:
     matrices and the patch convolutions F16; 1-D tensors and the position table F32."""
     e, p, m = spec.n_embd, spec.patch_size, spec.n_embd * SPATIAL_MERGE**2
-    t = _Tensors(spec.seed)
+    t = Tensors(spec.seed)
     # Conv3D (temporal patch 2) split into two Conv2D kernels, summed for a still image
     t.mat("v.patch_embd.weight", (e, 3, p, p))
     t.mat("v.patch_embd.weight.1", (e, 3, p, p))
-    t.mat("v.patch_embd.bias", (e,), _F32)
-    t.mat("v.position_embd.weight", ((spec.image_size // p) ** 2, e), _F32)
+    t.mat("v.patch_embd.bias", (e,), F32)
+    t.mat("v.position_embd.weight", ((spec.image_size // p) ** 2, e), F32)
     for il in range(spec.n_layer):
         b = f"v.blk.{il}."
         t.norm(b + "ln1.weight", e)
-        t.mat(b + "ln1.bias", (e,), _F32)
+        t.mat(b + "ln1.bias", (e,), F32)
         t.mat(b + "attn_qkv.weight", (3 * e, e))
-        t.mat(b + "attn_qkv.bias", (3 * e,), _F32)
+        t.mat(b + "attn_qkv.bias", (3 * e,), F32)
         t.mat(b + "attn_out.weight", (e, e))
-        t.mat(b + "attn_out.bias", (e,), _F32)
+        t.mat(b + "attn_out.bias", (e,), F32)
         t.norm(b + "ln2.weight", e)
-        t.mat(b + "ln2.bias", (e,), _F32)
+        t.mat(b + "ln2.bias", (e,), F32)
         t.mat(b + "ffn_up.weight", (spec.n_ff, e))
-        t.mat(b + "ffn_up.bias", (spec.n_ff,), _F32)
+        t.mat(b + "ffn_up.bias", (spec.n_ff,), F32)
         t.mat(b + "ffn_down.weight", (e, spec.n_ff))
-        t.mat(b + "ffn_down.bias", (e,), _F32)
+        t.mat(b + "ffn_down.bias", (e,), F32)
     # merger: LayerNorm over n_embd, then 2x2 patches -> (4 n_embd) -> GELU MLP -> n_embd_text
     t.norm("v.post_ln.weight", e)
-    t.mat("v.post_ln.bias", (e,), _F32)
+    t.mat("v.post_ln.bias", (e,), F32)
     t.mat("mm.0.weight", (m, m))
-    t.mat("mm.0.bias", (m,), _F32)
+    t.mat("mm.0.bias", (m,), F32)
     t.mat("mm.2.weight", (spec.n_embd_text, m))
-    t.mat("mm.2.bias", (spec.n_embd_text,), _F32)
+    t.mat("mm.2.bias", (spec.n_embd_text,), F32)
     return t
 
 
@@ -158,7 +159,7 @@ def write_tiny_projector(
     """Write the projector atomically to ``out_path`` (same spec, same bytes).  Returns ``out_path``."""
     spec.validate()
     out_path = Path(out_path)
-    gguf = _import_gguf(gguf_py_dir)
+    gguf = import_gguf(gguf_py_dir)
     with atomic_gguf(gguf, out_path, "clip") as writer:  # general.architecture = clip (MODEL_ARCH.MMPROJ)
         _write_keys(gguf, writer, spec)
         for name, data in _tensors(spec).items.items():

@@ -1,9 +1,9 @@
-"""Sort profiled graph nodes into five bands (seed 002 §4): ffn_moe, attn_core, proj, gdn, other.
+"""Sort profiled graph nodes into five bands: ffn_moe, attn_core, proj, gdn, other.
 
 Signals, most reliable first:
   1. the ggml op (FLASH_ATTN_EXT -> attn_core; GATED_DELTA_NET, SSM_CONV -> gdn; MUL_MAT_ID -> ffn_moe);
   2. for plain matmuls, the EXACT projection token of the weight `blk.<L>.<token>.weight`
-     (`attn_q` must never capture `attn_qkv`: the substring bug the seed reports);
+     (`attn_q` must never capture `attn_qkv`: a substring match would put GDN projections in `proj`);
   3. the layer's kind (recurrent vs full attention) and the node's name, for everything else.
 Coverage must be 100%; an audit rejects any recurrent-layer matmul in an attention band.
 """
@@ -15,8 +15,9 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-Band = Literal["ffn_moe", "attn_core", "proj", "gdn", "other"]
-BANDS: tuple[Band, ...] = ("ffn_moe", "attn_core", "proj", "gdn", "other")
+from lab.errors import LabError
+from lab.schemas import Band
+
 LayerKind = Literal["attention", "recurrent"]
 
 OP_BAND: dict[str, Band] = {
@@ -156,7 +157,7 @@ def audit(node: Node, band: Band, kinds: dict[int, LayerKind]) -> str | None:
     return None
 
 
-class CoverageError(ValueError):
+class CoverageError(LabError):
     pass
 
 

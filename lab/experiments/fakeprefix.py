@@ -1,4 +1,4 @@
-"""The fake-prefix sweep (seed 000 §6): per (L, new) point, baseline / fake / genuine hit interleaved and
+"""The fake-prefix sweep: per (L, new) point, baseline / fake / genuine hit interleaved and
 repeated, against the arithmetic estimate opt_prefill = only_new / prefill_tps(L).
 
 Resumable at point granularity: a point's samples and its summary row are appended together when the
@@ -16,12 +16,12 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.engine.contract import ARMS, TRANSPORT, Arm, ArmResult, filler_tokens, run_arm
-from lab.engine.media import LogTail, image_step, image_tokens, run_image_arm
+from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, filler_tokens, text_step
+from lab.engine.media import image_tokens, synthetic_image_step
 from lab.engine.models import resolve_projector
-from lab.engine.server import LlamaServer
+from lab.errors import LabError
 from lab.experiments.prefill_tps import measure_prefill_tps
-from lab.experiments.session import open_session, progress_bar
+from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.runs import RunFolder, utc_now
 from lab.schemas import KV_PAD, ArmStats, PrefillTps, SweepPoint, SweepSample, ggml_pad
 from lab.settings import ServerSettings, Settings, SweepSettings
@@ -55,17 +55,15 @@ def grid(params: SweepSettings) -> list[GridPoint]:
     return [GridPoint(L, new, img) for img in images for L in params.Ls for new in params.news]
 
 
-def sample_row(
-    p: GridPoint, rep: int, r: ArmResult, encode_ms: float | None = None, image_decode_ms: float | None = None
-) -> SweepSample:
+def sample_row(p: GridPoint, rep: int, r: ArmResult) -> SweepSample:
     t = r.timings
     img = image_tokens(*p.size) if p.image else (None, None)
     return SweepSample(
         image=p.image,
         image_tokens=img[0],
         image_positions=img[1],
-        encode_ms=encode_ms,
-        image_decode_ms=image_decode_ms,
+        encode_ms=r.encode_ms,
+        image_decode_ms=r.image_decode_ms,
         point=p.id,
         L=p.L,
         new=p.new,
@@ -164,7 +162,7 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
 
 
 def measure_point(
-    srv: LlamaServer,
+    client: ContractClient,
     p: GridPoint,
     reps: int,
     seed: int,
@@ -174,10 +172,12 @@ def measure_point(
 ) -> tuple[list[SweepSample], list[PrefillTps]]:
     """All arms and the llama-bench estimate x reps for one point, interleaved in a rotating order (no arm
     always goes first; drift on a shared machine hits every arm and the estimate alike)."""
-    prefix = filler_tokens(p.L, seed=seed * 1_000_003 + p.L, n_vocab=n_vocab)
-    new_tokens = filler_tokens(p.new, seed=seed * 1_000_003 + p.L + p.new + 1, n_vocab=n_vocab)
-    step = image_step(srv, p.L, p.new, p.size, seed * 1_000_003 + p.L + p.new) if p.image else None
-    tail = LogTail(srv.log_path)
+    base_seed = seed * 1_000_003 + p.L
+    if p.image:
+        step = synthetic_image_step(client.srv, p.L, p.new, p.size, base_seed + p.new)
+    else:
+        prefix = filler_tokens(p.L, seed=base_seed, n_vocab=n_vocab)
+        step = text_step(prefix, filler_tokens(p.new, seed=base_seed + p.new + 1, n_vocab=n_vocab))
     samples: list[SweepSample] = []
     tps: list[PrefillTps] = []
     slots: tuple[Arm | None, ...] = (*ARMS, None)  # None: the llama-bench estimate sample
@@ -186,22 +186,19 @@ def measure_point(
             if arm is None:
                 tps.append(bench(p, rep))
             else:
-                enc = dec = None
-                if step is None:
-                    r = run_arm(srv, arm, prefix, new_tokens)
-                else:
-                    r, enc, dec = run_image_arm(srv, arm, step, tail)
-                if srv.died(r.reason, TRANSPORT):
+                r = client.run_arm(arm, step)
+                if not r.ok and client.died(r):
+                    srv = client.srv
                     raise ServerCrashed(
                         f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode})"
                         f"; see {srv.log_path}"
                     )
-                samples.append(sample_row(p, rep, r, enc, dec))
+                samples.append(sample_row(p, rep, r))
             on_sample()
     return samples, tps
 
 
-class ServerCrashed(RuntimeError):
+class ServerCrashed(LabError):
     pass
 
 
@@ -217,38 +214,41 @@ def done_points(run: RunFolder) -> dict[str, SweepPoint]:
     return points
 
 
-def sweep_params(settings: Settings) -> dict[str, Any]:
-    """What a sweep run records as its params (and what --resume restores)."""
-    return {
-        "sweep": settings.sweep.model_dump(mode="json"),
-        "server": settings.server.model_dump(mode="json"),
-        "model": str(settings.model) if settings.model else None,
-        "mmproj": str(settings.mmproj) if settings.mmproj else None,
-    }
+class Sweep(Experiment):
+    """The fake-prefix sweep over the grid L x new (x screenshot sizes)."""
 
+    name = "sweep"
 
-def settings_for_resume(settings: Settings, run: RunFolder) -> Settings:
-    """A resumed sweep uses the params it was started with, whatever the current config says."""
-    params = run.manifest().params
-    return settings.model_copy(
-        update={
-            "sweep": SweepSettings.model_validate(params["sweep"]),
-            "server": ServerSettings.model_validate(params["server"]),
-            "model": Path(params["model"]) if params.get("model") else None,
-            "mmproj": Path(params["mmproj"]) if params.get("mmproj") else None,
+    def __init__(self) -> None:
+        self.projector: Path | None = None
+        self.points: list[SweepPoint] = []
+
+    def params(self, settings: Settings) -> dict[str, Any]:
+        return {
+            "sweep": settings.sweep.model_dump(mode="json"),
+            "server": settings.server.model_dump(mode="json"),
+            "model": str(settings.model) if settings.model else None,
+            "mmproj": str(settings.mmproj) if settings.mmproj else None,
         }
-    )
 
+    def restore(self, settings: Settings, run: RunFolder) -> Settings:
+        params = run.manifest().params
+        return settings.model_copy(
+            update={
+                "sweep": SweepSettings.model_validate(params["sweep"]),
+                "server": ServerSettings.model_validate(params["server"]),
+                "model": Path(params["model"]) if params.get("model") else None,
+                "mmproj": Path(params["mmproj"]) if params.get("mmproj") else None,
+            }
+        )
 
-def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
-    console = console or Console()
-    if resume is not None:
-        settings = settings_for_resume(settings, resume)
-    params = settings.sweep
-    sess = open_session(settings, "sweep", sweep_params(settings), resume)
-    run = sess.run
-    console.print(f"run folder: {run.path}")
-    with run.guard():
+    def prepare(self, settings: Settings, parts: Parts) -> None:
+        if any(p.image for p in grid(settings.sweep)):
+            self.projector = resolve_projector(settings)  # a missing projector leaves no run folder behind
+
+    def measure(self, sess: Session, console: Console) -> Outcome:
+        settings, run = sess.settings, sess.run
+        params = settings.sweep
         done = done_points(run)
         todo = [p for p in grid(params) if p.id not in done]
 
@@ -261,26 +261,31 @@ def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Cons
             return row.model_copy(update={"point": p.id, "rep": rep})
 
         if todo:
-            extra = list(settings.server.extra_args)
-            if any(p.image for p in todo):
-                extra += ["--mmproj", str(resolve_projector(settings))]
+            extra = [*settings.server.extra_args, *(["--mmproj", str(self.projector)] if self.projector else [])]
             with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
-                n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
+                client = ContractClient(srv)
+                n_vocab = srv.n_vocab()
                 task = progress.add_task("sweep", total=len(todo) * params.reps * (len(ARMS) + 1))
                 for p in todo:
                     progress.update(task, description=f"L={p.L} new={p.new}" + (f" img={p.image}" if p.image else ""))
                     samples, tps = measure_point(
-                        srv, p, params.reps, params.seed, n_vocab, bench, lambda: progress.advance(task)
+                        client, p, params.reps, params.seed, n_vocab, bench, lambda: progress.advance(task)
                     )
                     point = summarize_point(p, samples, tps, params.tolerance)
                     run.append(SAMPLES, samples)
                     run.append(TPS, tps)
                     run.append(POINTS, [point])
                     done[p.id] = point
-        run.complete()
-    print_summary(console, [done[p.id] for p in grid(params)])
-    return run
+        self.points = [done[p.id] for p in grid(params)]
+        return Outcome()
+
+    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
+        print_summary(console, self.points)
+
+
+def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
+    return run_experiment(Sweep(), settings, resume, console)
 
 
 def _ms(v: float | None) -> str:

@@ -8,11 +8,12 @@ import shlex
 from pathlib import Path
 
 from lab.engine.build import EngineInfo
+from lab.errors import LabError
 from lab.schemas import PrefillTps
 from lab.target import Target
 
 
-class BenchError(RuntimeError):
+class BenchError(LabError):
     pass
 
 

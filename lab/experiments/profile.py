@@ -1,4 +1,4 @@
-"""`lab profile` (seed 002): the per-node prefill profile of a cumulative depth sweep, sorted into bands.
+"""`lab profile`: the per-node prefill profile of a cumulative depth sweep, sorted into bands.
 
 The instrument (lab/instrument) writes JSON lines; this module stores the per-node dump as compressed
 Parquet (raw/profile_nodes.parquet), the walls and per-depth band table as JSONL, and derives:
@@ -24,12 +24,12 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.server import die_with_parent
-from lab.experiments.bands import BANDS, Node, classify_all, resolve_layers
+from lab.experiments.bands import Node, classify_all, resolve_layers
 from lab.experiments.prefill_tps import measure_prefill_tps
-from lab.experiments.session import open_session, progress_bar
-from lab.instrument import SOURCE, build_instrument, instrument_command
+from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.runs import RunError, RunFolder
-from lab.schemas import BandDepth, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, BandDepth, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
 from lab.target import Target
 
@@ -182,15 +182,14 @@ def clean_room(target: Target, stop: str | None, start: str | None, run: RunFold
         yield
         return
     r = target.run(stop, timeout=300)
-    run.update(params={**run.manifest().params, "clean_room": {"stop": stop, "start": start, "stop_rc": r.exited}})
+    run.add_results(clean_room={"stop": stop, "start": start, "stop_rc": r.exited, "where": "lab profile"})
     if not r.ok:
         raise RunError(f"clean-room stop command failed ({r.exited}): {stop}\n{r.stderr.strip()}")
     try:
         yield
     finally:
         again = target.run(start, timeout=300)
-        cr = {**run.manifest().params.get("clean_room", {}), "start_rc": again.exited}
-        run.update(params={**run.manifest().params, "clean_room": cr})
+        run.add_results(clean_room={**run.manifest().results.get("clean_room", {}), "start_rc": again.exited})
         if not again.ok:
             Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {start}")
 
@@ -236,28 +235,6 @@ def keep_complete_cycles(dump: Path, n_depths: int) -> int:
     return done
 
 
-def profile_params(settings: Settings) -> dict[str, Any]:
-    """What a profile run records as its params (and what --resume restores)."""
-    p = settings.profile
-    return {
-        "profile": p.model_dump(mode="json"),
-        "threads": p.threads or settings.server.threads,
-        "model": str(settings.model) if settings.model else None,
-    }
-
-
-def settings_for_resume(settings: Settings, run: RunFolder) -> Settings:
-    """A resumed profile uses the params it was started with, whatever the current config says."""
-    params = run.manifest().params
-    return settings.model_copy(
-        update={
-            "profile": ProfileSettings.model_validate(params["profile"]),
-            "server": settings.server.model_copy(update={"threads": params["threads"]}),
-            "model": Path(params["model"]) if params.get("model") else None,
-        }
-    )
-
-
 def run_instrument(
     cmd: list[str],
     log_path: Path,
@@ -285,17 +262,43 @@ def run_instrument(
         raise RunError(f"the instrument failed ({rc}); see {log_path}")
 
 
-def run_profile(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
-    console = console or Console()
-    if resume is not None:
-        settings = settings_for_resume(settings, resume)
-    p = settings.profile
-    threads = p.threads or settings.server.threads
-    sess = open_session(settings, "profile", profile_params(settings), resume)
-    run = sess.run
-    console.print(f"run folder: {run.path}")
-    with run.guard():
-        inst = build_instrument(sess.engine, settings.cache_dir)
+class Profile(Experiment):
+    """The per-node prefill profile: the instrument's cumulative depth sweep, sorted into bands."""
+
+    name = "profile"
+
+    def __init__(self) -> None:
+        self.instrument: InstrumentInfo | None = None
+        self.rows: list[BandDepth] = []
+        self.summary: ProfileSummary | None = None
+
+    def params(self, settings: Settings) -> dict[str, Any]:
+        p = settings.profile
+        return {
+            "profile": p.model_dump(mode="json"),
+            "threads": p.threads or settings.server.threads,
+            "model": str(settings.model) if settings.model else None,
+        }
+
+    def restore(self, settings: Settings, run: RunFolder) -> Settings:
+        params = run.manifest().params
+        return settings.model_copy(
+            update={
+                "profile": ProfileSettings.model_validate(params["profile"]),
+                "server": settings.server.model_copy(update={"threads": params["threads"]}),
+                "model": Path(params["model"]) if params.get("model") else None,
+            }
+        )
+
+    def prepare(self, settings: Settings, parts: Parts) -> None:
+        assert parts.engine is not None
+        self.instrument = build_instrument(parts.engine, settings.cache_dir)  # a compile error creates no run
+
+    def measure(self, sess: Session, console: Console) -> Outcome:
+        settings, run, inst = sess.settings, sess.run, self.instrument
+        assert inst is not None
+        p = settings.profile
+        threads = p.threads or settings.server.threads
         shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)
         (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
         dump = run.path / "raw" / "profile.jsonl"
@@ -334,11 +337,17 @@ def run_profile(settings: Settings, resume: RunFolder | None = None, console: Co
         run.rewrite(WALLS, walls)
         run.rewrite(BANDS_TABLE, rows)
         (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
-        run.update(params={**run.manifest().params, "instrument_meta": meta})
         dump.unlink()  # the Parquet file and the walls table hold the same content
-        run.complete()
-    console.print(profile_table(rows, summary))
-    return run
+        self.rows, self.summary = rows, summary
+        return Outcome(results={"instrument_meta": meta})
+
+    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
+        assert self.summary is not None
+        console.print(profile_table(self.rows, self.summary))
+
+
+def run_profile(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
+    return run_experiment(Profile(), settings, resume, console)
 
 
 def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:

@@ -1,29 +1,30 @@
-"""`lab replay exact|span|cost` (seed 001): run the pure-Python labs and land their results in a run folder
+"""`lab replay exact|span|cost`: run the pure-Python replay labs and land their results in a run folder
 like every other experiment: the printed tables (raw/tables.txt), JSON rows per table, and provenance."""
 
 from __future__ import annotations
 
+import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from fractions import Fraction
 from typing import Any
 
 from pydantic import BaseModel
+from rich.console import Console
 
-from lab import __version__
+from lab.errors import UsageError
+from lab.experiments.protocol import Experiment, Outcome, Parts, Session, run_experiment
 from lab.replay import cost, span, tables, toy
-from lab.runs import RunError, RunFolder
+from lab.runs import RunFolder
 from lab.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
-from lab.settings import REPO_ROOT, ReplaySettings, Settings
-from lab.snapshot import snapshot_git, snapshot_host
-from lab.target import LocalTarget
+from lab.settings import ReplaySettings, Settings
 
 EXACT, SPAN, COST, ROW_WORK = "replay_exact", "replay_span", "replay_cost", "replay_row_work"
 
 
 @dataclass
 class LabResult:
-    text: str  # what the command prints (the seed's tables)
+    text: str  # what the command prints (the tables)
     tables: dict[str, list[BaseModel]]  # JSON rows per table
     summary: dict[str, Any]
     ok: bool = True  # False: a check failed (the run is still written, marked failed)
@@ -127,32 +128,45 @@ def cost_lab(p: ReplaySettings) -> LabResult:
 LABS: dict[str, Callable[[ReplaySettings], LabResult]] = {"exact": exact_lab, "span": span_lab, "cost": cost_lab}
 
 
-def run_replay_lab(settings: Settings, which: str) -> tuple[RunFolder, LabResult]:
-    """Run one lab and write its run folder (tables.txt, one JSONL per table, summary.json, provenance)."""
-    if which not in LABS:
-        raise RunError(f"unknown replay lab {which!r}; one of {', '.join(LABS)}")
-    result = LABS[which](settings.replay)  # compute first: bad options never leave a run folder behind
-    target = LocalTarget(settings.host_name)
-    run = RunFolder.create(
-        settings.runs_dir, f"replay_{which}", target.name, {"replay": settings.replay.model_dump(mode="json")}
-    )
-    with run.guard():
-        host = snapshot_host(target, run.path / "host")
-        lab_git = snapshot_git(REPO_ROOT, run.path / "git")
-        lab = {"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"]}
-        run.update(host_summary=host, lab=lab)
+class ReplayLab(Experiment):
+    """One replay lab (`exact`, `span` or `cost`): pure Python, no engine. Its result is computed in `prepare`,
+    so bad options never leave a run folder behind; `measure` writes it into the run."""
+
+    needs_engine = False
+
+    def __init__(self, which: str) -> None:
+        if which not in LABS:
+            raise UsageError(f"unknown replay lab {which!r}; one of {', '.join(LABS)}")
+        self.which = which
+        self.name = f"replay_{which}"  # one experiment name per lab
+        self.result: LabResult | None = None
+
+    def params(self, settings: Settings) -> dict[str, Any]:
+        return {"replay": settings.replay.model_dump(mode="json")}
+
+    def restore(self, settings: Settings, run: RunFolder) -> Settings:
+        replay = ReplaySettings.model_validate(run.manifest().params["replay"])
+        return settings.model_copy(update={"replay": replay})
+
+    def prepare(self, settings: Settings, parts: Parts) -> None:
+        try:
+            self.result = LABS[self.which](settings.replay)
+        except (ValueError, ArithmeticError) as e:
+            raise UsageError(f"replay {self.which}: {e}") from e
+
+    def measure(self, sess: Session, console: Console) -> Outcome:
+        result = self.result
+        assert result is not None
         for name, rows in result.tables.items():
-            run.rewrite(name, rows)
-        (run.path / "raw" / "tables.txt").write_text(result.text + "\n")
-        (run.path / "raw" / "summary.json").write_text(_json(result.summary))
-        if not result.ok:
-            run.fail("a replay check failed; see raw/tables.txt")
-        else:
-            run.complete()
-    return run, result
+            sess.run.rewrite(name, rows)
+        (sess.run.path / "raw" / "tables.txt").write_text(result.text + "\n")
+        (sess.run.path / "raw" / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+        return Outcome(failed="" if result.ok else "a replay check failed; see raw/tables.txt")
 
 
-def _json(obj: Any) -> str:
-    import json
-
-    return json.dumps(obj, indent=2) + "\n"
+def run_replay_lab(settings: Settings, which: str, console: Console | None = None) -> tuple[RunFolder, LabResult]:
+    """Run one lab and write its run folder (tables.txt, one JSONL per table, summary.json, provenance)."""
+    lab = ReplayLab(which)
+    run = run_experiment(lab, settings, console=console)
+    assert lab.result is not None
+    return run, lab.result

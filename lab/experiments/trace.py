@@ -1,4 +1,4 @@
-"""Agent-trace replay (seed 000 §5): each recorded step is replayed with a fake depth-L prefix and its real
+"""Agent-trace replay: each recorded step is replayed with a fake depth-L prefix and its real
 new text, giving the measured `measured_opt_prefill_s` a downstream simulator reads, and per task
 opt_wall = measured_opt_prefill + baseline_decode + baseline_exec.
 
@@ -13,25 +13,25 @@ import shutil
 from pathlib import Path
 from typing import Any
 
-import httpx
 from pydantic import ValidationError
 from rich.console import Console
 from rich.table import Table
 
-from lab.engine.contract import TRANSPORT, Timings, check_fake, filler_tokens
-from lab.engine.media import ImageStep, LogTail, filler_text, image_tokens, run_image_arm
+from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
+from lab.engine.media import filler_text, image_step, image_tokens
 from lab.engine.models import resolve_projector
 from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
-from lab.experiments.session import open_session, progress_bar
+from lab.errors import LabError
+from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.runs import RunError, RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
-from lab.settings import Settings
+from lab.settings import ServerSettings, Settings
 
 STEPS, TASKS = "steps", "tasks"
 
 
-class TraceError(ValueError):
+class TraceError(LabError):
     pass
 
 
@@ -188,24 +188,14 @@ def write_trace(steps: list[TraceStep], path: Path) -> None:
 # --- replay ----------------------------------------------------------------------------------------
 
 
-def replay_image_step(srv: LlamaServer, step: TraceStep, trace_dir: Path, tail: LogTail) -> TraceStepResult:
-    """The step's real screenshot, then its text, after a fabricated text prefix of the prior depth."""
+def step_for(srv: LlamaServer, step: TraceStep, shots_dir: Path, n_vocab: int) -> Step:
+    """A recorded step as the contract client sends it: L placeholder positions, then its real new text (and
+    before that its real screenshot, after a text prefix of exactly L tokens)."""
     L = step.prior_depth()
-    assert step.screenshot is not None
-    png = resolve_shot(step.screenshot, trace_dir).read_bytes()
-    size = png_size(png)
-    new = len(srv.tokenize(step.new_text))
-    istep = ImageStep(filler_text(srv, L, seed=L), L, png, size, step.new_text, new)
-    r, encode_ms, _ = run_image_arm(srv, "fake", istep, tail)
-    t = r.timings
-    return TraceStepResult(
-        task_id=step.task_id, step=step.step, L=L, new_tokens=istep.expected_new, trace_only_new=step.only_new,
-        ok=r.ok, reason=r.reason, measured_opt_prefill_s=t.prompt_ms / 1e3 if t else None,
-        fake_ms=t.fake_ms if t else None, cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
-        baseline_prefill_s=step.baseline_prefill_s, baseline_decode_s=step.baseline_decode_s,
-        baseline_exec_s=step.baseline_exec_s, screenshot=step.screenshot, image_tokens=image_tokens(*size)[0],
-        encode_ms=encode_ms, t_utc=utc_now(),
-    )  # fmt: skip
+    if step.screenshot is None:
+        return text_step(filler_tokens(L, seed=L, n_vocab=n_vocab), srv.tokenize(step.new_text))
+    png = resolve_shot(step.screenshot, shots_dir).read_bytes()
+    return image_step(srv, filler_text(srv, L, seed=L), L, png, png_size(png), step.new_text)
 
 
 def resolve_shot(path: str, trace_dir: Path) -> Path:
@@ -213,39 +203,23 @@ def resolve_shot(path: str, trace_dir: Path) -> Path:
     return p if p.is_absolute() else trace_dir / p
 
 
-def replay_step(srv: LlamaServer, step: TraceStep, n_vocab: int) -> TraceStepResult:
-    L = step.prior_depth()
-    new_tokens = srv.tokenize(step.new_text)
-    prefix = filler_tokens(L, seed=L, n_vocab=n_vocab)  # placeholders: exactly L text positions
-    base: dict[str, Any] = {
-        "task_id": step.task_id,
-        "step": step.step,
-        "L": L,
-        "new_tokens": len(new_tokens),
-        "trace_only_new": step.only_new,
-        "baseline_prefill_s": step.baseline_prefill_s,
-        "baseline_decode_s": step.baseline_decode_s,
-        "baseline_exec_s": step.baseline_exec_s,
-        "t_utc": utc_now(),
-    }
-    body = {"prompt": prefix + new_tokens, "n_fake_cached": L, "n_predict": 1, "cache_prompt": False, "temperature": 0}
-    try:
-        r = srv.completion(body)
-    except httpx.TransportError as e:
-        return TraceStepResult(ok=False, reason=f"{TRANSPORT}: {type(e).__name__}: {e}", **base)
-    if r.status_code != 200:
-        return TraceStepResult(ok=False, reason=f"HTTP {r.status_code}: {r.text[:300]}", **base)
-    t = Timings.model_validate(r.json()["timings"])
-    reason = check_fake(t, L, len(new_tokens))
+def replay_step(client: ContractClient, step: TraceStep, shots_dir: Path, n_vocab: int) -> TraceStepResult:
+    """One recorded step replayed with a fake depth-L prefix."""
+    s = step_for(client.srv, step, shots_dir, n_vocab)
+    r = client.run_arm("fake", s)
+    if not r.ok and client.died(r):
+        srv = client.srv
+        raise RunError(f"llama-server died replaying {step.task_id} step {step.step}; see {srv.log_path}")
+    t = r.timings
+    png = resolve_shot(step.screenshot, shots_dir).read_bytes() if step.screenshot else None
     return TraceStepResult(
-        ok=not reason,
-        reason=reason,
-        measured_opt_prefill_s=t.prompt_ms / 1e3,
-        fake_ms=t.fake_ms,
-        cache_n=t.cache_n,
-        prompt_n=t.prompt_n,
-        **base,
-    )
+        task_id=step.task_id, step=step.step, L=s.L, new_tokens=s.new, trace_only_new=step.only_new,
+        ok=r.ok, reason=r.reason, measured_opt_prefill_s=t.prompt_ms / 1e3 if t else None,
+        fake_ms=t.fake_ms if t else None, cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
+        baseline_prefill_s=step.baseline_prefill_s, baseline_decode_s=step.baseline_decode_s,
+        baseline_exec_s=step.baseline_exec_s, screenshot=step.screenshot,
+        image_tokens=image_tokens(*png_size(png))[0] if png else None, encode_ms=r.encode_ms, t_utc=utc_now(),
+    )  # fmt: skip
 
 
 def task_results(results: list[TraceStepResult]) -> list[TraceTaskResult]:
@@ -280,61 +254,100 @@ def _sum_known(vals: list[float | None]) -> float | None:
     return None if any(v is None for v in vals) else sum(v for v in vals if v is not None)
 
 
-def run_replay(
-    settings: Settings, trace: Path | None, resume: RunFolder | None = None, console: Console | None = None
-) -> RunFolder:
-    console = console or Console()
-    if resume is not None:
-        trace = resume.path / "raw" / "trace.jsonl"
-    if trace is None:
-        raise TraceError("give a trace file (or --resume RUN)")
-    steps = load_trace(trace)
-    # relative screenshot paths are relative to the original trace file (a resume reads the run's copy)
-    shots_dir = Path(resume.manifest().params["trace"]).parent if resume is not None else trace.resolve().parent
-    shots = [s for s in steps if s.screenshot]
-    projector = resolve_projector(settings) if shots else None
-    check_replayable(steps, settings.server.ctx_size, has_vision=projector is not None, trace=trace)
-    for s in shots:  # refuse before starting: a missing or broken screenshot, named with its step
-        assert s.screenshot is not None
-        shot = resolve_shot(s.screenshot, shots_dir)
-        try:
-            png_size(shot.read_bytes())
-        except (OSError, ValueError) as e:
-            raise TraceError(f"{trace}: task {s.task_id!r} step {s.step}: screenshot {shot}: {e}") from e
-    params = {"trace": str(trace.resolve()), "n_steps": len(steps), "server": settings.server.model_dump(mode="json")}
-    sess = open_session(settings, "trace_replay", params, resume)
-    run = sess.run
-    if resume is None:
-        shutil.copyfile(trace, run.path / "raw" / "trace.jsonl")
-    console.print(f"run folder: {run.path}")
-    with run.guard():
+class TraceReplay(Experiment):
+    """Replay of a recorded agent trace, one fake-prefix request per step."""
+
+    name = "trace_replay"
+
+    def __init__(self, trace: Path | None) -> None:
+        self.trace = trace
+        self.steps: list[TraceStep] = []
+        self.shots_dir: Path | None = None
+        self.projector: Path | None = None
+        self.results: list[TraceStepResult] = []
+        self.tasks: list[TraceTaskResult] = []
+
+    def params(self, settings: Settings) -> dict[str, Any]:
+        assert self.trace is not None
+        return {
+            "trace": str(self.trace.resolve()),
+            "n_steps": len(self.steps),
+            "server": settings.server.model_dump(mode="json"),
+            "model": str(settings.model) if settings.model else None,
+            "mmproj": str(settings.mmproj) if settings.mmproj else None,
+        }
+
+    def restore(self, settings: Settings, run: RunFolder) -> Settings:
+        params = run.manifest().params
+        self.trace = run.path / "raw" / "trace.jsonl"  # the run's own copy: the original may have moved on
+        self.shots_dir = Path(params["trace"]).parent  # relative screenshots are relative to the original
+        return settings.model_copy(
+            update={
+                "server": ServerSettings.model_validate(params["server"]),
+                "model": Path(params["model"]) if params.get("model") else None,
+                "mmproj": Path(params["mmproj"]) if params.get("mmproj") else None,
+            }
+        )
+
+    def prepare(self, settings: Settings, parts: Parts) -> None:
+        """Refuse before anything starts: a bad trace line, screenshots without a projector or a broken
+        screenshot, depths beyond the context."""
+        if self.trace is None:
+            raise TraceError("give a trace file (or --resume RUN)")
+        if not self.trace.is_file():
+            raise TraceError(f"{self.trace}: no such trace file")
+        self.steps = load_trace(self.trace)
+        if self.shots_dir is None:  # relative screenshot paths are relative to the trace file
+            self.shots_dir = self.trace.resolve().parent
+        shots = [s for s in self.steps if s.screenshot]
+        self.projector = resolve_projector(settings) if shots else None
+        check_replayable(self.steps, settings.server.ctx_size, self.projector is not None, self.trace)
+        for s in shots:
+            assert s.screenshot is not None
+            shot = resolve_shot(s.screenshot, self.shots_dir)
+            try:
+                png_size(shot.read_bytes())
+            except (OSError, ValueError) as e:
+                raise TraceError(f"{self.trace}: task {s.task_id!r} step {s.step}: screenshot {shot}: {e}") from e
+
+    def measure(self, sess: Session, console: Console) -> Outcome:
+        run, settings = sess.run, sess.settings
+        assert self.trace is not None and self.shots_dir is not None
+        if not sess.resumed:
+            shutil.copyfile(self.trace, run.path / "raw" / "trace.jsonl")
+        shots_dir = self.shots_dir
         done = {(r.task_id, r.step): r for r in run.read(STEPS, TraceStepResult, tolerate_torn_tail=True)}
         run.rewrite(STEPS, done.values())
-        todo = [s for s in steps if (s.task_id, s.step) not in done]
+        todo = [s for s in self.steps if (s.task_id, s.step) not in done]
         if todo:
-            extra = [*settings.server.extra_args, *(["--mmproj", str(projector)] if projector else [])]
+            extra = [*settings.server.extra_args, *(["--mmproj", str(self.projector)] if self.projector else [])]
             with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
-                n_vocab = int(srv.props().get("model_vocab_n_tokens") or 0) or 151936
-                tail = LogTail(srv.log_path)
+                client = ContractClient(srv)
+                n_vocab = srv.n_vocab()
                 task = progress.add_task("replay", total=len(todo))
                 for s in todo:
                     progress.update(task, description=f"{s.task_id} step {s.step}")
-                    r = replay_image_step(srv, s, shots_dir, tail) if s.screenshot else replay_step(srv, s, n_vocab)
-                    if srv.died(r.reason, TRANSPORT):
-                        raise RunError(f"llama-server died replaying {s.task_id} step {s.step}; see {srv.log_path}")
+                    r = replay_step(client, s, shots_dir, n_vocab)
                     run.append(STEPS, [r])
                     done[(s.task_id, s.step)] = r
                     progress.advance(task)
-        results = [done[(s.task_id, s.step)] for s in steps]
-        tasks = task_results(results)
-        run.rewrite(TASKS, tasks)
-        run.complete()
-    console.print(replay_table(tasks))
-    for r in results:
-        if not r.ok:
-            console.print(f"[red]failed[/red] {r.task_id} step {r.step}: {r.reason}")
-    return run
+        self.results = [done[(s.task_id, s.step)] for s in self.steps]
+        self.tasks = task_results(self.results)
+        run.rewrite(TASKS, self.tasks)
+        return Outcome()
+
+    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
+        console.print(replay_table(self.tasks))
+        for r in self.results:
+            if not r.ok:
+                console.print(f"[red]failed[/red] {r.task_id} step {r.step}: {r.reason}")
+
+
+def run_replay(
+    settings: Settings, trace: Path | None, resume: RunFolder | None = None, console: Console | None = None
+) -> RunFolder:
+    return run_experiment(TraceReplay(trace), settings, resume, console)
 
 
 def replay_table(tasks: list[TraceTaskResult]) -> Table:

@@ -13,6 +13,7 @@ from pydantic import BaseModel
 
 from lab.engine.build import EngineInfo
 from lab.engine.source import locked
+from lab.errors import LabError
 
 SOURCE = Path(__file__).with_name("profile_prefill.cpp")
 BINARY = "lab-profile-prefill"
@@ -26,7 +27,7 @@ class InstrumentInfo(BaseModel):
     engine_patch_sha256: str
 
 
-class InstrumentBuildError(RuntimeError):
+class InstrumentBuildError(LabError):
     pass
 
 

@@ -17,8 +17,10 @@ from pathlib import Path
 
 from lab.engine.build import STAMP, EngineInfo, engine_patch_text
 from lab.engine.source import locked
+from lab.remote.connect import RemoteError
 from lab.settings import REPO_ROOT
 from lab.snapshot import snapshot_git
+from lab.target import LocalTarget
 
 
 def lab_source_sha() -> str:
@@ -30,13 +32,13 @@ def lab_source_sha() -> str:
     return h.hexdigest()
 
 
-def bundle_key(engine: EngineInfo, model: Path | None, instrument: Path) -> str:
+def bundle_key(engine: EngineInfo, models: list[Path], instrument: Path) -> str:
     h = hashlib.sha256()
     h.update(hashlib.sha256(instrument.read_bytes()).digest())
     h.update((engine.build_dir / STAMP).read_bytes())
     h.update(lab_source_sha().encode())
-    if model is not None:
-        h.update(f"{model.name}|{model.stat().st_size}|{model.stat().st_mtime_ns}".encode())
+    for m in models:
+        h.update(f"{m.name}|{m.stat().st_size}|{m.stat().st_mtime_ns}".encode())
     return h.hexdigest()[:16]
 
 
@@ -47,22 +49,28 @@ def build_wheel(out: Path) -> Path:
     cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(out), str(REPO_ROOT)]
     r = subprocess.run(cmd, capture_output=True, text=True)
     if r.returncode != 0:
-        raise RuntimeError(f"building the lab wheel failed:\n{r.stderr[-2000:]}")
+        raise RemoteError(f"building the lab wheel failed:\n{r.stderr[-2000:]}")
     return next(out.glob("*.whl"))
 
 
-def make_bundle(engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path) -> Path:
-    """A directory ready to push: engine/ (with the profiler instrument), wheel/, models/, lab-git/, bundle.json.
-    Locked: hosts pushed in parallel (and concurrent `fab` runs) share the staging directory."""
-    key = bundle_key(engine, model, instrument)
+def make_bundle(
+    engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path, projector: Path | None = None
+) -> Path:
+    """A directory ready to push: engine/ (with the profiler instrument), wheel/, models/ (the tiny model and its
+    vision projector when they are the default), lab-git/, bundle.json. Locked: hosts pushed in parallel (and
+    concurrent `fab` runs) share the staging directory."""
+    key = bundle_key(engine, [m for m in (model, projector) if m is not None], instrument)
     out = cache_dir / "bundles" / key
     with locked(cache_dir / "bundles.lock"):
         if not (out / "bundle.json").exists():
-            _assemble(engine, cache_dir, model, instrument, key, out)
+            _assemble(engine, cache_dir, model, projector, instrument, key, out)
     return out
 
 
-def _assemble(engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path, key: str, out: Path) -> None:
+def _assemble(
+    engine: EngineInfo, cache_dir: Path, model: Path | None, projector: Path | None, instrument: Path, key: str,
+    out: Path,
+) -> None:  # fmt: skip
     wheel = build_wheel(cache_dir / "bundles" / "staging" / "wheel")
     tmp = cache_dir / "bundles" / f".{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -71,11 +79,13 @@ def _assemble(engine: EngineInfo, cache_dir: Path, model: Path | None, instrumen
     shutil.copy2(instrument, tmp / "engine" / "bin" / instrument.name)
     (tmp / "engine" / "engine.patch").write_text(engine_patch_text(engine))
     shutil.copytree(wheel.parent, tmp / "wheel")
-    if model is not None:
-        (tmp / "models").mkdir()
-        shutil.copyfile(model, tmp / "models" / model.name)
-    git = snapshot_git(REPO_ROOT, tmp / "lab-git")
+    for m in (model, projector):
+        if m is not None:
+            (tmp / "models").mkdir(exist_ok=True)
+            shutil.copyfile(m, tmp / "models" / m.name)
+    git = snapshot_git(LocalTarget(), REPO_ROOT, tmp / "lab-git")
     meta = {"key": key, "wheel": wheel.name, "model": model.name if model else None, "lab_git": git,
+            "mmproj": projector.name if projector else None,
             "engine_patch_sha256": engine.patch_sha256, "engine_commit": engine.source.commit}  # fmt: skip
     (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
@@ -125,7 +135,7 @@ def make_wheelhouse(cache_dir: Path) -> tuple[str, Path]:
             cmd = [sys.executable, "-m", "pip", "wheel", "--no-deps", "-q", "-w", str(tmp), *reqs]
             r = subprocess.run(cmd, capture_output=True, text=True)
             if r.returncode != 0:
-                raise RuntimeError(f"building the dependency wheelhouse failed:\n{r.stderr[-2000:]}")
+                raise RemoteError(f"building the dependency wheelhouse failed:\n{r.stderr[-2000:]}")
             (tmp / "requirements.txt").write_text("\n".join(reqs) + "\n")
             (tmp / "python.txt").write_text(python_tag() + "\n")
             shutil.rmtree(out, ignore_errors=True)

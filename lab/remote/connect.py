@@ -15,11 +15,16 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
+from lab.errors import LabError
 from lab.target import CmdResult
 
 
-class HostKeyError(RuntimeError):
+class HostKeyError(LabError):
     pass
+
+
+class RemoteError(LabError):
+    """A step on a target host failed (pushing, installing, packing a run folder)."""
 
 
 def known_hosts_files(c: Any) -> list[Path]:
@@ -83,7 +88,7 @@ class SshTarget:
         chan.shutdown_write()
         if chan.recv_exit_status() != 0:
             err = chan.makefile_stderr("rb").read().decode(errors="replace").strip()
-            raise RuntimeError(f"{self.name}: `{remote_cmd}` failed: {err[-1500:]}")
+            raise RemoteError(f"{self.name}: `{remote_cmd}` failed: {err[-1500:]}")
 
     def put_tree(self, local: Path, remote_dir: str) -> None:
         """Copy a directory's contents into remote_dir as one tar stream (SFTP is slow for many files)."""
@@ -107,7 +112,7 @@ class SshTarget:
                 break
             data.write(chunk)
         if chan.recv_exit_status() != 0:
-            raise RuntimeError(f"packing {self.name}:{remote_dir} failed")
+            raise RemoteError(f"packing {self.name}:{remote_dir} failed")
         data.seek(0)
         with tarfile.open(fileobj=data, mode="r:") as tar:
             tar.extractall(local, filter="data")

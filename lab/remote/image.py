@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from rich.console import Console
 
-from lab.remote.connect import SshTarget
+from lab.remote.connect import RemoteError, SshTarget
 
 IMAGE = "prefill-lab:latest"
 CHUNK = 1 << 20
@@ -85,10 +85,10 @@ def push_image(t: SshTarget, ref: ImageRef, docker_host: str | None, console: Co
         save.stdout.close()
         err = save.stderr.read().decode(errors="replace") if save.stderr else ""
         if save.wait() != 0:
-            raise RuntimeError(f"docker save {ref.name} failed: {err.strip()}")
+            raise RemoteError(f"docker save {ref.name} failed: {err.strip()}")
     got = image_id_there(t, ref.name, docker_host)
     if got != ref.id:
-        raise RuntimeError(f"{t.name}: after docker load, {ref.name} is {got or 'missing'}, not {ref.id}")
+        raise RemoteError(f"{t.name}: after docker load, {ref.name} is {got or 'missing'}, not {ref.id}")
 
 
 def lab_in_container(

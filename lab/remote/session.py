@@ -18,10 +18,11 @@ from pathlib import Path
 from rich.console import Console
 
 from lab.engine.build import build_engine
-from lab.engine.models import resolve_model
+from lab.engine.models import resolve_model, resolve_projector
+from lab.errors import UsageError
 from lab.instrument import build_instrument
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
-from lab.remote.connect import SshTarget
+from lab.remote.connect import RemoteError, SshTarget
 from lab.remote.image import (
     IMAGE,
     ImageRef,
@@ -33,8 +34,9 @@ from lab.remote.image import (
     stop_container,
 )
 from lab.runs import RunFolder
-from lab.settings import REPO_ROOT, Settings
+from lab.settings import REPO_ROOT, Settings, params_file
 from lab.snapshot import snapshot_git, snapshot_host
+from lab.target import LocalTarget
 
 
 @dataclass
@@ -49,8 +51,10 @@ def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) ->
     """Make (cached) and push the bundle if the host lacks this exact one; install the lab in a venv."""
     engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
     instrument = build_instrument(engine, settings.cache_dir).binary  # so `fab profile` needs no compiler there
-    model = resolve_model(settings) if settings.model is None else None  # the tiny default travels along
-    bundle = make_bundle(engine, settings.cache_dir, model, instrument)
+    # the tiny default model travels along, and its vision projector (for image steps)
+    model = resolve_model(settings) if settings.model is None else None
+    projector = resolve_projector(settings) if settings.model is None and settings.mmproj is None else None
+    bundle = make_bundle(engine, settings.cache_dir, model, instrument, projector)
     meta: dict[str, str] = json.loads((bundle / "bundle.json").read_text())
     have = t.run(f"cat {remote_dir}/bundle/bundle.json 2>/dev/null")
     if have.ok and json.loads(have.stdout or "{}").get("key") == meta["key"]:
@@ -61,7 +65,7 @@ def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) ->
         t.put_tree(bundle, f"{remote_dir}/bundle.new")
         r = t.run(f"rm -rf {remote_dir}/bundle && mv {remote_dir}/bundle.new {remote_dir}/bundle")
         if not r.ok:
-            raise RuntimeError(f"{t.name}: installing the bundle failed: {r.stderr}")
+            raise RemoteError(f"{t.name}: installing the bundle failed: {r.stderr}")
     venv = f"{remote_dir}/venv"
     source, index_args = wheelhouse_on_host(t, settings, remote_dir, console)
     marker = f"{meta['key']} {source}"
@@ -74,7 +78,7 @@ def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) ->
             timeout=1800,
         )
         if not r.ok:
-            raise RuntimeError(f"{t.name}: installing the lab failed:\n{r.stderr[-2000:]}")
+            raise RemoteError(f"{t.name}: installing the lab failed:\n{r.stderr[-2000:]}")
     return meta
 
 
@@ -105,6 +109,8 @@ def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[
     }
     if meta.get("model"):
         env["LAB_MODEL"] = f"{remote_dir}/bundle/models/{meta['model']}"
+    if meta.get("mmproj"):
+        env["LAB_MMPROJ"] = f"{remote_dir}/bundle/models/{meta['mmproj']}"
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     return f"cd {remote_dir} && {exports} {remote_dir}/venv/bin/lab {shlex.join(args)} --runs-dir {remote_dir}/runs"
 
@@ -118,7 +124,7 @@ def absolute_dir(t: SshTarget, remote_dir: str) -> str:
     """Create remote_dir and return its absolute path (SFTP does not expand ~)."""
     r = t.run(f"mkdir -p {remote_dir} && cd {remote_dir} && pwd")
     if not r.ok:
-        raise RuntimeError(f"{t.name}: cannot create {remote_dir}: {r.stderr.strip()}")
+        raise RemoteError(f"{t.name}: cannot create {remote_dir}: {r.stderr.strip()}")
     return r.stdout.strip()
 
 
@@ -151,11 +157,10 @@ class Deployment:
             return
         (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
         # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
-        snapshot_git(REPO_ROOT, local / "git" / "pushed-from")
+        snapshot_git(LocalTarget(), REPO_ROOT, local / "git" / "pushed-from")
         if clean_room is not None:
-            run = RunFolder.open(local)
             cr = {"stop": clean_room[0], "start": clean_room[1], "where": "on the host, around the container"}
-            run.update(params={**run.manifest().params, "clean_room": cr})
+            RunFolder.open(local).add_results(clean_room=cr)
 
     def stop(self, t: SshTarget) -> None:
         if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
@@ -169,13 +174,13 @@ def deploy(
     """Push the pinned build: the container image when asked (or, with `auto`, when this machine has the image
     and the host has Docker), otherwise the bundle."""
     if via not in ("auto", "bundle", "docker"):
-        raise ValueError(f"--via must be auto, bundle or docker, got {via!r}")
+        raise UsageError(f"--via must be auto, bundle or docker, got {via!r}")
     if via != "bundle":
         ref = local_image(image)
         has_docker = host_has_docker(t, docker_host)
         if via == "docker" and (ref is None or not has_docker):
             why = f"no local image {image} (docker compose build)" if ref is None else f"{t.name} has no Docker"
-            raise RuntimeError(f"--via docker: {why}")
+            raise RemoteError(f"--via docker: {why}")
         if ref is not None and has_docker:
             push_image(t, ref, docker_host, console)
             return Deployment({}, ref, docker_host, f"prefill-lab-{uuid.uuid4().hex[:12]}")
@@ -194,7 +199,7 @@ def run_remote(
     container on the host (the container cannot reach the host's services) from the image."""
     remote_dir = absolute_dir(t, remote_dir)
     how = deploy(t, settings, remote_dir, console, via, image, docker_host)
-    params = Path("params.yaml")
+    params = params_file()  # the params file in force here (LAB_PARAMS_FILE, else ./params.yaml)
     if params.exists():
         t.put(params, f"{remote_dir}/params.yaml")
     else:
@@ -239,9 +244,5 @@ def snapshot(t: SshTarget, dest: Path, remote_checkout: str | None) -> dict[str,
     t.run("true")  # connect (and verify the host key) before anything is written
     summary = snapshot_host(t, dest / "host")
     if remote_checkout:
-        (dest / "git").mkdir(parents=True, exist_ok=True)
-        for name, cmd in (("commit.txt", "rev-parse HEAD"), ("status.txt", "status --porcelain"),
-                          ("git_diff.patch", "diff HEAD --no-color")):  # fmt: skip
-            r = t.run(f"git -C {remote_checkout} {cmd}")
-            (dest / "git" / name).write_text(r.stdout if r.ok else f"unavailable ({r.exited}): {r.stderr}")
+        snapshot_git(t, remote_checkout, dest / "git")
     return summary

@@ -16,6 +16,7 @@ from fabric import task
 from invoke.exceptions import Exit
 from rich.console import Console
 
+from lab.errors import LabError
 from lab.remote.connect import SshTarget, explain
 from lab.remote.image import IMAGE
 from lab.remote.session import RemoteResult, absolute_dir, deploy, run_remote
@@ -31,10 +32,15 @@ def _target(c: Any) -> SshTarget:
 
 
 def _guarded(c: Any, work: Any) -> Any:
+    """The lab's error policy for fab tasks: a refused host key or any LabError is one clear message and exit 1
+    (2 for a bad option); anything else is a bug and keeps its traceback."""
+    host = str(getattr(c, "original_host", c.host))
     try:
         return work(_target(c))
+    except LabError as e:
+        raise Exit(f"{host}: {e}", code=e.exit_code) from e
     except Exception as e:
-        why = explain(e, str(getattr(c, "original_host", c.host)))
+        why = explain(e, host)
         if why is not None:
             raise Exit(why, code=1) from e
         raise
@@ -50,12 +56,12 @@ def _flags(**kw: Any) -> list[str]:
 
 def _finish(res: RemoteResult, settings: Settings, console: Console) -> str:
     if res.run is not None:
-        from lab.dvc_setup import track_runs
+        from lab.dvc_setup import DvcError, track_runs
 
         try:
             with _DVC_LOCK:
                 track_runs(settings.runs_dir, settings.runs_dir.resolve().parent, only=[res.run])
-        except RuntimeError as e:  # not a DVC project, or dvc failed: the run folder is kept either way
+        except DvcError as e:  # not a DVC project, or dvc failed: the run folder is kept either way
             console.print(f"[yellow]dvc add skipped:[/yellow] {e}")
     console.print(f"{res.host}: {res.status}" + (f" ({res.message})" if res.message else ""))
     if res.run is not None:

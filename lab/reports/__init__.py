@@ -1,8 +1,8 @@
 """The lab's reports: Altair charts rendered from the catalog tables into reports/ (see reports/README.md).
 
     render_reports(catalog_dir, out_dir, settings)   agreement, bands, replay (.html/.png/.svg) + index.html
-    render_compare(catalog_dir, out_dir, a, b, ...)  compare_<a>_vs_<b>.html/.png/.svg
-    compare_chart(catalog_dir, a, b)                 the B / A chart itself
+    render_compare(comparison, out_dir, settings)    compare_<a>_vs_<b>.html/.png/.svg
+    compare_chart(comparison)                        the B / A chart itself (rows: lab.catalog.compare)
 
 Altair and vl-convert are imported on first use, so importing this package stays cheap.
 """
@@ -38,22 +38,16 @@ def render_reports(catalog_dir: Path, out_dir: Path, settings: ReportSettings) -
     return written
 
 
-def compare_chart(catalog_dir: Path, run_a: str, run_b: str) -> Any:
-    """B / A per (L, new) for two sweep runs, per (depth, band) for two profile runs (an Altair chart).
-
-    Runs are catalog run ids (or unique prefixes); raises lab.reports.compare.CompareError otherwise."""
+def compare_chart(c: Any) -> Any:
+    """The B / A heatmap of a lab.catalog.compare.Comparison (an Altair chart)."""
     from lab.reports.compare import compare_chart as build
 
-    return build(catalog_dir, run_a, run_b)
+    return build(c)
 
 
-def render_compare(catalog_dir: Path, out_dir: Path, run_a: str, run_b: str, settings: ReportSettings) -> list[Path]:
-    """compare_<a>_vs_<b>.html/.png/.svg (the formats in `settings.formats`) in `out_dir`."""
+def render_compare(c: Any, out_dir: Path, settings: ReportSettings) -> list[Path]:
+    """compare_<a>_vs_<b>.html/.png/.svg (the formats in `settings.formats`) of a Comparison, in `out_dir`."""
     from lab.reports.compare import compare_chart as build
-    from lab.reports.compare import resolve
-    from lab.reports.data import runs_table
     from lab.reports.render import save_chart
 
-    runs = runs_table(catalog_dir)
-    a, b = str(resolve(runs, run_a)["run_id"]), str(resolve(runs, run_b)["run_id"])
-    return save_chart(build(catalog_dir, a, b), out_dir, f"compare_{a}_vs_{b}", settings)
+    return save_chart(build(c), out_dir, f"compare_{c.run_a}_vs_{c.run_b}", settings)

@@ -13,9 +13,9 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from lab.experiments.bands import BANDS
 from lab.reports.data import drawn_runs, figure_rows, newest_run
 from lab.reports.style import MUTED, Chart, empty_chart, run_filter, run_param, title
+from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
 TITLE = "Prefill time per token by band vs depth"

@@ -1,0 +1,29 @@
+"""One error base for everything a user can cause: a bad option or input file, a missing model, a failed
+build, a crashed server, a bad row. The CLI and the fab tasks print such an error as one red line (its
+details, such as a log tail, below it) and exit 1, or 2 for a bad option. Any other exception is a bug in
+the lab and keeps its traceback."""
+
+from __future__ import annotations
+
+
+class LabError(Exception):
+    """An error a user can cause and fix; `str(e)` says what went wrong and, where it can, what to do."""
+
+    exit_code = 1
+
+    @property
+    def headline(self) -> str:
+        """The first line (what the CLI prints in red)."""
+        text = str(self).strip() or type(self).__name__
+        return text.splitlines()[0]
+
+    @property
+    def details(self) -> str:
+        """The lines after the first (a log tail, a list of offending nodes), or ''."""
+        return "\n".join(str(self).strip().splitlines()[1:])
+
+
+class UsageError(LabError):
+    """A bad command-line option or setting (exit 2, like click's own usage errors)."""
+
+    exit_code = 2

@@ -1,0 +1,215 @@
+"""The experiment protocol every experiment follows (sweep, trace replay, profile, the replay labs).
+
+An experiment says what it is called, which settings are its inputs (`params`), how a run's recorded inputs
+turn back into settings (`restore`, for resume), what it checks before anything is created (`prepare`), and
+how it measures in an open run (`measure`, which returns the run's results). `run_experiment` does the rest
+the same way for all of them:
+
+    resume?  settings = experiment.restore(settings, run)           (a resumed run keeps its own inputs)
+    parts    engine build, model, its sha256                        (before any run folder exists)
+    prepare  everything else that can be validated                  (a bad input creates nothing)
+    open     a new write-once run folder with its provenance, or the resumed one (same engine and model)
+    measure  under the run's guard: an interruption or a failure leaves it `incomplete`, with the reason
+    finish   results into the manifest (never into params), then `.ready`
+
+Provenance is one record for every run (`open_run`): host snapshot, the lab checkout's git state, and for
+runs that use the engine the engine's source, patch and flags and the model's path, size and sha256.
+"""
+
+from __future__ import annotations
+
+import json
+from abc import ABC, abstractmethod
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.console import Console
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+from lab import __version__
+from lab.engine.build import EngineInfo, build_engine, engine_patch_text
+from lab.engine.models import resolve_model
+from lab.engine.server import LlamaServer
+from lab.engine.source import file_sha256
+from lab.runs import RunError, RunFolder
+from lab.settings import REPO_ROOT, Settings
+from lab.snapshot import snapshot_git, snapshot_host
+from lab.target import LocalTarget, Target
+
+
+@dataclass
+class Parts:
+    """What a measurement runs with, resolved before a run folder exists."""
+
+    target: Target
+    engine: EngineInfo | None = None
+    model: Path | None = None
+    model_record: dict[str, Any] = field(default_factory=dict)
+
+
+@dataclass
+class Session:
+    """An open run and the parts it measures with."""
+
+    settings: Settings
+    run: RunFolder
+    parts: Parts
+    resumed: bool = False
+
+    @property
+    def target(self) -> Target:
+        return self.parts.target
+
+    @property
+    def engine(self) -> EngineInfo:
+        if self.parts.engine is None:
+            raise RunError(f"{self.run.path.name}: this experiment runs without the engine")
+        return self.parts.engine
+
+    @property
+    def model(self) -> Path:
+        if self.parts.model is None:
+            raise RunError(f"{self.run.path.name}: this experiment runs without a model")
+        return self.parts.model
+
+    def server(self, **overrides: Any) -> LlamaServer:
+        server_settings = self.settings.server.model_copy(update=overrides)
+        return LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / "server.log")
+
+    def record_server(self, srv: LlamaServer) -> None:
+        self.run.update(server_config=srv.config.model_dump(mode="json"))
+
+
+@dataclass
+class Outcome:
+    """What `measure` returns: the results for the manifest, and why the run failed if a check failed."""
+
+    results: dict[str, Any] = field(default_factory=dict)
+    failed: str = ""
+
+
+class Experiment(ABC):
+    """One kind of run. Instances are made per run and may keep what `prepare` found for `measure`."""
+
+    name: str  # the manifest's `experiment`, and part of the run folder's name
+    needs_engine: ClassVar[bool] = True
+
+    @abstractmethod
+    def params(self, settings: Settings) -> dict[str, Any]:
+        """The inputs this run records (JSON); `restore` must turn them back into the same settings."""
+
+    @abstractmethod
+    def restore(self, settings: Settings, run: RunFolder) -> Settings:
+        """`settings` with the inputs `run` was started with (its manifest's params) put back, for resume."""
+
+    def prepare(self, settings: Settings, parts: Parts) -> None:  # noqa: B027 (optional hook)
+        """Validate everything that can be validated before a run folder exists (raise a LabError)."""
+
+    @abstractmethod
+    def measure(self, sess: Session, console: Console) -> Outcome:
+        """The work, in the open run; raise to leave the run incomplete."""
+
+    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:  # noqa: B027 (optional hook)
+        """Print what the run found (after it is complete or failed)."""
+
+
+def model_sha256(path: Path, cache_dir: Path) -> str:
+    """sha256 of a model file, memoised by (path, size, mtime): a 20 GB GGUF is hashed once."""
+    st = path.stat()
+    memo_file = cache_dir / "model-sha256.json"
+    memo: dict[str, str] = json.loads(memo_file.read_text()) if memo_file.exists() else {}
+    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
+    if key not in memo:
+        memo[key] = file_sha256(path)
+        memo_file.parent.mkdir(parents=True, exist_ok=True)
+        memo_file.write_text(json.dumps(memo, indent=1))
+    return memo[key]
+
+
+def engine_record(engine: EngineInfo) -> dict[str, Any]:
+    return {
+        "source": engine.source.model_dump(mode="json"),
+        "patch_sha256": engine.patch_sha256,
+        "patches": engine.patches,
+        "flags": engine.flags,
+        "flavor": engine.flavor,
+        "server": str(engine.server),
+    }
+
+
+def resolve_parts(settings: Settings, needs_engine: bool) -> Parts:
+    """The target, and for engine experiments the built engine and the model (hashed), before any folder."""
+    parts = Parts(target=LocalTarget(settings.host_name))
+    if needs_engine:
+        parts.engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
+        parts.model = resolve_model(settings)
+        st = parts.model.stat()
+        parts.model_record = {
+            "path": str(parts.model), "sha256": model_sha256(parts.model, settings.cache_dir), "size": st.st_size,
+        }  # fmt: skip
+    return parts
+
+
+def open_run(
+    settings: Settings, experiment: str, params: dict[str, Any], parts: Parts, resume: RunFolder | None = None
+) -> Session:
+    """A new run folder with its provenance recorded, or `resume` reopened after checking it was measured with
+    the same engine build and model."""
+    if resume is not None:
+        m = resume.manifest()
+        if m.experiment != experiment:
+            raise RunError(f"{resume.path.name} is a {m.experiment} run, not {experiment}")
+        if parts.engine is not None and (
+            m.engine.get("patch_sha256") != parts.engine.patch_sha256 or m.engine.get("flags") != parts.engine.flags
+        ):
+            raise RunError(f"{resume.path.name} was measured with another engine build; start a new run")
+        if parts.model is not None and m.model.get("sha256") != parts.model_record["sha256"]:
+            raise RunError(f"{resume.path.name} was measured with another model ({m.model.get('path')})")
+        resume.begin_resume()
+        return Session(settings, resume, parts, resumed=True)
+    run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
+    with run.guard():
+        host = snapshot_host(parts.target, run.path / "host")
+        engine_diff = engine_patch_text(parts.engine) if parts.engine is not None else None
+        lab_git = snapshot_git(parts.target, REPO_ROOT, run.path / "git", engine_diff)
+        run.update(
+            engine=engine_record(parts.engine) if parts.engine is not None else {},
+            model=parts.model_record,
+            host_summary=host,
+            lab={"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"]},
+        )
+    return Session(settings, run, parts)
+
+
+def run_experiment(
+    experiment: Experiment, settings: Settings, resume: RunFolder | None = None, console: Console | None = None
+) -> RunFolder:
+    """Run (or resume) one experiment under the protocol above; returns its run folder."""
+    console = console or Console()
+    if resume is not None:
+        m = resume.manifest()
+        if m.experiment != experiment.name:
+            raise RunError(f"{resume.path.name} is a {m.experiment} run, not {experiment.name}")
+        if resume.ready or m.status == "complete":
+            raise RunError(f"{resume.path.name} is complete; a complete run is never changed")
+        settings = experiment.restore(settings, resume)
+    parts = resolve_parts(settings, experiment.needs_engine)
+    experiment.prepare(settings, parts)
+    sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume)
+    console.print(f"run folder: {sess.run.path}", highlight=False)
+    with sess.run.guard():
+        outcome = experiment.measure(sess, console)
+        sess.run.add_results(**outcome.results)
+        if outcome.failed:
+            sess.run.fail(outcome.failed)
+        else:
+            sess.run.complete()
+    experiment.present(sess, outcome, console)
+    return sess.run
+
+
+def progress_bar(console: Console) -> Progress:
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )

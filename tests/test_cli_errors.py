@@ -1,0 +1,100 @@
+"""The error policy, the way a user meets it: one clear red line and exit 1 (2 for a bad option), never a
+traceback, and nothing created before the inputs are validated."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.engine.source import PreparedSource
+from lab.settings import Settings
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "200", **(env or {})}
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
+
+
+def one_line_error(r: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
+    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
+    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
+    first = r.stderr.strip().splitlines()[0]
+    assert needle in first, r.stderr
+
+
+def test_missing_model_is_one_line_and_creates_no_run(tmp_path: Path) -> None:
+    r = lab("sweep", "--model", str(tmp_path / "nope.gguf"), "--runs-dir", str(tmp_path / "runs"))
+    one_line_error(r, 1, f"model not found: {tmp_path / 'nope.gguf'}")
+    assert not (tmp_path / "runs").exists() or not list((tmp_path / "runs").iterdir())
+
+
+def test_missing_projector_creates_no_run(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--images", "320x200",
+            "--mmproj", str(tmp_path / "no-mmproj.gguf"), "--runs-dir", str(runs))  # fmt: skip
+    one_line_error(r, 1, "vision projector not found")
+    assert not runs.exists() or not list(runs.iterdir()), list(runs.iterdir())
+
+
+def test_server_that_cannot_start_is_one_line(tmp_path: Path) -> None:
+    bad = tmp_path / "bad.gguf"
+    bad.write_bytes(b"GGUF" + b"\0" * 64)
+    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--model", str(bad), "--runs-dir", str(tmp_path))
+    one_line_error(r, 1, "llama-server exited")
+    (run_dir,) = (p for p in tmp_path.iterdir() if p.is_dir())
+    m = json.loads((run_dir / "manifest.json").read_text())
+    assert m["status"] == "incomplete" and "llama-server exited" in m["reason"]
+
+
+def test_engine_check_exits_1_when_the_contract_fails(iswa_model: Path) -> None:
+    """The iSWA cache has no fake-prefix op: the server refuses n_fake_cached, and the check must say so."""
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(iswa_model))
+    one_line_error(r, 1, "does not honour the n_fake_cached contract")
+    assert "NO (http)" in r.stdout, r.stdout
+
+
+def test_engine_check_passes_on_the_hybrid(tiny_model: Path) -> None:
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.count(" yes") == 3, r.stdout
+
+
+def test_bad_trace_line_is_named(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_text('{"task_id": "t", "step": 0, "L": 64, "new_text": "ok"}\n{not json\n')
+    r = lab("replay-trace", str(trace), "--runs-dir", str(tmp_path / "runs"))
+    one_line_error(r, 1, f"{trace}:2:")
+    assert not (tmp_path / "runs").exists()
+
+
+def test_bad_options_exit_2(tmp_path: Path) -> None:
+    one_line_error(lab("sweep", "--Ls", "1,x", "--runs-dir", str(tmp_path)), 2, "comma-separated integers")
+    one_line_error(lab("sweep", "--Ls", "20000", "--runs-dir", str(tmp_path)), 2, "invalid settings")
+    one_line_error(lab("engine", "build", "--flavor", "debugx"), 2, "--flavor must be release or assert")
+    assert not list(tmp_path.iterdir())
+
+
+@pytest.mark.slow
+def test_build_failure_is_one_line_with_the_log_tail(
+    settings: Settings, source: PreparedSource, tmp_path: Path
+) -> None:
+    """A failing engine build (here: cmake cannot find the compiler) in a cache of its own."""
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    for archive in (settings.cache_dir / "downloads").glob("*.tar.gz"):
+        (cache / "downloads" / archive.name).symlink_to(archive)
+    env = {"LAB_ENGINE__EXTRA_CMAKE_FLAGS": '["-DCMAKE_C_COMPILER=/nonexistent/cc"]'}
+    r = lab("engine", "build", "--cache-dir", str(cache), env=env)
+    one_line_error(r, 1, "cmake failed")
+    lines = r.stderr.strip().splitlines()
+    assert "lab-build.log" in lines[0] and len(lines) > 1  # the log's tail below the red line

@@ -1,0 +1,44 @@
+"""The git snapshot every run records: `dirty` means the lab's tracked code differs from its commit."""
+
+from __future__ import annotations
+
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from lab.snapshot import snapshot_git
+from lab.target import LocalTarget
+
+pytestmark = pytest.mark.fast
+
+
+def git(repo: Path, *args: str) -> None:
+    ident = ["-c", "user.name=t", "-c", "user.email=t@t", "-c", "commit.gpgsign=false"]
+    subprocess.run(["git", *ident, "-C", str(repo), *args], check=True, capture_output=True)
+
+
+def test_untracked_run_folders_are_not_dirt(tmp_path: Path) -> None:
+    repo = tmp_path / "lab"
+    (repo / "catalog" / "runs").mkdir(parents=True)
+    (repo / "code.py").write_text("x = 1\n")
+    (repo / "catalog" / "runs" / ".gitkeep").write_text("")  # tracked, as in the lab's repo
+    git(repo, "init", "-q")
+    git(repo, "add", "-A")
+    git(repo, "commit", "-qm", "c")
+    # what every measuring checkout has: run folders and their .dvc files, untracked
+    (repo / "catalog" / "runs" / "2026-12-01_vm_sweep_abc123").mkdir()
+    (repo / "catalog" / "runs" / "2026-12-01_vm_sweep_abc123.dvc").write_text("outs: []\n")
+    clean = snapshot_git(LocalTarget(), repo, tmp_path / "g1")
+    assert clean["dirty"] is False
+    assert "sweep_abc123" in (tmp_path / "g1" / "status.txt").read_text()  # the full picture is kept
+    assert (tmp_path / "g1" / "git_diff.patch").read_text() == ""
+    (repo / "code.py").write_text("x = 2\n")
+    dirty = snapshot_git(LocalTarget(), repo, tmp_path / "g2")
+    assert dirty["dirty"] is True and "+x = 2" in (tmp_path / "g2" / "git_diff.patch").read_text()
+    assert dirty["commit"] == clean["commit"] and len(str(clean["commit"])) == 40
+
+
+def test_not_a_checkout_is_recorded_as_such(tmp_path: Path) -> None:
+    out = snapshot_git(LocalTarget(), tmp_path, tmp_path / "g")
+    assert out == {"commit": "unknown (not a git checkout)", "dirty": False}

@@ -1,0 +1,59 @@
+"""Every command that takes a run id, against DVC-tracked runs (`<id>/` with `<id>.dvc` beside it), called the
+way the docs tell users to: by id. An interrupted sweep is tracked, then resumed by id; a complete run is
+shown, compared and refused for resume by id."""
+
+from __future__ import annotations
+
+import signal
+import subprocess
+import time
+from pathlib import Path
+
+import pytest
+
+from lab.runs import RunFolder
+
+from test_dvc_catalog import BIN, dvc, lab, make_project, project_env
+
+pytestmark = pytest.mark.engine
+
+
+def run_lab(*args: str, cwd: Path) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([str(BIN / "lab"), *args], cwd=cwd, capture_output=True, text=True, env=project_env(),
+                          timeout=600)  # fmt: skip
+
+
+def test_commands_take_the_ids_of_tracked_runs(tmp_path: Path) -> None:
+    proj = make_project(tmp_path / "proj")
+    dvc("config", "--local", "core.analytics", "false", cwd=proj)
+    runs = proj / "catalog" / "runs"
+    # an interrupted sweep: SIGTERM after its first point
+    cmd = [str(BIN / "lab"), "sweep", "--Ls", "256,512,768", "--news", "8", "--reps", "1"]
+    proc = subprocess.Popen(cmd, cwd=proj, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + 240
+    while not any(p.stat().st_size for p in runs.glob("*/raw/points.jsonl")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    (sweep,) = (p for p in runs.iterdir() if p.is_dir() and "_sweep_" in p.name)
+    assert RunFolder.open(sweep).manifest().status == "incomplete"
+    lab("replay", "exact", cwd=proj)
+    lab("catalog", "track", cwd=proj)
+    tracked = sorted(p for p in runs.iterdir() if p.is_dir())
+    assert all(p.with_name(p.name + ".dvc").exists() for p in tracked), list(runs.iterdir())
+
+    r = run_lab("sweep", "--resume", sweep.name, cwd=proj)  # the id, with its .dvc file beside it
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert RunFolder.open(sweep).ready
+    replay = next(p for p in tracked if "replay_exact" in p.name)
+    r = run_lab("catalog", "show", replay.name, cwd=proj)
+    assert r.returncode == 0 and "replay_exact (2 rows)" in r.stdout, r.stderr
+    r = run_lab("compare", sweep.name, sweep.name[:-2], cwd=proj)  # an id and a unique prefix of it
+    assert r.returncode == 0 and "fake_median_ms" in r.stdout, r.stderr
+    r = run_lab("sweep", "--resume", sweep.name, cwd=proj)
+    assert r.returncode == 1 and "complete" in r.stderr and "no unique run" not in r.stderr, r.stderr
+    r = run_lab("profile", "--resume", replay.name, cwd=proj)
+    assert r.returncode == 1 and "is a replay_exact run, not profile" in r.stderr, r.stderr
+    r = run_lab("replay-trace", "--resume", replay.name, cwd=proj)
+    assert r.returncode == 1 and "is a replay_exact run, not trace_replay" in r.stderr, r.stderr
