@@ -51,6 +51,11 @@ SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | g
 SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.cpp checkout (mode path)")]
 FlavorOpt = Annotated[str, typer.Option("--flavor", help="release | assert (asserts on, for tests)")]
 CacheDir = Annotated[Path | None, typer.Option("--cache-dir", help="sources, builds, models")]
+Threads = Annotated[
+    int | None, typer.Option("--threads", "-t", help="CPU threads (llama.cpp -t; default server.threads)")
+]
+CtxSize = Annotated[int | None, typer.Option("--ctx-size", "-c", help="context size of the server (-c)")]
+ModelOpt = Annotated[Path | None, typer.Option("--model", help="GGUF to measure (default: the tiny synthetic model)")]
 
 
 def _settings(cache_dir: Path | None = None, engine: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -110,7 +115,7 @@ def engine_info(
 def engine_check(
     L: Annotated[int, typer.Option("--L", help="fake prefix length")] = 1024,
     new: Annotated[int, typer.Option("--new", help="new tokens")] = 64,
-    model: Annotated[Path | None, typer.Option("--model")] = None,
+    model: ModelOpt = None,
     cache_dir: CacheDir = None,
 ) -> None:
     """Start the patched server and show the three arms (baseline, fake, genuine) once each."""
@@ -145,9 +150,9 @@ def sweep(
     ] = None,
     mmproj: Annotated[Path | None, typer.Option("--mmproj", help="vision projector (default: the tiny one)")] = None,
     reps: Annotated[int | None, typer.Option("--reps", help="samples per arm and point")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
-    ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c")] = None,
-    model: Annotated[Path | None, typer.Option("--model")] = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
 ) -> None:
@@ -169,8 +174,8 @@ def profile(
     chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
     max_depth: Annotated[int | None, typer.Option("--max-depth", help="deepest probe")] = None,
     cycles: Annotated[int | None, typer.Option("--cycles", help="cycles (median per depth)")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
-    threads_batch: Annotated[int | None, typer.Option("--threads-batch", "-tb")] = None,
+    threads: Threads = None,
+    threads_batch: Annotated[int | None, typer.Option("--threads-batch", "-tb", help="batch threads (-tb)")] = None,
     clean_room: Annotated[
         tuple[str, str] | None,
         typer.Option("--clean-room", metavar="STOP START", help="stop the host's server first, always restart it"),
@@ -178,7 +183,7 @@ def profile(
     threadpool: Annotated[
         bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
     ] = None,
-    model: Annotated[Path | None, typer.Option("--model")] = None,
+    model: ModelOpt = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
 ) -> None:
@@ -221,9 +226,9 @@ def trace_synth(
 @app.command("replay-trace")
 def replay_trace(
     trace: Annotated[Path | None, typer.Argument(help="trace JSONL (lab.schemas.TraceStep per line)")] = None,
-    threads: Annotated[int | None, typer.Option("--threads", "-t")] = None,
-    ctx_size: Annotated[int | None, typer.Option("--ctx-size", "-c")] = None,
-    model: Annotated[Path | None, typer.Option("--model")] = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")] = None,
 ) -> None:

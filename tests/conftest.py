@@ -12,6 +12,9 @@ re-patch the shared engine cache a user measures with (a test that changes the p
 from __future__ import annotations
 
 import os
+import signal
+import subprocess
+import time
 from collections.abc import Callable, Iterator
 from pathlib import Path
 
@@ -80,6 +83,20 @@ def server_settings(**kw: object) -> ServerSettings:
 
 
 ServerFactory = Callable[..., LlamaServer]
+
+
+def interrupt_after_first_row(
+    cmd: list[str], rows: str, root: Path, cwd: Path, env: dict[str, str] | None = None, timeout: float = 240
+) -> None:
+    """Start a `lab` command, SIGTERM it once a raw table matching the glob `rows` under `root` has a row, and
+    wait for it to end (its run is then incomplete)."""
+    proc = subprocess.Popen(cmd, cwd=cwd, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    deadline = time.monotonic() + timeout
+    while not any(p.stat().st_size for p in root.glob(rows)):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
 
 
 @pytest.fixture

@@ -11,7 +11,8 @@ from typing import Any
 import pytest
 
 from lab.engine.build import EngineInfo
-from lab.engine.media import data_url, filler_text, image_tokens, media_prompt
+from lab.engine.imagegrid import TINY_GEOMETRY
+from lab.engine.media import data_url, filler_text, media_prompt
 from lab.engine.models import ensure_tiny_projector
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
@@ -52,7 +53,7 @@ def complete(srv: LlamaServer, prompt: Any, **extra: Any) -> Any:
 def test_fake_with_a_screenshot_in_the_new_part(vision: LlamaServer, size: tuple[int, int]) -> None:
     prefix = filler_text(vision, L, seed=1)
     png = make_png(*size, seed=2)
-    img_tokens, _ = image_tokens(*size)
+    img_tokens, _ = TINY_GEOMETRY.tokens(*size)
     expected_new = img_tokens + len(vision.tokenize(NEW_TEXT))
     prompt = media_prompt(vision, prefix, [png], NEW_TEXT)
 
@@ -116,7 +117,7 @@ def test_fake_with_a_screenshot_on_chat_completions(vision: LlamaServer) -> None
     fake_L = n_before - 5  # fabricate most of the text before the screenshot
     t = timings(vision.client.post("/v1/chat/completions", json={**body, "n_fake_cached": fake_L}))
     assert (t["cache_n"], t["prompt_n"]) == (fake_L, total - fake_L)
-    img_tokens, _ = image_tokens(320, 200)
+    img_tokens, _ = TINY_GEOMETRY.tokens(320, 200)
     assert total > n_before + img_tokens  # the derived count, not `new + 8`: template tokens follow the image
     r = vision.client.post("/v1/chat/completions", json={**body, "n_fake_cached": n_before + 3})
     assert r.status_code == 400 and "media" in r.text

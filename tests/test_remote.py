@@ -140,6 +140,32 @@ def test_profile_runs_in_a_clean_room_on_the_host(host: Sshd, project: Path, tmp
     # the bundled instrument ran there (no compiler needed), and the host's service was stopped and restarted
     assert str(remote_dir(host) / "bundle" / "engine") in (local / "raw" / "instrument.json").read_text()
     assert (marks / "stopped").exists() and (marks / "started").exists()
+    # one clean room for the bundle and the image: the host's shell holds it; its record is a result
+    m = run.manifest()
+    cr = m.results["clean_room"]
+    assert (cr["stop_rc"], cr["start_rc"], cr["where"]) == (0, 0, "on the host, around the lab"), cr
+    assert "clean_room" not in m.params
+
+
+def test_measure_screenshots_with_the_bundled_projector_and_the_params_file_in_force(
+    host: Sshd, project: Path, tmp_path: Path
+) -> None:
+    """Image steps over the bundle path (the bundle carries the tiny projector), with the params file named by
+    LAB_PARAMS_FILE (not ./params.yaml) pushed to the host."""
+    params = tmp_path / "my-params.yaml"
+    params.write_text("# pushed from LAB_PARAMS_FILE\nsweep:\n  bench_reps: 1\n")
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    rdir = remote_dir(host)
+    r = fab(project, config, "measure", "--ls", "256", "--news", "16", "--reps", "1", "--images", "320x200",
+            "--via", "bundle", "--remote-dir", str(rdir), env={"LAB_PARAMS_FILE": str(params)})  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    run = RunFolder.open(project / r.stdout.strip().splitlines()[-1])
+    assert (rdir / "params.yaml").read_text() == params.read_text()
+    m = run.manifest()
+    assert m.params["sweep"]["bench_reps"] == 1 and m.params["sweep"]["images"] == ["320x200"]
+    (point,) = run.read("points", SweepPoint)
+    assert point.image == "320x200" and point.fake.n_ok == 1 and point.encode_ms is not None, point
+    assert m.params["mmproj"] and "bundle/models/tiny-mmproj" in m.params["mmproj"]
 
 
 def test_hosts_run_in_parallel_keyed_by_host(host: Sshd, host_b: Sshd, project: Path, tmp_path: Path) -> None:

@@ -131,8 +131,9 @@ def test_server_crash_leaves_run_incomplete_then_resumes(tmp_path: Path) -> None
     wait_for_points(run_dir, 1, proc)
     server_pid = _child_server_pid(proc.pid)
     os.kill(server_pid, signal.SIGKILL)
-    proc.communicate(timeout=60)
-    assert proc.returncode != 0
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode == 1 and "Traceback" not in err, err  # one clear line, not a traceback
+    assert "llama-server died" in err.strip().splitlines()[-1], err
     m = RunFolder.open(run_dir).manifest()
     assert m.status == "incomplete" and "died" in m.reason, m.reason
     r = lab("sweep", "--resume", str(run_dir), "--runs-dir", str(tmp_path))

@@ -14,12 +14,13 @@ from typing import Any
 import pytest
 
 from lab.engine.build import EngineInfo
+from lab.engine.imagegrid import ImageGeometry, ProjectorError
 from lab.engine.models import ModelError, ensure_tiny_projector
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, server_args
 from lab.engine.source import PreparedSource
 from lab.engine.tinyarchs import TinyModelSpec
-from lab.engine.tinyvision import TinyVisionSpec, image_grid, write_tiny_projector
+from lab.engine.tinyvision import TinyVisionSpec, write_tiny_projector
 from lab.engine.tinyvocab import QWEN_ADDED_TOKENS
 from lab.settings import Settings
 
@@ -101,12 +102,26 @@ def test_projector_spec_checked(tmp_path: Path, settings: Settings, source: Prep
 
 
 def test_image_grid_follows_smart_resize() -> None:
-    assert image_grid(320, 200) == (10, 6)  # 200/32 = 6.25 -> 6
-    assert image_grid(640, 400) == (20, 13)  # 400/32 = 12.5 -> 13: std::round, not Python's round-half-even
-    assert image_grid(1280, 800) == (40, 25)
-    assert image_grid(40, 40) == (3, 3)  # below 8 tokens: scaled up
-    nx, ny = image_grid(8000, 8000)  # above 4096 tokens: scaled down
+    grid = ImageGeometry(patch_size=16, merge=2).grid
+    assert grid(320, 200) == (10, 6)  # 200/32 = 6.25 -> 6
+    assert grid(640, 400) == (20, 13)  # 400/32 = 12.5 -> 13: std::round, not Python's round-half-even
+    assert grid(1280, 800) == (40, 25)
+    assert grid(40, 40) == (3, 3)  # below 8 tokens: scaled up
+    nx, ny = grid(8000, 8000)  # above 4096 tokens: scaled down
     assert nx * ny <= 4096 and nx == ny
+
+
+def test_geometry_is_read_from_the_projector(tmp_path: Path, source: PreparedSource) -> None:
+    """The image geometry comes from the loaded projector's own keys, not from the tiny writer's defaults."""
+    small = write_tiny_projector(
+        tmp_path / "p8.gguf", TinyVisionSpec(patch_size=8, image_size=128), source.path / "gguf-py"
+    )
+    geom = ImageGeometry.of_projector(small)
+    assert geom == ImageGeometry(patch_size=8, merge=2)
+    assert geom.grid(320, 200) == (20, 13)  # align 16: 200/16 = 12.5 -> 13
+    (tmp_path / "junk.gguf").write_bytes(b"junk")
+    with pytest.raises(ProjectorError, match="not a GGUF"):
+        ImageGeometry.of_projector(tmp_path / "junk.gguf")
 
 
 def test_make_png_is_a_deterministic_png() -> None:
@@ -164,10 +179,10 @@ def test_vision_markers_are_single_tokens(vision_server: LlamaServer) -> None:
 
 
 @pytest.mark.parametrize(("width", "height"), [(320, 200), (640, 400)])
-def test_image_prompt_counts(vision_server: LlamaServer, width: int, height: int) -> None:
+def test_image_prompt_counts(vision_server: LlamaServer, projector: Path, width: int, height: int) -> None:
     """prompt_n = image tokens (from the patch size and 2x2 merge) + the two markers + the text tokens;
     M-RoPE advances the position by max(nx, ny), not by the token count."""
-    nx, ny = image_grid(width, height, patch_size=16)
+    nx, ny = ImageGeometry.of_projector(projector).grid(width, height)
     n_text = len(vision_server.tokenize(TEXT, add_special=True))
     n_markers = len(vision_server.tokenize("<|vision_start|><|vision_end|>"))
     assert n_markers == 2

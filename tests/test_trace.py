@@ -5,18 +5,18 @@ from __future__ import annotations
 import itertools
 import json
 import os
-import signal
 import subprocess
 import sys
-import time
 from pathlib import Path
 
 import pytest
 
-from lab.engine.media import image_tokens
+from lab.engine.imagegrid import TINY_GEOMETRY
 from lab.experiments.trace import STEPS, TASKS, TraceError, check_replayable, load_trace, synth_trace, write_trace
 from lab.runs import RunFolder
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
+
+from conftest import interrupt_after_first_row
 
 pytestmark = pytest.mark.engine
 
@@ -123,7 +123,7 @@ def test_replay_trace_with_screenshots(tmp_path: Path) -> None:
     assert len(results) == 3 and all(x.ok for x in results), [x.reason for x in results]
     sizes = [(320, 200), (640, 400), (1280, 800)]
     for x, size in zip(results, sizes, strict=True):
-        img = image_tokens(*size)[0]
+        img = TINY_GEOMETRY.tokens(*size)[0]  # the tiny projector's geometry
         assert x.image_tokens == img and x.encode_ms is not None
         assert x.cache_n == x.L and x.prompt_n == x.new_tokens  # new_tokens = image tokens + text tokens
         assert x.new_tokens > img
@@ -135,13 +135,7 @@ def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
     subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "3", "--steps", "6"], cwd=REPO, check=True)
     runs = tmp_path / "runs"
     cmd = [LAB, "replay-trace", str(trace), "-t", "1", "-c", "12288", "--runs-dir", str(runs)]
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + 180
-    while not any(p.stat().st_size for p in runs.glob("*/raw/steps.jsonl")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    interrupt_after_first_row(cmd, "*/raw/steps.jsonl", runs, REPO)
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
     run = RunFolder.open(run_dir)
     assert run.manifest().status == "incomplete", run.manifest()

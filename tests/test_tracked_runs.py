@@ -4,15 +4,14 @@ shown, compared and refused for resume by id."""
 
 from __future__ import annotations
 
-import signal
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 from lab.runs import RunFolder
 
+from conftest import interrupt_after_first_row
 from test_dvc_catalog import BIN, dvc, lab, make_project, project_env
 
 pytestmark = pytest.mark.engine
@@ -29,13 +28,7 @@ def test_commands_take_the_ids_of_tracked_runs(tmp_path: Path) -> None:
     runs = proj / "catalog" / "runs"
     # an interrupted sweep: SIGTERM after its first point
     cmd = [str(BIN / "lab"), "sweep", "--Ls", "256,512,768", "--news", "8", "--reps", "1"]
-    proc = subprocess.Popen(cmd, cwd=proj, env=project_env(), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    deadline = time.monotonic() + 240
-    while not any(p.stat().st_size for p in runs.glob("*/raw/points.jsonl")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGTERM)
-    proc.communicate(timeout=60)
+    interrupt_after_first_row(cmd, "*/raw/points.jsonl", runs, proj, project_env())
     (sweep,) = (p for p in runs.iterdir() if p.is_dir() and "_sweep_" in p.name)
     assert RunFolder.open(sweep).manifest().status == "incomplete"
     lab("replay", "exact", cwd=proj)

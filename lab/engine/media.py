@@ -3,8 +3,7 @@
 A multimodal /completion prompt is a string with the server's media marker (random per server process,
 from /props `media_marker`) plus base64 images, so the L-token prefix has to be text that tokenizes to
 exactly L tokens: common single-token words (" the", " of", ...), checked with the server's tokenizer.
-mtmd wraps each image in <|vision_start|> ... <|vision_end|> (one token each with the Qwen vocab), so an
-image adds nx*ny image tokens + 2 marker tokens to prompt_n, and advances max(nx, ny) positions (M-RoPE).
+How many tokens an image adds comes from the loaded projector's geometry (lab.engine.imagegrid).
 """
 
 from __future__ import annotations
@@ -15,16 +14,15 @@ import random
 from typing import Any
 
 from lab.engine.contract import Step
+from lab.engine.imagegrid import ImageGeometry
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
-from lab.engine.tinyvision import image_grid
 from lab.errors import LabError
 
 WORDS = (
     " the", " of", " and", " to", " in", " is", " that", " for", " it", " with", " as", " was", " on", " be",
     " at", " by", " this", " had", " not", " are", " but", " from", " or", " have", " an", " they", " which",
 )  # fmt: skip
-IMAGE_MARKERS = 2  # <|vision_start|>, <|vision_end|>
 
 
 class MediaError(LabError):
@@ -50,12 +48,6 @@ def filler_text(srv: LlamaServer, n: int, seed: int = 0) -> str:
     return text
 
 
-def image_tokens(width: int, height: int) -> tuple[int, int]:
-    """(prompt tokens, positions) an image adds: nx*ny + the two markers, and max(nx, ny) positions."""
-    nx, ny = image_grid(width, height)
-    return nx * ny + IMAGE_MARKERS, max(nx, ny)
-
-
 def media_prompt(srv: LlamaServer, before: str, pngs: list[bytes], after: str) -> dict[str, Any]:
     """`before` + one media marker per image + `after` (images adjacent only if the caller asks)."""
     marker = str(srv.props()["media_marker"])
@@ -69,16 +61,19 @@ def data_url(png: bytes) -> str:
     return "data:image/png;base64," + base64.b64encode(png).decode()
 
 
-def image_step(srv: LlamaServer, prefix_text: str, L: int, png: bytes, size: tuple[int, int], new_text: str) -> Step:
+def image_step(
+    srv: LlamaServer, geom: ImageGeometry, prefix_text: str, L: int, png: bytes, size: tuple[int, int], new_text: str
+) -> Step:
     """L tokens of text (`prefix_text`), the screenshot, then `new_text`. The new part a fake or genuine-hit
-    request decodes is derived from the image's grid, not assumed: nx*ny + 2 markers + the text's tokens."""
-    new = image_tokens(*size)[0] + len(srv.tokenize(new_text))
+    request decodes is derived from the projector's grid, not assumed: nx*ny + 2 markers + the text's tokens."""
+    new = geom.tokens(*size)[0] + len(srv.tokenize(new_text))
     return Step(L=L, new=new, prompt=media_prompt(srv, prefix_text, [png], new_text), prefix=prefix_text,
                 has_image=True)  # fmt: skip
 
 
-def synthetic_image_step(srv: LlamaServer, L: int, new: int, size: tuple[int, int], seed: int) -> Step:
+def synthetic_image_step(
+    srv: LlamaServer, geom: ImageGeometry, L: int, new: int, size: tuple[int, int], seed: int
+) -> Step:
     """A generated screenshot of `size` between L and `new` tokens of filler text (deterministic per seed)."""
-    return image_step(
-        srv, filler_text(srv, L, seed), L, make_png(*size, seed=seed), size, filler_text(srv, new, seed + 1)
-    )
+    png, new_text = make_png(*size, seed=seed), filler_text(srv, new, seed + 1)
+    return image_step(srv, geom, filler_text(srv, L, seed), L, png, size, new_text)

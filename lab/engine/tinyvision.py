@@ -16,12 +16,12 @@ What the loader and graph need (llama.cpp 465b1f0e7):
 - ``mm.2`` output width = the text model's ``n_embd`` (mtmd refuses a mismatch at load).
 
 Image tokens: the server resizes an image to multiples of ``patch_size * 2`` (see
-:func:`image_grid`), one token per 2x2 patch block; M-RoPE advances positions by ``max(nx, ny)``.
+:class:`lab.engine.imagegrid.ImageGeometry`), one token per 2x2 patch block; M-RoPE advances positions by
+``max(nx, ny)``.
 """
 
 from __future__ import annotations
 
-import math
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -34,9 +34,6 @@ from lab.engine.tinyarchs import F32, Tensors
 PROJECTOR_TYPE = "qwen3vl_merger"
 #: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).
 SPATIAL_MERGE = 2
-# llama.cpp's qwen3vl token budget (clip.cpp: set_limit_image_tokens(8, 4096)).
-MIN_IMAGE_TOKENS = 8
-MAX_IMAGE_TOKENS = 4096
 
 _LN_EPS = 1e-6  # the converter writes the text config's rms_norm_eps (Qwen3.5: 1e-6)
 _IMAGE_MEAN = (0.5, 0.5, 0.5)  # Qwen3-VL preprocessor_config.json
@@ -67,33 +64,6 @@ class TinyVisionSpec:
             raise ValueError(f"image_size must be a multiple of {self.patch_size * SPATIAL_MERGE}")
         if self.seed < 0:
             raise ValueError(f"seed must be >= 0, got {self.seed}")
-
-
-def _cpp_round(x: float) -> int:
-    """std::round: halves away from zero (Python's round() rounds halves to even)."""
-    return math.floor(x + 0.5)
-
-
-def image_grid(width: int, height: int, patch_size: int = 16) -> tuple[int, int]:
-    """(nx, ny) image tokens for a width x height image, as llama.cpp's qwen3vl preprocessing computes them.
-
-    ``calc_size_preserved_ratio`` (mtmd-image.cpp, transformers' smart_resize): round each side to a
-    multiple of ``align = patch_size * 2`` (at least one), then rescale into the token budget if needed.
-    """
-    align = patch_size * SPATIAL_MERGE
-    min_pixels = MIN_IMAGE_TOKENS * align * align
-    max_pixels = MAX_IMAGE_TOKENS * align * align
-    h_bar = max(align, _cpp_round(height / align) * align)
-    w_bar = max(align, _cpp_round(width / align) * align)
-    if h_bar * w_bar > max_pixels:
-        beta = math.sqrt(height * width / max_pixels)
-        h_bar = max(align, math.floor(height / beta / align) * align)
-        w_bar = max(align, math.floor(width / beta / align) * align)
-    elif h_bar * w_bar < min_pixels:
-        beta = math.sqrt(min_pixels / (height * width))
-        h_bar = math.ceil(height * beta / align) * align
-        w_bar = math.ceil(width * beta / align) * align
-    return w_bar // align, h_bar // align
 
 
 def _tensors(spec: TinyVisionSpec) -> Tensors:

@@ -17,7 +17,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, filler_tokens, text_step
-from lab.engine.media import image_tokens, synthetic_image_step
+from lab.engine.imagegrid import ImageGeometry
+from lab.engine.media import synthetic_image_step
 from lab.engine.models import resolve_projector
 from lab.errors import LabError
 from lab.experiments.prefill_tps import measure_prefill_tps
@@ -55,9 +56,17 @@ def grid(params: SweepSettings) -> list[GridPoint]:
     return [GridPoint(L, new, img) for img in images for L in params.Ls for new in params.news]
 
 
-def sample_row(p: GridPoint, rep: int, r: ArmResult) -> SweepSample:
+def image_counts(p: GridPoint, geom: ImageGeometry | None) -> tuple[int | None, int | None]:
+    """(image tokens, positions) of a point's screenshot; (None, None) for a text step."""
+    if p.image is None:
+        return None, None
+    assert geom is not None, "an image point needs the projector's geometry"
+    return geom.tokens(*p.size)
+
+
+def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None = None) -> SweepSample:
     t = r.timings
-    img = image_tokens(*p.size) if p.image else (None, None)
+    img = image_counts(p, geom)
     return SweepSample(
         image=p.image,
         image_tokens=img[0],
@@ -94,7 +103,9 @@ def paired_ratio(a: dict[int, float], b: dict[int, float]) -> float | None:
     return statistics.median(ratios) - 1 if ratios else None
 
 
-def summarize_point(p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float) -> SweepPoint:
+def summarize_point(
+    p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float, geom: ImageGeometry | None = None
+) -> SweepPoint:
     stats = {arm: arm_stats(samples, arm) for arm in ARMS}
     by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
     # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
@@ -104,7 +115,7 @@ def summarize_point(p: GridPoint, samples: list[SweepSample], tps: list[PrefillT
     encode_ms = statistics.median(encode.values()) if encode else None
     only_new = tps[0].chunk if tps else p.new  # image steps: image tokens + text tokens
     base = by_rep["baseline"]
-    img = image_tokens(*p.size) if p.image else (None, None)
+    img = image_counts(p, geom)
     fake_ms = stats["fake"].median_ms
     point = SweepPoint(
         point=p.id,
@@ -169,12 +180,14 @@ def measure_point(
     n_vocab: int,
     bench: Callable[[GridPoint, int], PrefillTps],
     on_sample: Callable[[], None],
+    geom: ImageGeometry | None = None,
 ) -> tuple[list[SweepSample], list[PrefillTps]]:
     """All arms and the llama-bench estimate x reps for one point, interleaved in a rotating order (no arm
     always goes first; drift on a shared machine hits every arm and the estimate alike)."""
     base_seed = seed * 1_000_003 + p.L
     if p.image:
-        step = synthetic_image_step(client.srv, p.L, p.new, p.size, base_seed + p.new)
+        assert geom is not None
+        step = synthetic_image_step(client.srv, geom, p.L, p.new, p.size, base_seed + p.new)
     else:
         prefix = filler_tokens(p.L, seed=base_seed, n_vocab=n_vocab)
         step = text_step(prefix, filler_tokens(p.new, seed=base_seed + p.new + 1, n_vocab=n_vocab))
@@ -193,7 +206,7 @@ def measure_point(
                         f"llama-server died during {p.id} {arm} rep {rep} (exit {srv.proc and srv.proc.returncode})"
                         f"; see {srv.log_path}"
                     )
-                samples.append(sample_row(p, rep, r))
+                samples.append(sample_row(p, rep, r, geom))
             on_sample()
     return samples, tps
 
@@ -221,6 +234,7 @@ class Sweep(Experiment):
 
     def __init__(self) -> None:
         self.projector: Path | None = None
+        self.geometry: ImageGeometry | None = None
         self.points: list[SweepPoint] = []
 
     def params(self, settings: Settings) -> dict[str, Any]:
@@ -245,6 +259,7 @@ class Sweep(Experiment):
     def prepare(self, settings: Settings, parts: Parts) -> None:
         if any(p.image for p in grid(settings.sweep)):
             self.projector = resolve_projector(settings)  # a missing projector leaves no run folder behind
+            self.geometry = ImageGeometry.of_projector(self.projector)
 
     def measure(self, sess: Session, console: Console) -> Outcome:
         settings, run = sess.settings, sess.run
@@ -253,7 +268,7 @@ class Sweep(Experiment):
         todo = [p for p in grid(params) if p.id not in done]
 
         def bench(p: GridPoint, rep: int) -> PrefillTps:
-            only_new = p.new + (image_tokens(*p.size)[0] if p.image else 0)  # image tokens cost like text tokens
+            only_new = p.new + (image_counts(p, self.geometry)[0] or 0)  # image tokens cost like text tokens
             row = measure_prefill_tps(
                 sess.target, sess.engine, sess.model, [only_new], [p.L], params.bench_reps,
                 settings.server.threads, settings.server.flash_attn, run.path / "logs" / "llama-bench.log",
@@ -270,9 +285,16 @@ class Sweep(Experiment):
                 for p in todo:
                     progress.update(task, description=f"L={p.L} new={p.new}" + (f" img={p.image}" if p.image else ""))
                     samples, tps = measure_point(
-                        client, p, params.reps, params.seed, n_vocab, bench, lambda: progress.advance(task)
+                        client,
+                        p,
+                        params.reps,
+                        params.seed,
+                        n_vocab,
+                        bench,
+                        lambda: progress.advance(task),
+                        self.geometry,
                     )
-                    point = summarize_point(p, samples, tps, params.tolerance)
+                    point = summarize_point(p, samples, tps, params.tolerance, self.geometry)
                     run.append(SAMPLES, samples)
                     run.append(TPS, tps)
                     run.append(POINTS, [point])

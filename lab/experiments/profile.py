@@ -9,20 +9,19 @@ the TIMED-sum vs FUSED-wall gap per depth.
 
 from __future__ import annotations
 
-import contextlib
 import itertools
 import json
 import shutil
 import statistics
 import subprocess
 from collections import defaultdict
-from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 from rich.console import Console
 from rich.table import Table
 
+from lab.cleanroom import CleanRoom, hold
 from lab.engine.server import die_with_parent
 from lab.experiments.bands import Node, classify_all, resolve_layers
 from lab.experiments.prefill_tps import measure_prefill_tps
@@ -31,7 +30,6 @@ from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_
 from lab.runs import RunError, RunFolder
 from lab.schemas import BANDS, BandDepth, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
-from lab.target import Target
 
 WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
 NODES_PARQUET = "profile_nodes.parquet"
@@ -174,26 +172,6 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     return a, b, 1 - ss_res / ss_tot if ss_tot else 1.0
 
 
-@contextlib.contextmanager
-def clean_room(target: Target, stop: str | None, start: str | None, run: RunFolder) -> Iterator[None]:
-    """Stop the host's production server for the sweep and always start it again: on success, on error,
-    on SIGINT/SIGTERM (run.guard turns those into exceptions, so this `finally` runs)."""
-    if stop is None or start is None:
-        yield
-        return
-    r = target.run(stop, timeout=300)
-    run.add_results(clean_room={"stop": stop, "start": start, "stop_rc": r.exited, "where": "lab profile"})
-    if not r.ok:
-        raise RunError(f"clean-room stop command failed ({r.exited}): {stop}\n{r.stderr.strip()}")
-    try:
-        yield
-    finally:
-        again = target.run(start, timeout=300)
-        run.add_results(clean_room={**run.manifest().results.get("clean_room", {}), "start_rc": again.exited})
-        if not again.ok:
-            Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {start}")
-
-
 def merge_part(dump: Path, part: Path) -> None:
     """Append what one instrument run wrote (`part`) to the run's dump; the dump keeps a single meta line."""
     if not part.exists():
@@ -235,16 +213,9 @@ def keep_complete_cycles(dump: Path, n_depths: int) -> int:
     return done
 
 
-def run_instrument(
-    cmd: list[str],
-    log_path: Path,
-    console: Console,
-    n_steps: int,
-    done_steps: int,
-    clean: contextlib.AbstractContextManager[None],
-) -> None:
+def run_instrument(cmd: list[str], log_path: Path, console: Console, n_steps: int, done_steps: int) -> None:
     """Run the instrument with a progress bar fed by its `progress` lines; never leave it running."""
-    with log_path.open("a") as log, clean, progress_bar(console) as progress:
+    with log_path.open("a") as log, progress_bar(console) as progress:
         task = progress.add_task("profile", total=n_steps, completed=done_steps)
         proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.PIPE, text=True, preexec_fn=die_with_parent)
         assert proc.stderr is not None
@@ -306,32 +277,33 @@ class Profile(Experiment):
         merge_part(dump, part)  # left by a hard-killed run
         n_depths = p.max_depth // p.chunk + 1
         done = keep_complete_cycles(dump, n_depths)
-        if done < p.cycles:
-            if done:
-                console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{p.cycles - 1}")
-            cmd = instrument_command(
-                inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=p.cycles, threads=threads,
-                threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
-            )  # fmt: skip
-            clean = clean_room(sess.target, p.clean_room_stop, p.clean_room_start, run)
-            try:
-                run_instrument(cmd, run.path / "logs" / "instrument.log", console, p.cycles * 2 * n_depths,
-                               done * 2 * n_depths, clean)  # fmt: skip
-            finally:  # what the instrument wrote so far is kept for a resume
-                merge_part(dump, part)
-        meta, walls, nodes = parse_dump(dump)
-        nodes = band_nodes(nodes)
-        write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
-        rows, summary = derive(walls, nodes, p.chunk)
-        if p.bench_check:
-            with console.status("cross-checking FUSED chunk times with llama-bench ..."):
-                bench = measure_prefill_tps(
-                    sess.target, sess.engine, sess.model, [p.chunk], sorted({w.depth for w in walls}), p.cycles,
-                    threads, "auto", run.path / "logs" / "llama-bench.log",
+        room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
+        with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
+            if done < p.cycles:
+                if done:
+                    console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{p.cycles - 1}")
+                cmd = instrument_command(
+                    inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=p.cycles, threads=threads,
+                    threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
                 )  # fmt: skip
-            run.rewrite(BENCH, bench)
-            fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
-            summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
+                try:
+                    run_instrument(cmd, run.path / "logs" / "instrument.log", console, p.cycles * 2 * n_depths,
+                                   done * 2 * n_depths)  # fmt: skip
+                finally:  # what the instrument wrote so far is kept for a resume
+                    merge_part(dump, part)
+            meta, walls, nodes = parse_dump(dump)
+            nodes = band_nodes(nodes)
+            write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
+            rows, summary = derive(walls, nodes, p.chunk)
+            if p.bench_check:
+                with console.status("cross-checking FUSED chunk times with llama-bench ..."):
+                    bench = measure_prefill_tps(
+                        sess.target, sess.engine, sess.model, [p.chunk], sorted({w.depth for w in walls}), p.cycles,
+                        threads, "auto", run.path / "logs" / "llama-bench.log",
+                    )  # fmt: skip
+                run.rewrite(BENCH, bench)
+                fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
+                summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
         summary.dump_json_bytes = dump.stat().st_size
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)

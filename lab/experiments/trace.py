@@ -18,7 +18,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
-from lab.engine.media import filler_text, image_step, image_tokens
+from lab.engine.imagegrid import TINY_GEOMETRY, ImageGeometry
+from lab.engine.media import filler_text, image_step
 from lab.engine.models import resolve_projector
 from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
@@ -158,7 +159,7 @@ def synth_trace(
             if screenshots is not None:
                 size = SCREEN_SIZES[(t + k) % len(SCREEN_SIZES)]
                 shot = screenshots / f"task{t:03d}_step{k}.png"
-                img = image_tokens(*size)[0]
+                img = TINY_GEOMETRY.tokens(*size)[0]
             if L + img + words + reply >= max_depth:
                 break
             if shot is not None:
@@ -188,14 +189,17 @@ def write_trace(steps: list[TraceStep], path: Path) -> None:
 # --- replay ----------------------------------------------------------------------------------------
 
 
-def step_for(srv: LlamaServer, step: TraceStep, shots_dir: Path, n_vocab: int) -> Step:
+def step_for(
+    srv: LlamaServer, step: TraceStep, shots_dir: Path, n_vocab: int, geom: ImageGeometry | None = None
+) -> Step:
     """A recorded step as the contract client sends it: L placeholder positions, then its real new text (and
     before that its real screenshot, after a text prefix of exactly L tokens)."""
     L = step.prior_depth()
     if step.screenshot is None:
         return text_step(filler_tokens(L, seed=L, n_vocab=n_vocab), srv.tokenize(step.new_text))
+    assert geom is not None, "a screenshot step needs the projector's geometry"
     png = resolve_shot(step.screenshot, shots_dir).read_bytes()
-    return image_step(srv, filler_text(srv, L, seed=L), L, png, png_size(png), step.new_text)
+    return image_step(srv, geom, filler_text(srv, L, seed=L), L, png, png_size(png), step.new_text)
 
 
 def resolve_shot(path: str, trace_dir: Path) -> Path:
@@ -203,9 +207,11 @@ def resolve_shot(path: str, trace_dir: Path) -> Path:
     return p if p.is_absolute() else trace_dir / p
 
 
-def replay_step(client: ContractClient, step: TraceStep, shots_dir: Path, n_vocab: int) -> TraceStepResult:
+def replay_step(
+    client: ContractClient, step: TraceStep, shots_dir: Path, n_vocab: int, geom: ImageGeometry | None = None
+) -> TraceStepResult:
     """One recorded step replayed with a fake depth-L prefix."""
-    s = step_for(client.srv, step, shots_dir, n_vocab)
+    s = step_for(client.srv, step, shots_dir, n_vocab, geom)
     r = client.run_arm("fake", s)
     if not r.ok and client.died(r):
         srv = client.srv
@@ -218,7 +224,8 @@ def replay_step(client: ContractClient, step: TraceStep, shots_dir: Path, n_voca
         fake_ms=t.fake_ms if t else None, cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
         baseline_prefill_s=step.baseline_prefill_s, baseline_decode_s=step.baseline_decode_s,
         baseline_exec_s=step.baseline_exec_s, screenshot=step.screenshot,
-        image_tokens=image_tokens(*png_size(png))[0] if png else None, encode_ms=r.encode_ms, t_utc=utc_now(),
+        image_tokens=geom.tokens(*png_size(png))[0] if png and geom else None, encode_ms=r.encode_ms,
+        t_utc=utc_now(),
     )  # fmt: skip
 
 
@@ -264,6 +271,7 @@ class TraceReplay(Experiment):
         self.steps: list[TraceStep] = []
         self.shots_dir: Path | None = None
         self.projector: Path | None = None
+        self.geometry: ImageGeometry | None = None
         self.results: list[TraceStepResult] = []
         self.tasks: list[TraceTaskResult] = []
 
@@ -301,6 +309,7 @@ class TraceReplay(Experiment):
             self.shots_dir = self.trace.resolve().parent
         shots = [s for s in self.steps if s.screenshot]
         self.projector = resolve_projector(settings) if shots else None
+        self.geometry = ImageGeometry.of_projector(self.projector) if self.projector else None
         check_replayable(self.steps, settings.server.ctx_size, self.projector is not None, self.trace)
         for s in shots:
             assert s.screenshot is not None
@@ -328,7 +337,7 @@ class TraceReplay(Experiment):
                 task = progress.add_task("replay", total=len(todo))
                 for s in todo:
                     progress.update(task, description=f"{s.task_id} step {s.step}")
-                    r = replay_step(client, s, shots_dir, n_vocab)
+                    r = replay_step(client, s, shots_dir, n_vocab, self.geometry)
                     run.append(STEPS, [r])
                     done[(s.task_id, s.step)] = r
                     progress.advance(task)

@@ -104,14 +104,6 @@ def lab_in_container(
     )
 
 
-def around(cmd: str, stop: str, start: str) -> str:
-    """cmd in a clean room on the host: stop first (its failure aborts), start again however cmd ends (a hang-up
-    included: the docker client forwards SIGHUP into the container, then the shell's EXIT trap restarts)."""
-    script = (f"{{ {stop} ; }} || {{ echo 'clean-room stop command failed' >&2; exit 1; }}; "
-              f"trap {shlex.quote(start)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; {cmd}")  # fmt: skip
-    return f"bash -c {shlex.quote(script)}"
-
-
 def stop_container(t: SshTarget, container: str, docker_host: str | None) -> None:
     """After a failed or cut run: stop the run's container if it still runs (SIGTERM: the run ends incomplete)."""
     t.run(f"{docker(docker_host)} stop -t 30 {container} >/dev/null 2>&1; "

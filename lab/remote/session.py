@@ -17,6 +17,7 @@ from pathlib import Path
 
 from rich.console import Console
 
+from lab.cleanroom import CleanRoom, parse, wrap
 from lab.engine.build import build_engine
 from lab.engine.models import resolve_model, resolve_projector
 from lab.errors import UsageError
@@ -26,7 +27,6 @@ from lab.remote.connect import RemoteError, SshTarget
 from lab.remote.image import (
     IMAGE,
     ImageRef,
-    around,
     host_has_docker,
     lab_in_container,
     local_image,
@@ -141,26 +141,26 @@ class Deployment:
     def kind(self) -> str:
         return "bundle" if self.image is None else "docker"
 
-    def command(self, t: SshTarget, remote_dir: str, args: list[str], clean_room: tuple[str, str] | None) -> str:
+    def command(self, t: SshTarget, remote_dir: str, args: list[str], room: CleanRoom | None) -> str:
+        """`lab <args>` on the host, from the bundle or in the image; in a clean room held by the host's shell
+        around the whole command when asked (the same for both: the container cannot reach the host's services)."""
         if self.image is None:
-            return lab_command(
-                t, remote_dir, self.meta, [*args, *(["--clean-room", *clean_room] if clean_room else [])]
-            )
-        cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host)
-        return cmd if clean_room is None else around(cmd, *clean_room)
+            cmd = lab_command(t, remote_dir, self.meta, args)
+        else:
+            cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host)
+        return cmd if room is None else wrap(cmd, room)
 
-    def record(self, t: SshTarget, remote_dir: str, local: Path, clean_room: tuple[str, str] | None) -> None:
-        """What the host ran, into the local run folder: the bundle's git state, or the image (and the clean
-        room, which the lab in the container did not run itself)."""
+    def record(self, t: SshTarget, remote_dir: str, local: Path, room: CleanRoom | None, output: str) -> None:
+        """What the host ran, into the local run folder: the bundle's git state or the image, and the clean room."""
         if self.image is None:
             t.get_tree(f"{remote_dir}/bundle/lab-git", local / "git" / "bundle")
-            return
-        (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
-        # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
-        snapshot_git(LocalTarget(), REPO_ROOT, local / "git" / "pushed-from")
-        if clean_room is not None:
-            cr = {"stop": clean_room[0], "start": clean_room[1], "where": "on the host, around the container"}
-            RunFolder.open(local).add_results(clean_room=cr)
+        else:
+            (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
+            # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
+            snapshot_git(LocalTarget(), REPO_ROOT, local / "git" / "pushed-from")
+        if room is not None:
+            where = f"on the host, around the {'container' if self.image is not None else 'lab'}"
+            RunFolder.open(local).add_results(clean_room=parse(output, room, where))
 
     def stop(self, t: SshTarget) -> None:
         if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
@@ -192,11 +192,11 @@ def deploy(
 
 def run_remote(
     t: SshTarget, settings: Settings, remote_dir: str, args: list[str], console: Console, resume: str | None = None,
-    via: str = "auto", image: str = IMAGE, docker_host: str | None = None, clean_room: tuple[str, str] | None = None,
+    via: str = "auto", image: str = IMAGE, docker_host: str | None = None, room: CleanRoom | None = None,
 ) -> RemoteResult:  # fmt: skip
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
-    A clean room (stop, start) is the lab's own (`lab profile --clean-room`) from the bundle; around the
-    container on the host (the container cannot reach the host's services) from the image."""
+    A clean room is held by the host's shell around the whole command, from the bundle and the image alike
+    (lab.cleanroom.wrap); its record lands in the fetched run's results."""
     remote_dir = absolute_dir(t, remote_dir)
     how = deploy(t, settings, remote_dir, console, via, image, docker_host)
     params = params_file()  # the params file in force here (LAB_PARAMS_FILE, else ./params.yaml)
@@ -205,11 +205,12 @@ def run_remote(
     else:
         t.run(f"touch {remote_dir}/params.yaml")
     before = list_runs(t, remote_dir)
-    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], clean_room)
+    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], room)
     console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
-    error = ""
+    error, output = "", ""
     try:
         r = t.run(cmd, pty=True)
+        output = r.stdout + r.stderr
         if not r.ok:
             error = f"exit {r.exited}: {(r.stdout + r.stderr).strip()[-1500:]}"
     except Exception as e:  # a dropped connection: fetch what is there on a fresh connection
@@ -220,7 +221,7 @@ def run_remote(
     if run_id is None:
         return RemoteResult(t.name, None, "failed", error or "no run folder was created")
     local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir / run_id)
-    how.record(t, remote_dir, local, clean_room)
+    how.record(t, remote_dir, local, room, output)
     m = RunFolder.open(local).manifest()
     if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
         RunFolder.open(local).fail(f"remote run ended without finishing ({error or 'unknown cause'})")

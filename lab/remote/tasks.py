@@ -16,8 +16,10 @@ from fabric import task
 from invoke.exceptions import Exit
 from rich.console import Console
 
+from lab.cleanroom import CleanRoom
 from lab.errors import LabError
 from lab.remote.connect import SshTarget, explain
+from lab.remote.forward import forwarding_task
 from lab.remote.image import IMAGE
 from lab.remote.session import RemoteResult, absolute_dir, deploy, run_remote
 from lab.remote.session import snapshot as host_snapshot
@@ -44,14 +46,6 @@ def _guarded(c: Any, work: Any) -> Any:
         if why is not None:
             raise Exit(why, code=1) from e
         raise
-
-
-def _flags(**kw: Any) -> list[str]:
-    out: list[str] = []
-    for k, v in kw.items():
-        if v is not None:
-            out += [f"--{k.replace('_', '-')}", str(v)]
-    return out
 
 
 def _finish(res: RemoteResult, settings: Settings, console: Console) -> str:
@@ -105,43 +99,47 @@ def push(
     return what
 
 
-@task(
-    help={
-        "ls": "fake prefix lengths, e.g. 512,2048", "news": "new tokens, e.g. 64,256", "reps": "samples per arm",
-        "images": "screenshot axis, e.g. none,640x400", "resume": "finish an incomplete run (its id)", **VIA,
-    }
-)  # fmt: skip
-def measure(
-    c: Any, ls: str | None = None, news: str | None = None, reps: int | None = None, images: str | None = None,
-    resume: str | None = None, via: str = "auto", image: str = IMAGE, docker_host: str | None = None,
-    remote_dir: str = REMOTE_DIR,
-) -> str:  # fmt: skip
-    """Run the fake-prefix sweep on the host and fetch the run folder into catalog/runs/ (and dvc add it)."""
+RESUME = {"resume": (None, "finish an incomplete run (its id)")}
+VIA_OPTS = {k: ({"via": "auto", "image": IMAGE}.get(k), h) for k, h in VIA.items()}
+VIA_OPTS["remote_dir"] = (REMOTE_DIR, VIA["remote_dir"])
+
+
+def _measure(c: Any, args: list[str], own: dict[str, Any]) -> str:
     settings, console = load_settings(), Console()
-    args = ["sweep", *_flags(Ls=ls, news=news, reps=reps, images=images)] if resume is None else ["sweep"]
-    res = _guarded(c, lambda t: run_remote(t, settings, remote_dir, args, console, resume, via, image, docker_host))
+    resume = own.get("resume")
+    if resume is not None:
+        args = args[:1]  # a resumed run keeps its own params
+    res = _guarded(c, lambda t: run_remote(t, settings, own["remote_dir"], args, console, resume, own["via"],
+                                           own["image"], own["docker_host"]))  # fmt: skip
     return _finish(res, settings, console)
 
 
-@task(
-    help={
-        "chunk": "tokens per probe chunk", "max_depth": "deepest probe", "cycles": "cycles",
-        "clean_room_stop": "command that stops the host's server", "clean_room_start": "command that restarts it",
-        "resume": "finish an incomplete run (its id)", **VIA,
-    }
-)  # fmt: skip
-def profile(
-    c: Any, chunk: int | None = None, max_depth: int | None = None, cycles: int | None = None,
-    clean_room_stop: str | None = None, clean_room_start: str | None = None, resume: str | None = None,
-    via: str = "auto", image: str = IMAGE, docker_host: str | None = None, remote_dir: str = REMOTE_DIR,
-) -> str:  # fmt: skip
-    """Run the per-node profile on the host (optionally in a clean room) and fetch the run folder."""
-    settings, console = load_settings(), Console()
-    args = ["profile", *_flags(chunk=chunk, max_depth=max_depth, cycles=cycles)] if resume is None else ["profile"]
-    if (clean_room_stop is None) != (clean_room_start is None):
+def _profile(c: Any, args: list[str], own: dict[str, Any]) -> str:
+    stop, start = own.get("clean_room_stop"), own.get("clean_room_start")
+    if (stop is None) != (start is None):
         raise Exit("--clean-room-stop and --clean-room-start go together", code=2)
-    room = (clean_room_stop, clean_room_start) if clean_room_stop and clean_room_start else None
-    res = _guarded(
-        c, lambda t: run_remote(t, settings, remote_dir, args, console, resume, via, image, docker_host, room)
-    )
+    settings, console = load_settings(), Console()
+    resume = own.get("resume")
+    if resume is not None:
+        args = args[:1]
+    room = CleanRoom(stop, start) if stop is not None and start is not None else None
+    res = _guarded(c, lambda t: run_remote(t, settings, own["remote_dir"], args, console, resume, own["via"],
+                                           own["image"], own["docker_host"], room))  # fmt: skip
     return _finish(res, settings, console)
+
+
+measure = forwarding_task(
+    "sweep", "measure",
+    "Run the fake-prefix sweep (`lab sweep`, same options) on the host and fetch the run folder into catalog/runs/ "
+    "(and dvc add it).",
+    {**RESUME, **VIA_OPTS}, _measure,
+)  # fmt: skip
+
+profile = forwarding_task(
+    "profile", "profile",
+    "Run the per-node profile (`lab profile`, same options) on the host, optionally in a clean room held by the "
+    "host's shell, and fetch the run folder.",
+    {"clean_room_stop": (None, "command that stops the host's server"),
+     "clean_room_start": (None, "command that starts it again (always run)"), **RESUME, **VIA_OPTS},
+    _profile,
+)  # fmt: skip

@@ -1,0 +1,81 @@
+"""The clean room: the host's own server (a production llama-server, say) is stopped for a measurement and
+always started again, however the measurement ends. One record shape wherever it is held:
+
+    results.clean_room = {stop, start, stop_rc, start_rc, where}
+
+Two holders, one for each place the measured process runs:
+  hold(target, room, run)  the lab holds it itself around its measurement (`lab profile --clean-room STOP START`):
+                           a `finally` restarts on success, failure and SIGINT/SIGTERM/SIGHUP (the run's guard
+                           turns those into exceptions)
+  wrap(cmd, room)          a shell on the target host holds it around a whole `lab` command (fab tasks, for the
+                           bundle and the container image alike): an EXIT trap restarts however the command ends,
+                           also when the SSH session drops (SIGHUP) or the lab is killed; the rc lines it prints
+                           become the record (`parse`)
+"""
+
+from __future__ import annotations
+
+import contextlib
+import re
+import shlex
+from collections.abc import Iterator
+from dataclasses import dataclass
+from typing import Any
+
+from rich.console import Console
+
+from lab.errors import LabError
+from lab.runs import RunFolder
+from lab.target import Target
+
+MARK = "lab-clean-room:"
+
+
+class CleanRoomError(LabError):
+    pass
+
+
+@dataclass(frozen=True)
+class CleanRoom:
+    stop: str
+    start: str
+
+    def record(self, where: str, **rcs: int | None) -> dict[str, Any]:
+        return {"stop": self.stop, "start": self.start, **rcs, "where": where}
+
+
+@contextlib.contextmanager
+def hold(target: Target, room: CleanRoom | None, run: RunFolder) -> Iterator[None]:
+    """Stop the host's server on `target` for the body and always start it again."""
+    if room is None:
+        yield
+        return
+    r = target.run(room.stop, timeout=300)
+    run.add_results(clean_room=room.record("lab", stop_rc=r.exited))
+    if not r.ok:
+        raise CleanRoomError(f"clean-room stop command failed ({r.exited}): {room.stop}\n{r.stderr.strip()}")
+    try:
+        yield
+    finally:
+        again = target.run(room.start, timeout=300)
+        run.add_results(clean_room=room.record("lab", stop_rc=r.exited, start_rc=again.exited))
+        if not again.ok:
+            Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {room.start}")
+
+
+def wrap(cmd: str, room: CleanRoom) -> str:
+    """`cmd` in a clean room held by the host's shell: stop first (its failure aborts, cmd never runs), start
+    again however cmd ends (a hang-up included: trap HUP exits, the EXIT trap restarts). Prints the rc lines
+    `parse` reads."""
+    start = f"{{ {room.start} ; }}; echo '{MARK} start rc='$? >&2"
+    script = (f"{{ {room.stop} ; }}; rc=$?; echo '{MARK} stop rc='$rc >&2; [ $rc -eq 0 ] || exit 1; "
+              f"trap {shlex.quote(start)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; {cmd}")  # fmt: skip
+    return f"bash -c {shlex.quote(script)}"
+
+
+def parse(output: str, room: CleanRoom, where: str) -> dict[str, Any]:
+    """The record of a wrapped command, from its output (stop_rc/start_rc None when it never got there)."""
+    rcs: dict[str, int | None] = {"stop_rc": None, "start_rc": None}
+    for which, rc in re.findall(rf"{MARK} (stop|start) rc=(\d+)", output):
+        rcs[f"{which}_rc"] = int(rc)
+    return room.record(where, **rcs)
