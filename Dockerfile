@@ -67,7 +67,7 @@ ARG LAB_ENGINE__NATIVE=true
 ENV LAB_ENGINE__SOURCE_MODE=${LAB_ENGINE__SOURCE_MODE} \
     LAB_ENGINE__NATIVE=${LAB_ENGINE__NATIVE}
 COPY patches/ patches/
-COPY lab/__init__.py lab/settings.py lab/
+COPY lab/__init__.py lab/settings.py lab/errors.py lab/
 COPY lab/engine/__init__.py lab/engine/source.py lab/engine/build.py lab/engine/
 RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/.cache/pip \
     case "$LAB_ENGINE__SOURCE_MODE" in \
@@ -83,7 +83,8 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} +
 
 # 5. The tiny model and its vision projector (deterministic; keyed by the writers' sources).
-COPY lab/engine/models.py lab/engine/tinymodel.py lab/engine/tinyvision.py lab/engine/
+COPY lab/engine/models.py lab/engine/gguf_io.py lab/engine/tinymodel.py lab/engine/tinyarchs.py \
+     lab/engine/tinyvocab.py lab/engine/tinyemit.py lab/engine/tinyvision.py lab/engine/
 RUN umask 0000 \
  && python -c 'if 1: \
       from lab.settings import load_settings; from lab.engine.source import prepare_source; \
