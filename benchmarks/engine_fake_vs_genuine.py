@@ -23,8 +23,9 @@ from lab.engine.build import build_engine
 from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
-from lab.experiments.fakeprefix import paired_ratio
+from lab.schemas import Interval
 from lab.settings import ServerSettings, load_settings
+from lab.stats import paired_ratio
 
 
 def ints(s: str) -> list[int]:
@@ -51,7 +52,7 @@ def main() -> int:
 
     log = Path(tempfile.mkdtemp(prefix="bench-")) / "server.log"
     failures: list[str] = []
-    table = Table(title=f"fake vs genuine vs baseline: median prompt_ms of {args.reps}; ratios: median of paired reps")
+    table = Table(title=f"fake vs genuine vs baseline: median prompt_ms of {args.reps}; paired ratios [95% interval]")
     for col in ("L", "new", "baseline ms", "fake ms", "genuine ms", "fake/baseline", "fake/genuine"):
         table.add_column(col, justify="right")
     fab = Table(title="fabrication cost inside prompt_ms (fake_ms, median; goal <= 50 ns/position)")
@@ -75,7 +76,8 @@ def main() -> int:
                             continue
                         ms[arm][rep] = r.timings.prompt_ms
                 med = {a: statistics.median(v.values()) if v else float("nan") for a, v in ms.items()}
-                vs_base, vs_gen = paired_ratio(ms["fake"], ms["baseline"]), paired_ratio(ms["fake"], ms["genuine"])
+                vs_base = paired_ratio(ms["fake"], ms["baseline"], key=f"L{L}n{new}/base")
+                vs_gen = paired_ratio(ms["fake"], ms["genuine"], key=f"L{L}n{new}/gen")
                 table.add_row(
                     str(L), str(new),
                     f"{med['baseline']:.1f}", f"{med['fake']:.1f}", f"{med['genuine']:.1f}",
@@ -102,8 +104,8 @@ def main() -> int:
     return 1 if failures else 0
 
 
-def _ratio(r: float | None) -> str:
-    return "-" if r is None else f"{r + 1:.3f}"
+def _ratio(r: Interval | None) -> str:
+    return "-" if r is None else r.fmt()
 
 
 def _fake_ms(client: ContractClient, tokens: list[int], L: int, failures: list[str]) -> float:

@@ -149,21 +149,45 @@ def sweep(
         str | None, typer.Option("--images", help="screenshot axis: none and/or WxH, e.g. none,320x200,640x400")
     ] = None,
     mmproj: Annotated[Path | None, typer.Option("--mmproj", help="vision projector (default: the tiny one)")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="samples per arm and point")] = None,
+    reps: Annotated[int | None, typer.Option("--reps", help="fixed reps per point (sets min = max)")] = None,
+    min_reps: Annotated[int | None, typer.Option("--min-reps", help="reps every point gets (default 5)")] = None,
+    max_reps: Annotated[int | None, typer.Option("--max-reps", help="reps a point may get to decide")] = None,
+    target: Annotated[
+        float | None, typer.Option("--target", help="stop at this fake/genuine half-width, e.g. 0.03")
+    ] = None,
+    arms: Annotated[
+        str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,estimate")
+    ] = None,
+    baseline_reps: Annotated[
+        int | None, typer.Option("--baseline-reps", help="at most this many baseline samples per point")
+    ] = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
 ) -> None:
-    """Live sweep over L x new: baseline, fake and genuine hit, against opt_prefill = new / prefill_tps(L)."""
+    """Live sweep over L x new: baseline, fake and genuine hit, against opt_prefill = new / prefill_tps(L).
+
+    Each point gets interleaved reps until its verdicts (fake vs genuine, fake vs estimate: agree, disagree or
+    undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps."""
     from lab.experiments.fakeprefix import run_sweep
 
     s = _settings(
         model=model,
         runs_dir=runs_dir,
         mmproj=mmproj,
-        sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps, "images": _str_list(images)},
+        sweep={
+            "Ls": _int_list(Ls),
+            "news": _int_list(news),
+            "reps": reps,
+            "images": _str_list(images),
+            "min_reps": min_reps,
+            "max_reps": max_reps,
+            "target": target,
+            "arms": _str_list(arms),
+            "baseline_reps": baseline_reps,
+        },
         server={"threads": threads, "ctx_size": ctx_size},
     )
     typer.echo(str(run_sweep(s, resume=_resolve(resume, s.runs_dir)).path))

@@ -11,6 +11,28 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 ArmName = Literal["baseline", "fake", "genuine"]
+Verdict = Literal["agree", "disagree", "undecided"]
+
+
+class Interval(BaseModel):
+    """A point estimate with its 95% interval (lab.stats), and how many samples (or pairs) it rests on."""
+
+    value: float
+    lo: float
+    hi: float
+    n: int = Field(ge=1)
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, relative to the estimate (0.03: +-3%)."""
+        return (self.hi - self.lo) / 2 / abs(self.value) if self.value else float("inf")
+
+    def fmt(self, pct: bool = False, digits: int = 3) -> str:
+        """`1.012 [0.998, 1.027]`, or with pct=True, as a change: `+1.2% [-0.2%, +2.7%]`."""
+        if pct:
+            return f"{self.value - 1:+.1%} [{self.lo - 1:+.1%}, {self.hi - 1:+.1%}]"
+        return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
 
 # Where prefill time goes, per profiled graph node (lab.experiments.bands sorts nodes into these):
 Band = Literal["ffn_moe", "attn_core", "proj", "gdn", "other"]
@@ -63,6 +85,8 @@ class PrefillTps(BaseModel):
 
 class ArmStats(BaseModel):
     median_ms: float | None = None
+    median_lo_ms: float | None = Field(default=None, description="the median's 95% interval, low end")
+    median_hi_ms: float | None = Field(default=None, description="the median's 95% interval, high end")
     min_ms: float | None = None
     max_ms: float | None = None
     n_ok: int = 0
@@ -85,12 +109,21 @@ class SweepPoint(BaseModel):
     fake_vs_estimate: float | None = Field(default=None, description="median over reps of fake / estimate - 1")
     fake_vs_genuine: float | None = Field(default=None, description="median over reps of fake / genuine - 1")
     fake_vs_baseline: float | None = Field(default=None, description="median over reps of fake / baseline")
+    fake_vs_estimate_ci: Interval | None = Field(default=None, description="fake / estimate, paired by rep")
+    fake_vs_genuine_ci: Interval | None = Field(default=None, description="fake / genuine, paired by rep")
+    fake_vs_baseline_ci: Interval | None = Field(default=None, description="fake / baseline, paired by rep")
+    genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
+    estimate_verdict: Verdict = Field(default="undecided", description="fake / estimate within 1 +- tolerance?")
+    reps: int = Field(default=0, description="interleaved reps measured at this point")
+    reps_to_decide: int | None = Field(default=None, description="undecided: about how many reps would decide")
     diagnostics: list[str] = Field(default_factory=list)
     image: str | None = Field(default=None, description="screenshot size WxH; None: a text-only step")
     image_tokens: int | None = Field(default=None, description="prompt tokens of the image (nx*ny + 2 markers)")
     image_positions: int | None = Field(default=None, description="positions it advances: L counts cells, not these")
     encode_ms: float | None = Field(default=None, description="median vision encode ms of the fake arm")
     lm_ms: float | None = Field(default=None, description="median fake prompt_ms - encode_ms: the LM part")
+    encode_ci: Interval | None = Field(default=None, description="the fake arm's vision encode ms")
+    lm_ci: Interval | None = Field(default=None, description="the fake arm's LM part (prompt_ms - encode_ms)")
 
 
 class TraceStep(BaseModel):

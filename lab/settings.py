@@ -55,14 +55,27 @@ class ServerSettings(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
 
 
+SweepArm = Literal["baseline", "fake", "genuine", "estimate"]
+
+
 class SweepSettings(BaseModel):
-    """The fake-prefix sweep grid: every (L, new) point, all three arms, interleaved."""
+    """The fake-prefix sweep grid: every (L, new) point, the arms interleaved rep after rep, each point until
+    its verdicts are decided (min_reps..max_reps)."""
 
     Ls: list[int] = Field(default=[512, 1024, 2048, 4096], min_length=1, description="fake prefix lengths")
     news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
-    reps: int = Field(default=5, ge=1, le=100, description="samples per arm and point")
+    reps: int | None = Field(default=None, ge=1, le=100, description="fixed reps per point (min = max = reps)")
+    min_reps: int = Field(default=5, ge=2, le=200, description="reps every point gets")
+    max_reps: int = Field(default=12, ge=2, le=200, description="reps a point may get to decide its verdicts")
+    target: float = Field(default=0.03, gt=0, lt=1, description="stop at this half-width of fake/genuine")
+    arms: list[SweepArm] = Field(
+        default=["baseline", "fake", "genuine", "estimate"], description="what each rep measures (fake always)"
+    )
+    baseline_reps: int | None = Field(
+        default=None, ge=1, description="at most this many baseline samples per point (slow at large L)"
+    )
     bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench -r inside each interleaved sample")
-    tolerance: float = Field(default=0.05, gt=0, lt=1, description="agreement tolerance for diagnostics")
+    tolerance: float = Field(default=0.05, gt=0, lt=1, description="verdicts: agree within 1 +- tolerance")
     seed: int = 0
     images: list[str] = Field(
         default=["none"], description="screenshot in the new part: none (text only) and/or sizes WxH, e.g. 640x400"
@@ -84,6 +97,17 @@ class SweepSettings(BaseModel):
         if bad:
             raise ValueError(f"must be positive integers, got {bad}")
         return sorted(set(v))
+
+    @model_validator(mode="after")
+    def _reps(self) -> SweepSettings:
+        if self.reps is not None:  # a fixed count: every point gets exactly `reps`
+            self.min_reps = self.max_reps = self.reps
+        if self.min_reps > self.max_reps:
+            raise ValueError(f"sweep.min_reps ({self.min_reps}) > sweep.max_reps ({self.max_reps})")
+        if "fake" not in self.arms:
+            raise ValueError("sweep.arms must include fake (the arm the sweep is about)")
+        self.arms = [a for a in ("baseline", "fake", "genuine", "estimate") if a in self.arms]
+        return self
 
 
 class ProfileSettings(BaseModel):

@@ -24,8 +24,8 @@ LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO)
+def lab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def start(*args: str) -> subprocess.Popen[str]:
@@ -78,6 +78,13 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         assert p.fake.n_ok == 2 and p.genuine.n_ok == 2 and p.baseline.n_ok == 2, p
         assert p.opt_prefill_ms == pytest.approx(32 / p.prefill_tps * 1e3)
         assert p.fake_vs_estimate is not None and p.fake_vs_genuine is not None
+        # every ratio carries its interval, and the verdicts come from the intervals
+        ci = p.fake_vs_genuine_ci
+        assert ci is not None and ci.n == 2 and ci.lo <= ci.value <= ci.hi
+        assert ci.value - 1 == pytest.approx(p.fake_vs_genuine) and p.reps == 2
+        assert p.fake_vs_estimate_ci is not None and p.fake_vs_baseline_ci is not None
+        assert p.fake.median_lo_ms is not None and p.fake.median_lo_ms <= p.fake.median_ms <= p.fake.median_hi_ms
+        assert p.genuine_verdict in ("agree", "disagree", "undecided")
         assert p.n_kv_padded == (p.L + 32 + 255) // 256 * 256
         assert p.measurable == (p.L >= 256)
     assert any("below the 256-column floor" in d for d in points[0].diagnostics)
@@ -193,3 +200,22 @@ def test_sweep_image_axis(tmp_path: Path) -> None:
     assert (fake.cache_n, fake.prompt_n) == (512, 62 + 16) and fake.encode_ms is not None
     base = next(s for s in samples if s.arm == "baseline")
     assert base.prompt_n == 512 + 62 + 16 and base.encode_ms is not None  # the baseline includes the encode
+
+
+def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
+    """A point keeps getting reps until its verdicts are decided and fake/genuine is as narrow as the target:
+    an unreachable target runs every point to max_reps; a loose one stops at min_reps."""
+    runs = tmp_path / "runs"
+    r = lab("sweep", "--Ls", "512", "--news", "16", "--min-reps", "2", "--max-reps", "4", "--target", "0.000001",
+            "--arms", "fake,genuine", "--runs-dir", str(runs / "a"))  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    (point,) = only_run(runs / "a").read(POINTS, SweepPoint)
+    assert point.reps == 4 and point.baseline.n_ok == 0 and point.opt_prefill_ms is None  # arms chosen
+    assert "fake vs genuine hit:" in r.stdout
+    r = lab("sweep", "--Ls", "512", "--news", "16", "--min-reps", "3", "--max-reps", "9", "--target", "0.9",
+            "--arms", "fake,genuine", "--runs-dir", str(runs / "b"), env={"LAB_SWEEP__TOLERANCE": "0.9"})  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    (point,) = only_run(runs / "b").read(POINTS, SweepPoint)
+    assert point.reps == 3 and point.genuine_verdict == "agree", point
+    samples = only_run(runs / "b").read(SAMPLES, SweepSample)
+    assert {s.arm for s in samples} == {"fake", "genuine"} and len(samples) == 6

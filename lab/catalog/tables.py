@@ -7,6 +7,7 @@ data such as per-depth maps become JSON strings), plus `run_id`. Readers get the
 from __future__ import annotations
 
 import json
+import typing
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -88,15 +89,23 @@ class RunRecord(BaseModel):
     nodes_path: str = Field(default="", description="profile runs: the per-node Parquet dump, relative path")
 
 
+def nested_model(ann: Any) -> type[BaseModel] | None:
+    """The model of a field typed `Model` or `Model | None` (flattened into columns), else None."""
+    for t in (ann, *typing.get_args(ann)):
+        if isinstance(t, type) and issubclass(t, BaseModel):
+            return t
+    return None
+
+
 def flatten(row: BaseModel) -> dict[str, Any]:
-    """One catalog row: nested models flattened with `_`, data-keyed dicts as JSON text."""
+    """One catalog row: nested models flattened with `_` (all None when an optional one is absent),
+    data-keyed dicts as JSON text."""
     out: dict[str, Any] = {}
     for key, value in row.model_dump(mode="json").items():
-        field = type(row).model_fields[key]
-        ann = field.annotation
-        if isinstance(value, dict) and isinstance(ann, type) and issubclass(ann, BaseModel):
-            for k, v in value.items():
-                out[f"{key}_{k}"] = v
+        model = nested_model(type(row).model_fields[key].annotation)
+        if model is not None:
+            for k in model.model_fields:
+                out[f"{key}_{k}"] = value.get(k) if isinstance(value, dict) else None
         elif isinstance(value, dict):
             out[key] = json.dumps(value, sort_keys=True)
         else:
@@ -108,11 +117,8 @@ def columns(schema: type[BaseModel]) -> list[str]:
     """The catalog columns of a row schema (what `flatten` produces), so an empty table still has them."""
     cols = ["run_id"]
     for key, f in schema.model_fields.items():
-        ann = f.annotation
-        if isinstance(ann, type) and issubclass(ann, BaseModel):
-            cols += [f"{key}_{k}" for k in ann.model_fields]
-        else:
-            cols.append(key)
+        model = nested_model(f.annotation)
+        cols += [f"{key}_{k}" for k in model.model_fields] if model is not None else [key]
     return cols
 
 

@@ -8,6 +8,7 @@ point is done, so an interrupted sweep resumes with no duplicated or lost point.
 from __future__ import annotations
 
 import statistics
+import time
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -24,8 +25,9 @@ from lab.errors import LabError
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.runs import RunFolder, utc_now
-from lab.schemas import KV_PAD, ArmStats, PrefillTps, SweepPoint, SweepSample, ggml_pad
+from lab.schemas import KV_PAD, ArmStats, Interval, PrefillTps, SweepPoint, SweepSample, ggml_pad
 from lab.settings import ServerSettings, Settings, SweepSettings
+from lab.stats import median_interval, paired_ratio, reps_to_decide, verdict
 
 SAMPLES, POINTS, TPS = "samples", "points", "prefill_tps"
 
@@ -88,35 +90,36 @@ def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None 
     )
 
 
-def arm_stats(samples: list[SweepSample], arm: str) -> ArmStats:
+def arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
     ms = [s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms is not None]
     failed = sum(1 for s in samples if s.arm == arm and not s.ok)
-    if not ms:
+    iv = median_interval(ms, key=f"{key}/{arm}")
+    if iv is None:
         return ArmStats(n_failed=failed)
-    return ArmStats(median_ms=statistics.median(ms), min_ms=min(ms), max_ms=max(ms), n_ok=len(ms), n_failed=failed)
-
-
-def paired_ratio(a: dict[int, float], b: dict[int, float]) -> float | None:
-    """Median over reps of a[rep] / b[rep] - 1: each ratio pairs samples taken back to back, so drift on a
-    shared machine (which moves whole reps) cancels."""
-    ratios = [a[r] / b[r] for r in a.keys() & b.keys() if b[r] > 0]
-    return statistics.median(ratios) - 1 if ratios else None
+    return ArmStats(median_ms=iv.value, median_lo_ms=iv.lo, median_hi_ms=iv.hi, min_ms=min(ms), max_ms=max(ms),
+                    n_ok=len(ms), n_failed=failed)  # fmt: skip
 
 
 def summarize_point(
     p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float, geom: ImageGeometry | None = None
 ) -> SweepPoint:
-    stats = {arm: arm_stats(samples, arm) for arm in ARMS}
+    stats = {arm: arm_stats(samples, arm, p.id) for arm in ARMS}
     by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
     # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
     encode = {s.rep: s.encode_ms for s in samples if s.arm == "fake" and s.ok and s.encode_ms is not None}
     est_by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in tps if t.rep is not None}
     bench_ms = statistics.median(t.avg_ms for t in tps) if tps else None
-    encode_ms = statistics.median(encode.values()) if encode else None
     only_new = tps[0].chunk if tps else p.new  # image steps: image tokens + text tokens
-    base = by_rep["baseline"]
     img = image_counts(p, geom)
-    fake_ms = stats["fake"].median_ms
+    encode_ci = median_interval(list(encode.values()), key=f"{p.id}/encode")
+    lm = [by_rep["fake"][r] - e for r, e in encode.items() if r in by_rep["fake"]]
+    lm_ci = median_interval(lm, key=f"{p.id}/lm")
+    vs_est = paired_ratio(by_rep["fake"], est_by_rep, key=f"{p.id}/fake/estimate")
+    vs_gen = paired_ratio(by_rep["fake"], by_rep["genuine"], key=f"{p.id}/fake/genuine")
+    vs_base = paired_ratio(by_rep["fake"], by_rep["baseline"], key=f"{p.id}/fake/baseline")
+    verdicts = {"genuine": verdict(vs_gen, tol), "estimate": verdict(vs_est, tol)}
+    undecided = [reps_to_decide(iv, tol) for iv, v in ((vs_gen, verdicts["genuine"]), (vs_est, verdicts["estimate"]))
+                 if v == "undecided"]  # fmt: skip
     point = SweepPoint(
         point=p.id,
         L=p.L,
@@ -124,16 +127,25 @@ def summarize_point(
         image=p.image,
         image_tokens=img[0],
         image_positions=img[1],
-        encode_ms=encode_ms,
-        lm_ms=fake_ms - encode_ms if fake_ms is not None and encode_ms is not None else None,
+        encode_ms=encode_ci.value if encode_ci else None,
+        lm_ms=lm_ci.value if lm_ci else None,
+        encode_ci=encode_ci,
+        lm_ci=lm_ci,
         n_kv_padded=ggml_pad(p.L + only_new),
         measurable=p.L >= KV_PAD,
         prefill_tps=only_new / bench_ms * 1e3 if bench_ms else None,
         # only_new / prefill_tps(L) = the chunk's time at depth L (+ the encode for an image step)
-        opt_prefill_ms=bench_ms + (encode_ms or 0.0) if bench_ms is not None else None,
-        fake_vs_estimate=paired_ratio(by_rep["fake"], est_by_rep),
-        fake_vs_genuine=paired_ratio(by_rep["fake"], by_rep["genuine"]),
-        fake_vs_baseline=(r + 1 if (r := paired_ratio(by_rep["fake"], base)) is not None else None),
+        opt_prefill_ms=bench_ms + (encode_ci.value if encode_ci else 0.0) if bench_ms is not None else None,
+        fake_vs_estimate=vs_est.value - 1 if vs_est else None,
+        fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
+        fake_vs_baseline=vs_base.value if vs_base else None,
+        fake_vs_estimate_ci=vs_est,
+        fake_vs_genuine_ci=vs_gen,
+        fake_vs_baseline_ci=vs_base,
+        genuine_verdict=verdicts["genuine"],
+        estimate_verdict=verdicts["estimate"],
+        reps=len({s.rep for s in samples} | {t.rep for t in tps if t.rep is not None}),
+        reps_to_decide=max((n for n in undecided if n is not None), default=None),
         baseline=stats["baseline"],
         fake=stats["fake"],
         genuine=stats["genuine"],
@@ -142,49 +154,70 @@ def summarize_point(
     return point
 
 
+def decided(point: SweepPoint, sw: SweepSettings) -> bool:
+    """Whether a point needs no more reps: the verdicts of what is measured are decided, and the fake/genuine
+    interval is as narrow as `sw.target`."""
+    if "genuine" in sw.arms:
+        iv = point.fake_vs_genuine_ci
+        if point.genuine_verdict == "undecided" or iv is None or iv.half_width > sw.target:
+            return False
+    return not ("estimate" in sw.arms and point.estimate_verdict == "undecided")
+
+
 def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]:
-    """The seed's checks (§6.3), attached to a point whose fake time disagrees with the estimate."""
+    """Notes on a point: the checks to make where a verdict is `disagree` (what to look at when the fabricated
+    prefix does not do a cache hit's work), how many reps would decide an `undecided` one, and facts (the
+    256-column floor, failed samples)."""
     out: list[str] = []
     if not p.measurable:
         out.append(f"L={p.L} is below the {KV_PAD}-column floor: attention reads {p.n_kv_padded} columns anyway")
     failed = [s.reason for s in samples if not s.ok]
     if failed:
         out.append(f"{len(failed)} failed sample(s), excluded: {failed[0]}")
-    err = p.fake_vs_estimate
-    if err is not None and err > tol:
-        prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
-        only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
+    only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
+    prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
+    est, gen = p.fake_vs_estimate_ci, p.fake_vs_genuine_ci
+    if p.estimate_verdict == "disagree" and est is not None and est.value > 1:
         if prompt_ns != [only_new]:
-            out.append(
-                f"measured {err:+.1%} above the estimate and prompt_n {prompt_ns} != only_new {only_new}: "
-                "the only-new branch did not fire"
-            )
+            out.append(f"fake {est.fmt(pct=True)} vs the estimate, and prompt_n {prompt_ns} != only_new {only_new}: "
+                       "the only-new branch did not fire")  # fmt: skip
         else:
-            out.append(
-                f"measured {err:+.1%} above the estimate although prompt_n == only_new: per-request server "
-                "overhead or machine noise (compare fake/genuine, which shares the overhead)"
-            )
-    if err is not None and err < -tol:
-        out.append(
-            f"measured {err:+.1%} below the estimate: check that both memory children report seq_pos_max == L-1 "
-            f"(the hybrid takes the min) and that the attended KV is padded to {p.n_kv_padded} >= L+new"
-        )
+            out.append(f"fake {est.fmt(pct=True)} vs the estimate although prompt_n == only_new: per-request "
+                       "server overhead (compare fake/genuine, which shares it)")  # fmt: skip
+    if p.estimate_verdict == "disagree" and est is not None and est.value < 1:
+        out.append(f"fake {est.fmt(pct=True)} vs the estimate: check that both memory children report "
+                   f"seq_pos_max == L-1 (the hybrid takes the min) and that the attended KV is padded to "
+                   f"{p.n_kv_padded} >= L+new")  # fmt: skip
+    if p.genuine_verdict == "disagree" and gen is not None:
+        out.append(f"fake {gen.fmt(pct=True)} vs the genuine hit: the fabricated prefix does not do the hit's work; "
+                   f"check prompt_n {prompt_ns} == {only_new}, both children's seq_pos_max == L-1, and the padded "
+                   f"n_kv {p.n_kv_padded}")  # fmt: skip
+    for name, iv, v in (("fake/genuine", gen, p.genuine_verdict), ("fake/estimate", est, p.estimate_verdict)):
+        if v == "undecided" and iv is not None:
+            more = reps_to_decide(iv, tol)
+            if more is None:
+                hint = "it sits on the bound: no number of reps decides it at this tolerance"
+            elif more > 1000:
+                hint = "far too noisy to decide at this tolerance (over 1000 reps); check the host's noise figures"
+            else:
+                hint = f"about {more} reps would likely decide it"
+            out.append(f"{name} {iv.fmt(pct=True)} straddles 1 +- {tol:.0%} after {iv.n} reps: {hint}")
     return out
 
 
 def measure_point(
     client: ContractClient,
     p: GridPoint,
-    reps: int,
-    seed: int,
+    sw: SweepSettings,
     n_vocab: int,
     bench: Callable[[GridPoint, int], PrefillTps],
     on_sample: Callable[[], None],
     geom: ImageGeometry | None = None,
-) -> tuple[list[SweepSample], list[PrefillTps]]:
-    """All arms and the llama-bench estimate x reps for one point, interleaved in a rotating order (no arm
-    always goes first; drift on a shared machine hits every arm and the estimate alike)."""
-    base_seed = seed * 1_000_003 + p.L
+) -> tuple[list[SweepSample], list[PrefillTps], SweepPoint]:
+    """The arms and the llama-bench estimate of one point, one interleaved rep after another in a rotating order
+    (no arm always goes first; drift on a shared machine hits every arm and the estimate alike), until the
+    point is decided (after at least min_reps) or max_reps is reached."""
+    base_seed = sw.seed * 1_000_003 + p.L
     if p.image:
         assert geom is not None
         step = synthetic_image_step(client.srv, geom, p.L, p.new, p.size, base_seed + p.new)
@@ -193,9 +226,13 @@ def measure_point(
         step = text_step(prefix, filler_tokens(p.new, seed=base_seed + p.new + 1, n_vocab=n_vocab))
     samples: list[SweepSample] = []
     tps: list[PrefillTps] = []
-    slots: tuple[Arm | None, ...] = (*ARMS, None)  # None: the llama-bench estimate sample
-    for rep in range(reps):
+    slots: list[Arm | None] = [a for a in ARMS if a in sw.arms]
+    if "estimate" in sw.arms:
+        slots.append(None)  # None: the llama-bench estimate sample
+    for rep in range(sw.max_reps):
         for arm in slots[rep % len(slots) :] + slots[: rep % len(slots)]:
+            if arm == "baseline" and sw.baseline_reps is not None and rep >= sw.baseline_reps:
+                continue
             if arm is None:
                 tps.append(bench(p, rep))
             else:
@@ -208,7 +245,10 @@ def measure_point(
                     )
                 samples.append(sample_row(p, rep, r, geom))
             on_sample()
-    return samples, tps
+        point = summarize_point(p, samples, tps, sw.tolerance, geom)
+        if rep + 1 >= sw.min_reps and decided(point, sw):
+            break
+    return samples, tps, point
 
 
 class ServerCrashed(LabError):
@@ -281,20 +321,21 @@ class Sweep(Experiment):
                 sess.record_server(srv)
                 client = ContractClient(srv)
                 n_vocab = srv.n_vocab()
-                task = progress.add_task("sweep", total=len(todo) * params.reps * (len(ARMS) + 1))
-                for p in todo:
+                per_rep = len(params.arms)
+                task = progress.add_task("sweep", total=len(todo) * params.min_reps * per_rep)
+                for i, p in enumerate(todo):
                     progress.update(task, description=f"L={p.L} new={p.new}" + (f" img={p.image}" if p.image else ""))
-                    samples, tps = measure_point(
-                        client,
-                        p,
-                        params.reps,
-                        params.seed,
-                        n_vocab,
-                        bench,
-                        lambda: progress.advance(task),
-                        self.geometry,
+                    started = time.monotonic()
+                    samples, tps, point = measure_point(
+                        client, p, params, n_vocab, bench, lambda: progress.advance(task), self.geometry
                     )
-                    point = summarize_point(p, samples, tps, params.tolerance, self.geometry)
+                    extra_samples = (point.reps - params.min_reps) * per_rep  # adaptive reps beyond the plan
+                    progress.update(task, total=(progress.tasks[0].total or 0) + extra_samples)
+                    if i == 0 and len(todo) > 1:
+                        took = time.monotonic() - started
+                        eta = took * (len(todo) - 1) / 60
+                        console.print(f"first point: {took:.1f} s; the other {len(todo) - 1} take about "
+                                      f"{eta:.1f} min more (longer if they need more reps)")  # fmt: skip
                     run.append(SAMPLES, samples)
                     run.append(TPS, tps)
                     run.append(POINTS, [point])
@@ -314,31 +355,51 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _pct(v: float | None) -> str:
-    return "-" if v is None else f"{v:+.1%}"
+def _arm(a: ArmStats) -> str:
+    """`12.3 [11.9-12.8]`: the median ms and its 95% interval."""
+    if a.median_ms is None:
+        return "-"
+    if a.median_lo_ms is None or a.median_hi_ms is None or a.n_ok < 2:
+        return f"{a.median_ms:.1f}"
+    return f"{a.median_ms:.1f} [{a.median_lo_ms:.1f}-{a.median_hi_ms:.1f}]"
+
+
+VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
+
+
+def _ratio(iv: Interval | None, v: str) -> str:
+    if iv is None:
+        return "-"
+    return f"{iv.fmt(pct=True)} [{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]"
 
 
 def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
-    t = Table(title="fake-prefix sweep: median prompt_ms per arm vs opt_prefill = only_new / prefill_tps(L) + encode")
+    t = Table(
+        title="fake-prefix sweep: median prompt_ms per arm [95% interval] vs the estimate only_new / prefill_tps(L)"
+        " + encode; ratios paired by rep, with their interval and verdict"
+    )
     images = any(p.image for p in points)
     cols = ("L", "new", *(("image", "img tok", "encode") if images else ()), "baseline", "fake", "genuine", "estimate")
-    for col in (*cols, "fake/est-1", "fake/gen-1", "note"):
+    for col in (*cols, "fake/estimate - 1", "fake/genuine - 1", "reps", "note"):
         t.add_column(col, justify="right")
     for p in points:
         img = (p.image or "-", str(p.image_tokens or "-"), _ms(p.encode_ms)) if images else ()
         t.add_row(
             str(p.L), str(p.new), *img,
-            _ms(p.baseline.median_ms), _ms(p.fake.median_ms), _ms(p.genuine.median_ms), _ms(p.opt_prefill_ms),
-            _pct(p.fake_vs_estimate), _pct(p.fake_vs_genuine),
-            f"[{notes[p.point]}]" if p.point in notes else "",
+            _arm(p.baseline), _arm(p.fake), _arm(p.genuine), _ms(p.opt_prefill_ms),
+            _ratio(p.fake_vs_estimate_ci, p.estimate_verdict), _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
+            str(p.reps), f"[{notes[p.point]}]" if p.point in notes else "",
         )  # fmt: skip
     return t
 
 
 def print_summary(console: Console, points: list[SweepPoint]) -> None:
-    """The table, then each point's diagnostics under its note number."""
+    """The table, then each point's notes under its number, then the verdict counts."""
     noted = [p for p in points if p.diagnostics]
     console.print(summary_table(points, {p.point: i for i, p in enumerate(noted, start=1)}))
     for i, p in enumerate(noted, start=1):
         for d in p.diagnostics:
             console.print(f"[{i}] L={p.L} new={p.new}: {d}", highlight=False)
+    for name, attr in (("fake vs genuine hit", "genuine_verdict"), ("fake vs estimate", "estimate_verdict")):
+        counts = {v: sum(getattr(p, attr) == v for p in points) for v in VERDICT_STYLE}
+        console.print(f"{name}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n), highlight=False)
