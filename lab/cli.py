@@ -441,9 +441,14 @@ def compare(
     run_a: Annotated[str, typer.Argument(help="baseline run (id or path)")],
     run_b: Annotated[str, typer.Argument(help="run to compare with it")],
     as_report: Annotated[bool, typer.Option("--report", help="also write compare_<a>_vs_<b>.* to reports/")] = False,
+    fail_above: Annotated[
+        float | None,
+        typer.Option("--fail-above", metavar="PCT", help="exit 1 when B is significantly slower than A by PCT %"),
+    ] = None,
     runs_dir: RunsDir = None,
 ) -> None:
-    """Two sweep or two profile runs side by side, with B/A ratios (the same rows as the --report heatmap)."""
+    """Two sweep or two profile runs side by side: B/A per point with its 95% interval (from both runs'
+    samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
     from rich.console import Console
 
     from lab.catalog.compare import compare_runs
@@ -451,9 +456,17 @@ def compare(
 
     s = _settings(runs_dir=runs_dir)
     c = compare_runs(_resolve(run_a, s.runs_dir).path, _resolve(run_b, s.runs_dir).path)
-    Console().print(compare_table(c, s.report.tolerance))
+    Console().print(compare_table(c))
     if as_report:
         from lab.reports import render_compare
 
         for p in render_compare(c, s.reports_dir, s.report):
             typer.echo(str(p))
+    if fail_above is not None:
+        slow = c.slowdowns(fail_above)
+        for r in slow:
+            assert r.ci is not None
+            typer.secho(f"significant slowdown: {r.metric} geomean B/A {r.ci.fmt()} > {1 + fail_above / 100:.3f}",
+                        fg="red", err=True)  # fmt: skip
+        if slow:
+            raise typer.Exit(1)

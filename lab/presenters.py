@@ -9,7 +9,7 @@ from typing import Any
 
 from rich.table import Column, Table
 
-from lab.catalog.compare import Comparison
+from lab.catalog.compare import CompareRow, Comparison
 from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs, run_record
 from lab.catalog.tables import SPECS
 from lab.engine.build import EngineInfo
@@ -55,12 +55,21 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def compare_table(c: Comparison, tolerance: float) -> Table:
-    """B/A per key and metric; ratios beyond `tolerance` red (slower) or green (faster)."""
-    t = Table(*c.keys, "metric", "A", "B", "B/A", title=f"A = {c.run_a}\nB = {c.run_b}")
+def _ratio_cell(r: CompareRow) -> str:
+    if r.ci is None:
+        return "-" if r.ratio is None else f"{r.ratio:.3f}"
+    if not r.significant:
+        return f"[dim]{r.ci.fmt()} within noise[/dim]"
+    style = "red" if r.ci.value > 1 else "green"
+    return f"[{style}]{r.ci.fmt()} {'slower' if r.ci.value > 1 else 'faster'}[/{style}]"
+
+
+def compare_table(c: Comparison) -> Table:
+    """B/A per key and metric with its 95% interval from both runs' samples: significant slowdowns red,
+    speedups green, the rest marked within noise; then the geometric mean over the grid per metric."""
+    t = Table(*c.keys, "metric", "A", "B", "B/A [95%]", title=f"A = {c.run_a}\nB = {c.run_b}")
     for r in c.rows:
-        ratio = r.ratio
-        style = "" if ratio is None or abs(ratio - 1) <= tolerance else ("red" if ratio > 1 else "green")
-        cell = "-" if ratio is None else (f"[{style}]{ratio:.3f}[/{style}]" if style else f"{ratio:.3f}")
-        t.add_row(*(_fmt(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), cell)
+        t.add_row(*(_fmt(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), _ratio_cell(r))
+    for r in c.summary:
+        t.add_row("geomean", *[""] * (len(c.keys) - 1), r.metric, "", "", _ratio_cell(r), end_section=False)
     return t

@@ -5,14 +5,15 @@ per depth, for profiles. Rows come from run folders or from the catalog tables: 
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
 from lab.catalog.ingest import read_manifest, read_spec
 from lab.catalog.tables import SPEC_BY_NAME, load_table
 from lab.errors import LabError
-from lab.schemas import BANDS
+from lab.schemas import BANDS, Interval
+from lab.stats import geomean_ratio, unpaired_draws, unpaired_ratio
 
 
 class CompareError(LabError):
@@ -24,7 +25,8 @@ TOTAL_BAND = "all bands (FUSED chunk)"
 
 @dataclass(frozen=True)
 class Kind:
-    table: str
+    table: str  # the rows compared
+    samples: tuple[str, ...]  # the tables of the samples behind them (for the intervals)
     keys: tuple[str, ...]
     metrics: dict[str, str]  # column -> what it is called in charts
 
@@ -32,6 +34,7 @@ class Kind:
 KINDS = {
     "sweep": Kind(
         "sweep_points",
+        ("sweep_samples", "prefill_tps"),
         ("L", "new", "image"),
         {
             "fake_median_ms": "fake",
@@ -41,20 +44,30 @@ KINDS = {
             "encode_ms": "vision encode",
         },
     ),
-    "profile": Kind("profile_bands", ("depth", "band"), {"ms_per_token": "ms per token", "fused_chunk_ms": "ms"}),
+    "profile": Kind(
+        "profile_bands", ("profile_walls",), ("depth", "band"), {"ms_per_token": "ms per token", "fused_chunk_ms": "ms"}
+    ),
 }
+Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
 
 
 @dataclass(frozen=True)
 class CompareRow:
-    key: tuple[Any, ...]
+    key: tuple[Any, ...]  # () for the geometric-mean row of a metric over the grid
     metric: str
     a: float | None
     b: float | None
+    ci: Interval | None = None  # B/A from the samples of both runs (unpaired), when they have samples
+    draws: Any = field(default=None, repr=False, compare=False)  # its bootstrap draws (for the geomean)
 
     @property
     def ratio(self) -> float | None:
         return self.b / self.a if self.a and self.b is not None else None
+
+    @property
+    def significant(self) -> bool | None:
+        """True when B/A's interval excludes 1; None without an interval ("within noise" when False)."""
+        return None if self.ci is None or self.ci.n < 2 else not (self.ci.lo <= 1 <= self.ci.hi)
 
 
 @dataclass(frozen=True)
@@ -64,10 +77,15 @@ class Comparison:
     run_b: str
     keys: tuple[str, ...]
     rows: list[CompareRow]
+    summary: list[CompareRow] = field(default_factory=list)  # the geometric mean per metric over the keys
 
     @property
     def kind(self) -> Kind:
         return KINDS[self.experiment]
+
+    def slowdowns(self, pct: float) -> list[CompareRow]:
+        """Geometric-mean rows significantly slower than 1 + pct/100 (their interval's low end is above it)."""
+        return [r for r in self.summary if r.ci is not None and r.ci.lo > 1 + pct / 100]
 
 
 def _value(v: Any) -> Any:
@@ -87,9 +105,34 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def compare_rows(experiment: str, rows_a: list[dict[str, Any]], rows_b: list[dict[str, Any]]) -> list[CompareRow]:
-    """B/A rows for every key either run has (a side it lacks is None). Profiles also get one TOTAL_BAND row
-    per depth: the FUSED chunk wall, which is what the bands share."""
+def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], list[float]]:
+    """The samples behind each (key, metric) of one run: the timed requests of each arm, the llama-bench
+    estimate samples, the vision encodes; a profile's FUSED walls per depth."""
+    out: dict[tuple[tuple[Any, ...], str], list[float]] = {}
+    if experiment == "profile":
+        for w in side.get("profile_walls", []):
+            if w["mode"] == "fused":
+                out.setdefault(((w["depth"], TOTAL_BAND), "fused_chunk_ms"), []).append(float(w["ms"]))
+        return out
+    keys = {r["point"]: (r["L"], r["new"], _value(r.get("image"))) for r in side.get("sweep_points", [])}
+    encode = {r["point"]: _value(r.get("encode_ms")) or 0.0 for r in side.get("sweep_points", [])}
+    for smp in side.get("sweep_samples", []):
+        key = keys.get(smp["point"])
+        if key is None or not smp["ok"] or _value(smp.get("prompt_ms")) is None:
+            continue
+        out.setdefault((key, f"{smp['arm']}_median_ms"), []).append(float(smp["prompt_ms"]))
+        if smp["arm"] == "fake" and _value(smp.get("encode_ms")) is not None:
+            out.setdefault((key, "encode_ms"), []).append(float(smp["encode_ms"]))
+    for t in side.get("prefill_tps", []):
+        if _value(t.get("point")) in keys:  # the estimate = the chunk at depth L (+ the point's encode)
+            out.setdefault((keys[t["point"]], "opt_prefill_ms"), []).append(float(t["avg_ms"]) + encode[t["point"]])
+    return out
+
+
+def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[CompareRow], list[CompareRow]]:
+    """B/A rows for every key either run has (a side it lacks is None), each with the interval of B/A from
+    both runs' samples; and per metric the geometric mean over the keys both have. Profiles also get one
+    TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share."""
     kind = KINDS[experiment]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -99,15 +142,25 @@ def compare_rows(experiment: str, rows_a: list[dict[str, Any]], rows_b: list[dic
         out.update({(r["depth"], TOTAL_BAND): {"fused_chunk_ms": r["fused_chunk_ms"]} for r in rows})
         return out
 
-    a, b = keyed(rows_a), keyed(rows_b)
-    out = []
+    a, b = keyed(a_side.get(kind.table, [])), keyed(b_side.get(kind.table, []))
+    sa, sb = _samples(experiment, a_side), _samples(experiment, b_side)
+    rows: list[CompareRow] = []
     for key in sorted(set(a) | set(b), key=_sort_key):
         for metric in kind.metrics:
             va, vb = _value(a.get(key, {}).get(metric)), _value(b.get(key, {}).get(metric))
             if va is None and vb is None:
                 continue
-            out.append(CompareRow(key, metric, va, vb))
-    return out
+            xa, xb = sa.get((key, metric), []), sb.get((key, metric), [])
+            tag = f"{key}/{metric}"
+            ci, draws = unpaired_ratio(xb, xa, tag), unpaired_draws(xb, xa, tag)
+            rows.append(CompareRow(key, metric, va, vb, ci, draws))
+    summary = []
+    for metric in kind.metrics:
+        both = [r for r in rows if r.metric == metric and r.draws is not None and r.ci is not None]
+        g = geomean_ratio([r.draws for r in both], [r.ci.value for r in both if r.ci]) if both else None
+        if g is not None:
+            summary.append(CompareRow((), metric, None, None, g))
+    return rows, summary
 
 
 def _check(experiment_a: str, experiment_b: str) -> None:
@@ -121,9 +174,13 @@ def compare_runs(run_a: Path, run_b: Path) -> Comparison:
     """Two run folders (complete or not: what they hold so far)."""
     ma, mb = read_manifest(run_a), read_manifest(run_b)
     _check(ma.experiment, mb.experiment)
-    spec = SPEC_BY_NAME[KINDS[ma.experiment].table]
-    rows = compare_rows(ma.experiment, read_spec(run_a, spec), read_spec(run_b, spec))
-    return Comparison(ma.experiment, run_a.name, run_b.name, KINDS[ma.experiment].keys, rows)
+    kind = KINDS[ma.experiment]
+
+    def side(run: Path) -> Side:
+        return {name: read_spec(run, SPEC_BY_NAME[name]) for name in (kind.table, *kind.samples)}
+
+    rows, summary = compare_rows(ma.experiment, side(run_a), side(run_b))
+    return Comparison(ma.experiment, run_a.name, run_b.name, kind.keys, rows, summary)
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
@@ -141,14 +198,17 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
     a, b = resolve(ref_a), resolve(ref_b)
     _check(experiments[a], experiments[b])
     kind = KINDS[experiments[a]]
-    table = load_table(catalog_dir, kind.table)
-    if table.empty:
+    tables = {name: load_table(catalog_dir, name) for name in (kind.table, *kind.samples)}
+    if tables[kind.table].empty:
         raise CompareError(f"the catalog has no {kind.table} rows")
 
-    def rows(run_id: str) -> list[dict[str, Any]]:
-        out: list[dict[str, Any]] = table[table["run_id"] == run_id].to_dict("records")
-        if not out:
+    def side(run_id: str) -> Side:
+        out: Side = {}
+        for name, table in tables.items():
+            out[name] = table[table["run_id"] == run_id].to_dict("records") if not table.empty else []
+        if not out[kind.table]:
             raise CompareError(f"{run_id} has no rows in the catalog (incomplete, or not ingested yet)")
         return out
 
-    return Comparison(experiments[a], a, b, kind.keys, compare_rows(experiments[a], rows(a), rows(b)))
+    rows, summary = compare_rows(experiments[a], side(a), side(b))
+    return Comparison(experiments[a], a, b, kind.keys, rows, summary)

@@ -12,6 +12,7 @@ from lab.catalog.compare import TOTAL_BAND, CompareError, Comparison
 from lab.reports.style import Chart, title
 from lab.schemas import BANDS
 
+NOISE = "#e1e5ea"
 ARM_METRICS = ("fake_median_ms", "genuine_median_ms", "baseline_median_ms", "opt_prefill_ms")
 
 
@@ -39,13 +40,15 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
         x=alt.X(grid.x, title=grid.x_title, axis=alt.Axis(labelAngle=0)),
         y=alt.Y(grid.y, title=grid.y_title, sort=grid.y_sort),
     )
+    color = alt.Color(
+        "ratio:Q",
+        title="B / A",
+        scale=alt.Scale(scheme="redblue", reverse=True, domain=[1 - spread, 1 + spread], clamp=True),
+        legend=alt.Legend(format=".2f", gradientLength=max(80, 32 * grid.ratios[grid.y.split(":")[0]].nunique())),
+    )
     rect = base.mark_rect(stroke="white", strokeWidth=1.5).encode(
-        color=alt.Color(
-            "ratio:Q",
-            title="B / A",
-            scale=alt.Scale(scheme="redblue", reverse=True, domain=[1 - spread, 1 + spread], clamp=True),
-            legend=alt.Legend(format=".2f", gradientLength=max(80, 32 * grid.ratios[grid.y.split(":")[0]].nunique())),
-        ),
+        # a cell whose interval holds 1 is within noise: grey, whatever its point estimate
+        color=alt.condition("datum.significant", color, alt.value(NOISE)),
         tooltip=[
             alt.Tooltip(f"{grid.panel}:N"),
             alt.Tooltip(grid.x, title=grid.x_title),
@@ -53,11 +56,14 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
             alt.Tooltip("a:Q", title="A", format=".4g"),
             alt.Tooltip("b:Q", title="B", format=".4g"),
             alt.Tooltip("ratio:Q", title="B / A", format=".3f"),
+            alt.Tooltip("ci:N", title="95% interval"),
         ],
     )
     text = base.mark_text(fontSize=12).encode(
         text=alt.Text("ratio:Q", format=".2f"),
-        color=alt.condition(f"abs(datum.ratio - 1) > {0.6 * spread:.6g}", alt.value("white"), alt.value("#222")),
+        color=alt.condition(
+            f"datum.significant && abs(datum.ratio - 1) > {0.6 * spread:.6g}", alt.value("white"), alt.value("#222")
+        ),
     )
     cells = alt.layer(rect, text, data=grid.ratios).properties(width=alt.Step(58), height=alt.Step(32))
     chart = cells.facet(
@@ -68,7 +74,7 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
             f"{grid.what}: B / A",
             f"A = {label_a or c.run_a}",
             f"B = {label_b or c.run_b}",
-            "blue: B takes less time than A, red: more; 1.00 = no change",
+            "blue: B takes less time than A, red: more; grey: within noise (the 95% interval holds 1)",
         )
     )
 
@@ -76,10 +82,11 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
 def _frame(c: Comparison) -> pd.DataFrame:
     """Long rows (keys..., metric, a, b, ratio) where both runs have a value."""
     rows = [
-        {**dict(zip(c.keys, r.key, strict=True)), "metric": r.metric, "a": r.a, "b": r.b, "ratio": r.ratio}
+        {**dict(zip(c.keys, r.key, strict=True)), "metric": r.metric, "a": r.a, "b": r.b, "ratio": r.ratio,
+         "significant": r.significant is not False, "ci": r.ci.fmt() if r.ci else "no samples"}
         for r in c.rows
         if r.a is not None and r.b is not None and r.a > 0 and r.b > 0
-    ]
+    ]  # fmt: skip
     if not rows:
         raise CompareError(f"{c.run_a} and {c.run_b} share no points")
     return pd.DataFrame(rows)

@@ -1,0 +1,52 @@
+"""`lab compare` with significance, on real sweeps: a run against itself is within noise at every point; a run
+of a deliberately slowed engine (one thread instead of two) is significantly slower, and --fail-above says so
+with its exit code."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.catalog.compare import compare_runs
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "220"}
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
+
+
+def sweep(runs: Path, threads: int) -> Path:
+    r = lab("sweep", "--Ls", "512,1024", "--news", "64", "--reps", "5", "--arms", "fake,genuine", "-t", str(threads),
+            "--runs-dir", str(runs))  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    return Path(r.stdout.strip().splitlines()[-1])
+
+
+def test_self_is_within_noise_and_fewer_threads_is_a_significant_slowdown(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    fast, slow = sweep(runs, 2), sweep(runs, 1)
+    same = compare_runs(fast, fast)
+    timed = [r for r in same.rows if r.ci is not None]
+    assert len(timed) == 4 and all(r.significant is False for r in timed), timed  # fake and genuine x 2 points
+    assert same.summary and not same.slowdowns(0.0)
+    r = lab("compare", fast.name, fast.name, "--runs-dir", str(runs), "--fail-above", "5")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.count("within noise") == len(timed) + len(same.summary), r.stdout
+
+    c = compare_runs(fast, slow)
+    fake = [r for r in c.rows if r.metric == "fake_median_ms"]
+    assert all(r.significant and r.ci is not None and r.ci.lo > 1.1 for r in fake), fake
+    (g,) = (r for r in c.summary if r.metric == "fake_median_ms")
+    assert g.ci is not None and g.ci.lo > 1.1, g
+    r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--fail-above", "10")
+    assert r.returncode == 1 and "significant slowdown: fake_median_ms" in r.stderr, r.stderr + r.stdout
+    assert "slower" in r.stdout and "geomean" in r.stdout
