@@ -6,6 +6,7 @@ Heavy modules are imported inside commands so `lab --help` stays instant.
 from __future__ import annotations
 
 import sys
+import time
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -45,6 +46,8 @@ replay_app = typer.Typer(
 app.add_typer(trace_app, name="trace")
 app.add_typer(replay_app, name="replay")
 catalog_app = typer.Typer(no_args_is_help=True, help="the data catalog (catalog/tables/*.parquet)")
+host_app = typer.Typer(no_args_is_help=True, help="this host as a measurement sees it")
+app.add_typer(host_app, name="host")
 app.add_typer(catalog_app, name="catalog")
 
 SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | git | path")]
@@ -74,6 +77,30 @@ def _resolve(ref: str | None, runs_dir: Path) -> Any:
     from lab.runs import resolve_run
 
     return resolve_run(ref, runs_dir) if ref else None
+
+
+@host_app.command("check")
+def host_check(
+    seconds: Annotated[float, typer.Option("--seconds", help="also sample the host for this long")] = 3.0,
+) -> None:
+    """What can disturb a measurement here (governor, turbo, SMT, THP, load, busy processes), and steal time,
+    context switches and the clock over a short window; every run records the same."""
+    from lab.hostnoise import NoiseWindow, read_state
+    from lab.target import LocalTarget
+
+    target = LocalTarget()
+    state = read_state(target)
+    for k, v in state.model_dump().items():
+        if k != "warnings":
+            typer.echo(f"{k:>12}: {v if v not in ('', [], None) else '-'}")
+    window = NoiseWindow(period=min(1.0, seconds)).start()
+    time.sleep(seconds)
+    figures = window.stop()
+    typer.echo(f"{'window':>12}: {figures.line()}")
+    for w in [*state.warnings, *figures.warnings]:
+        typer.secho(f"warning: {w}", fg="yellow")
+    if not state.warnings and not figures.warnings:
+        typer.echo("no warnings")
 
 
 @engine_app.command("build")

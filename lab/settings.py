@@ -51,6 +51,9 @@ class ServerSettings(BaseModel):
     checkpoints: int = Field(default=0, ge=0, description="--ctx-checkpoints (0: off, fair timing)")
     cache_ram_mib: int = Field(default=0, ge=0, description="--cache-ram (0: RAM prompt cache off)")
     flash_attn: Literal["on", "off", "auto"] = "auto"
+    cpu_list: str | None = Field(
+        default=None, description="pin the server, llama-bench and the instrument to these CPUs, e.g. 0-7"
+    )
     startup_timeout_s: float = Field(default=120.0, gt=0)
     extra_args: list[str] = Field(default_factory=list)
 

@@ -13,7 +13,10 @@ from pathlib import Path
 import pytest
 
 from lab.engine.build import EngineInfo
+from lab.engine.pinning import cpus
 from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, server_args
+from lab.errors import UsageError
+from lab.experiments.prefill_tps import bench_command
 
 from conftest import ServerFactory, server_settings
 
@@ -111,3 +114,20 @@ def test_server_dies_with_its_parent(engine: EngineInfo, tiny_model: Path, tmp_p
     parent.send_signal(signal.SIGKILL)
     parent.wait()
     assert wait_gone(server_pid), "llama-server outlived its parent"
+
+
+def test_pinned_server_and_bench_stay_on_their_cpus(start_server: ServerFactory, engine: EngineInfo) -> None:
+    """server.cpu_list pins the server's threads (taskset) and passes llama.cpp's -C mask; llama-bench alike;
+    its context switches are read when it stops."""
+    srv = start_server(cpu_list="0")
+    assert srv.proc is not None
+    tids = [int(t.name) for t in Path(f"/proc/{srv.proc.pid}/task").iterdir()]
+    assert len(tids) > 1 and all(os.sched_getaffinity(t) == {0} for t in tids)
+    cmd = srv.log_text().splitlines() or [""]
+    assert any("-C 0x1 --cpu-strict 1" in line for line in cmd), cmd[:3]
+    srv.stop()
+    assert set(srv.ctx_switches) == {"voluntary", "nonvoluntary"} and srv.ctx_switches["voluntary"] > 0
+    bench = bench_command(engine, Path("m.gguf"), [16], [0], 1, 1, "auto", cpu_list="0-1")
+    assert bench.split()[1:4] == ["taskset", "--cpu-list", "0,1"] and "-C 0x3 --cpu-strict 1" in bench
+    with pytest.raises(UsageError, match="cpu_list"):
+        cpus("0-x")

@@ -42,3 +42,18 @@ def test_untracked_run_folders_are_not_dirt(tmp_path: Path) -> None:
 def test_not_a_checkout_is_recorded_as_such(tmp_path: Path) -> None:
     out = snapshot_git(LocalTarget(), tmp_path, tmp_path / "g")
     assert out == {"commit": "unknown (not a git checkout)", "dirty": False}
+
+
+def test_host_check_warns_about_a_busy_cpu(tmp_path: Path) -> None:
+    import sys
+
+    lab = str(Path(sys.executable).parent / "lab")
+    busy = subprocess.Popen(["sh", "-c", "while :; do :; done"])
+    try:
+        r = subprocess.run([lab, "host", "check", "--seconds", "0.5"], capture_output=True, text=True, timeout=60)
+    finally:
+        busy.kill()
+        busy.wait()
+    assert r.returncode == 0, r.stderr
+    assert "window:" in r.stdout and "context switches/s" in r.stdout
+    assert f"pid {busy.pid}" in r.stdout and "warning: other processes are using a CPU" in r.stdout, r.stdout

@@ -69,6 +69,10 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
     assert m.engine["source"]["commit"] == "465b1f0e7" and len(m.engine["patch_sha256"]) == 64
     assert m.model["sha256"] and m.server_config["memory"] == "hybrid" and m.server_config["n_rs_seq"] == 0
     assert m.params["sweep"]["Ls"] == [128, 512, 1024]
+    # the host-noise guard: the host's state before, and what it did over the run, printed and recorded
+    assert "smt" in m.results["host_state"] and m.results["host_noise"]["seconds"] > 0
+    assert set(m.results["host_noise"]["server_ctx_switches"]) == {"voluntary", "nonvoluntary"}
+    assert "host noise over the run:" in r.stdout
     for f in ("host/uname.txt", "host/lscpu.txt", "git/git_diff.patch", "git/engine.patch", "logs/server.log"):
         assert (run.path / f).exists(), f
     assert "seq_fake_prefix" in (run.path / "git" / "engine.patch").read_text()

@@ -19,7 +19,9 @@ import httpx
 from pydantic import BaseModel, Field
 
 from lab.engine.build import EngineInfo
+from lab.engine.pinning import llama_args, taskset
 from lab.errors import LabError
+from lab.hostnoise import proc_ctx_switches
 from lab.settings import ServerSettings
 
 
@@ -140,6 +142,7 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
         "--no-ui",
         *([] if mmproj else ["--no-mmproj"]),
         "--log-verbosity", "4",  # llama_context / memory lines: the resolved config is parsed from them
+        *llama_args(settings.cpu_list),
     ]  # fmt: skip
     return args + extra
 
@@ -163,6 +166,7 @@ class LlamaServer:
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.config = ResolvedConfig()
+        self.ctx_switches: dict[str, int] = {}  # voluntary / nonvoluntary, read when it stops
         self._client: httpx.Client | None = None
 
     @property
@@ -181,7 +185,8 @@ class LlamaServer:
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
         for _attempt in range(3):
             self.port = free_port()
-            cmd = [str(self.engine.server), *server_args(self.settings, self.model, self.port, self.extra_args)]
+            args = server_args(self.settings, self.model, self.port, self.extra_args)
+            cmd = [*taskset(self.settings.cpu_list), str(self.engine.server), *args]
             env = dict(os.environ, LD_LIBRARY_PATH=str(self.engine.lib_dir))
             with self.log_path.open("ab") as log:
                 log.write(f"\n# {' '.join(cmd)}\n".encode())
@@ -255,6 +260,7 @@ class LlamaServer:
         if proc is None:
             return None
         if proc.poll() is None:
+            self.ctx_switches = proc_ctx_switches(proc.pid)
             with contextlib.suppress(ProcessLookupError):
                 os.killpg(proc.pid, signal.SIGTERM)
             try:

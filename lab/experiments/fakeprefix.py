@@ -312,6 +312,7 @@ class Sweep(Experiment):
             row = measure_prefill_tps(
                 sess.target, sess.engine, sess.model, [only_new], [p.L], params.bench_reps,
                 settings.server.threads, settings.server.flash_attn, run.path / "logs" / "llama-bench.log",
+                cpu_list=settings.server.cpu_list,
             )[0]  # fmt: skip
             return row.model_copy(update={"point": p.id, "rep": rep})
 

@@ -8,6 +8,7 @@ import shlex
 from pathlib import Path
 
 from lab.engine.build import EngineInfo
+from lab.engine.pinning import llama_args, taskset
 from lab.errors import LabError
 from lab.schemas import PrefillTps
 from lab.target import Target
@@ -26,13 +27,14 @@ def bench_command(
     threads: int,
     flash_attn: str,
     ubatch: int | None = None,
+    cpu_list: str | None = None,
 ) -> str:
     batching = ["-b", str(ubatch), "-ub", str(ubatch)] if ubatch else []
     args = [
-        str(engine.bench), "-m", str(model),
+        *taskset(cpu_list), str(engine.bench), "-m", str(model),
         "-p", ",".join(map(str, sorted(set(chunks)))), "-n", "0",
         "-d", ",".join(map(str, sorted(set(depths)))),
-        "-r", str(reps), "-t", str(threads), "-fa", flash_attn, "-o", "jsonl", *batching,
+        "-r", str(reps), "-t", str(threads), "-fa", flash_attn, "-o", "jsonl", *batching, *llama_args(cpu_list),
     ]  # fmt: skip
     return f"LD_LIBRARY_PATH={shlex.quote(str(engine.lib_dir))} " + shlex.join(args)
 
@@ -70,9 +72,11 @@ def measure_prefill_tps(
     flash_attn: str,
     log: Path,
     ubatch: int | None = None,
+    cpu_list: str | None = None,
 ) -> list[PrefillTps]:
-    """ubatch: also pass -b/-ub (a prompt longer than one ubatch is then a plain chunked prefill)."""
-    cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn, ubatch)
+    """ubatch: also pass -b/-ub (a prompt longer than one ubatch is then a plain chunked prefill); cpu_list: pin
+    it like the server (lab.engine.pinning)."""
+    cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn, ubatch, cpu_list)
     r = target.run(cmd)
     with log.open("a") as fh:
         fh.write(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")

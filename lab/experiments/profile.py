@@ -248,6 +248,7 @@ class Profile(Experiment):
         return {
             "profile": p.model_dump(mode="json"),
             "threads": p.threads or settings.server.threads,
+            "cpu_list": settings.server.cpu_list,
             "model": str(settings.model) if settings.model else None,
         }
 
@@ -256,7 +257,9 @@ class Profile(Experiment):
         return settings.model_copy(
             update={
                 "profile": ProfileSettings.model_validate(params["profile"]),
-                "server": settings.server.model_copy(update={"threads": params["threads"]}),
+                "server": settings.server.model_copy(
+                    update={"threads": params["threads"], "cpu_list": params.get("cpu_list")}
+                ),
                 "model": Path(params["model"]) if params.get("model") else None,
             }
         )
@@ -285,6 +288,7 @@ class Profile(Experiment):
                 cmd = instrument_command(
                     inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=p.cycles, threads=threads,
                     threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
+                    cpu_list=settings.server.cpu_list,
                 )  # fmt: skip
                 try:
                     run_instrument(cmd, run.path / "logs" / "instrument.log", console, p.cycles * 2 * n_depths,
@@ -299,7 +303,7 @@ class Profile(Experiment):
                 with console.status("cross-checking FUSED chunk times with llama-bench ..."):
                     bench = measure_prefill_tps(
                         sess.target, sess.engine, sess.model, [p.chunk], sorted({w.depth for w in walls}), p.cycles,
-                        threads, "auto", run.path / "logs" / "llama-bench.log",
+                        threads, "auto", run.path / "logs" / "llama-bench.log", cpu_list=settings.server.cpu_list,
                     )  # fmt: skip
                 run.rewrite(BENCH, bench)
                 fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took

@@ -32,6 +32,7 @@ from lab.engine.build import EngineInfo, build_engine, engine_patch_text
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.engine.source import file_sha256
+from lab.hostnoise import NoiseWindow, read_state
 from lab.runs import RunError, RunFolder
 from lab.settings import REPO_ROOT, Settings
 from lab.snapshot import snapshot_git, snapshot_host
@@ -56,6 +57,7 @@ class Session:
     run: RunFolder
     parts: Parts
     resumed: bool = False
+    servers: list[LlamaServer] = field(default_factory=list)  # started for this run (their ctx switches count)
 
     @property
     def target(self) -> Target:
@@ -75,7 +77,9 @@ class Session:
 
     def server(self, **overrides: Any) -> LlamaServer:
         server_settings = self.settings.server.model_copy(update=overrides)
-        return LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / "server.log")
+        srv = LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / "server.log")
+        self.servers.append(srv)
+        return srv
 
     def record_server(self, srv: LlamaServer) -> None:
         self.run.update(server_config=srv.config.model_dump(mode="json"))
@@ -199,7 +203,18 @@ def run_experiment(
     sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume)
     console.print(f"run folder: {sess.run.path}", highlight=False)
     with sess.run.guard():
+        window = watch_host(sess, console) if experiment.needs_engine else None
         outcome = experiment.measure(sess, console)
+        if window is not None:
+            ctx: dict[str, int] = {}
+            for srv in sess.servers:
+                for k, v in srv.ctx_switches.items():
+                    ctx[k] = ctx.get(k, 0) + v
+            figures = window.stop(ctx)
+            outcome.results["host_noise"] = figures.model_dump(mode="json")
+            console.print(f"host noise over the run: {figures.line()}", highlight=False)
+            for w in figures.warnings:
+                console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
         sess.run.add_results(**outcome.results)
         if outcome.failed:
             sess.run.fail(outcome.failed)
@@ -207,6 +222,15 @@ def run_experiment(
             sess.run.complete()
     experiment.present(sess, outcome, console)
     return sess.run
+
+
+def watch_host(sess: Session, console: Console) -> NoiseWindow:
+    """Record and print what on this host can disturb the measurement, then sample it over the run."""
+    state = read_state(sess.target)
+    sess.run.add_results(host_state=state.model_dump(mode="json"))
+    for w in state.warnings:
+        console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    return NoiseWindow().start()
 
 
 def progress_bar(console: Console) -> Progress:

@@ -12,6 +12,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lab.engine.build import EngineInfo
+from lab.engine.pinning import taskset
 from lab.engine.source import locked
 from lab.errors import LabError
 
@@ -90,10 +91,12 @@ def instrument_command(
     threads_batch: int,
     threadpool: bool = False,
     first_cycle: int = 0,
+    cpu_list: str | None = None,
 ) -> list[str]:
-    """threadpool: attach a persistent polling threadpool, as llama-bench does (llama-server does not)."""
+    """threadpool: attach a persistent polling threadpool, as llama-bench does (llama-server does not);
+    cpu_list: pin it like the server (lab.engine.pinning)."""
     return [
-        str(inst.binary), "--model", str(model), "--out", str(out),
+        *taskset(cpu_list), str(inst.binary), "--model", str(model), "--out", str(out),
         "--chunk", str(chunk), "--max-depth", str(max_depth), "--cycles", str(cycles),
         "-t", str(threads), "-tb", str(threads_batch), *(["--threadpool"] if threadpool else []),
         *(["--first-cycle", str(first_cycle)] if first_cycle else []),
