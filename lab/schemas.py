@@ -206,6 +206,8 @@ class BandDepth(BaseModel):
     share: float = Field(description="band / all bands, TIMED")
     fused_chunk_ms: float = Field(description="FUSED llama_decode wall of the chunk")
     ms_per_token: float = Field(description="share x fused_chunk_ms / chunk")
+    ms_per_token_lo: float | None = Field(default=None, description="its 95% interval (bootstrap over cycles)")
+    ms_per_token_hi: float | None = None
 
 
 class ProfileSummary(BaseModel):
@@ -225,6 +227,14 @@ class ProfileSummary(BaseModel):
     fused_vs_bench: dict[str, float] = Field(
         default_factory=dict, description="per depth: FUSED chunk ms / llama-bench -p chunk -d depth ms"
     )
+    cycles: int = Field(default=0, description="cycles the medians and the intervals rest on")
+    crossover_ci: Interval | None = Field(default=None, description="the crossover depth's 95% interval")
+    attn_slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth (bootstrap over cycles)")
+    attn_r2_ci: Interval | None = None
+    timed_vs_fused_gap_ci: dict[str, Interval] = Field(
+        default_factory=dict, description="per depth: TIMED node sum / FUSED wall (a ratio) and its interval"
+    )
+    fused_vs_bench_ci: dict[str, Interval] = Field(default_factory=dict, description="per depth (over cycles)")
 
 
 # --- replay labs: exact values are kept as fraction strings ("57/2") beside their floats ---------

@@ -98,6 +98,22 @@ def geomean_ratio(draws: Sequence[npt.NDArray[np.float64]], values: Sequence[flo
     return Interval(value=value, lo=lo, hi=hi, n=len(values))
 
 
+def from_draws(value: float, draws: Sequence[float], n: int) -> Interval | None:
+    """An estimate with the interval of its bootstrap replicates (None without any)."""
+    x = _clean(list(draws))
+    if len(x) == 0:
+        return None
+    lo, hi = _bounds(x)
+    return Interval(value=value, lo=min(lo, value), hi=max(hi, value), n=n)
+
+
+def resamples(n: int, key: str, count: int = 1000) -> npt.NDArray[np.int64]:
+    """`count` seeded bootstrap resamples of the indices 0..n-1 (rows of n indices)."""
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{key}|{n}".encode()).digest()[:8], "little"))
+    out: npt.NDArray[np.int64] = rng.integers(0, n, size=(count, n))
+    return out
+
+
 def verdict(iv: Interval | None, tol: float, center: float = 1.0) -> Verdict:
     """`agree` when the interval lies inside center +- tol, `disagree` when wholly outside, else `undecided`."""
     if iv is None or iv.n < 2:

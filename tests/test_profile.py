@@ -81,6 +81,17 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert summary.dump_json_bytes and summary.dump_parquet_bytes
     assert set(summary.fused_vs_bench) == {str(d) for d in depths}  # the llama-bench cross-check ran
     assert all(v > 0 and math.isfinite(v) for v in summary.fused_vs_bench.values())  # ratios live in benchmarks/
+    # every per-depth number and the fit carry their interval from the bootstrap over the 2 cycles
+    assert summary.cycles == 2 and set(summary.timed_vs_fused_gap_ci) == {str(d) for d in depths}
+    assert set(summary.fused_vs_bench_ci) == {str(d) for d in depths}
+    for d in depths:
+        gap = summary.timed_vs_fused_gap_ci[str(d)]
+        assert gap.lo <= gap.value <= gap.hi and gap.value - 1 == pytest.approx(summary.timed_vs_fused_gap[str(d)])
+    slope = summary.attn_slope_ci
+    assert slope is not None and slope.lo <= summary.attn_slope_ms_per_token_per_1k <= slope.hi
+    assert all(b.ms_per_token_lo is not None and b.ms_per_token_lo <= b.ms_per_token <= (b.ms_per_token_hi or 0)
+               for b in bands)  # fmt: skip
+    assert "+-" in r.stdout and "R^2" in r.stdout
     print(f"parquet is {summary.dump_json_bytes / summary.dump_parquet_bytes:.1f}x smaller than the JSON dump")
     assert summary.dump_json_bytes >= 5 * summary.dump_parquet_bytes
 

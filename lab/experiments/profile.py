@@ -28,8 +28,9 @@ from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.runs import RunError, RunFolder
-from lab.schemas import BANDS, BandDepth, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
+from lab.stats import from_draws, median_interval, resamples
 
 WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
 NODES_PARQUET = "profile_nodes.parquet"
@@ -96,21 +97,27 @@ def write_parquet(nodes: list[dict[str, Any]], path: Path) -> None:
     pq.write_table(table, path, compression="zstd", compression_level=9)
 
 
-def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) -> tuple[list[BandDepth], ProfileSummary]:
-    fused: dict[int, list[float]] = defaultdict(list)
-    for w in walls:
-        if w.mode == "fused":
-            fused[w.depth].append(w.ms)
-    band_ms: dict[tuple[int, str, int], float] = defaultdict(float)  # (depth, band, cycle) -> TIMED ms
+Cells = tuple[dict[tuple[int, int], float], dict[tuple[int, str, int], float], list[int]]
+
+
+def cycle_cells(walls: list[ProfileWall], nodes: list[dict[str, Any]]) -> Cells:
+    """(FUSED ms per (depth, cycle), TIMED band ms per (depth, band, cycle), the cycles)."""
+    fused = {(w.depth, w.cycle): w.ms for w in walls if w.mode == "fused"}
+    band_ms: dict[tuple[int, str, int], float] = defaultdict(float)
     for r in nodes:
         band_ms[(r["depth"], r["band"], r["cycle"])] += r["ms"]
-    cycles = sorted({r["cycle"] for r in nodes})
+    return fused, band_ms, sorted({r["cycle"] for r in nodes})
+
+
+def derive_for(cells: Cells, cycles: list[int], chunk: int) -> tuple[list[BandDepth], dict[int, float]]:
+    """Band rows and TIMED/FUSED gaps per depth from the medians over `cycles` (repeats allowed: a resample)."""
+    fused, band_ms, _ = cells
     rows: list[BandDepth] = []
     gaps: dict[int, float] = {}
-    for depth in sorted(fused):
+    for depth in sorted({d for d, _ in fused}):
         per_band = {b: statistics.median(band_ms[(depth, b, c)] for c in cycles) for b in BANDS}
         total = sum(per_band.values())
-        fused_ms = statistics.median(fused[depth])
+        fused_ms = statistics.median(fused[(depth, c)] for c in cycles if (depth, c) in fused)
         gaps[depth] = total / fused_ms - 1
         for b in BANDS:
             share = per_band[b] / total if total else 0.0
@@ -120,7 +127,39 @@ def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) ->
                     fused_chunk_ms=fused_ms, ms_per_token=share * fused_ms / chunk,
                 )
             )  # fmt: skip
-    return rows, summarize(rows, gaps)
+    return rows, gaps
+
+
+def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) -> tuple[list[BandDepth], ProfileSummary]:
+    """The per-depth band table and the summary from the medians over cycles, each number with its interval
+    from a bootstrap over cycles (a resample draws whole cycles: a cycle's passes ran back to back)."""
+    cells = cycle_cells(walls, nodes)
+    cycles = cells[2]
+    rows, gaps = derive_for(cells, cycles, chunk)
+    summary = summarize(rows, gaps)
+    boot_rows, boot_sums = [], []
+    for idx in resamples(len(cycles), f"profile/{chunk}", count=400):
+        b_rows, b_gaps = derive_for(cells, [cycles[i] for i in idx], chunk)
+        boot_rows.append({(x.depth, x.band): x.ms_per_token for x in b_rows})
+        boot_sums.append(summarize(b_rows, b_gaps))
+    n = len(cycles)
+    for row in rows:
+        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n)
+        row.ms_per_token_lo, row.ms_per_token_hi = (iv.lo, iv.hi) if iv else (None, None)
+    for d, gap in gaps.items():  # as the ratio TIMED / FUSED
+        iv = from_draws(1 + gap, [1 + b.timed_vs_fused_gap[str(d)] for b in boot_sums], n)
+        if iv is not None:
+            summary.timed_vs_fused_gap_ci[str(d)] = iv
+    if summary.crossover_depth is not None:
+        summary.crossover_ci = from_draws(
+            summary.crossover_depth, [b.crossover_depth for b in boot_sums if b.crossover_depth is not None], n
+        )
+    summary.attn_slope_ci = from_draws(
+        summary.attn_slope_ms_per_token_per_1k, [b.attn_slope_ms_per_token_per_1k for b in boot_sums], n
+    )
+    summary.attn_r2_ci = from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n)
+    summary.cycles = n
+    return rows, summary
 
 
 def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
@@ -308,6 +347,13 @@ class Profile(Experiment):
                 run.rewrite(BENCH, bench)
                 fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
                 summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
+                for b in bench:  # the FUSED side's interval over cycles, against llama-bench's mean
+                    iv = median_interval([w.ms for w in walls if w.mode == "fused" and w.depth == b.depth],
+                                         key=f"fused/{b.depth}")  # fmt: skip
+                    if iv is not None and b.avg_ms > 0:
+                        summary.fused_vs_bench_ci[str(b.depth)] = Interval(
+                            value=fused[b.depth] / b.avg_ms, lo=iv.lo / b.avg_ms, hi=iv.hi / b.avg_ms, n=iv.n
+                        )
         summary.dump_json_bytes = dump.stat().st_size
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)
@@ -326,23 +372,40 @@ def run_profile(settings: Settings, resume: RunFolder | None = None, console: Co
     return run_experiment(Profile(), settings, resume, console)
 
 
+def _pm(value: float, lo: float | None, hi: float | None) -> str:
+    """`0.123 +-3%`: a value and its 95% interval's half-width, relative."""
+    if lo is None or hi is None or not value:
+        return f"{value:.3f}"
+    return f"{value:.3f} +-{(hi - lo) / 2 / value:.0%}"
+
+
+def _iv(iv: Interval | None, pct: bool = False, digits: int = 3) -> str:
+    return "-" if iv is None else iv.fmt(pct=pct, digits=digits)
+
+
 def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
-    t = Table(title="prefill ms/token per band vs depth (TIMED share x FUSED chunk ms / chunk)")
+    t = Table(
+        title=f"prefill ms/token per band vs depth (TIMED share x FUSED chunk ms / chunk; +- the 95% interval over "
+        f"{s.cycles} cycles)"
+    )
     t.add_column("depth", justify="right")
     for b in BANDS:
         t.add_column(b, justify="right")
-    t.add_column("TIMED/FUSED-1", justify="right")
+    t.add_column("TIMED/FUSED - 1", justify="right")
     t.add_column("FUSED/bench", justify="right")
     for depth in sorted({r.depth for r in rows}):
-        per = {r.band: r.ms_per_token for r in rows if r.depth == depth}
+        per = {r.band: r for r in rows if r.depth == depth}
+        gap = s.timed_vs_fused_gap_ci.get(str(depth))
+        bench = s.fused_vs_bench_ci.get(str(depth))
         ratio = s.fused_vs_bench.get(str(depth))
         t.add_row(
-            str(depth), *(f"{per[b]:.3f}" for b in BANDS), f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
-            f"{ratio:.3f}" if ratio is not None else "-",
+            str(depth), *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
+            _iv(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
+            _iv(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
         )  # fmt: skip
+    cross = f"{s.crossover_note}" + (f" [{s.crossover_ci.lo:.0f}, {s.crossover_ci.hi:.0f}]" if s.crossover_ci else "")
     t.caption = (
-        f"crossover attn_core > ffn_moe: {s.crossover_note}; attention slope "
-        f"{s.attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k depth, R^2 {s.attn_r2:.4f}; "
-        f"mean gap {s.timed_vs_fused_gap_mean:+.1%}"
+        f"crossover attn_core > ffn_moe: {cross}; attention slope {_iv(s.attn_slope_ci, digits=4)} ms/token per 1k "
+        f"depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
     )
     return t
