@@ -29,6 +29,7 @@ from lab.schemas import (
     ArmName,
     ArmStats,
     BandDepth,
+    Interval,
     ProfileSummary,
     ProfileWall,
     ReplayCostRow,
@@ -586,3 +587,29 @@ def test_agreement_reads_catalogs_without_image_columns(catalog: Path, browser: 
     assert r["blocked"] == [] and r["errors"] == []
     assert r["symbols"] == 2 * 3 * len(SWEEP_GRID) and r["rects"] == 0, r
     assert "vision encode" not in html[0].read_text()
+
+
+def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser: Browser, tmp_path: Path) -> None:
+    """A sweep with intervals: every arm's median gets an error bar, the verdicts are counted in the subtitle;
+    the run's host-noise warnings are listed on the index."""
+    rows = sweep_rows(1.0)
+    for p in rows["points"]:
+        assert isinstance(p, SweepPoint)
+        for arm in (p.fake, p.genuine, p.baseline):
+            assert arm.median_ms is not None
+            arm.median_lo_ms, arm.median_hi_ms = arm.median_ms * 0.97, arm.median_ms * 1.04
+        p.fake_vs_estimate_ci = Interval(value=1 + (p.fake_vs_estimate or 0), lo=0.98, hi=1.05, n=5)
+        p.fake_vs_genuine_ci = Interval(value=0.98, lo=0.97, hi=0.99, n=5)
+        p.estimate_verdict, p.genuine_verdict, p.reps = "undecided", "agree", 5
+    runs = tmp_path / "runs"
+    run_id = make_run(runs, "sweep", "vm", rows)
+    RunFolder.open(runs / run_id).add_results(host_state={"warnings": ["turbo/boost is on: the clock moves"]})
+    ingest(runs, tmp_path / "cat")
+    out = tmp_path / "reports"
+    render_reports(tmp_path / "cat", out, SETTINGS)
+    r = browser.open(out / "agreement.html")
+    assert r["blocked"] == [] and r["errors"] == []
+    assert r["rules"] == 3 * len(SWEEP_GRID), r  # fake (left) + genuine and baseline (right)
+    spec = (out / "agreement.html").read_text()
+    assert f"verdicts vs the estimate {len(SWEEP_GRID)} undecided" in spec
+    assert "turbo/boost is on: the clock moves" in (out / "index.html").read_text()

@@ -61,6 +61,8 @@ def run_record(run_dir: Path, m: Manifest) -> RunRecord:
         engine_pinned=source.get("pinned"), patch_sha256=eng.get("patch_sha256", ""),
         model_path=m.model.get("path", ""), model_sha256=m.model.get("sha256", ""),
         lab_commit=m.lab.get("commit", ""), lab_dirty=m.lab.get("dirty"),
+        noise_warnings="; ".join([*m.results.get("host_state", {}).get("warnings", []),
+                                  *m.results.get("host_noise", {}).get("warnings", [])]),
         params_json=json.dumps(m.params, sort_keys=True), path=run_dir.name,
         nodes_path=f"{run_dir.name}/raw/{nodes.name}" if nodes.exists() else "",
     )  # fmt: skip

@@ -7,6 +7,7 @@ data such as per-depth maps become JSON strings), plus `run_id`. Readers get the
 from __future__ import annotations
 
 import json
+import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
@@ -84,14 +85,17 @@ class RunRecord(BaseModel):
     model_sha256: str = ""
     lab_commit: str = ""
     lab_dirty: bool | None = None
+    noise_warnings: str = Field(default="", description="the host-noise guard's warnings, before and over the run")
     params_json: str = "{}"
     path: str = Field(description="the run folder, relative to the runs directory")
     nodes_path: str = Field(default="", description="profile runs: the per-node Parquet dump, relative path")
 
 
 def nested_model(ann: Any) -> type[BaseModel] | None:
-    """The model of a field typed `Model` or `Model | None` (flattened into columns), else None."""
-    for t in (ann, *typing.get_args(ann)):
+    """The model of a field typed `Model` or `Model | None` (flattened into columns), else None (a dict of
+    models, keyed by data, stays one JSON column)."""
+    optional = typing.get_origin(ann) in (typing.Union, types.UnionType)
+    for t in (ann, *(typing.get_args(ann) if optional else ())):
         if isinstance(t, type) and issubclass(t, BaseModel):
             return t
     return None

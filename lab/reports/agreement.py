@@ -1,7 +1,8 @@
-"""agreement: the measured fake-prefix prefill against the estimate opt_prefill = new / prefill_tps(L) (seed 000).
+"""agreement: the measured fake-prefix prefill against the estimate opt_prefill = new / prefill_tps(L).
 
-Left, the fake arm on log-log axes with y = x and the +-tolerance band; right, the controls on the same
-estimate: the genuine hit (must match fake) and the baseline full prefill (what a cache hit saves).
+Left, the fake arm on log-log axes with y = x and the +-tolerance band, each point with its 95% interval as
+an error bar and its verdicts in the tooltip; right, the controls on the same estimate: the genuine hit (must
+match fake) and the baseline full prefill (what a cache hit saves), with their intervals.
 
 Image steps (a screenshot in the new part; the estimate is (image + new) / prefill_tps(L) + encode) get a
 marker shape per screenshot size, and a third panel splits the fake arm's prompt time of each image point into
@@ -40,7 +41,21 @@ COLUMNS = [
     "image_tokens",
     "encode_ms",
     "lm_ms",
+    "fake_median_lo_ms",
+    "fake_median_hi_ms",
+    "genuine_median_lo_ms",
+    "genuine_median_hi_ms",
+    "baseline_median_lo_ms",
+    "baseline_median_hi_ms",
+    "estimate_verdict",
+    "genuine_verdict",
+    "fake_vs_estimate_ci_lo",
+    "fake_vs_estimate_ci_hi",
+    "fake_vs_genuine_ci_lo",
+    "fake_vs_genuine_ci_hi",
+    "reps",
 ]
+INTERVAL_COLUMNS = COLUMNS[COLUMNS.index("fake_median_lo_ms") :]
 IMAGE_COLUMNS = ("image", "image_tokens", "encode_ms", "lm_ms")
 ARMS = {"genuine_median_ms": "genuine hit", "baseline_median_ms": "baseline (no cache)"}
 PARAM = "sweep_run"
@@ -70,6 +85,17 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     for c in IMAGE_COLUMNS:  # older catalogs: no image columns, every step is text only
         if c not in pts.columns:
             pts[c] = None
+    has_intervals = "fake_median_lo_ms" in pts.columns and bool(pts["fake_median_lo_ms"].notna().any())
+    if not has_intervals:  # catalogs from before intervals: the same data (and spec) as then
+        pts = pts.drop(columns=[c for c in INTERVAL_COLUMNS if c in pts.columns])
+    else:
+        pts["verdicts"] = [
+            f"vs estimate {e} {_ci(elo, ehi)} · vs genuine {g} {_ci(glo, ghi)}"
+            for e, elo, ehi, g, glo, ghi in zip(
+                pts["estimate_verdict"], pts["fake_vs_estimate_ci_lo"], pts["fake_vs_estimate_ci_hi"],
+                pts["genuine_verdict"], pts["fake_vs_genuine_ci_lo"], pts["fake_vs_genuine_ci_hi"], strict=True,
+            )
+        ]  # fmt: skip
     pts["image"] = pts["image"].astype(object).where(pts["image"].notna(), None)
     for c in ("image_tokens", "encode_ms", "lm_ms"):
         pts[c] = pd.to_numeric(pts[c], errors="coerce").astype(float)
@@ -138,11 +164,15 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
                 alt.Tooltip("fake_vs_estimate:Q", title="fake / estimate - 1", format="+.1%"),
                 alt.Tooltip("fake_vs_genuine:Q", title="fake / genuine - 1", format="+.1%"),
                 alt.Tooltip("measurable:N"),
+                *([alt.Tooltip("verdicts:N", title="verdicts (95%)"), alt.Tooltip("reps:Q")] if has_intervals else []),
             ],
         )
         .transform_filter(run_filter(PARAM, allow_all=True))
     )
-    left = alt.layer(band_layer, diag_fake, fake_points).properties(
+    fake_layers = [band_layer, diag_fake, fake_points]
+    if has_intervals:  # the 95% interval of each point's fake median, as a vertical error bar
+        fake_layers.insert(2, _error_bars(pts, "fake_median_lo_ms", "fake_median_hi_ms", fake_scale, color))
+    left = alt.layer(*fake_layers).properties(
         width=side, height=side, title=title("fake (n_fake_cached = L)", f"grey band: y = x ± {tol:.0%}")
     )
 
@@ -153,6 +183,13 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
         var_name="arm",
         value_name="measured_ms",
     ).dropna(subset=["measured_ms"])
+    if has_intervals:  # each control's own interval beside it
+        for end in ("lo", "hi"):
+            cols = {arm: arm.replace("_ms", f"_{end}_ms") for arm in ARMS}
+            part = pts.melt(id_vars=["run_id", "point"], value_vars=list(cols.values()), var_name="arm",
+                            value_name=f"measured_{end}_ms")  # fmt: skip
+            part["arm"] = part["arm"].map({v: k for k, v in cols.items()})
+            controls = controls.merge(part, on=["run_id", "point", "arm"], how="left")
     controls["arm"] = controls["arm"].map(ARMS)
     arms, shapes2 = list(ARMS.values()), ["diamond", "square"]
     x_lo, x_hi = _extent(controls, ["opt_prefill_ms"])
@@ -186,7 +223,10 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
         )
         .transform_filter(run_filter(PARAM, allow_all=True))
     )
-    right = alt.layer(diag_ctl, ctl_points).properties(
+    ctl_layers = [diag_ctl, ctl_points]
+    if has_intervals:
+        ctl_layers.insert(1, _error_bars(controls, "measured_lo_ms", "measured_hi_ms", ctl_y, color))
+    right = alt.layer(*ctl_layers).properties(
         width=side,
         height=side,
         title=title("controls: genuine hit and baseline", "genuine should sit on y = x; baseline shows the saving"),
@@ -202,6 +242,15 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     ]
     if not pts["measurable"].all():
         notes.append("hollow markers: not measurable (padded KV below the 256-column floor, L changes nothing)")
+    if has_intervals:
+        counts = {v: int((pts["estimate_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
+        gcounts = {v: int((pts["genuine_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
+        notes.append(
+            "bars: 95% intervals; verdicts vs the estimate "
+            + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+            + "; vs the genuine hit "
+            + ", ".join(f"{n} {v}" for v, n in gcounts.items() if n)
+        )
     scatter = alt.hconcat(left, right, spacing=40).resolve_scale(x="independent", y="independent")
     bars = _encode_panel(pts, runs_drawn, sizes, 2 * side + 40) if has_images else None
     if bars is None:
@@ -211,6 +260,21 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
         .add_params(param)
         .resolve_scale(x="independent", y="independent", color="independent", opacity="independent")
         .properties(title=title(TITLE, *notes))
+    )
+
+
+def _ci(lo: Any, hi: Any) -> str:
+    return "" if lo is None or hi is None or lo != lo or hi != hi else f"[{lo - 1:+.1%}, {hi - 1:+.1%}]"
+
+
+def _error_bars(df: pd.DataFrame, lo: str, hi: str, y_scale: Any, color: Any) -> Chart:
+    """Vertical rules from `lo` to `hi` at each point's estimate (rows without an interval draw none)."""
+    return (
+        alt.Chart(df)
+        .mark_rule(strokeWidth=1.5, opacity=0.7)
+        .encode(x="opt_prefill_ms:Q", y=alt.Y(f"{lo}:Q", scale=y_scale), y2=f"{hi}:Q", color=color)
+        .transform_filter(f"isValid(datum.{lo}) && isValid(datum.{hi})")
+        .transform_filter(run_filter(PARAM, allow_all=True))
     )
 
 

@@ -1,8 +1,9 @@
-"""bands: where a prefill chunk's time goes as the context deepens (seed 002), one profile run at a time.
+"""bands: where a prefill chunk's time goes as the context deepens, one profile run at a time.
 
 Top, the FUSED wall per token split by the TIMED band shares, stacked, with the depth where attn_core
-overtakes ffn_moe; bottom, how far the instrumented TIMED pass and the llama-bench cross-check sit from
-the FUSED wall at each depth.
+overtakes ffn_moe and its 95% interval (shaded); bottom, how far the instrumented TIMED pass and the
+llama-bench cross-check sit from the FUSED wall at each depth, with their intervals as bands (bootstrap over
+cycles).
 """
 
 from __future__ import annotations
@@ -77,6 +78,14 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
             .encode(x="crossover_depth:Q", y=alt.value(0), text="crossover_label:N")
         )
         layers += [rule.transform_filter(keep), label.transform_filter(keep)]
+        if "crossover_lo" in crossed.columns:
+            spread = (
+                alt.Chart(crossed)
+                .mark_rect(color="#222", opacity=0.12)
+                .encode(x="crossover_lo:Q", x2="crossover_hi:Q")
+                .transform_filter("isValid(datum.crossover_lo) && isValid(datum.crossover_hi)")
+            )
+            layers.insert(1, spread.transform_filter(keep))
     top = alt.layer(*layers).properties(
         width=width,
         height=height,
@@ -115,8 +124,22 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
             .transform_filter(keep)
         )
         zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color=MUTED).encode(y="y:Q")
+        check_layers = [zero, line]
+        if gaps["lo"].notna().any():  # each check's 95% interval as a band around its line
+            band = (
+                alt.Chart(gaps)
+                .mark_area(opacity=0.18)
+                .encode(
+                    x=depth_x, y="lo:Q", y2="hi:Q",
+                    color=alt.Color("series:N", sort=[GAP, BENCH], legend=None,
+                                    scale=alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"])),
+                )
+                .transform_filter("isValid(datum.lo) && isValid(datum.hi)")
+                .transform_filter(keep)
+            )  # fmt: skip
+            check_layers.insert(1, band)
         panels.append(
-            alt.layer(zero, line).properties(
+            alt.layer(*check_layers).properties(
                 width=width,
                 height=max(140, height // 2),
                 title=title("instrument overhead and cross-check", "0 = agrees with the FUSED llama_decode wall"),
@@ -134,21 +157,29 @@ def _summary_frame(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
     """One row per profile run: the crossover and the labels drawn from it."""
     if summary.empty or "crossover_depth" not in summary.columns:
         return pd.DataFrame()
-    out = summary[["run_id", "crossover_depth"]].copy()
-    out["crossover_depth"] = out["crossover_depth"].astype(float)
+    cols = ["run_id", "crossover_depth", *(c for c in ("crossover_ci_lo", "crossover_ci_hi") if c in summary.columns)]
+    out = summary[cols].rename(columns={"crossover_ci_lo": "crossover_lo", "crossover_ci_hi": "crossover_hi"})
+    for c in ("crossover_depth", "crossover_lo", "crossover_hi"):
+        if c in out.columns:
+            out[c] = out[c].astype(float)
     chunks = {str(r["run_id"]): _chunk(str(r["params_json"] or "{}")) for _, r in runs.iterrows()}
     crossover, info = [], []
     for _, r in summary.iterrows():
         depth, note = r.get("crossover_depth"), str(r.get("crossover_note") or "-")
-        crossover.append(f"attn_core > ffn_moe from depth ≈ {depth:.0f}" if pd.notna(depth) else "")
+        lo, hi = r.get("crossover_ci_lo"), r.get("crossover_ci_hi")
+        spread = (
+            f" [{lo:.0f}, {hi:.0f}]" if pd.notna(depth) and lo is not None and pd.notna(lo) and pd.notna(hi) else ""
+        )
+        crossover.append(f"attn_core > ffn_moe from depth ≈ {depth:.0f}{spread}" if pd.notna(depth) else "")
         first = [f"{r['run_id']} ({r['host']})", f"crossover: {note}"]
         chunk = chunks.get(str(r["run_id"]))
         if chunk:
             first.append(f"chunk: {chunk} tokens per llama_decode")
         second = []
         if pd.notna(r.get("attn_r2")) and pd.notna(r.get("attn_slope_ms_per_token_per_1k")):
-            slope = r["attn_slope_ms_per_token_per_1k"]
-            second.append(f"attn_core fit: {slope:+.4f} ms/token per 1k depth, R² {r['attn_r2']:.3f}")
+            slope, slo, shi = r["attn_slope_ms_per_token_per_1k"], r.get("attn_slope_ci_lo"), r.get("attn_slope_ci_hi")
+            ci = f" [{slo:+.4f}, {shi:+.4f}]" if slo is not None and pd.notna(slo) and pd.notna(shi) else ""
+            second.append(f"attn_core fit: {slope:+.4f}{ci} ms/token per 1k depth, R² {r['attn_r2']:.3f}")
         if pd.notna(r.get("timed_vs_fused_gap_mean")):
             second.append(f"mean TIMED/FUSED gap {r['timed_vs_fused_gap_mean']:+.1%}")
         info.append("  ·  ".join(first) + "\n" + "  ·  ".join(second))
@@ -161,11 +192,14 @@ def _gap_frame(summary: pd.DataFrame) -> pd.DataFrame:
     rows: list[dict[str, object]] = []
     for _, r in summary.iterrows():
         for column, series, shift in (("timed_vs_fused_gap", GAP, 0.0), ("fused_vs_bench", BENCH, 1.0)):
-            text = r.get(column)
+            text, ci_text = r.get(column), r.get(f"{column}_ci")
             mapping = json.loads(text) if isinstance(text, str) and text else {}
+            cis = json.loads(ci_text) if isinstance(ci_text, str) and ci_text else {}  # intervals of the ratios
             for depth, value in sorted(mapping.items(), key=lambda kv: int(kv[0])):
-                rows.append({"run_id": r["run_id"], "depth": int(depth), "series": series, "value": value - shift})
-    return pd.DataFrame(rows)
+                iv = cis.get(depth) or {}
+                rows.append({"run_id": r["run_id"], "depth": int(depth), "series": series, "value": value - shift,
+                             "lo": iv["lo"] - 1 if iv else None, "hi": iv["hi"] - 1 if iv else None})  # fmt: skip
+    return pd.DataFrame(rows, columns=["run_id", "depth", "series", "value", "lo", "hi"])
 
 
 def _chunk(params_json: str) -> int | None:

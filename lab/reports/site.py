@@ -20,6 +20,7 @@ table { border-collapse: collapse; width: 100%; font-size: .85rem; }
 th, td { text-align: left; padding: .35rem .6rem; border-bottom: 1px solid #e1e5ea; vertical-align: top; }
 th { background: #f4f6f8; font-weight: 600; }
 tr.not-drawn td { background: #fdf1f1; } .badge { font-weight: 600; color: #b42318; }
+td.warn { color: #8a5a00; }
 """
 
 PROVENANCE = [
@@ -31,6 +32,7 @@ PROVENANCE = [
     ("patch sha256", "patch_sha256"),
     ("started (UTC)", "started_utc"),
     ("status", "status"),
+    ("host noise", "noise_warnings"),
 ]
 
 
@@ -89,6 +91,8 @@ def _runs_table(runs: pd.DataFrame) -> str:
                 cells.append(f"<td><code>{escape(value)}</code></td>")
             elif column == "started_utc":
                 cells.append(f'<td title="{escape(value)}">{escape(value[:10])}</td>')
+            elif column == "noise_warnings":
+                cells.append(f'<td class="warn">{escape(value)}</td>' if value else '<td class="muted">none</td>')
             elif column == "status" and not drawn:
                 reason = "" if pd.isna(r.get("reason")) else str(r.get("reason"))
                 note = f'<br><span class="muted">{escape(reason)}</span>' if reason else ""
