@@ -225,6 +225,9 @@ def profile(
     chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
     max_depth: Annotated[int | None, typer.Option("--max-depth", help="deepest probe")] = None,
     cycles: Annotated[int | None, typer.Option("--cycles", help="cycles (median per depth)")] = None,
+    max_cycles: Annotated[
+        int | None, typer.Option("--max-cycles", help="more cycles, up to this, while the intervals are wide")
+    ] = None,
     threads: Threads = None,
     threads_batch: Annotated[int | None, typer.Option("--threads-batch", "-tb", help="batch threads (-tb)")] = None,
     clean_room: Annotated[
@@ -245,7 +248,7 @@ def profile(
         model=model,
         runs_dir=runs_dir,
         profile={
-            "chunk": chunk, "max_depth": max_depth, "cycles": cycles,
+            "chunk": chunk, "max_depth": max_depth, "cycles": cycles, "max_cycles": max_cycles,
             "threads": threads, "threads_batch": threads_batch, "threadpool": threadpool,
             "clean_room_stop": clean_room[0] if clean_room else None,
             "clean_room_start": clean_room[1] if clean_room else None,

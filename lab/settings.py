@@ -118,7 +118,11 @@ class ProfileSettings(BaseModel):
 
     chunk: int = Field(default=512, ge=16, le=8192)
     max_depth: int = Field(default=4096, ge=0)
-    cycles: int = Field(default=3, ge=1, le=50)
+    cycles: int = Field(default=3, ge=1, le=50, description="cycles every profile gets")
+    max_cycles: int | None = Field(
+        default=None, ge=2, le=50, description="more cycles, up to this, while the gap or crossover interval is wide"
+    )
+    target: float = Field(default=0.05, gt=0, lt=1, description="half-width at which the intervals are narrow enough")
     threads: int | None = Field(default=None, ge=1, description="-t (default: server.threads)")
     threads_batch: int | None = Field(default=None, ge=1, description="-tb (default: threads)")
     bench_check: bool = Field(default=True, description="cross-check FUSED chunk times with llama-bench")
@@ -127,6 +131,12 @@ class ProfileSettings(BaseModel):
     )
     clean_room_stop: str | None = Field(default=None, description="shell command that stops the host's server")
     clean_room_start: str | None = Field(default=None, description="shell command that starts it again")
+
+    @model_validator(mode="after")
+    def _cycles(self) -> ProfileSettings:
+        if self.max_cycles is not None and self.max_cycles < self.cycles:
+            raise ValueError(f"profile.max_cycles ({self.max_cycles}) < profile.cycles ({self.cycles})")
+        return self
 
     @model_validator(mode="after")
     def _clean_room_pair(self) -> ProfileSettings:

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import json
 import math
+import os
 import signal
 import subprocess
 import sys
@@ -150,3 +151,22 @@ def _is_instrument_of(cmdline: Path, run_dir: Path) -> bool:
         return str(run_dir).encode() in cmdline.read_bytes() and b"lab-profile-prefill" in cmdline.read_bytes()
     except OSError:
         return False
+
+
+def test_more_cycles_while_the_intervals_are_wide(tmp_path: Path) -> None:
+    """profile.max_cycles: cycles are added one at a time while the gap's interval is wider than the target."""
+    base = [LAB, "profile", "--chunk", "128", "--max-depth", "256", "--cycles", "2", "--max-cycles", "4"]
+    env = {**os.environ, "LAB_PROFILE__TARGET": "0.0001", "LAB_PROFILE__BENCH_CHECK": "false", "COLUMNS": "250"}
+    r = subprocess.run([*base, "--runs-dir", str(tmp_path / "a")], capture_output=True, text=True, cwd=REPO,
+                       timeout=600, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    assert {w.cycle for w in run.read(WALLS, ProfileWall)} == {0, 1, 2, 3} and "one more cycle" in r.stdout
+    summary = ProfileSummary.model_validate_json((run.path / "raw" / "profile_summary.json").read_text())
+    assert summary.cycles == 4
+    env["LAB_PROFILE__TARGET"] = "0.9"
+    r = subprocess.run([*base, "--runs-dir", str(tmp_path / "b")], capture_output=True, text=True, cwd=REPO,
+                       timeout=600, env=env)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    assert {w.cycle for w in run.read(WALLS, ProfileWall)} == {0, 1}

@@ -100,6 +100,17 @@ def write_parquet(nodes: list[dict[str, Any]], path: Path) -> None:
 Cells = tuple[dict[tuple[int, int], float], dict[tuple[int, str, int], float], list[int]]
 
 
+def too_wide(s: ProfileSummary, target: float) -> str:
+    """Why the profile's intervals call for another cycle ('' when they are narrow enough): the TIMED/FUSED gap
+    at some depth, or the crossover depth, wider than +-target."""
+    wide = [d for d, iv in s.timed_vs_fused_gap_ci.items() if iv.half_width > target]
+    if wide:
+        return f"the TIMED/FUSED gap is wider than +-{target:.0%} at depth {', '.join(wide[:4])}"
+    if s.crossover_ci is not None and s.crossover_ci.half_width > target:
+        return f"the crossover {s.crossover_ci.fmt(digits=0)} is wider than +-{target:.0%}"
+    return ""
+
+
 def cycle_cells(walls: list[ProfileWall], nodes: list[dict[str, Any]]) -> Cells:
     """(FUSED ms per (depth, cycle), TIMED band ms per (depth, band, cycle), the cycles)."""
     fused = {(w.depth, w.cycle): w.ms for w in walls if w.mode == "fused"}
@@ -321,23 +332,31 @@ class Profile(Experiment):
         done = keep_complete_cycles(dump, n_depths)
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
         with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
-            if done < p.cycles:
-                if done:
-                    console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{p.cycles - 1}")
-                cmd = instrument_command(
-                    inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=p.cycles, threads=threads,
-                    threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
-                    cpu_list=settings.server.cpu_list,
-                )  # fmt: skip
-                try:
-                    run_instrument(cmd, run.path / "logs" / "instrument.log", console, p.cycles * 2 * n_depths,
-                                   done * 2 * n_depths)  # fmt: skip
-                finally:  # what the instrument wrote so far is kept for a resume
-                    merge_part(dump, part)
-            meta, walls, nodes = parse_dump(dump)
-            nodes = band_nodes(nodes)
+            want = p.cycles
+            while True:
+                if done < want:
+                    if done and want == p.cycles:  # an interrupted run, resumed
+                        console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
+                    cmd = instrument_command(
+                        inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=want, threads=threads,
+                        threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
+                        cpu_list=settings.server.cpu_list,
+                    )  # fmt: skip
+                    try:
+                        run_instrument(cmd, run.path / "logs" / "instrument.log", console, want * 2 * n_depths,
+                                       done * 2 * n_depths)  # fmt: skip
+                    finally:  # what the instrument wrote so far is kept for a resume
+                        merge_part(dump, part)
+                    done = keep_complete_cycles(dump, n_depths)
+                meta, walls, nodes = parse_dump(dump)
+                nodes = band_nodes(nodes)
+                rows, summary = derive(walls, nodes, p.chunk)
+                wide = too_wide(summary, p.target)
+                if not wide or want >= (p.max_cycles or p.cycles):
+                    break
+                want += 1
+                console.print(f"after {done} cycles {wide}: one more cycle (at most {p.max_cycles})")
             write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
-            rows, summary = derive(walls, nodes, p.chunk)
             if p.bench_check:
                 with console.status("cross-checking FUSED chunk times with llama-bench ..."):
                     bench = measure_prefill_tps(
