@@ -31,12 +31,14 @@ from lab.engine.models import resolve_model
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.profile import band_nodes, parse_dump, write_parquet
 from lab.instrument import build_instrument, instrument_command
+from lab.schemas import Interval
 from lab.settings import load_settings
+from lab.stats import median_interval, verdict
 from lab.target import LocalTarget
 
 
-def verdict(ok: bool) -> str:
-    return "[green]meets[/green]" if ok else "[red]MISSES[/red]"
+def _fmt(iv: Interval | None, pct: bool = False) -> str:
+    return "-" if iv is None else iv.fmt(pct=pct)
 
 
 def main() -> int:
@@ -97,34 +99,33 @@ def main() -> int:
                 write_parquet(band_nodes(nodes), pq)
                 sizes = (dump.stat().st_size, pq.stat().st_size)
 
-    t = Table(title=f"profiler overhead, median of {args.rounds} interleaved rounds (chunk {chunk}, {threads} threads)")
-    cols = ("depth", "TIMED nodes / FUSED wall - 1", "TIMED wall / FUSED wall", "FUSED / bench", "same, threadpool")
+    t = Table(title=f"profiler overhead, median of {args.rounds} interleaved rounds [95% interval] "
+                    f"(chunk {chunk}, {threads} threads)")  # fmt: skip
+    cols = ("depth", "TIMED nodes / FUSED wall", "TIMED wall / FUSED wall", "FUSED / bench", "same, threadpool")
     for col in cols:
         t.add_column(col, justify="right")
     for d in depths:
+        g = median_interval([1 + x for x in gap[d]], key=f"gap{d}")
         t.add_row(
-            str(d), f"{statistics.median(gap[d]):+.1%}", f"{statistics.median(timed_wall[d]):.3f}",
-            f"{statistics.median(vs_bench[d]):.3f}", f"{statistics.median(vs_bench_tp[d]):.3f}",
+            str(d), _fmt(g, pct=True), _fmt(median_interval(timed_wall[d], f"tw{d}")),
+            _fmt(median_interval(vs_bench[d], f"b{d}")), _fmt(median_interval(vs_bench_tp[d], f"btp{d}")),
         )  # fmt: skip
     console.print(t)
-    mean_gap = statistics.fmean(statistics.median(v) for v in gap.values())
+    all_gaps = median_interval([1 + statistics.median(v) for v in gap.values()], key="gaps")
+    console.print(f"TIMED vs FUSED over depths: {_fmt(all_gaps, pct=True)} -> {verdict(all_gaps, 0.03)} at +-3%")
     for label, ratios in (("FUSED / llama-bench", vs_bench), ("the same with --threadpool", vs_bench_tp)):
-        med = {d: statistics.median(v) for d, v in ratios.items()}
-        worst = max(med.values(), key=lambda r: abs(r - 1))
-        console.print(
-            f"{label}: {min(med.values()):.3f}..{max(med.values()):.3f}, worst {worst:.3f} -> "
-            f"{verdict(abs(worst - 1) <= 0.05)} the 5% goal"
-        )
-    plain_med = statistics.median(vs_plain)
-    ratio = sizes[0] / sizes[1] if sizes[1] else float("inf")
-    console.print(f"TIMED vs FUSED mean gap {mean_gap:+.1%} -> {verdict(abs(mean_gap) <= 0.03)} the 3% goal")
+        over = median_interval([statistics.median(v) for v in ratios.values()], key=label)
+        console.print(f"{label} over depths: {_fmt(over)} -> {verdict(over, 0.05)} at +-5%")
+    whole = median_interval(vs_plain, key="plain")
+    met = "met" if whole and whole.hi <= 1.15 else "undecided" if whole and whole.lo <= 1.15 else "missed"
     console.print(
-        f"FUSED pass total / one plain prefill to {max_depth + chunk}: {plain_med:.3f} "
-        f"(rounds {', '.join(f'{v:.3f}' for v in vs_plain)}) -> {verdict(plain_med <= 1.15)} the 1.15x goal"
+        f"FUSED pass total / one plain prefill to {max_depth + chunk}: {_fmt(whole)} "
+        f"(rounds {', '.join(f'{v:.3f}' for v in vs_plain)}); goal <= 1.15x: {met}"
     )
+    ratio = sizes[0] / sizes[1] if sizes[1] else float("inf")
     console.print(
         f"per-node dump, one cycle: JSON {sizes[0] / 1e6:.2f} MB, Parquet {sizes[1] / 1e6:.3f} MB: {ratio:.1f}x "
-        f"smaller -> {verdict(ratio >= 10)} the 10x goal"
+        f"smaller (deterministic sizes, no interval needed); goal 10x: {'met' if ratio >= 10 else 'missed'}"
     )
     return 0
 

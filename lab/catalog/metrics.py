@@ -2,13 +2,21 @@
 
 from __future__ import annotations
 
-import statistics
 from typing import Any
 
+from lab.stats import median_interval
 
-def _median_abs(values: Any) -> float | None:
-    vals = [abs(float(v)) for v in values if v == v and v is not None]  # v == v drops NaN
-    return round(statistics.median(vals), 6) if vals else None
+
+def _median_abs(values: Any, key: str) -> dict[str, float | int] | None:
+    """The median of |values| over points, with its 95% interval (bootstrap over the points)."""
+    iv = median_interval([abs(float(v)) for v in values if v == v and v is not None], key=key)  # v == v drops NaN
+    return (
+        None if iv is None else {"value": round(iv.value, 6), "lo": round(iv.lo, 6), "hi": round(iv.hi, 6), "n": iv.n}
+    )
+
+
+def _num(v: Any) -> float | None:
+    return None if v is None or v != v else round(float(v), 1)
 
 
 def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
@@ -20,8 +28,8 @@ def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
         usable = points[points["measurable"]]
         out["sweep"] = {
             "runs": int(points["run_id"].nunique()),
-            "median_abs_fake_vs_genuine": _median_abs(usable["fake_vs_genuine"]),
-            "median_abs_fake_vs_estimate": _median_abs(usable["fake_vs_estimate"]),
+            "median_abs_fake_vs_genuine": _median_abs(usable["fake_vs_genuine"], "genuine"),
+            "median_abs_fake_vs_estimate": _median_abs(usable["fake_vs_estimate"], "estimate"),
         }
     summary = frames["profile_summary"]
     if len(summary):
@@ -32,6 +40,8 @@ def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
             "run_id": newest["run_id"],
             "crossover_depth": None if crossover != crossover or crossover is None else round(float(crossover), 1),
             "timed_vs_fused_gap_mean": round(float(newest["timed_vs_fused_gap_mean"]), 6),
+            "crossover_lo": _num(newest.get("crossover_ci_lo")),
+            "crossover_hi": _num(newest.get("crossover_ci_hi")),
             "attn_r2": round(float(newest["attn_r2"]), 6),
         }
     span = frames["replay_span"]
