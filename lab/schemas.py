@@ -210,6 +210,16 @@ class BandDepth(BaseModel):
     ms_per_token_hi: float | None = None
 
 
+class BandCycle(BaseModel):
+    """raw/profile_band_cycles.jsonl: one band at one depth in one cycle (the samples behind BandDepth)."""
+
+    cycle: int
+    depth: int
+    band: str
+    timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk, this cycle")
+    ms_per_token: float = Field(description="this cycle's TIMED share x its FUSED chunk ms / chunk")
+
+
 class ProfileSummary(BaseModel):
     """raw/profile_summary.json: the derived results of a profile run."""
 

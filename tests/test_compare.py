@@ -50,3 +50,15 @@ def test_self_is_within_noise_and_fewer_threads_is_a_significant_slowdown(tmp_pa
     r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--fail-above", "10")
     assert r.returncode == 1 and "significant slowdown: fake_median_ms" in r.stderr, r.stderr + r.stdout
     assert "slower" in r.stdout and "geomean" in r.stdout
+
+
+def test_profiles_compare_band_by_band_with_intervals(tmp_path: Path) -> None:
+    """Each band's ms/token per cycle is stored (raw/profile_band_cycles.jsonl), so B/A of every (depth, band)
+    carries an interval too; a profile against itself is within noise everywhere."""
+    r = lab("profile", "--chunk", "128", "--max-depth", "256", "--cycles", "3", "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = Path(r.stdout.strip().splitlines()[-1])
+    c = compare_runs(run, run)
+    bands = [row for row in c.rows if row.metric == "ms_per_token"]
+    assert len(bands) == 3 * 5 and all(row.ci is not None and row.ci.n == 3 for row in bands), bands
+    assert all(row.significant is False for row in c.rows if row.ci is not None)

@@ -45,7 +45,10 @@ KINDS = {
         },
     ),
     "profile": Kind(
-        "profile_bands", ("profile_walls",), ("depth", "band"), {"ms_per_token": "ms per token", "fused_chunk_ms": "ms"}
+        "profile_bands",
+        ("profile_walls", "profile_band_cycles"),
+        ("depth", "band"),
+        {"ms_per_token": "ms per token", "fused_chunk_ms": "ms"},
     ),
 }
 Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
@@ -107,12 +110,14 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], list[float]]:
     """The samples behind each (key, metric) of one run: the timed requests of each arm, the llama-bench
-    estimate samples, the vision encodes; a profile's FUSED walls per depth."""
+    estimate samples, the vision encodes; a profile's FUSED walls per depth and its bands' ms/token per cycle."""
     out: dict[tuple[tuple[Any, ...], str], list[float]] = {}
     if experiment == "profile":
         for w in side.get("profile_walls", []):
             if w["mode"] == "fused":
                 out.setdefault(((w["depth"], TOTAL_BAND), "fused_chunk_ms"), []).append(float(w["ms"]))
+        for c in side.get("profile_band_cycles", []):
+            out.setdefault(((c["depth"], c["band"]), "ms_per_token"), []).append(float(c["ms_per_token"]))
         return out
     keys = {r["point"]: (r["L"], r["new"], _value(r.get("image"))) for r in side.get("sweep_points", [])}
     encode = {r["point"]: _value(r.get("encode_ms")) or 0.0 for r in side.get("sweep_points", [])}

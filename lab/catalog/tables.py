@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from lab.schemas import (
+    BandCycle,
     BandDepth,
     PrefillTps,
     ProfileSummary,
@@ -53,6 +54,7 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("trace_tasks", ("trace_replay",), "tasks", TraceTaskResult),
     TableSpec("profile_walls", ("profile",), "profile_walls", ProfileWall),
     TableSpec("profile_bands", ("profile",), "profile_bands", BandDepth),
+    TableSpec("profile_band_cycles", ("profile",), "profile_band_cycles", BandCycle, required=False),
     TableSpec("profile_summary", ("profile",), "profile_summary", ProfileSummary, single=True),
     TableSpec("replay_exact", ("replay_exact",), "replay_exact", ReplayExactRow),
     TableSpec("replay_span", ("replay_span",), "replay_span", ReplaySpanRow),

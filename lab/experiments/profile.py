@@ -28,11 +28,12 @@ from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.runs import RunError, RunFolder
-from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
 from lab.stats import from_draws, median_interval, resamples
 
 WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
+BAND_CYCLES = "profile_band_cycles"
 NODES_PARQUET = "profile_nodes.parquet"
 
 
@@ -118,6 +119,19 @@ def cycle_cells(walls: list[ProfileWall], nodes: list[dict[str, Any]]) -> Cells:
     for r in nodes:
         band_ms[(r["depth"], r["band"], r["cycle"])] += r["ms"]
     return fused, band_ms, sorted({r["cycle"] for r in nodes})
+
+
+def band_cycles(cells: Cells, chunk: int) -> list[BandCycle]:
+    """Each band's ms/token in each cycle on its own (the samples a comparison of two profiles rests on)."""
+    fused, band_ms, _ = cells
+    out = []
+    for depth, c in sorted(fused):
+        total = sum(band_ms[(depth, b, c)] for b in BANDS)
+        for b in BANDS:
+            share = band_ms[(depth, b, c)] / total if total else 0.0
+            out.append(BandCycle(cycle=c, depth=depth, band=b, timed_ms=band_ms[(depth, b, c)],
+                                 ms_per_token=share * fused[(depth, c)] / chunk))  # fmt: skip
+    return out
 
 
 def derive_for(cells: Cells, cycles: list[int], chunk: int) -> tuple[list[BandDepth], dict[int, float]]:
@@ -377,6 +391,7 @@ class Profile(Experiment):
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)
         run.rewrite(BANDS_TABLE, rows)
+        run.rewrite(BAND_CYCLES, band_cycles(cycle_cells(walls, nodes), p.chunk))
         (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
         dump.unlink()  # the Parquet file and the walls table hold the same content
         self.rows, self.summary = rows, summary
