@@ -285,12 +285,13 @@ def replay_trace(
     model: ModelOpt = None,
     runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")] = None,
+    reps: Annotated[int, typer.Option("--reps", min=1, help="measure each step this often (median + interval)")] = 1,
 ) -> None:
     """Replay each recorded agent step with a fake prefix: measured_opt_prefill_s per step, opt_wall per task."""
     from lab.experiments.trace import run_replay
 
     s = _settings(model=model, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
-    typer.echo(str(run_replay(s, trace, resume=_resolve(resume, s.runs_dir)).path))
+    typer.echo(str(run_replay(s, trace, resume=_resolve(resume, s.runs_dir), reps=reps).path))
 
 
 @model_app.command("tiny")

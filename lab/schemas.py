@@ -161,7 +161,11 @@ class TraceStepResult(BaseModel):
     trace_only_new: int | None = None
     ok: bool
     reason: str = ""
-    measured_opt_prefill_s: float | None = Field(default=None, description="prompt_ms / 1e3 of the fake request")
+    measured_opt_prefill_s: float | None = Field(
+        default=None, description="prompt_ms / 1e3 of the fake request (the median when measured several times)"
+    )
+    measured_ci: Interval | None = Field(default=None, description="its 95% interval (seconds), from two reps on")
+    reps: int = Field(default=1, description="times the step was measured")
     fake_ms: float | None = None
     cache_n: int | None = None
     prompt_n: int | None = None

@@ -152,3 +152,16 @@ def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
     steps = run.read(STEPS, TraceStepResult)
     assert len(steps) == len(load_trace(trace)) and all(s.ok for s in steps)
     assert len({(s.task_id, s.step) for s in steps}) == len(steps)  # none measured twice
+
+
+def test_steps_measured_several_times_carry_their_interval(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "1", "--steps", "2"], cwd=REPO, check=True)
+    r = subprocess.run([LAB, "replay-trace", str(trace), "--reps", "3", "--runs-dir", str(tmp_path / "runs")],
+                       capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    assert run.manifest().params["reps"] == 3
+    for s in run.read(STEPS, TraceStepResult):
+        assert s.ok and s.reps == 3 and s.measured_ci is not None and s.measured_ci.n == 3
+        assert s.measured_ci.lo <= (s.measured_opt_prefill_s or 0) <= s.measured_ci.hi

@@ -28,6 +28,7 @@ from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progre
 from lab.runs import RunError, RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
 from lab.settings import ServerSettings, Settings
+from lab.stats import median_interval
 
 STEPS, TASKS = "steps", "tasks"
 
@@ -208,23 +209,36 @@ def resolve_shot(path: str, trace_dir: Path) -> Path:
 
 
 def replay_step(
-    client: ContractClient, step: TraceStep, shots_dir: Path, n_vocab: int, geom: ImageGeometry | None = None
+    client: ContractClient,
+    step: TraceStep,
+    shots_dir: Path,
+    n_vocab: int,
+    geom: ImageGeometry | None = None,
+    reps: int = 1,
 ) -> TraceStepResult:
-    """One recorded step replayed with a fake depth-L prefix."""
+    """One recorded step replayed with a fake depth-L prefix, `reps` times: the median and, from two reps on, its
+    95% interval."""
     s = step_for(client.srv, step, shots_dir, n_vocab, geom)
-    r = client.run_arm("fake", s)
-    if not r.ok and client.died(r):
-        srv = client.srv
-        raise RunError(f"llama-server died replaying {step.task_id} step {step.step}; see {srv.log_path}")
-    t = r.timings
+    results = []
+    for _ in range(reps):
+        r = client.run_arm("fake", s)
+        if not r.ok and client.died(r):
+            srv = client.srv
+            raise RunError(f"llama-server died replaying {step.task_id} step {step.step}; see {srv.log_path}")
+        results.append(r)
+    bad = next((r for r in results if not r.ok), None)
+    seconds = [r.timings.prompt_ms / 1e3 for r in results if r.ok and r.timings]
+    iv = median_interval(seconds, key=f"{step.task_id}/{step.step}") if bad is None else None
+    t = results[-1].timings
     png = resolve_shot(step.screenshot, shots_dir).read_bytes() if step.screenshot else None
     return TraceStepResult(
         task_id=step.task_id, step=step.step, L=s.L, new_tokens=s.new, trace_only_new=step.only_new,
-        ok=r.ok, reason=r.reason, measured_opt_prefill_s=t.prompt_ms / 1e3 if t else None,
+        ok=bad is None, reason=bad.reason if bad else "", measured_opt_prefill_s=iv.value if iv else None,
+        measured_ci=iv if iv and iv.n > 1 else None, reps=len(seconds),
         fake_ms=t.fake_ms if t else None, cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
         baseline_prefill_s=step.baseline_prefill_s, baseline_decode_s=step.baseline_decode_s,
         baseline_exec_s=step.baseline_exec_s, screenshot=step.screenshot,
-        image_tokens=geom.tokens(*png_size(png))[0] if png and geom else None, encode_ms=r.encode_ms,
+        image_tokens=geom.tokens(*png_size(png))[0] if png and geom else None, encode_ms=results[-1].encode_ms,
         t_utc=utc_now(),
     )  # fmt: skip
 
@@ -266,8 +280,9 @@ class TraceReplay(Experiment):
 
     name = "trace_replay"
 
-    def __init__(self, trace: Path | None) -> None:
+    def __init__(self, trace: Path | None, reps: int = 1) -> None:
         self.trace = trace
+        self.reps = reps
         self.steps: list[TraceStep] = []
         self.shots_dir: Path | None = None
         self.projector: Path | None = None
@@ -280,6 +295,7 @@ class TraceReplay(Experiment):
         return {
             "trace": str(self.trace.resolve()),
             "n_steps": len(self.steps),
+            "reps": self.reps,
             "server": settings.server.model_dump(mode="json"),
             "model": str(settings.model) if settings.model else None,
             "mmproj": str(settings.mmproj) if settings.mmproj else None,
@@ -288,6 +304,7 @@ class TraceReplay(Experiment):
     def restore(self, settings: Settings, run: RunFolder) -> Settings:
         params = run.manifest().params
         self.trace = run.path / "raw" / "trace.jsonl"  # the run's own copy: the original may have moved on
+        self.reps = int(params.get("reps", 1))
         self.shots_dir = Path(params["trace"]).parent  # relative screenshots are relative to the original
         return settings.model_copy(
             update={
@@ -337,7 +354,7 @@ class TraceReplay(Experiment):
                 task = progress.add_task("replay", total=len(todo))
                 for s in todo:
                     progress.update(task, description=f"{s.task_id} step {s.step}")
-                    r = replay_step(client, s, shots_dir, n_vocab, self.geometry)
+                    r = replay_step(client, s, shots_dir, n_vocab, self.geometry, self.reps)
                     run.append(STEPS, [r])
                     done[(s.task_id, s.step)] = r
                     progress.advance(task)
@@ -354,9 +371,13 @@ class TraceReplay(Experiment):
 
 
 def run_replay(
-    settings: Settings, trace: Path | None, resume: RunFolder | None = None, console: Console | None = None
+    settings: Settings,
+    trace: Path | None,
+    resume: RunFolder | None = None,
+    console: Console | None = None,
+    reps: int = 1,
 ) -> RunFolder:
-    return run_experiment(TraceReplay(trace), settings, resume, console)
+    return run_experiment(TraceReplay(trace, reps), settings, resume, console)
 
 
 def replay_table(tasks: list[TraceTaskResult]) -> Table:
