@@ -11,7 +11,6 @@ and the fabrication cost in ns per fake position (goal <= 50 ns).
 from __future__ import annotations
 
 import argparse
-import statistics
 import sys
 import tempfile
 from pathlib import Path
@@ -25,7 +24,7 @@ from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.schemas import Interval
 from lab.settings import ServerSettings, load_settings
-from lab.stats import paired_ratio
+from lab.stats import median_interval, paired_ratio
 
 
 def ints(s: str) -> list[int]:
@@ -55,7 +54,7 @@ def main() -> int:
     table = Table(title=f"fake vs genuine vs baseline: median prompt_ms of {args.reps}; paired ratios [95% interval]")
     for col in ("L", "new", "baseline ms", "fake ms", "genuine ms", "fake/baseline", "fake/genuine"):
         table.add_column(col, justify="right")
-    fab = Table(title="fabrication cost inside prompt_ms (fake_ms, median; goal <= 50 ns/position)")
+    fab = Table(title="fabrication cost inside prompt_ms (fake_ms, median [95% interval]; goal <= 50 ns/position)")
     for col in ("L", "fresh slot ms", "ns/pos", "after prefill ms", "ns/pos"):
         fab.add_column(col, justify="right")
 
@@ -75,12 +74,12 @@ def main() -> int:
                             failures.append(f"L={L} new={new} {arm}: {r.kind}: {r.reason}")
                             continue
                         ms[arm][rep] = r.timings.prompt_ms
-                med = {a: statistics.median(v.values()) if v else float("nan") for a, v in ms.items()}
+                med = {a: median_interval(list(v.values()), key=f"L{L}n{new}/{a}") for a, v in ms.items()}
                 vs_base = paired_ratio(ms["fake"], ms["baseline"], key=f"L{L}n{new}/base")
                 vs_gen = paired_ratio(ms["fake"], ms["genuine"], key=f"L{L}n{new}/gen")
                 table.add_row(
                     str(L), str(new),
-                    f"{med['baseline']:.1f}", f"{med['fake']:.1f}", f"{med['genuine']:.1f}",
+                    _ms(med["baseline"]), _ms(med["fake"]), _ms(med["genuine"]),
                     _ratio(vs_base), _ratio(vs_gen),
                 )  # fmt: skip
         for L in args.fab_Ls:
@@ -94,14 +93,26 @@ def main() -> int:
                 # after a prefill at this depth (how a sweep interleaves arms): the cells are reshaped in place
                 srv.completion({"prompt": tokens, "n_predict": 1, "cache_prompt": False})
                 reshaped.append(_fake_ms(client, tokens, L, failures))
-            fm, rm = statistics.median(fresh), statistics.median(reshaped)
-            fab.add_row(str(L), f"{fm:.3f}", f"{fm * 1e6 / L:.1f}", f"{rm:.3f}", f"{rm * 1e6 / L:.1f}")
+            fm, rm = median_interval(fresh, f"fresh{L}"), median_interval(reshaped, f"reshaped{L}")
+
+            def per_pos(iv: Interval | None, L: int = L) -> str:  # ns per fabricated position
+                return "-" if iv is None else f"{iv.value * 1e6 / L:.1f} [{iv.lo * 1e6 / L:.1f}-{iv.hi * 1e6 / L:.1f}]"
+
+            fab.add_row(str(L), _ms3(fm), per_pos(fm), _ms3(rm), per_pos(rm))
 
     console.print(table)
     console.print(fab)
     for msg in failures:
         console.print(f"[red]failed sample[/red] {msg}")
     return 1 if failures else 0
+
+
+def _ms3(iv: Interval | None) -> str:
+    return "-" if iv is None else f"{iv.value:.3f} [{iv.lo:.3f}-{iv.hi:.3f}]"
+
+
+def _ms(iv: Interval | None) -> str:
+    return "-" if iv is None else f"{iv.value:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]"
 
 
 def _ratio(r: Interval | None) -> str:

@@ -106,6 +106,7 @@ class SweepPoint(BaseModel):
     genuine: ArmStats
     prefill_tps: float | None = None
     opt_prefill_ms: float | None = Field(default=None, description="only_new / prefill_tps(L)")
+    estimate_ci: Interval | None = Field(default=None, description="the estimate's samples (ms): their median")
     fake_vs_estimate: float | None = Field(default=None, description="median over reps of fake / estimate - 1")
     fake_vs_genuine: float | None = Field(default=None, description="median over reps of fake / genuine - 1")
     fake_vs_baseline: float | None = Field(default=None, description="median over reps of fake / baseline")

@@ -140,6 +140,7 @@ def summarize_point(
         fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
         fake_vs_baseline=vs_base.value if vs_base else None,
         fake_vs_estimate_ci=vs_est,
+        estimate_ci=median_interval(list(est_by_rep.values()), key=f"{p.id}/estimate"),
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
         genuine_verdict=verdicts["genuine"],
@@ -365,6 +366,13 @@ def _arm(a: ArmStats) -> str:
     return f"{a.median_ms:.1f} [{a.median_lo_ms:.1f}-{a.median_hi_ms:.1f}]"
 
 
+def _est(p: SweepPoint) -> str:
+    iv = p.estimate_ci
+    if p.opt_prefill_ms is None or iv is None or iv.n < 2:
+        return _ms(p.opt_prefill_ms)
+    return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]"
+
+
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
 
 
@@ -387,7 +395,7 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
         img = (p.image or "-", str(p.image_tokens or "-"), _ms(p.encode_ms)) if images else ()
         t.add_row(
             str(p.L), str(p.new), *img,
-            _arm(p.baseline), _arm(p.fake), _arm(p.genuine), _ms(p.opt_prefill_ms),
+            _arm(p.baseline), _arm(p.fake), _arm(p.genuine), _est(p),
             _ratio(p.fake_vs_estimate_ci, p.estimate_verdict), _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
             str(p.reps), f"[{notes[p.point]}]" if p.point in notes else "",
         )  # fmt: skip

@@ -236,10 +236,10 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     inside = int((measurable["fake_median_ms"] / measurable["opt_prefill_ms"] - 1).abs().le(tol).sum())
     n_image = int(pts["image"].notna().sum()) if has_images else 0
     kinds = f" ({n_image} with a screenshot: {', '.join(sizes)})" if has_images else ""
-    notes = [
-        f"{len(runs_drawn)} complete sweep run(s), {len(pts)} (L, new) points{kinds}; "
-        f"{inside} of {len(measurable)} measurable points within ±{tol:.0%} of the estimate; dashed: y = x",
-    ]
+    within = (
+        "" if has_intervals else f"{inside} of {len(measurable)} measurable points within ±{tol:.0%} of the estimate; "
+    )
+    notes = [f"{len(runs_drawn)} complete sweep run(s), {len(pts)} (L, new) points{kinds}; {within}dashed: y = x"]
     if not pts["measurable"].all():
         notes.append("hollow markers: not measurable (padded KV below the 256-column floor, L changes nothing)")
     if has_intervals:
