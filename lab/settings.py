@@ -68,8 +68,8 @@ class SweepSettings(BaseModel):
     Ls: list[int] = Field(default=[512, 1024, 2048, 4096], min_length=1, description="fake prefix lengths")
     news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
     reps: int | None = Field(default=None, ge=1, le=100, description="fixed reps per point (min = max = reps)")
-    min_reps: int = Field(default=5, ge=2, le=200, description="reps every point gets")
-    max_reps: int = Field(default=12, ge=2, le=200, description="reps a point may get to decide its verdicts")
+    min_reps: int = Field(default=5, ge=1, le=200, description="reps every point gets")
+    max_reps: int = Field(default=12, ge=1, le=200, description="reps a point may get to decide its verdicts")
     target: float = Field(default=0.03, gt=0, lt=1, description="stop at this half-width of fake/genuine")
     arms: list[SweepArm] = Field(
         default=["baseline", "fake", "genuine", "estimate"], description="what each rep measures (fake always)"

@@ -24,6 +24,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
+from pydantic import ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -197,7 +198,12 @@ def run_experiment(
             raise RunError(f"{resume.path.name} is a {m.experiment} run, not {experiment.name}")
         if resume.ready or m.status == "complete":
             raise RunError(f"{resume.path.name} is complete; a complete run is never changed")
-        settings = experiment.restore(settings, resume)
+        try:
+            settings = experiment.restore(settings, resume)
+        except (ValidationError, KeyError, TypeError, ValueError) as e:
+            raise RunError(
+                f"{resume.path.name}: its recorded params do not fit this lab's settings ({e!s:.300})"
+            ) from e
     parts = resolve_parts(settings, experiment.needs_engine)
     experiment.prepare(settings, parts)
     sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume)
