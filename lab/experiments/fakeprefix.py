@@ -392,7 +392,8 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     for col in (*cols, "fake/estimate - 1", "fake/genuine - 1", "reps", "note"):
         t.add_column(col, justify="right")
     for p in points:
-        img = (p.image or "-", str(p.image_tokens or "-"), _ms(p.encode_ms)) if images else ()
+        enc = p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else _ms(p.encode_ms)
+        img = (p.image or "-", str(p.image_tokens or "-"), enc) if images else ()
         t.add_row(
             str(p.L), str(p.new), *img,
             _arm(p.baseline), _arm(p.fake), _arm(p.genuine), _est(p),
