@@ -106,10 +106,9 @@ def warnings(s: HostState) -> list[str]:
         out.append("SMT is on: a sibling hyperthread's work slows a measuring thread; pin threads (server.cpu_list)")
     if s.thp.startswith("[always]") or "[always]" in s.thp:
         out.append("transparent huge pages are 'always': khugepaged can stall a run (madvise is quieter)")
-    if s.loadavg_1m is not None and s.cpus and s.loadavg_1m > 0.5 * s.cpus:
-        out.append(f"load average {s.loadavg_1m:.2f} on {s.cpus} CPUs: other work competes for the cores")
-    if s.busy:
-        out.append("other processes are using a CPU: " + ", ".join(s.busy[:4]))
+    if s.busy:  # what uses a CPU right now; the load average (recorded) lags by a minute, so it only adds context
+        load = f" (load average {s.loadavg_1m:.2f} on {s.cpus} CPUs)" if s.loadavg_1m is not None and s.cpus else ""
+        out.append("other processes are using a CPU: " + ", ".join(s.busy[:4]) + load)
     return out
 
 
