@@ -1,4 +1,4 @@
-"""The per-node prefill profiler (seed 002): a small C++ program linked against the engine's libllama
+"""The per-node prefill profiler: a small C++ program linked against the engine's libllama
 (`profile_prefill.cpp`), built and cached by the lab like the engine."""
 
 from __future__ import annotations
@@ -32,51 +32,53 @@ class InstrumentBuildError(LabError):
     pass
 
 
-def compile_command(engine: EngineInfo, out: Path) -> list[str]:
+def compile_command(engine: EngineInfo, out: Path, source: Path = SOURCE) -> list[str]:
     cxx = shutil.which("g++") or shutil.which("c++") or "c++"
     return [
         cxx, "-std=c++17", "-O2", "-Wall", "-Wextra",
         f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
-        str(SOURCE), "-o", str(out),
+        str(source), "-o", str(out),
         f"-L{engine.lib_dir}", "-lllama", "-lggml", "-lggml-base",
         f"-Wl,-rpath,$ORIGIN:{engine.lib_dir}",  # $ORIGIN: the copy inside an engine bundle finds its libs
     ]  # fmt: skip
 
 
-def build_instrument(engine: EngineInfo, cache_dir: Path) -> InstrumentInfo:
-    """Compile once per (instrument source, engine build); a repeat is a stamp check. An engine bundle
-    (a prebuilt engine on a target host) carries its compiled instrument: that one is used as is."""
-    bundled = engine.lib_dir / BINARY
+def build_tool(engine: EngineInfo, cache_dir: Path, source: Path, binary_name: str) -> InstrumentInfo:
+    """Compile a C++ tool that links the engine's libllama, once per (its source, engine build); a repeat is a
+    stamp check. An engine bundle (a prebuilt engine on a target host) carries the compiled tool: used as is."""
+    bundled = engine.lib_dir / binary_name
     if engine.build_dir == engine.source_dir and bundled.exists():
         return InstrumentInfo(
             binary=bundled,
-            source=SOURCE,
-            source_sha256=hashlib.sha256(SOURCE.read_bytes()).hexdigest(),
+            source=source,
+            source_sha256=hashlib.sha256(source.read_bytes()).hexdigest(),
             compile_cmd=["(prebuilt in the engine bundle)"],
             engine_patch_sha256=engine.patch_sha256,
         )
-    src_sha = hashlib.sha256(SOURCE.read_bytes()).hexdigest()
+    src_sha = hashlib.sha256(source.read_bytes()).hexdigest()
     key = hashlib.sha256(f"{src_sha}|{engine.build_dir}|{engine.patch_sha256}|{engine.flags}".encode()).hexdigest()
     out_dir = cache_dir / "instrument" / key[:16]
-    binary = out_dir / BINARY
-    stamp = out_dir / "instrument.json"
+    binary = out_dir / binary_name
+    stamp = out_dir / f"{binary_name}.json"
     with locked(out_dir.with_suffix(".lock")):
         if stamp.exists() and binary.exists():
             return InstrumentInfo.model_validate_json(stamp.read_text())
         out_dir.mkdir(parents=True, exist_ok=True)
-        cmd = compile_command(engine, binary)
+        cmd = compile_command(engine, binary, source)
         proc = subprocess.run(cmd, capture_output=True, text=True)
         if proc.returncode != 0:
-            raise InstrumentBuildError(f"compiling {SOURCE.name} failed:\n{proc.stderr[-3000:]}")
+            raise InstrumentBuildError(f"compiling {source.name} failed:\n{proc.stderr[-3000:]}")
         info = InstrumentInfo(
-            binary=binary,
-            source=SOURCE,
-            source_sha256=src_sha,
-            compile_cmd=cmd,
+            binary=binary, source=source, source_sha256=src_sha, compile_cmd=cmd,
             engine_patch_sha256=engine.patch_sha256,
-        )
+        )  # fmt: skip
         stamp.write_text(json.dumps(json.loads(info.model_dump_json()), indent=2))
     return info
+
+
+def build_instrument(engine: EngineInfo, cache_dir: Path) -> InstrumentInfo:
+    """The per-node profiler, compiled and cached against the engine (lab.instrument.build_tool)."""
+    return build_tool(engine, cache_dir, SOURCE, BINARY)
 
 
 def instrument_command(
