@@ -1,4 +1,4 @@
-"""The band categoriser (seed 002 §4): its traps, coverage and the cross-band audit."""
+"""The band categoriser: its traps, coverage and the cross-band audit."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The per-node profiler instrument (seed 002), built against the engine and run on the real tiny model."""
+"""The per-node profiler instrument, built against the engine and run on the real tiny model."""
 
 from __future__ import annotations
 

@@ -1,4 +1,4 @@
-"""The replay labs (seed 001): every printed number of the seed's two labs is recomputed here and compared with
+"""The replay labs: every printed number of the two reference tables is recomputed here and compared with
 what the seed printed (results/19_replay.txt and results/20_replay_cost.txt, quoted below)."""
 
 from __future__ import annotations
@@ -60,7 +60,7 @@ def test_exact_lab_values_and_first_difference() -> None:
 
 
 def test_exact_lab_layer_one_walkthrough() -> None:
-    # §9.1: layer 1 full outputs at the positions of 6, 7, 8 are 11, 13, 15; the replay from 6 gives 12, 27/2, 15
+    # exact: layer 1 full outputs at the positions of 6, 7, 8 are 11, 13, 15; the replay from 6 gives 12, 27/2, 15
     full = toy.prefill(toy.integers(8), 1, 3, shared=False)
     replay = toy.prefill(toy.integers(8)[-3:], 1, 3, shared=False)
     assert full.hidden[-3:] == [11, 13, 15]
@@ -70,7 +70,7 @@ def test_exact_lab_layer_one_walkthrough() -> None:
 
 
 def test_replaying_the_span_is_exact_for_per_layer_kv() -> None:
-    # §9.1.1: replaying inputs 4 through 8 (R = 5 positions) restores retained KV and the final output
+    # replay span: replaying inputs 4 through 8 (R = 5 positions) restores retained KV and the final output
     assert span.span(3, 2) == 5
     c = toy.compare(toy.integers(8), 2, 3, 5, Fraction(9), shared=False)
     assert c.exact and c.first_diff is None

@@ -37,7 +37,7 @@ class SdistPin:
     relation: str  # where it sits relative to the pin
 
 
-# Established by downloading each sdist here; see DESIGN.md §3. Together they bracket da87e9b.
+# Established by downloading each sdist and reading its vendored tree. Together they bracket da87e9b.
 SDIST_PINS: dict[str, SdistPin] = {
     "0.3.27": SdistPin(
         sha256="b9eb9957de3776c2b1ae2beeccb52d5603e4e84afd94ae0d46bf96e04cbead6a",

@@ -1,4 +1,4 @@
-// prefill-lab per-node prefill profiler (seed 002), linked against the engine's libllama; no llama.cpp edit.
+// prefill-lab per-node prefill profiler, linked against the engine's libllama; no llama.cpp edit.
 //
 // Cumulative depth sweep: the context is decoded in fixed chunks, chunk c covering positions
 // [c*chunk, (c+1)*chunk), so chunk c is a probe at depth c*chunk. Each cycle runs two passes over the same

@@ -1,4 +1,4 @@
-"""§9.1.1: a window grows backwards across layers. To rebuild the retained KV of depth D with window W from
+"""Replay span: a window grows backwards across layers. To rebuild the retained KV of depth D with window W from
 per-layer caches, replay R = W + (D-1)(W-1) inputs; with shared KV, one window is enough. Checked
 exhaustively on every 0/1 input two positions longer than the span, and R-1 is shown to be too short."""
 

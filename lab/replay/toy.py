@@ -1,4 +1,4 @@
-"""The §9.1 toy: each layer adds the mean of its visible cached entries to its input (identity KV projections,
+"""The exact-replay toy: each layer adds the mean of its visible cached entries to its input (identity KV projections,
 uniform weights), in `fractions.Fraction`. Cached rows come either from the shared boundary input or from
 each layer's own input; that one choice decides whether replaying the last K inputs rebuilds the state."""
 

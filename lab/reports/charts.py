@@ -25,7 +25,7 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         bands_chart,
     ),
     "replay": (
-        "Replay labs (seed 001): exact replay, replay span, consumer rows / SWA pairs and row-work",
+        "Replay labs: exact replay, replay span, consumer rows / SWA pairs and row-work",
         replay_chart,
     ),
 }

@@ -1,6 +1,6 @@
-"""replay: the seed 001 replay-lab tables of the newest complete run of each replay experiment.
+"""replay: the replay-lab tables of the newest complete run of each replay experiment.
 
-§9.1 (exact) and §9.1.1 (span) as text grids coloured by verdict, §9.5 (cost) as grouped bars of consumer
+exact replay and replay span as text grids coloured by verdict, replay cost as grouped bars of consumer
 rows and visible SWA pairs per chunk case and mode, and the equal-cost row-work ratio per prompt length.
 """
 
@@ -15,7 +15,7 @@ from lab.reports.data import figure_rows, newest_run
 from lab.reports.style import BAD, GOOD, MUTED, NEUTRAL, Chart, empty_chart, title
 from lab.settings import ReportSettings
 
-TITLE = "Replay labs (seed 001)"
+TITLE = "Replay labs"
 VERDICTS = ["agrees", "differs", "value"]
 MODES = ["off", "mask", "compact"]
 
@@ -94,7 +94,7 @@ def _exact(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, heigh
             cells.append({"row": row, "column": column, "text": str(text), "verdict": verdict})
     r0 = df.iloc[0]
     heading = title(
-        "§9.1 full prefill vs replay of the last K inputs",
+        "Exact replay: full prefill vs replay of the last K inputs",
         f"W = {r0['window']}, D = {r0['depth']} layers, inputs 1..{r0['length']}, K = {r0['keep']}, "
         f"next input {r0['next_input']}; exact fractions; green: replay = full prefill, red: differs",
     )
@@ -120,7 +120,7 @@ def _span(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height
         ):
             cells.append({"row": row, "column": column, "text": text, "verdict": verdict})
     heading = title(
-        "§9.1.1 replay span R = W + (D-1)(W-1), checked on every 0/1 input",
+        "Replay span R = W + (D-1)(W-1), checked on every 0/1 input",
         f"{int(df['cases'].sum()):,} cases; green: as the formula predicts (R exact, R-1 fails somewhere)",
     )
     rows = list(dict.fromkeys(c["row"] for c in cells))
@@ -166,7 +166,7 @@ def _cost(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height
                     width=width * 0.62,
                     height=height * 0.6,
                     title=title(
-                        f"§9.5 {measure} per mode",
+                        f"Replay cost: {measure} per mode",
                         f"W = {r0['window']}, keep = {r0['keep']}; "
                         + ("= pair-enumerating reference" if checked else "DIFFERS from the reference"),
                     ),
@@ -193,7 +193,7 @@ def _cost(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height
                 width=width * 0.45,
                 height=height * 0.6,
                 title=title(
-                    "§9.5 equal-cost row work",
+                    "Replay cost: equal-cost row work",
                     f"{w0['producer_layers']} producer + {w0['consumer_layers']} consumer layers, keep {w0['keep']}",
                 ),
             )
