@@ -70,7 +70,9 @@ def _settings(cache_dir: Path | None = None, engine: dict[str, Any] | None = Non
     try:
         return load_settings(cache_dir=cache_dir, engine=engine or {}, **kw)
     except ValidationError as e:  # names the offending key
-        raise UsageError(f"invalid settings: {e.error_count()} error(s)\n{e}") from e
+        first = e.errors()[0]
+        where = ".".join(str(x) for x in first["loc"]) or "settings"
+        raise UsageError(f"invalid settings: {where}: {first['msg']}\n{e}") from e
 
 
 def _resolve(ref: str | None, runs_dir: Path) -> Any:
