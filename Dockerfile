@@ -94,13 +94,16 @@ RUN umask 0000 \
  && find "$LAB_CACHE_DIR" -type d ! -perm -0777 -exec chmod 0777 {} + \
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} +
 
-# 6. The cb_eval instrument (lab profile), linked against the engine.
+# 6. The compiled tools, linked against the engine: the cb_eval instrument (lab profile) and the in-process
+# arms driver (lab arms).
 COPY lab/instrument/ lab/instrument/
+COPY lab/inproc/ lab/inproc/
 RUN umask 0000 \
  && python -c 'if 1: \
       from lab.settings import load_settings; from lab.engine.build import build_engine; \
-      from lab.instrument import build_instrument; \
-      s = load_settings(); print(build_instrument(build_engine(s.engine, s.cache_dir), s.cache_dir).binary)' \
+      from lab.instrument import build_instrument; from lab.inproc import build_driver; \
+      s = load_settings(); e = build_engine(s.engine, s.cache_dir); \
+      print(build_instrument(e, s.cache_dir).binary, build_driver(e, s.cache_dir).binary)' \
  && find "$LAB_CACHE_DIR" -type d ! -perm -0777 -exec chmod 0777 {} + \
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} +
 
@@ -117,8 +120,9 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
  && lab model tiny --vision \
  && python -c 'if 1: \
       from lab.settings import load_settings; from lab.engine.build import build_engine; \
-      from lab.instrument import build_instrument; \
-      s = load_settings(); print(build_instrument(build_engine(s.engine, s.cache_dir), s.cache_dir).binary)' \
+      from lab.instrument import build_instrument; from lab.inproc import build_driver; \
+      s = load_settings(); e = build_engine(s.engine, s.cache_dir); \
+      print(build_instrument(e, s.cache_dir).binary, build_driver(e, s.cache_dir).binary)' \
  && find "$LAB_CACHE_DIR" -type d ! -perm -0777 -exec chmod 0777 {} + \
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} + \
  && install -d -m 1777 /work /work/catalog /work/catalog/runs /work/reports /work/models

@@ -25,6 +25,7 @@ setup: deps $(VENV)/.installed
 
 demo: setup
 	$(LAB) sweep
+	$(LAB) arms
 	$(LAB) profile
 	$(LAB) replay exact
 	$(LAB) replay span
@@ -54,5 +55,6 @@ lint: $(VENV)/.installed
 bench: setup
 	$(PY) benchmarks/engine_fake_vs_genuine.py
 	$(PY) benchmarks/sweep_agreement.py
+	$(PY) benchmarks/inproc_arms.py
 	$(PY) benchmarks/profile_overhead.py
 	$(PY) benchmarks/catalog_ingest.py

@@ -1,5 +1,5 @@
-"""Fabric entry point: `fab -H nuc16 measure|profile|snapshot|push` (tasks in lab/remote/tasks.py)."""
+"""Fabric entry point: `fab -H nuc16 measure|arms|profile|snapshot|push` (tasks in lab/remote/tasks.py)."""
 
-from lab.remote.tasks import measure, profile, push, snapshot
+from lab.remote.tasks import arms, measure, profile, push, snapshot
 
-__all__ = ["measure", "profile", "push", "snapshot"]
+__all__ = ["arms", "measure", "profile", "push", "snapshot"]

@@ -59,6 +59,16 @@ Threads = Annotated[
 ]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", "-c", help="context size of the server (-c)")]
 ModelOpt = Annotated[Path | None, typer.Option("--model", help="GGUF to measure (default: the tiny synthetic model)")]
+RunsDir = Annotated[Path | None, typer.Option("--runs-dir")]
+Resume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")]
+LsOpt = Annotated[str | None, typer.Option("--Ls", help="cached prefix lengths, e.g. 512,2048,6000 (sweep.Ls)")]
+NewsOpt = Annotated[str | None, typer.Option("--news", help="new tokens per step, e.g. 64,256 (sweep.news)")]
+RepsOpt = Annotated[int | None, typer.Option("--reps", help="fixed reps per point (sets min = max)")]
+MinReps = Annotated[int | None, typer.Option("--min-reps", help="reps every point gets (default 5)")]
+MaxReps = Annotated[int | None, typer.Option("--max-reps", help="reps a point may get to decide")]
+BaselineReps = Annotated[
+    int | None, typer.Option("--baseline-reps", help="at most this many baseline samples per point")
+]
 
 
 def _settings(cache_dir: Path | None = None, engine: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -172,29 +182,27 @@ def _int_list(v: str | None) -> list[int] | None:
 
 @app.command("sweep")
 def sweep(
-    Ls: Annotated[str | None, typer.Option("--Ls", help="fake prefix lengths, e.g. 512,2048,6000")] = None,
-    news: Annotated[str | None, typer.Option("--news", help="new tokens per step, e.g. 64,256")] = None,
+    Ls: LsOpt = None,
+    news: NewsOpt = None,
     images: Annotated[
         str | None, typer.Option("--images", help="screenshot axis: none and/or WxH, e.g. none,320x200,640x400")
     ] = None,
     mmproj: Annotated[Path | None, typer.Option("--mmproj", help="vision projector (default: the tiny one)")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="fixed reps per point (sets min = max)")] = None,
-    min_reps: Annotated[int | None, typer.Option("--min-reps", help="reps every point gets (default 5)")] = None,
-    max_reps: Annotated[int | None, typer.Option("--max-reps", help="reps a point may get to decide")] = None,
+    reps: RepsOpt = None,
+    min_reps: MinReps = None,
+    max_reps: MaxReps = None,
     target: Annotated[
         float | None, typer.Option("--target", help="stop at this fake/genuine half-width, e.g. 0.03")
     ] = None,
     arms: Annotated[
         str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,estimate")
     ] = None,
-    baseline_reps: Annotated[
-        int | None, typer.Option("--baseline-reps", help="at most this many baseline samples per point")
-    ] = None,
+    baseline_reps: BaselineReps = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
-    runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
-    resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
+    runs_dir: RunsDir = None,
+    resume: Resume = None,
 ) -> None:
     """Live sweep over L x new: baseline, fake and genuine hit, against opt_prefill = new / prefill_tps(L).
 
@@ -222,6 +230,45 @@ def sweep(
     typer.echo(str(run_sweep(s, resume=_resolve(resume, s.runs_dir)).path))
 
 
+@app.command("arms")
+def arms(
+    Ls: LsOpt = None,
+    news: NewsOpt = None,
+    reps: RepsOpt = None,
+    min_reps: MinReps = None,
+    max_reps: MaxReps = None,
+    arms: Annotated[
+        str | None, typer.Option("--arms", help="in-process arms: baseline,fake,genuine,restore (genuine always)")
+    ] = None,
+    where: Annotated[
+        str | None, typer.Option("--where", help="inproc | both (also the server arms: the server's own share)")
+    ] = None,
+    baseline_reps: BaselineReps = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
+    runs_dir: RunsDir = None,
+    resume: Resume = None,
+) -> None:
+    """In one process, no server: baseline, fake prefix, genuine hit and state restore over the sweep's grid.
+
+    The restore arm is the fallback without the patch: the really decoded depth-L state saved once and read
+    back before each step (its cost, the cache read, is timed and set against a memcpy of as many bytes).
+    Ratios to the genuine hit are paired by rep with their 95% interval and verdict; --where both also times
+    the server arms at the same points, so server / in-process per arm is the server's own share."""
+    from lab.experiments.arms import run_arms
+
+    s = _settings(
+        model=model,
+        runs_dir=runs_dir,
+        sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps, "min_reps": min_reps,
+               "max_reps": max_reps, "baseline_reps": baseline_reps},
+        arms={"arms": _str_list(arms), "where": where},
+        server={"threads": threads, "ctx_size": ctx_size},
+    )  # fmt: skip
+    typer.echo(str(run_arms(s, resume=_resolve(resume, s.runs_dir)).path))
+
+
 @app.command("profile")
 def profile(
     chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
@@ -240,8 +287,8 @@ def profile(
         bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
     ] = None,
     model: ModelOpt = None,
-    runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
-    resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")] = None,
+    runs_dir: RunsDir = None,
+    resume: Resume = None,
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
     from lab.experiments.profile import run_profile
@@ -285,7 +332,7 @@ def replay_trace(
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
-    runs_dir: Annotated[Path | None, typer.Option("--runs-dir")] = None,
+    runs_dir: RunsDir = None,
     resume: Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")] = None,
     reps: Annotated[int, typer.Option("--reps", min=1, help="measure each step this often (median + interval)")] = 1,
 ) -> None:
@@ -333,7 +380,6 @@ def _build(s: Any, flavor: str, quiet: bool) -> Any:
 
 
 AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
-RunsDir = Annotated[Path | None, typer.Option("--runs-dir")]
 
 
 @replay_app.command("exact")

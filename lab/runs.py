@@ -172,6 +172,20 @@ class RunFolder:
     def rewrite(self, table: str, rows: Iterable[BaseModel]) -> None:
         _atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
 
+    def finished_points(
+        self, points: str, schema: type[Row], samples: Iterable[tuple[str, type[BaseModel]]]
+    ) -> dict[str, Row]:
+        """Resume at point granularity (the sweep, the in-process arms): a point's samples are appended, then
+        its row. Returns the finished points by id; rows of `samples` tables that belong to an unfinished point
+        (a crash between the two appends) and a torn last line are dropped and every table is rewritten
+        atomically, so a resumed run neither measures a point twice nor loses one."""
+        done = {getattr(p, "point"): p for p in self.read(points, schema, tolerate_torn_tail=True)}  # noqa: B009
+        for table, sample_schema in samples:
+            rows = self.read(table, sample_schema, tolerate_torn_tail=True)
+            self.rewrite(table, [r for r in rows if getattr(r, "point", None) in done])
+        self.rewrite(points, done.values())
+        return done
+
     # --- interruption -------------------------------------------------------------------------------
 
     @contextlib.contextmanager

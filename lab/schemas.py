@@ -127,6 +127,89 @@ class SweepPoint(BaseModel):
     lm_ci: Interval | None = Field(default=None, description="the fake arm's LM part (prompt_ms - encode_ms)")
 
 
+InprocArm = Literal["baseline", "fake", "genuine", "restore"]
+INPROC_ARMS: tuple[InprocArm, ...] = ("baseline", "fake", "genuine", "restore")
+
+
+class InprocSample(BaseModel):
+    """raw/inproc_samples.jsonl: one timed step of one in-process arm (lab/inproc/arms.cpp, no server)."""
+
+    point: str
+    L: int
+    new: int
+    arm: InprocArm
+    rep: int
+    ok: bool
+    reason: str = ""
+    decode_ms: float | None = Field(default=None, description="llama_decode of the new tokens (baseline: L + new)")
+    prep_ms: float | None = Field(default=None, description="fake: fabricating the prefix; restore: the cache read")
+    copy_ms: float | None = Field(default=None, description="restore: a plain memcpy of blob_bytes, same rep")
+    blob_bytes: int | None = Field(default=None, description="restore: the depth-L state blob (flags 0)")
+    pos_max: int = Field(description="the sequence's max position before the new tokens (-1: empty)")
+
+
+class InprocPoint(BaseModel):
+    """raw/inproc_points.jsonl: one (L, new) point of `lab arms`, written when all its samples are in.
+    Ratios are paired by rep (a rep's arms run back to back in one process); server/in-process is unpaired."""
+
+    point: str
+    L: int
+    new: int
+    n_kv_padded: int = Field(description="GGML_PAD(L + new, 256): attended KV columns")
+    measurable: bool = Field(description="False below the 256-column floor, where L changes nothing")
+    reps: int
+    baseline: ArmStats = Field(description="decode ms of L + new from an empty sequence")
+    fake: ArmStats = Field(description="decode ms of the new tokens after the fabricated prefix")
+    genuine: ArmStats = Field(description="decode ms of the new tokens after really decoding L")
+    restore: ArmStats = Field(description="decode ms of the new tokens after restoring the depth-L blob")
+    fake_prep_ci: Interval | None = Field(default=None, description="ms to fabricate the prefix")
+    restore_prep_ci: Interval | None = Field(default=None, description="ms of set_data_ext: the cache read")
+    memcpy_ci: Interval | None = Field(default=None, description="ms of a plain memcpy of the blob's bytes")
+    blob_bytes: int | None = None
+    predicted_blob_bytes: int | None = Field(default=None, description="from the GGUF (lab.engine.memshape)")
+    restore_gbps_ci: Interval | None = Field(default=None, description="blob bytes / restore ms, GB/s")
+    memcpy_gbps_ci: Interval | None = Field(default=None, description="blob bytes / memcpy ms, GB/s")
+    restore_vs_memcpy_ci: Interval | None = Field(
+        default=None, description="memcpy ms / restore ms: the share of copy bandwidth the restore reaches"
+    )
+    fake_vs_genuine_ci: Interval | None = Field(default=None, description="fake / genuine decode ms")
+    restore_vs_genuine_ci: Interval | None = Field(default=None, description="restore / genuine decode ms")
+    restore_step_vs_genuine_ci: Interval | None = Field(
+        default=None, description="(restore ms + decode ms) / genuine decode ms: the fallback's whole step"
+    )
+    fake_vs_baseline_ci: Interval | None = Field(default=None, description="fake / baseline")
+    cache_read_share_ci: Interval | None = Field(
+        default=None, description="restore ms / (restore ms + decode ms) of the restore arm"
+    )
+    genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
+    restore_verdict: Verdict = Field(default="undecided", description="restore / genuine within 1 +- tolerance?")
+    reps_to_decide: int | None = None
+    server: dict[str, ArmStats] = Field(default_factory=dict, description="where=both: prompt_ms per server arm")
+    server_vs_inproc: dict[str, Interval] = Field(
+        default_factory=dict, description="per arm: server prompt_ms / in-process decode ms (the server's share)"
+    )
+    server_fake_vs_genuine_ci: Interval | None = Field(default=None, description="the same ratio through HTTP")
+    diagnostics: list[str] = Field(default_factory=list)
+
+
+class ArmsSummary(BaseModel):
+    """raw/arms_summary.json: the restore cost explained over the grid: the blob's size against L (a least-
+    squares line, and the GGUF's prediction), and the restore's bandwidth against memcpy, pooled over points."""
+
+    bytes_per_cell: float | None = Field(default=None, description="slope of blob bytes vs L (measured)")
+    fixed_bytes: float | None = Field(default=None, description="intercept: the depth-independent state")
+    predicted_bytes_per_cell: int | None = Field(default=None, description="K + V rows x attention layers + meta")
+    predicted_fixed_bytes: int | None = Field(default=None, description="recurrent layers x (conv + state)")
+    attention_layers: int | None = None
+    recurrent_layers: int | None = None
+    restore_ms_per_1k_cells: float | None = Field(default=None, description="slope of median restore ms vs L")
+    restore_gbps_ci: Interval | None = Field(default=None, description="all restore samples, GB/s")
+    memcpy_gbps_ci: Interval | None = None
+    restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired")
+    fake_vs_genuine_ci: Interval | None = Field(default=None, description="median over every point's reps")
+    restore_step_vs_genuine_ci: Interval | None = Field(default=None, description="median over every point's reps")
+
+
 class TraceStep(BaseModel):
     """One recorded agent step (a line of a trace JSONL). Give the prior depth either as `L` or as
     `depth` + `only_new` (then L = depth - only_new)."""

@@ -113,6 +113,24 @@ class SweepSettings(BaseModel):
         return self
 
 
+class ArmsSettings(BaseModel):
+    """`lab arms`: the sweep's grid (sweep.Ls, news, reps, min/max_reps, target, tolerance, seed) measured
+    inside one process with libllama: baseline, fake prefix, genuine hit and state restore; with
+    where=both also through llama-server at each point (server/in-process per arm: the server's own share)."""
+
+    arms: list[Literal["baseline", "fake", "genuine", "restore"]] = Field(
+        default=["baseline", "fake", "genuine", "restore"], description="in-process arms (genuine always)"
+    )
+    where: Literal["inproc", "both"] = Field(default="inproc", description="both: also the server arms")
+
+    @model_validator(mode="after")
+    def _arms(self) -> ArmsSettings:
+        if "genuine" not in self.arms:
+            raise ValueError("arms.arms must include genuine (the reference every ratio is taken against)")
+        self.arms = [a for a in ("baseline", "fake", "genuine", "restore") if a in self.arms]
+        return self
+
+
 class ProfileSettings(BaseModel):
     """The per-node profile sweep: chunks of `chunk` tokens up to `max_depth`, `cycles` times."""
 
@@ -206,6 +224,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
+    arms: ArmsSettings = Field(default_factory=ArmsSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     catalog_dir: Path = Field(default=Path("catalog"), description="catalog tables (catalog/tables) and metrics")

@@ -23,7 +23,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from lab.schemas import Interval, Verdict
+from lab.schemas import ArmStats, Interval, Verdict
 
 LEVEL = 0.95
 N_BOOT = 4000
@@ -60,6 +60,15 @@ def median_interval(xs: Sequence[float | None], key: str = "") -> Interval | Non
         return None
     lo, hi = _bounds(median_draws(x, _rng(key, x))) if len(x) > 1 else (float(x[0]), float(x[0]))
     return Interval(value=float(np.median(x)), lo=lo, hi=hi, n=len(x))
+
+
+def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "") -> ArmStats:
+    """An arm's timed samples summarized: the median and its interval, the range, ok and failed counts."""
+    iv = median_interval(ms, key)
+    if iv is None:
+        return ArmStats(n_failed=n_failed)
+    return ArmStats(median_ms=iv.value, median_lo_ms=iv.lo, median_hi_ms=iv.hi, min_ms=min(ms), max_ms=max(ms),
+                    n_ok=len(ms), n_failed=n_failed)  # fmt: skip
 
 
 def paired_ratio(a: Mapping[int, float], b: Mapping[int, float], key: str = "") -> Interval | None:

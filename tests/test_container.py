@@ -281,6 +281,23 @@ def _containers(docker_host: str) -> list[str]:
     return r.stdout.split()
 
 
+def test_compose_run_arms_uses_the_driver_built_into_the_image(built: Built) -> None:
+    compose = str(compose_binary())
+    runs = built.project / "catalog" / "runs"
+    before = set(runs.iterdir())
+    arms = ["arms", "--Ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,restore"]
+    _run([compose, "-f", "compose.yaml", "run", "--rm", "lab", *arms], built.log, built.env, built.project,
+         RUN_TIMEOUT_S)  # fmt: skip
+    (run,) = sorted(set(runs.iterdir()) - before)
+    assert (run / ".ready").exists(), f"{run} is not complete; log {built.log}"
+    driver = json.loads((run / "raw" / "inproc_driver.json").read_text())["binary"]
+    # compiled into the image, not at run time: a fresh container of the image has it
+    fresh = subprocess.run(["docker", "run", "--rm", "--entrypoint", "test", IMAGE, "-x", driver],
+                           env=built.env, capture_output=True, timeout=120)  # fmt: skip
+    assert fresh.returncode == 0, driver
+    assert len((run / "raw" / "inproc_samples.jsonl").read_text().splitlines()) == 2 * 2
+
+
 def test_fab_pushes_the_image_and_measures_in_it(
     built: Built, host_docker: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:

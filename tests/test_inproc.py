@@ -55,3 +55,24 @@ def test_bad_inputs_exit_2_with_one_line(
     r = run(driver_command(driver, iswa_model, tmp_path / "b.jsonl", Ls=[256], news=[16], reps=1, threads=2))
     assert r.returncode == 2 and "no fake-prefix op" in r.stderr.strip().splitlines()[-1], r.stderr
     assert not (tmp_path / "a.jsonl").exists()  # refused before anything was written
+
+
+def test_given_tokens_the_check_mode_and_the_memcpy_yardstick(
+    driver: InstrumentInfo, tiny_model: Path, tmp_path: Path
+) -> None:
+    out = tmp_path / "arms.jsonl"
+    cmd = driver_command(driver, tiny_model, out, Ls=[300], news=[8], reps=1, threads=2, tokens="-",
+                         arms=("genuine", "restore"))  # fmt: skip
+    r = subprocess.run(cmd, input=" ".join(str(1000 + i) for i in range(308)), capture_output=True, text=True)
+    assert r.returncode == 0, r.stderr
+    rows = [json.loads(line) for line in out.read_text().splitlines()]
+    assert rows[0]["tokens"] == "given" and rows[0]["flash_attn"] == "auto"
+    restore = next(x for x in rows if x.get("arm") == "restore")
+    assert restore["copy_ms"] > 0 and restore["blob_bytes"] > 0
+    r = subprocess.run(cmd, input="1 2 3", capture_output=True, text=True)
+    assert r.returncode == 2 and r.stderr.strip() == "--tokens holds 3 ids, L + new needs 308", r.stderr
+    r = subprocess.run(cmd, input="1 -5", capture_output=True, text=True)
+    assert r.returncode == 2 and "outside the vocabulary" in r.stderr, r.stderr
+    check = driver_command(driver, tiny_model, None, Ls=[300], news=[8], reps=1, threads=2, check=True)
+    r = subprocess.run(check, capture_output=True, text=True)
+    assert r.returncode == 0 and r.stdout == "", r.stderr

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.runs import RunFolder
-from lab.schemas import SweepPoint
+from lab.schemas import InprocSample, SweepPoint
 
 from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
@@ -86,6 +86,20 @@ def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp
     # a second push of the same build is a no-op
     r = fab(project, config, "push", "--remote-dir", str(rdir))
     assert r.returncode == 0 and "already there" in r.stdout, r.stdout + r.stderr
+
+
+def test_arms_run_there_with_the_bundled_driver(host: Sshd, project: Path, tmp_path: Path) -> None:
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    rdir = remote_dir(host)
+    r = fab(project, config, "arms", "--ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,restore",
+            "--remote-dir", str(rdir))  # fmt: skip
+    assert r.returncode == 0, r.stdout + r.stderr
+    local = project / r.stdout.strip().splitlines()[-1]
+    run = RunFolder.open(local)
+    assert run.ready and "_nuc16_arms_" in run.manifest().run_id
+    # compiled here, run there: the host needs no compiler
+    assert str(rdir / "bundle" / "engine") in (local / "raw" / "inproc_driver.json").read_text()
+    assert len(run.read("inproc_samples", InprocSample)) == 2 * 2
 
 
 def _servers_under(path: Path) -> list[int]:

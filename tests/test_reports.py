@@ -27,8 +27,11 @@ from lab.reports.render import save_chart
 from lab.runs import RunFolder
 from lab.schemas import (
     ArmName,
+    ArmsSummary,
     ArmStats,
     BandDepth,
+    InprocPoint,
+    InprocSample,
     Interval,
     ProfileSummary,
     ProfileWall,
@@ -46,7 +49,7 @@ pytestmark = pytest.mark.fast
 
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")
-CHARTS = ("agreement", "bands", "replay")
+CHARTS = ("agreement", "bands", "arms", "replay")
 SETTINGS = ReportSettings()
 BANDS = ("ffn_moe", "attn_core", "proj", "gdn", "other")
 ARMS: tuple[ArmName, ...] = ("fake", "genuine", "baseline")
@@ -197,6 +200,37 @@ def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, Ba
     return {"profile_walls": walls, "profile_bands": bands}, {"profile_summary": summary}
 
 
+def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
+    """An in-process arms run over a 2 x 2 grid, 3 reps per point, with its summary."""
+    points: list[BaseModel] = []
+    samples: list[BaseModel] = []
+    for L, new in ((512, 64), (2048, 64), (512, 256), (2048, 256)):
+        decode = new / (3000.0 * speed / (1 + L / 4096)) * 1e3
+        ms = {"baseline": (L + new) / (3000.0 * speed) * 1e3, "fake": decode, "genuine": decode * 1.01,
+              "restore": decode * 1.005}  # fmt: skip
+        blob, prep, copy = 1044 * L + 430316, 0.3 * L / 1024, 0.15 * L / 1024
+        stats = {a: ArmStats(median_ms=v, median_lo_ms=v * 0.97, median_hi_ms=v * 1.03, n_ok=3) for a, v in ms.items()}
+        point = f"L{L}_n{new}"
+        points.append(InprocPoint(
+            point=point, L=L, new=new, n_kv_padded=ggml_pad(L + new), measurable=True, reps=3, **stats,
+            restore_prep_ci=Interval(value=prep, lo=prep * 0.95, hi=prep * 1.05, n=3),
+            memcpy_ci=Interval(value=copy, lo=copy * 0.95, hi=copy * 1.05, n=3), blob_bytes=blob,
+        ))  # fmt: skip
+        samples += [
+            InprocSample(point=point, L=L, new=new, arm=a, rep=rep, ok=True, decode_ms=v,  # type: ignore[arg-type]
+                         prep_ms=prep if a == "restore" else None, copy_ms=copy if a == "restore" else None,
+                         blob_bytes=blob if a == "restore" else None, pos_max=-1 if a == "baseline" else L - 1)
+            for a, v in ms.items()
+            for rep in range(3)
+        ]  # fmt: skip
+    summary = ArmsSummary(
+        bytes_per_cell=1044, fixed_bytes=430316, predicted_bytes_per_cell=1044, predicted_fixed_bytes=430080,
+        attention_layers=2, recurrent_layers=6, restore_vs_memcpy_ci=Interval(value=0.49, lo=0.48, hi=0.5, n=12),
+        fake_vs_genuine_ci=Interval(value=0.99, lo=0.985, hi=0.995, n=12),
+    )  # fmt: skip
+    return {"inproc_points": points, "inproc_samples": samples}, {"arms_summary": summary}
+
+
 def replay_runs(root: Path) -> None:
     common = {"window": 3, "depth": 2, "length": 8, "keep": 3, "next_input": "9"}
     shared = {"last_full": "22", "last_suffix": "22", "next_full": "25", "next_suffix": "25", "exact": True}
@@ -262,6 +296,9 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
     for host, scale in (("host-a", 1.0), ("host-b", 0.8)):
         rows, single = profile_rows(scale)
         make_run(root, "profile", host, rows, single, params={"profile": {"chunk": 512}})
+    for host, speed in (("host-a", 1.0), ("host-b", 1.5)):
+        rows, single = arms_rows(speed)
+        make_run(root, "arms", host, rows, single, params={"sweep": {"Ls": [512, 2048], "news": [64, 256]}})
     replay_runs(root)
     return root
 
@@ -430,6 +467,27 @@ def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], bro
     assert replay["texts"] >= 2 * 6 + 4 * 6
 
 
+def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
+    out, _ = reports
+    arms_runs = [str(r) for r in runs_table(catalog).query("experiment == 'arms'")["run_id"]]
+
+    def pick_each_run(page: Any) -> list[tuple[int, int, bool]]:
+        seen = []
+        for run_id in arms_runs:
+            page.select_option("select[name='arms_run']", run_id)
+            page.wait_for_timeout(200)
+            texts = page.locator("#vis svg g.mark-text.role-mark text").all_text_contents()
+            counts = Browser.count(page)
+            seen.append((counts["lines"], counts["rules"], any(run_id in t for t in texts)))
+        return seen
+
+    r = browser.open(out / "arms.html", interact=pick_each_run)
+    assert r["blocked"] == [] and r["errors"] == []
+    # 4 arms x 2 new-token panels, and restore + memcpy per new; an interval bar per arm and point, and per
+    # cache-read series and point; the selected run's summary line
+    assert r["after"] == [(4 * 2 + 2 * 2, 4 * 4 + 2 * 4, True)] * len(arms_runs), r["after"]
+
+
 def test_empty_catalog_renders_an_explanatory_state(empty_reports: Path, browser: Browser) -> None:
     for name in CHARTS:
         r = browser.open(empty_reports / f"{name}.html")
@@ -440,7 +498,7 @@ def test_empty_catalog_renders_an_explanatory_state(empty_reports: Path, browser
     assert "incomplete: not drawn" in index and "interrupted by SIGTERM" in index
     nothing = empty_reports / "from-nothing"
     paths = render_reports(empty_reports / "no-catalog-here", nothing, ReportSettings(formats=["svg"]))
-    assert [p.name for p in paths] == ["agreement.svg", "bands.svg", "replay.svg", "index.html"]
+    assert [p.name for p in paths] == ["agreement.svg", "bands.svg", "arms.svg", "replay.svg", "index.html"]
 
 
 class _Links(HTMLParser):
@@ -496,7 +554,7 @@ def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
 def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]], browser: Browser) -> None:
     out, _ = reports
     runs = runs_table(catalog).query("in_figures")
-    for experiment, cells in (("sweep", 4 * len(SWEEP_GRID)), ("profile", 5 * (len(BANDS) + 1))):
+    for experiment, cells in (("sweep", 4 * len(SWEEP_GRID)), ("profile", 5 * (len(BANDS) + 1)), ("arms", 5 * 4)):
         a, b = (str(x) for x in runs.loc[runs["experiment"] == experiment, "run_id"])
         paths = render_compare(compare_catalog(catalog, a, b), out, SETTINGS)
         assert [p.name for p in paths] == [f"compare_{a}_vs_{b}.{fmt}" for fmt in ("html", "png", "svg")]

@@ -1,7 +1,8 @@
 """The one compare core: two runs of one experiment side by side, B/A per key, for the CLI table
 (`lab compare`), `lab compare --report` and the heatmap alike (in the spirit of llama.cpp's
-compare-llama-bench.py): per (L, new, screenshot) for sweeps; per (depth, band), plus the whole FUSED chunk
-per depth, for profiles. Rows come from run folders or from the catalog tables: the same flattened rows."""
+compare-llama-bench.py): per (L, new, screenshot) for sweeps; per (L, new) for in-process arms; per
+(depth, band), plus the whole FUSED chunk per depth, for profiles. Rows come from run folders or from the
+catalog tables: the same flattened rows."""
 
 from __future__ import annotations
 
@@ -42,6 +43,18 @@ KINDS = {
             "baseline_median_ms": "baseline",
             "opt_prefill_ms": "estimate",
             "encode_ms": "vision encode",
+        },
+    ),
+    "arms": Kind(
+        "arms_points",
+        ("arms_samples",),
+        ("L", "new"),
+        {
+            "fake_median_ms": "fake",
+            "genuine_median_ms": "genuine hit",
+            "restore_median_ms": "restore",
+            "baseline_median_ms": "baseline",
+            "restore_prep_ci_value": "restore (cache read)",
         },
     ),
     "profile": Kind(
@@ -118,6 +131,16 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
                 out.setdefault(((w["depth"], TOTAL_BAND), "fused_chunk_ms"), []).append(float(w["ms"]))
         for c in side.get("profile_band_cycles", []):
             out.setdefault(((c["depth"], c["band"]), "ms_per_token"), []).append(float(c["ms_per_token"]))
+        return out
+    if experiment == "arms":  # in-process decode ms per arm, and the restore's cache read
+        where = {r["point"]: (r["L"], r["new"]) for r in side.get("arms_points", [])}
+        for smp in side.get("arms_samples", []):
+            if smp["point"] not in where or not smp["ok"]:
+                continue
+            if _value(smp.get("decode_ms")) is not None:
+                out.setdefault((where[smp["point"]], f"{smp['arm']}_median_ms"), []).append(float(smp["decode_ms"]))
+            if smp["arm"] == "restore" and _value(smp.get("prep_ms")) is not None:
+                out.setdefault((where[smp["point"]], "restore_prep_ci_value"), []).append(float(smp["prep_ms"]))
         return out
     keys = {r["point"]: (r["L"], r["new"], _value(r.get("image"))) for r in side.get("sweep_points", [])}
     encode = {r["point"]: _value(r.get("encode_ms")) or 0.0 for r in side.get("sweep_points", [])}

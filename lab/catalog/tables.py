@@ -16,8 +16,11 @@ from typing import Any
 from pydantic import BaseModel, Field
 
 from lab.schemas import (
+    ArmsSummary,
     BandCycle,
     BandDepth,
+    InprocPoint,
+    InprocSample,
     PrefillTps,
     ProfileSummary,
     ProfileWall,
@@ -56,6 +59,10 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("profile_bands", ("profile",), "profile_bands", BandDepth),
     TableSpec("profile_band_cycles", ("profile",), "profile_band_cycles", BandCycle, required=False),
     TableSpec("profile_summary", ("profile",), "profile_summary", ProfileSummary, single=True),
+    TableSpec("arms_points", ("arms",), "inproc_points", InprocPoint),
+    TableSpec("arms_samples", ("arms",), "inproc_samples", InprocSample),
+    TableSpec("arms_server_samples", ("arms",), "server_samples", SweepSample, required=False),
+    TableSpec("arms_summary", ("arms",), "arms_summary", ArmsSummary, single=True),
     TableSpec("replay_exact", ("replay_exact",), "replay_exact", ReplayExactRow),
     TableSpec("replay_span", ("replay_span",), "replay_span", ReplaySpanRow),
     TableSpec("replay_cost", ("replay_cost",), "replay_cost", ReplayCostRow),

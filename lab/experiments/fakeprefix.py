@@ -17,7 +17,7 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, filler_tokens, text_step
+from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, Step, filler_tokens, text_step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
 from lab.engine.models import resolve_projector
@@ -27,7 +27,7 @@ from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progre
 from lab.runs import RunFolder, utc_now
 from lab.schemas import KV_PAD, ArmStats, Interval, PrefillTps, SweepPoint, SweepSample, ggml_pad
 from lab.settings import ServerSettings, Settings, SweepSettings
-from lab.stats import median_interval, paired_ratio, reps_to_decide, verdict
+from lab.stats import arm_stats, median_interval, paired_ratio, reps_to_decide, verdict
 
 SAMPLES, POINTS, TPS = "samples", "points", "prefill_tps"
 
@@ -90,20 +90,16 @@ def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None 
     )
 
 
-def arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
+def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
+    """The prompt_ms of one server arm's timed requests (lab.stats.arm_stats)."""
     ms = [s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms is not None]
-    failed = sum(1 for s in samples if s.arm == arm and not s.ok)
-    iv = median_interval(ms, key=f"{key}/{arm}")
-    if iv is None:
-        return ArmStats(n_failed=failed)
-    return ArmStats(median_ms=iv.value, median_lo_ms=iv.lo, median_hi_ms=iv.hi, min_ms=min(ms), max_ms=max(ms),
-                    n_ok=len(ms), n_failed=failed)  # fmt: skip
+    return arm_stats(ms, sum(1 for s in samples if s.arm == arm and not s.ok), key=f"{key}/{arm}")
 
 
 def summarize_point(
     p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float, geom: ImageGeometry | None = None
 ) -> SweepPoint:
-    stats = {arm: arm_stats(samples, arm, p.id) for arm in ARMS}
+    stats = {arm: server_arm_stats(samples, arm, p.id) for arm in ARMS}
     by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
     # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
     encode = {s.rep: s.encode_ms for s in samples if s.arm == "fake" and s.ok and s.encode_ms is not None}
@@ -206,6 +202,17 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
     return out
 
 
+def point_seed(p: GridPoint, seed: int) -> int:
+    return seed * 1_000_003 + p.L
+
+
+def point_text_step(p: GridPoint, seed: int, n_vocab: int) -> Step:
+    """The deterministic filler step of a text point: the same token ids for every arm, server or in-process."""
+    base = point_seed(p, seed)
+    prefix = filler_tokens(p.L, seed=base, n_vocab=n_vocab)
+    return text_step(prefix, filler_tokens(p.new, seed=base + p.new + 1, n_vocab=n_vocab))
+
+
 def measure_point(
     client: ContractClient,
     p: GridPoint,
@@ -218,13 +225,11 @@ def measure_point(
     """The arms and the llama-bench estimate of one point, one interleaved rep after another in a rotating order
     (no arm always goes first; drift on a shared machine hits every arm and the estimate alike), until the
     point is decided (after at least min_reps) or max_reps is reached."""
-    base_seed = sw.seed * 1_000_003 + p.L
     if p.image:
         assert geom is not None
-        step = synthetic_image_step(client.srv, geom, p.L, p.new, p.size, base_seed + p.new)
+        step = synthetic_image_step(client.srv, geom, p.L, p.new, p.size, point_seed(p, sw.seed) + p.new)
     else:
-        prefix = filler_tokens(p.L, seed=base_seed, n_vocab=n_vocab)
-        step = text_step(prefix, filler_tokens(p.new, seed=base_seed + p.new + 1, n_vocab=n_vocab))
+        step = point_text_step(p, sw.seed, n_vocab)
     samples: list[SweepSample] = []
     tps: list[PrefillTps] = []
     slots: list[Arm | None] = [a for a in ARMS if a in sw.arms]
@@ -257,15 +262,7 @@ class ServerCrashed(LabError):
 
 
 def done_points(run: RunFolder) -> dict[str, SweepPoint]:
-    """Finished points. Samples of an unfinished point (a crash between its two appends) and a torn last
-    line are dropped, and both tables rewritten atomically, so a resumed sweep neither duplicates nor loses."""
-    points = {p.point: p for p in run.read(POINTS, SweepPoint, tolerate_torn_tail=True)}
-    samples = run.read(SAMPLES, SweepSample, tolerate_torn_tail=True)
-    tps = run.read(TPS, PrefillTps, tolerate_torn_tail=True)
-    run.rewrite(SAMPLES, [s for s in samples if s.point in points])
-    run.rewrite(TPS, [t for t in tps if t.point in points])
-    run.rewrite(POINTS, points.values())
-    return points
+    return run.finished_points(POINTS, SweepPoint, [(SAMPLES, SweepSample), (TPS, PrefillTps)])
 
 
 class Sweep(Experiment):

@@ -4,15 +4,20 @@
 //   genuine   decode L (untimed), then time the decode of the new tokens
 //   fake      llama_memory_seq_fake_prefix(L) (timed: prep_ms), then time the new tokens
 //   restore   a state blob of the depth-L prefix, captured once per L with flags 0 (attention KV and recurrent
-//             state); per rep the sequence is cleared, llama_state_seq_set_data_ext is timed (prep_ms, the
-//             cache-read term), then the new tokens are timed
+//             state); per rep the sequence is removed, llama_state_seq_set_data_ext is timed (prep_ms, the
+//             cache-read term), then the new tokens are timed, then a plain memcpy of as many bytes (copy_ms:
+//             this host's copy bandwidth at the blob's size, the yardstick for the restore)
+// Every arm starts from llama_memory_seq_rm of the whole sequence. Threads, batch and flash attention are the
+// server's (-t, -tb, --ubatch, --flash-attn); like llama-server, no threadpool is attached. The tokens come
+// from --tokens (whitespace-separated ids, "-" for stdin; the first L + new of them), else a seeded filler.
 // After fake and restore the sequence's max position must be L-1 (the hybrid reports the lower of its two
 // children), else the sample fails with the reason. Reps are interleaved in a rotating arm order.
 // Output (JSON lines on --out):
 //   {"kind":"meta",...}
 //   {"kind":"sample","L":..,"new":..,"arm":..,"rep":..,"ok":..,"reason":..,"decode_ms":..,"prep_ms":..,
-//    "blob_bytes":..,"pos_max":..}
-// Bad input (L + new beyond the context, a memory type without the fake op) exits 2 with one line on stderr.
+//    "copy_ms":..,"blob_bytes":..,"pos_max":..}
+// Bad input (L + new beyond the context, a memory type without the fake op) exits 2 with one line on stderr;
+// --check stops after those checks (model loaded, context created), measuring and writing nothing.
 #include "llama.h"
 
 #include <algorithm>
@@ -20,6 +25,9 @@
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <iostream>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -46,6 +54,8 @@ std::vector<int> ints(const std::string & s) {
 struct Args {
     std::string model;
     std::string out;
+    std::string tokens;
+    std::string flash_attn = "auto";
     std::vector<int> Ls{512};
     std::vector<int> news{64};
     std::vector<std::string> arms{"baseline", "fake", "genuine", "restore"};
@@ -54,7 +64,9 @@ struct Args {
     int n_ctx = 0;
     int ubatch = 512;
     int threads = 2;
+    int threads_batch = 0;
     uint64_t seed = 1;
+    bool check = false;
 };
 
 [[noreturn]] void fail(const std::string & why) {
@@ -97,11 +109,22 @@ Args parse(int argc, char ** argv) {
             a.ubatch = std::atoi(val().c_str());
         } else if (k == "-t" || k == "--threads") {
             a.threads = std::atoi(val().c_str());
+        } else if (k == "-tb" || k == "--threads-batch") {
+            a.threads_batch = std::atoi(val().c_str());
+        } else if (k == "--tokens") {
+            a.tokens = val();
+        } else if (k == "--flash-attn") {
+            a.flash_attn = val();
+        } else if (k == "--check") {
+            a.check = true;
         } else if (k == "--seed") {
             a.seed = std::strtoull(val().c_str(), nullptr, 10);
         } else {
             fail("unknown option " + k);
         }
+    }
+    if (a.check && a.out.empty()) {
+        a.out = "-";
     }
     if (a.model.empty() || a.out.empty()) {
         fail("usage: lab-inproc-arms --model M --out F [--Ls 512,2048] [--news 64] [--reps 3] [--arms ...]");
@@ -126,10 +149,37 @@ Args parse(int argc, char ** argv) {
     if (need > a.n_ctx) {
         fail("L + new = " + std::to_string(need) + " does not fit the context (" + std::to_string(a.n_ctx) + ")");
     }
-    if (a.reps < 1 || a.first_rep < 0 || a.threads < 1 || a.ubatch < 1) {
-        fail("--reps, --threads and --ubatch must be positive (and --first-rep >= 0)");
+    if (a.reps < 1 || a.first_rep < 0 || a.threads < 1 || a.ubatch < 1 || a.threads_batch < 0) {
+        fail("--reps, --threads, --threads-batch and --ubatch must be positive (and --first-rep >= 0)");
+    }
+    if (a.flash_attn != "on" && a.flash_attn != "off" && a.flash_attn != "auto") {
+        fail("--flash-attn is on, off or auto, not " + a.flash_attn);
     }
     return a;
+}
+
+// the ids of --tokens (a file, or "-": stdin); exits 2 on a bad id or too few of them
+std::vector<llama_token> read_tokens(const std::string & path, int need, int n_vocab) {
+    std::ifstream file;
+    if (path != "-") {
+        file.open(path);
+        if (!file) {
+            fail("cannot read the tokens file " + path);
+        }
+    }
+    std::istream & in = path == "-" ? std::cin : file;
+    std::vector<llama_token> out;
+    long long id = 0;
+    while ((int) out.size() < need && in >> id) {
+        if (id < 0 || id >= n_vocab) {
+            fail("token id " + std::to_string(id) + " is outside the vocabulary (" + std::to_string(n_vocab) + ")");
+        }
+        out.push_back((llama_token) id);
+    }
+    if ((int) out.size() < need) {
+        fail("--tokens holds " + std::to_string(out.size()) + " ids, L + new needs " + std::to_string(need));
+    }
+    return out;
 }
 
 void quiet_log(ggml_log_level level, const char * text, void *) {
@@ -166,6 +216,7 @@ int main(int argc, char ** argv) {
     llama_backend_init();
     llama_model_params mp = llama_model_default_params();
     mp.n_gpu_layers = 0;
+    mp.progress_callback = [](float, void *) { return true; };  // no loading dots on stderr
     llama_model * model = llama_model_load_from_file(args.model.c_str(), mp);
     if (!model) {
         fail("failed to load the model " + args.model);
@@ -176,7 +227,10 @@ int main(int argc, char ** argv) {
     cp.n_ubatch = (uint32_t) args.ubatch;
     cp.n_seq_max = 1;
     cp.n_threads = args.threads;
-    cp.n_threads_batch = args.threads;
+    cp.n_threads_batch = args.threads_batch > 0 ? args.threads_batch : args.threads;
+    cp.flash_attn_type = args.flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
+                         : args.flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
+                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
     cp.no_perf = true;
     llama_context * ctx = llama_init_from_model(model, cp);
     if (!ctx) {
@@ -187,9 +241,10 @@ int main(int argc, char ** argv) {
     if (wants_fake && !llama_memory_seq_fake_prefix(mem, 0, 0)) {
         fail("this model's memory type has no fake-prefix op (an iSWA cache?): drop the fake arm");
     }
-    FILE * out = fopen(args.out.c_str(), "a");
-    if (!out) {
-        fail("cannot write " + args.out);
+    if (args.check) {  // the inputs, the model, the context and the arms are fine: measure nothing
+        llama_free(ctx);
+        llama_model_free(model);
+        return 0;
     }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     int max_len = 0;
@@ -199,25 +254,38 @@ int main(int argc, char ** argv) {
         }
     }
     std::vector<llama_token> tokens((size_t) max_len);
-    uint64_t x = args.seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    const int lo = 1000, hi = std::max(lo + 1, (int) (n_vocab * 0.98));
-    for (auto & t : tokens) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        t = lo + (int) ((x >> 33) % (uint64_t) (hi - lo));
+    if (!args.tokens.empty()) {
+        tokens = read_tokens(args.tokens, max_len, n_vocab);
+    } else {
+        uint64_t x = args.seed * 6364136223846793005ULL + 1442695040888963407ULL;
+        const int lo = std::min(1000, n_vocab / 2), hi = std::max(lo + 1, (int) (n_vocab * 0.98));
+        for (auto & t : tokens) {
+            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+            t = lo + (int) ((x >> 33) % (uint64_t) (hi - lo));
+        }
+    }
+    FILE * out = fopen(args.out.c_str(), "a");
+    if (!out) {
+        fail("cannot write " + args.out);
     }
     llama_batch batch = llama_batch_init(args.ubatch, 0, 1);
-    fprintf(out, "{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"n_vocab\":%d}\n", args.n_ctx,
-            args.ubatch, args.threads, n_vocab);
+    volatile uint8_t sink = 0;
+    fprintf(out,
+            "{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,"
+            "\"flash_attn\":\"%s\",\"n_vocab\":%d,\"tokens\":\"%s\"}\n",
+            args.n_ctx, args.ubatch, args.threads, (int) cp.n_threads_batch, args.flash_attn.c_str(), n_vocab,
+            args.tokens.empty() ? "seeded filler" : "given");
     fflush(out);
 
     for (int L : args.Ls) {
         std::vector<uint8_t> blob;  // the depth-L prefix's state, captured once per L
+        std::vector<uint8_t> copy;  // the memcpy probe's destination, as large as the blob
         for (int n_new : args.news) {
             for (int rep = args.first_rep; rep < args.reps; ++rep) {
                 const size_t k = args.arms.size();
                 for (size_t j = 0; j < k; ++j) {
                     const std::string & arm = args.arms[(j + (size_t) rep) % k];
-                    llama_memory_clear(mem, true);
+                    llama_memory_seq_rm(mem, 0, -1, -1);
                     bool ok = true;
                     std::string reason;
                     double prep = 0.0;
@@ -234,8 +302,9 @@ int main(int argc, char ** argv) {
                                 reason = "llama_state_seq_get_data_ext returned 0";
                                 blob.clear();
                             }
+                            copy.assign(blob.size(), 0);
                         }
-                        llama_memory_clear(mem, true);
+                        llama_memory_seq_rm(mem, 0, -1, -1);
                     }
                     double t0 = 0.0;
                     int from = L;
@@ -268,12 +337,19 @@ int main(int argc, char ** argv) {
                         decode_ms = now_ms() - t0;
                         reason = ok ? "" : "llama_decode failed";
                     }
+                    double copy_ms = 0.0;
+                    if (ok && arm == "restore") {
+                        t0 = now_ms();
+                        std::memcpy(copy.data(), blob.data(), blob.size());
+                        copy_ms = now_ms() - t0;
+                        sink = sink + copy[copy.size() / 2];  // the copy is read, so it cannot be elided
+                    }
                     fprintf(out,
                             "{\"kind\":\"sample\",\"L\":%d,\"new\":%d,\"arm\":\"%s\",\"rep\":%d,\"ok\":%s,"
-                            "\"reason\":\"%s\",\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"blob_bytes\":%zu,"
-                            "\"pos_max\":%d}\n",
+                            "\"reason\":\"%s\",\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"copy_ms\":%.4f,"
+                            "\"blob_bytes\":%zu,\"pos_max\":%d}\n",
                             L, n_new, arm.c_str(), rep, ok ? "true" : "false", reason.c_str(), decode_ms, prep,
-                            arm == "restore" ? blob.size() : (size_t) 0, (int) pos_max);
+                            copy_ms, arm == "restore" ? blob.size() : (size_t) 0, (int) pos_max);
                     fflush(out);
                 }
             }

@@ -32,9 +32,10 @@ def lab_source_sha() -> str:
     return h.hexdigest()
 
 
-def bundle_key(engine: EngineInfo, models: list[Path], instrument: Path) -> str:
+def bundle_key(engine: EngineInfo, models: list[Path], tools: list[Path]) -> str:
     h = hashlib.sha256()
-    h.update(hashlib.sha256(instrument.read_bytes()).digest())
+    for tool in tools:
+        h.update(hashlib.sha256(tool.read_bytes()).digest())
     h.update((engine.build_dir / STAMP).read_bytes())
     h.update(lab_source_sha().encode())
     for m in models:
@@ -54,21 +55,21 @@ def build_wheel(out: Path) -> Path:
 
 
 def make_bundle(
-    engine: EngineInfo, cache_dir: Path, model: Path | None, instrument: Path, projector: Path | None = None
+    engine: EngineInfo, cache_dir: Path, model: Path | None, tools: list[Path], projector: Path | None = None
 ) -> Path:
-    """A directory ready to push: engine/ (with the profiler instrument), wheel/, models/ (the tiny model and its
-    vision projector when they are the default), lab-git/, bundle.json. Locked: hosts pushed in parallel (and
-    concurrent `fab` runs) share the staging directory."""
-    key = bundle_key(engine, [m for m in (model, projector) if m is not None], instrument)
+    """A directory ready to push: engine/ (with the compiled tools: the profiler, the in-process driver), wheel/,
+    models/ (the tiny model and its vision projector when they are the default), lab-git/, bundle.json. Locked:
+    hosts pushed in parallel (and concurrent `fab` runs) share the staging directory."""
+    key = bundle_key(engine, [m for m in (model, projector) if m is not None], tools)
     out = cache_dir / "bundles" / key
     with locked(cache_dir / "bundles.lock"):
         if not (out / "bundle.json").exists():
-            _assemble(engine, cache_dir, model, projector, instrument, key, out)
+            _assemble(engine, cache_dir, model, projector, tools, key, out)
     return out
 
 
 def _assemble(
-    engine: EngineInfo, cache_dir: Path, model: Path | None, projector: Path | None, instrument: Path, key: str,
+    engine: EngineInfo, cache_dir: Path, model: Path | None, projector: Path | None, tools: list[Path], key: str,
     out: Path,
 ) -> None:  # fmt: skip
     wheel = build_wheel(cache_dir / "bundles" / "staging" / "wheel")
@@ -76,7 +77,8 @@ def _assemble(
     shutil.rmtree(tmp, ignore_errors=True)
     shutil.copytree(engine.build_dir / "bin", tmp / "engine" / "bin", symlinks=True)
     shutil.copyfile(engine.build_dir / STAMP, tmp / "engine" / STAMP)
-    shutil.copy2(instrument, tmp / "engine" / "bin" / instrument.name)
+    for tool in tools:
+        shutil.copy2(tool, tmp / "engine" / "bin" / tool.name)
     (tmp / "engine" / "engine.patch").write_text(engine_patch_text(engine))
     shutil.copytree(wheel.parent, tmp / "wheel")
     for m in (model, projector):

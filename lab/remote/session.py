@@ -21,6 +21,7 @@ from lab.cleanroom import CleanRoom, parse, wrap
 from lab.engine.build import build_engine
 from lab.engine.models import resolve_model, resolve_projector
 from lab.errors import UsageError
+from lab.inproc import build_driver
 from lab.instrument import build_instrument
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
 from lab.remote.connect import RemoteError, SshTarget
@@ -50,11 +51,12 @@ class RemoteResult:
 def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) -> dict[str, str]:
     """Make (cached) and push the bundle if the host lacks this exact one; install the lab in a venv."""
     engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
-    instrument = build_instrument(engine, settings.cache_dir).binary  # so `fab profile` needs no compiler there
+    # compiled here, so `fab profile` and `lab arms` on the host need no compiler there
+    tools = [build_instrument(engine, settings.cache_dir).binary, build_driver(engine, settings.cache_dir).binary]
     # the tiny default model travels along, and its vision projector (for image steps)
     model = resolve_model(settings) if settings.model is None else None
     projector = resolve_projector(settings) if settings.model is None and settings.mmproj is None else None
-    bundle = make_bundle(engine, settings.cache_dir, model, instrument, projector)
+    bundle = make_bundle(engine, settings.cache_dir, model, tools, projector)
     meta: dict[str, str] = json.loads((bundle / "bundle.json").read_text())
     have = t.run(f"cat {remote_dir}/bundle/bundle.json 2>/dev/null")
     if have.ok and json.loads(have.stdout or "{}").get("key") == meta["key"]:

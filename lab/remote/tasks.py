@@ -143,3 +143,10 @@ profile = forwarding_task(
      "clean_room_start": (None, "command that starts it again (always run)"), **RESUME, **VIA_OPTS},
     _profile,
 )  # fmt: skip
+
+arms = forwarding_task(
+    "arms", "arms",
+    "Run the in-process arms (`lab arms`, same options: no server in the numbers, plus the state-restore "
+    "fallback) on the host with the bundled driver, and fetch the run folder.",
+    {**RESUME, **VIA_OPTS}, _measure,
+)  # fmt: skip

@@ -14,8 +14,8 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
-from lab.reports.data import drawn_runs, figure_rows, newest_run
-from lab.reports.style import MUTED, Chart, empty_chart, run_filter, run_param, title
+from lab.reports.data import figure_rows
+from lab.reports.style import MUTED, Chart, empty_chart, newest_run_picker, title
 from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
@@ -36,11 +36,7 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
             width,
             height,
         )
-    runs_drawn = drawn_runs(runs, "profile")
-    runs_drawn = runs_drawn[runs_drawn["run_id"].isin(bands["run_id"])].reset_index(drop=True)
-    default = newest_run(runs_drawn, "profile") or str(bands["run_id"].iloc[-1])
-    param = run_param(PARAM, "profile run ", runs_drawn, default)
-    keep = run_filter(PARAM)
+    runs_drawn, param, keep = newest_run_picker(PARAM, "profile run ", "profile", runs, bands)
 
     order = [*BANDS, *sorted(set(bands["band"]) - set(BANDS))]
     bands = bands[["run_id", "host", "depth", "band", "ms_per_token", "timed_ms", "share", "fused_chunk_ms"]].copy()

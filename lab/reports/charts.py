@@ -8,6 +8,7 @@ from pathlib import Path
 import pandas as pd
 
 from lab.reports.agreement import agreement_chart
+from lab.reports.arms import arms_chart
 from lab.reports.bands import bands_chart
 from lab.reports.replay import replay_chart
 from lab.reports.style import Chart
@@ -23,6 +24,11 @@ CHARTS: dict[str, tuple[str, Builder]] = {
     "bands": (
         "Per-token prefill time by band vs depth, the attn_core/ffn_moe crossover, TIMED vs FUSED and llama-bench",
         bands_chart,
+    ),
+    "arms": (
+        "In-process arms (no server): baseline, genuine hit, fake prefix and state restore vs L, and the restore's "
+        "cache read against memcpy",
+        arms_chart,
     ),
     "replay": (
         "Replay labs: exact replay, replay span, consumer rows / SWA pairs and row-work",

@@ -1,5 +1,5 @@
-"""compare: two sweep runs per (L, new), or two profile runs per (depth, band), as B / A ratio heatmaps drawn
-from the compare core's rows (lab.catalog.compare)."""
+"""compare: two sweep runs or two in-process arms runs per (L, new), or two profile runs per (depth, band), as
+B / A ratio heatmaps drawn from the compare core's rows (lab.catalog.compare)."""
 
 from __future__ import annotations
 
@@ -33,7 +33,7 @@ class Grid(NamedTuple):
 def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None = None) -> Chart:
     """B / A per (L, new) for two sweep runs, per (depth, band) for two profile runs (1 = no change): the rows
     of the compare core, the same ones `lab compare` prints."""
-    grid = _sweep(c) if c.experiment == "sweep" else _profile(c)
+    grid = {"sweep": _sweep, "arms": _arms}.get(c.experiment, _profile)(c)
     lo, hi = float(grid.ratios["ratio"].min()), float(grid.ratios["ratio"].max())
     spread = max(abs(lo - 1), abs(hi - 1), 0.05)
     base = alt.Chart().encode(
@@ -100,6 +100,13 @@ def _sweep(c: Comparison) -> Grid:
     out["arm"] = out["metric"].map(c.kind.metrics)
     arms = [c.kind.metrics[m] for m in ARM_METRICS]
     return Grid(out, "L:O", "L (cached tokens)", "new:O", "new tokens", "ascending", "arm", arms, "Sweep medians")
+
+
+def _arms(c: Comparison) -> Grid:
+    out = _frame(c)
+    out["arm"] = out["metric"].map(c.kind.metrics)
+    arms = [c.kind.metrics[m] for m in c.kind.metrics if m in set(out["metric"])]
+    return Grid(out, "L:O", "L (cached tokens)", "new:O", "new tokens", "ascending", "arm", arms, "In-process arms")
 
 
 def _profile(c: Comparison) -> Grid:

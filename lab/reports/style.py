@@ -7,7 +7,7 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
-from lab.reports.data import run_label
+from lab.reports.data import drawn_runs, newest_run, run_label
 
 # Altair's top-level chart classes (Chart, LayerChart, HConcatChart, ...) share no precise static type.
 Chart = Any
@@ -58,3 +58,14 @@ def run_filter(param: str, allow_all: bool = False) -> str:
     """A Vega expression keeping the rows of the run selected in dropdown `param`."""
     expr = f"datum.run_id === {param}"
     return f"{param} === 'all' || {expr}" if allow_all else expr
+
+
+def newest_run_picker(
+    name: str, prompt: str, experiment: str, runs: pd.DataFrame, rows: pd.DataFrame
+) -> tuple[pd.DataFrame, Any, str]:
+    """For a chart that draws one run at a time: the drawn runs of `experiment` that have `rows`, a dropdown
+    over them (default: the newest) and the filter expression keeping the chosen run's rows."""
+    drawn = drawn_runs(runs, experiment)
+    drawn = drawn[drawn["run_id"].isin(rows["run_id"])].reset_index(drop=True)
+    default = newest_run(drawn, experiment) or str(rows["run_id"].iloc[-1])
+    return drawn, run_param(name, prompt, drawn, default), run_filter(name)

@@ -1,0 +1,153 @@
+"""arms: the in-process arms of one `lab arms` run, per new-token count: baseline, genuine hit, fake prefix and
+state restore vs L (median decode ms with its 95% interval), then what the restore fallback pays for its cache
+read: the restore ms and a memcpy of as many bytes vs L, with the blob's size and the bandwidth in the tooltip.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+import altair as alt
+import pandas as pd
+
+from lab.reports.data import figure_rows
+from lab.reports.style import MUTED, Chart, empty_chart, newest_run_picker, title
+from lab.settings import ReportSettings
+
+TITLE = "In-process arms: what the new tokens cost after each way of having the prefix"
+PARAM = "arms_run"
+ARMS = {"baseline": "baseline (L + new)", "genuine": "genuine hit", "fake": "fake prefix", "restore": "state restore"}
+COLORS = ["#9d9da1", "#4c78a8", "#f58518", "#54a24b"]
+COST = {"restore_prep_ci": "restore (set_data_ext)", "memcpy_ci": "memcpy of the same bytes"}
+
+
+def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
+    width, height = settings.width, settings.height
+    points = figure_rows(catalog_dir, "arms_points", runs, keys=["L", "new"])
+    if points.empty or "genuine_median_ms" not in points.columns:
+        return empty_chart(
+            TITLE,
+            ["No complete `lab arms` run in the catalog yet.", "Run `lab arms`, then `dvc repro` (or `lab report`)."],
+            width,
+            height,
+        )
+    drawn, param, keep = newest_run_picker(PARAM, "arms run ", "arms", runs, points)
+    arms = _arm_frame(points)
+    L_x = alt.X("L:Q", title="L (cached tokens)", scale=alt.Scale(type="log", nice=False))
+    arm_color = alt.Color("arm:N", title="arm", sort=list(ARMS.values()),
+                          scale=alt.Scale(domain=list(ARMS.values()), range=COLORS))  # fmt: skip
+    tips = [alt.Tooltip("arm:N"), alt.Tooltip("L:Q"), alt.Tooltip("new:Q"),
+            alt.Tooltip("ms:Q", title="median ms", format=".2f"), alt.Tooltip("ci:N", title="95% interval"),
+            alt.Tooltip("n:Q", title="samples")]  # fmt: skip
+    line = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=L_x, y=alt.Y("ms:Q", title="decode ms (log)", scale=alt.Scale(type="log")), color=arm_color, tooltip=tips
+        )
+    )
+    bars = alt.Chart().mark_rule(strokeWidth=2).encode(x=L_x, y="lo:Q", y2="hi:Q", color=arm_color)
+    per_new = alt.hconcat(
+        *(
+            alt.layer(bars, line, data=arms[arms["new"] == new])
+            .transform_filter(keep)
+            .properties(width=max(200, width // 2), height=height, title=title(f"new = {new} tokens"))
+            for new in sorted(set(arms["new"]))
+        ),
+        title=title("decode ms of the new tokens", "bars: 95% interval of the median; log scales"),
+    )
+    cost = _cost_frame(points)
+    series = alt.Color("series:N", title="cache read", sort=list(COST.values()),
+                       scale=alt.Scale(domain=list(COST.values()), range=["#54a24b", "#9d9da1"]))  # fmt: skip
+    cost_tips = [alt.Tooltip("series:N"), alt.Tooltip("L:Q"), alt.Tooltip("new:Q"),
+                 alt.Tooltip("ms:Q", title="median ms", format=".3f"), alt.Tooltip("ci:N", title="95% interval"),
+                 alt.Tooltip("blob_mb:Q", title="state blob MB", format=".2f"),
+                 alt.Tooltip("gbps:Q", title="GB/s", format=".2f")]  # fmt: skip
+    cost_line = alt.Chart().mark_line(point=True).encode(
+        x=alt.X("L:Q", title="L (cached tokens)"), y=alt.Y("ms:Q", title="ms"), color=series, detail="new:N",
+        tooltip=cost_tips,
+    )  # fmt: skip
+    cost_bars = alt.Chart().mark_rule(strokeWidth=2).encode(x="L:Q", y="lo:Q", y2="hi:Q", color=series)
+    restore = (
+        alt.layer(cost_bars, cost_line, data=cost)
+        .transform_filter(keep)
+        .properties(
+            width=width, height=max(160, height // 2),
+            title=title("the restore arm's cache read vs L",
+                        "the depth-L state blob read back per step, against a plain memcpy of as many bytes"),
+        )
+    )  # fmt: skip
+    panels = [per_new, restore]
+    info = _info_frame(catalog_dir, runs)
+    if not info.empty:
+        panels.append(
+            alt.Chart(info)
+            .mark_text(align="left", baseline="top", lineBreak="\n", fontSize=12, color=MUTED)
+            .encode(x=alt.value(0), y=alt.value(0), text="info:N")
+            .transform_filter(keep)
+            .properties(width=width, height=50, view=alt.ViewConfig(stroke=None))
+        )
+    return (
+        alt.vconcat(*panels, spacing=28)
+        .add_params(param)
+        .resolve_scale(color="independent")
+        .properties(title=title(TITLE, f"{len(drawn)} complete arms run(s); choose one in the dropdown"))
+    )
+
+
+def _ci(lo: Any, hi: Any) -> str:
+    return f"[{lo:.2f}, {hi:.2f}]" if pd.notna(lo) and pd.notna(hi) else "-"
+
+
+def _arm_frame(points: pd.DataFrame) -> pd.DataFrame:
+    """Long rows (run_id, L, new, arm, ms, lo, hi) of the arms each point measured."""
+    rows = []
+    for _, r in points.iterrows():
+        for arm, label in ARMS.items():
+            ms = r.get(f"{arm}_median_ms")
+            if ms is None or pd.isna(ms):
+                continue
+            lo, hi = r.get(f"{arm}_median_lo_ms"), r.get(f"{arm}_median_hi_ms")
+            rows.append({"run_id": r["run_id"], "L": int(r["L"]), "new": int(r["new"]), "arm": label, "ms": float(ms),
+                         "lo": lo, "hi": hi, "ci": _ci(lo, hi), "n": int(r[f"{arm}_n_ok"])})  # fmt: skip
+    return pd.DataFrame(rows, columns=["run_id", "L", "new", "arm", "ms", "lo", "hi", "ci", "n"])
+
+
+def _cost_frame(points: pd.DataFrame) -> pd.DataFrame:
+    rows = []
+    for _, r in points.iterrows():
+        blob = r.get("blob_bytes")
+        for column, label in COST.items():
+            ms = r.get(f"{column}_value")
+            if ms is None or pd.isna(ms) or blob is None or pd.isna(blob):
+                continue
+            lo, hi = r.get(f"{column}_lo"), r.get(f"{column}_hi")
+            rows.append({"run_id": r["run_id"], "L": int(r["L"]), "new": int(r["new"]), "series": label,
+                         "ms": float(ms), "lo": lo, "hi": hi, "ci": _ci(lo, hi), "blob_mb": float(blob) / 1e6,
+                         "gbps": float(blob) / float(ms) / 1e6 if ms else None})  # fmt: skip
+    return pd.DataFrame(rows, columns=["run_id", "L", "new", "series", "ms", "lo", "hi", "ci", "blob_mb", "gbps"])
+
+
+def _info_frame(catalog_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
+    """One text per run: the blob's bytes per cell (measured and predicted) and the restore's bandwidth."""
+    summary = figure_rows(catalog_dir, "arms_summary", runs, keys=[])
+    if summary.empty:
+        return pd.DataFrame()
+    infos = []
+    for _, r in summary.iterrows():
+        first = f"{r['run_id']} ({r['host']})"
+        if pd.notna(r.get("bytes_per_cell")):
+            first += f"  ·  state blob {r['bytes_per_cell']:,.0f} B per cell + {r['fixed_bytes']:,.0f} B fixed"
+            if pd.notna(r.get("predicted_bytes_per_cell")):
+                first += (f" (the GGUF predicts {r['predicted_bytes_per_cell']:,.0f} + "
+                          f"{r['predicted_fixed_bytes']:,.0f})")  # fmt: skip
+        second = ""
+        v, lo, hi = (r.get(f"restore_vs_memcpy_ci_{k}") for k in ("value", "lo", "hi"))
+        if v is not None and pd.notna(v):
+            second = f"restore runs at {v:.0%} [{lo:.0%}, {hi:.0%}] of memcpy bandwidth"
+        v, lo, hi = (float(r.get(f"fake_vs_genuine_ci_{k}") or "nan") for k in ("value", "lo", "hi"))
+        if pd.notna(v):
+            second += f"  ·  fake/genuine over all reps {v - 1:+.1%} [{lo - 1:+.1%}, {hi - 1:+.1%}]"
+        infos.append({"run_id": r["run_id"], "info": first + "\n" + second})
+    return pd.DataFrame(infos, columns=["run_id", "info"])

@@ -1,0 +1,140 @@
+"""`lab arms` on the real tiny model: a complete run with every arm's position check, the server side, the
+restore cost explained, the catalog, `lab compare` and the chart; bad inputs create nothing; SIGTERM resumes."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.catalog.compare import compare_catalog, compare_runs
+from lab.catalog.ingest import ingest
+from lab.catalog.tables import load_table
+from lab.experiments.arms import POINTS, SAMPLES, SERVER_SAMPLES, SUMMARY
+from lab.reports.arms import arms_chart
+from lab.reports.data import runs_table
+from lab.runs import RunFolder
+from lab.schemas import ArmsSummary, InprocPoint, InprocSample, SweepSample
+from lab.settings import ReportSettings
+
+from conftest import interrupt_after_first_row
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+
+
+def lab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+
+
+@pytest.fixture(scope="module")
+def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
+    runs = tmp_path_factory.mktemp("arms") / "runs"
+    r = lab("arms", "--Ls", "300,700", "--news", "16", "--reps", "3", "--where", "both", "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr + r.stdout
+    return RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+
+
+def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None:
+    assert both_run.ready and both_run.manifest().status == "complete"
+    samples = both_run.read(SAMPLES, InprocSample)
+    assert len(samples) == 2 * 3 * 4 and all(s.ok for s in samples), [s for s in samples if not s.ok]
+    for s in samples:
+        # baseline starts empty; genuine, fake and restore start the new tokens at depth L
+        assert s.pos_max == (-1 if s.arm == "baseline" else s.L - 1), s
+        assert s.decode_ms and s.decode_ms > 0
+        assert (s.prep_ms is not None) == (s.arm in ("fake", "restore"))
+        assert (s.copy_ms is not None and s.blob_bytes is not None) == (s.arm == "restore")
+    points = {p.L: p for p in both_run.read(POINTS, InprocPoint)}
+    for p in points.values():
+        assert p.reps == 3 and all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "restore"))
+        for iv in (p.fake_vs_genuine_ci, p.restore_vs_genuine_ci, p.restore_step_vs_genuine_ci,
+                   p.cache_read_share_ci, p.restore_vs_memcpy_ci, p.restore_prep_ci, p.memcpy_ci):  # fmt: skip
+            assert iv is not None and iv.n == 3 and iv.lo <= iv.value <= iv.hi
+        assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.hi < 1  # the prefix is not recomputed
+        assert p.restore_step_vs_genuine_ci is not None and p.restore_vs_genuine_ci is not None
+        assert p.restore_step_vs_genuine_ci.value > p.restore_vs_genuine_ci.value  # the cache read is in the step
+        # the blob is what the GGUF says it holds (headers aside)
+        assert p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes - p.predicted_blob_bytes) < 1024
+    assert points[300].blob_bytes and points[700].blob_bytes and points[300].blob_bytes < points[700].blob_bytes
+
+
+def test_the_server_side_gives_its_share_per_arm(both_run: RunFolder) -> None:
+    server = both_run.read(SERVER_SAMPLES, SweepSample)
+    assert len(server) == 2 * 3 * 3 and all(s.ok for s in server)
+    assert {s.arm for s in server} == {"baseline", "fake", "genuine"}
+    for p in both_run.read(POINTS, InprocPoint):
+        assert set(p.server) == {"baseline", "fake", "genuine"} and all(a.n_ok == 3 for a in p.server.values())
+        assert set(p.server_vs_inproc) == {"baseline", "fake", "genuine"}
+        assert all(iv.value > 0 for iv in p.server_vs_inproc.values())
+        assert p.server_fake_vs_genuine_ci is not None
+    m = both_run.manifest()
+    assert m.server_config and m.results["driver_meta"]["n_ctx"] == m.params["server"]["ctx_size"]
+
+
+def test_the_restore_cost_is_explained(both_run: RunFolder) -> None:
+    s = ArmsSummary.model_validate_json((both_run.path / "raw" / f"{SUMMARY}.json").read_text())
+    assert (s.attention_layers, s.recurrent_layers) == (2, 6)  # the tiny qwen35moe: every 4th layer attends
+    assert s.bytes_per_cell == pytest.approx(s.predicted_bytes_per_cell, rel=1e-3)
+    assert s.fixed_bytes == pytest.approx(s.predicted_fixed_bytes, rel=0.01)
+    assert s.restore_ms_per_1k_cells is not None and s.restore_ms_per_1k_cells > 0
+    for iv in (s.restore_gbps_ci, s.memcpy_gbps_ci, s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci):
+        assert iv is not None and iv.n == 6 and iv.value > 0
+    assert (both_run.path / "raw" / "arms.cpp").exists()  # the driver's source is kept with its numbers
+
+
+def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:
+    catalog = tmp_path / "catalog"
+    result = ingest(both_run.path.parent, catalog)
+    assert result.rows["arms_points"] == 2 and result.rows["arms_samples"] == 24
+    assert result.rows["arms_server_samples"] == 18 and result.rows["arms_summary"] == 1
+    points = load_table(catalog, "arms_points")
+    assert json.loads(points["server_vs_inproc"].iloc[0])["fake"]["n"] == 3
+    c = compare_runs(both_run.path, both_run.path)  # a run against itself: every ratio is 1
+    assert {r.metric for r in c.rows} == {"fake_median_ms", "genuine_median_ms", "restore_median_ms",
+                                          "baseline_median_ms", "restore_prep_ci_value"}  # fmt: skip
+    assert all(r.ratio == 1 and r.ci is not None and r.ci.lo <= 1 <= r.ci.hi for r in c.rows)
+    assert compare_catalog(catalog, both_run.path.name, both_run.path.name).rows == c.rows
+    spec = arms_chart(catalog, runs_table(catalog), ReportSettings()).to_dict()
+    text = json.dumps(spec)
+    assert "state restore" in text and "memcpy of the same bytes" in text and both_run.path.name in text
+
+
+def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
+    runs = tmp_path / "runs"
+    r = lab("arms", "--Ls", "20000", "--news", "64", "--runs-dir", str(runs))
+    assert r.returncode == 2 and "invalid settings" in r.stderr and "ctx_size" in r.stderr, r.stderr
+    r = lab("arms", "--model", str(iswa_model), "--Ls", "300", "--news", "16", "--runs-dir", str(runs))
+    assert r.returncode == 2 and "no fake-prefix op" in r.stderr.splitlines()[0], r.stderr
+    r = lab("arms", "--arms", "fake,restore", "--runs-dir", str(runs))
+    assert r.returncode == 2 and "genuine" in r.stderr.splitlines()[0], r.stderr
+    assert not runs.exists()
+
+
+def test_sigterm_leaves_it_incomplete_and_resume_finishes_it(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    # the later points take seconds (a genuine hit decodes L first): the SIGTERM lands while they run
+    cmd = [LAB, "arms", "--Ls", "300,2500,4000", "--news", "16", "--reps", "3", "--arms", "fake,genuine",
+           "--runs-dir", str(runs)]  # fmt: skip
+    interrupt_after_first_row(cmd, f"*/raw/{POINTS}.jsonl", runs, REPO)
+    (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
+    run = RunFolder.open(run_dir)
+    assert run.manifest().status == "incomplete"
+    before = run.read(POINTS, InprocPoint, tolerate_torn_tail=True)
+    assert 1 <= len(before) < 3
+    r = lab("arms", "--resume", run_dir.name, "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(run_dir)
+    assert run.ready and len(run.manifest().resumed_utc) == 1
+    points = run.read(POINTS, InprocPoint)
+    assert sorted(p.L for p in points) == [300, 2500, 4000]  # none lost, none measured twice
+    assert points[0] == before[0]  # what was done is kept as it was
+    samples = run.read(SAMPLES, InprocSample)
+    assert sorted((s.L, s.arm, s.rep) for s in samples) == sorted(
+        (L, a, rep) for L in (300, 2500, 4000) for a in ("fake", "genuine") for rep in range(3)
+    )

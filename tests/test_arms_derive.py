@@ -1,0 +1,100 @@
+"""What `lab arms` derives from its samples, without an engine: the memory shape from GGUF metadata, the point
+summaries (paired ratios, the cache-read share, bandwidth) and how reps are split into driver calls."""
+
+from __future__ import annotations
+
+import pytest
+
+from lab.engine.memshape import memory_shape
+from lab.experiments.arms import decided, rep_chunks, summarize_point, summarize_run
+from lab.experiments.fakeprefix import GridPoint
+from lab.schemas import InprocSample
+from lab.settings import SweepSettings
+
+pytestmark = pytest.mark.fast
+
+# a qwen35moe hybrid laid out like the reference model (40 layers, every 4th attends: 10 attention and 30
+# Gated-DeltaNet layers); head and state sizes are illustrative
+HYBRID = {
+    "general.architecture": "qwen35moe", "qwen35moe.block_count": 40, "qwen35moe.embedding_length": 2048,
+    "qwen35moe.attention.head_count": 16, "qwen35moe.attention.head_count_kv": 2,
+    "qwen35moe.attention.key_length": 256, "qwen35moe.attention.value_length": 256,
+    "qwen35moe.full_attention_interval": 4, "qwen35moe.rope.dimension_sections": [11, 11, 10, 0],
+    "qwen35moe.ssm.conv_kernel": 4, "qwen35moe.ssm.state_size": 128, "qwen35moe.ssm.group_count": 16,
+    "qwen35moe.ssm.inner_size": 4096,
+}  # fmt: skip
+
+
+def test_memory_shape_of_the_hybrid() -> None:
+    s = memory_shape(HYBRID)
+    assert s is not None and (s.attention_layers, s.recurrent_layers) == (10, 30)
+    assert s.kv_bytes_per_cell == 10 * 2 * (256 + 256) * 2  # 10 layers x 2 KV heads x (K + V) x f16
+    assert s.cell_meta_bytes == 20  # pos, seq-id count, one seq id, the M-RoPE 2-D position
+    conv = 3 * (4096 + 2 * 16 * 128)
+    assert s.recurrent_bytes == 30 * (conv + 128 * 4096) * 4
+    assert s.blob_bytes(32768) == s.recurrent_bytes + 32768 * (20480 + 20)
+
+
+def test_memory_shape_of_other_layouts() -> None:
+    plain = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 4, "qwen3moe.embedding_length": 256,
+             "qwen3moe.attention.head_count": 4, "qwen3moe.attention.head_count_kv": 2}  # fmt: skip
+    s = memory_shape(plain)
+    assert s is not None and (s.attention_layers, s.recurrent_layers, s.recurrent_bytes) == (4, 0, 0)
+    assert s.kv_bytes_per_cell == 4 * 2 * (64 + 64) * 2 and s.cell_meta_bytes == 12
+    assert memory_shape({**plain, "qwen3moe.attention.sliding_window": 128}) is None  # a window, not L cells
+    assert memory_shape({"general.architecture": "x"}) is None
+
+
+def rows(
+    point: str, L: int, reps: int, ms: dict[str, float], prep: float = 0.5, copy: float = 0.25
+) -> list[InprocSample]:
+    out = []
+    for rep in range(reps):
+        wobble = 1 + 0.01 * ((rep * 7) % 3 - 1)  # the same drift for every arm of a rep
+        for arm, v in ms.items():
+            out.append(InprocSample(
+                point=point, L=L, new=16, arm=arm, rep=rep, ok=True, decode_ms=v * wobble,  # type: ignore[arg-type]
+                prep_ms=prep if arm in ("fake", "restore") else None, copy_ms=copy if arm == "restore" else None,
+                blob_bytes=1000 * L + 500 if arm == "restore" else None, pos_max=-1 if arm == "baseline" else L - 1,
+            ))  # fmt: skip
+    return out
+
+
+def test_a_point_summary_pairs_by_rep() -> None:
+    samples = rows("L300_n16", 300, 6, {"baseline": 100.0, "fake": 10.0, "genuine": 10.0, "restore": 10.0})
+    p = summarize_point(GridPoint(300, 16), samples, 0.05, None)
+    assert p.fake_vs_genuine_ci is not None and p.fake_vs_genuine_ci.value == pytest.approx(1.0)
+    assert p.fake_vs_genuine_ci.hi - p.fake_vs_genuine_ci.lo < 1e-9  # the rep's drift cancels in the pair
+    assert p.genuine_verdict == "agree" and p.restore_verdict == "agree"
+    assert p.restore_step_vs_genuine_ci is not None and p.restore_step_vs_genuine_ci.value > 1.04
+    assert p.cache_read_share_ci is not None and 0.04 < p.cache_read_share_ci.value < 0.05
+    assert p.restore_vs_memcpy_ci is not None and p.restore_vs_memcpy_ci.value == pytest.approx(0.5)
+    assert p.restore_gbps_ci is not None and p.restore_gbps_ci.value == pytest.approx(300500 / 0.5 / 1e6)
+    assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(0.1)
+    assert decided(p, SweepSettings(target=0.03), ["fake", "genuine", "restore"])
+    assert p.diagnostics == []
+
+
+def test_a_disagreeing_point_says_what_to_check() -> None:
+    samples = rows("L300_n16", 300, 5, {"fake": 13.0, "genuine": 10.0})
+    p = summarize_point(GridPoint(300, 16), samples, 0.05, None)
+    assert p.genuine_verdict == "disagree" and any("max position" in d for d in p.diagnostics)
+
+
+def test_the_run_summary_fits_the_blob_against_L() -> None:
+    a = rows("L300_n16", 300, 3, {"genuine": 10.0, "restore": 10.0})
+    b = rows("L700_n16", 700, 3, {"genuine": 12.0, "restore": 12.0}, prep=0.9)
+    points = [summarize_point(GridPoint(300, 16), a, 0.05, None), summarize_point(GridPoint(700, 16), b, 0.05, None)]
+    s = summarize_run(points, a + b, memory_shape(HYBRID))
+    assert s.bytes_per_cell == pytest.approx(1000) and s.fixed_bytes == pytest.approx(500)
+    assert s.restore_ms_per_1k_cells == pytest.approx(1.0)  # 0.5 ms at 300, 0.9 ms at 700
+    assert s.restore_vs_memcpy_ci is not None and s.restore_vs_memcpy_ci.n == 6
+    assert s.attention_layers == 10
+
+
+def test_reps_are_split_so_the_baseline_stops_early() -> None:
+    arms = ["baseline", "fake", "genuine", "restore"]
+    assert rep_chunks(0, 5, arms, 5) == [(0, 5, arms)]
+    assert rep_chunks(5, 7, arms, 5) == [(5, 7, ["fake", "genuine", "restore"])]
+    assert rep_chunks(0, 5, arms, 2) == [(0, 2, arms), (2, 5, ["fake", "genuine", "restore"])]
+    assert rep_chunks(0, 5, ["fake", "genuine"], 2) == [(0, 5, ["fake", "genuine"])]
