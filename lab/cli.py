@@ -286,6 +286,9 @@ def profile(
     threadpool: Annotated[
         bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
     ] = None,
+    peaks: Annotated[
+        bool | None, typer.Option("--peaks/--no-peaks", help="probe this host's GEMM and memcpy peaks (about 2 s)")
+    ] = None,
     model: ModelOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
@@ -298,7 +301,7 @@ def profile(
         runs_dir=runs_dir,
         profile={
             "chunk": chunk, "max_depth": max_depth, "cycles": cycles, "max_cycles": max_cycles,
-            "threads": threads, "threads_batch": threads_batch, "threadpool": threadpool,
+            "threads": threads, "threads_batch": threads_batch, "threadpool": threadpool, "peaks": peaks,
             "clean_room_stop": clean_room[0] if clean_room else None,
             "clean_room_start": clean_room[1] if clean_room else None,
         },
@@ -368,6 +371,40 @@ def model_tiny(
         paths.append(ensure_tiny_projector(s.cache_dir, src, text=spec))
     for path in paths:
         typer.echo(str(path))
+
+
+@model_app.command("cost")
+def model_cost(
+    model: Annotated[Path, typer.Argument(help="a GGUF (the metadata keys are enough; no tensor is read)")],
+    chunk: Annotated[int, typer.Option("--chunk", help="new tokens per prefill chunk")] = 512,
+    depths: Annotated[
+        str, typer.Option("--depths", help="depths (tokens already cached) to cost")
+    ] = "0,1024,4096,16384,32768",
+    as_json: Annotated[bool, typer.Option("--json", help="print the cost model as JSON")] = False,
+) -> None:
+    """Predicted FLOPs and bytes per band of a prefill chunk at each depth, from the GGUF's metadata alone, and
+    the depth at which attention does as much arithmetic as the MoE FFN (formulas: docs/cost-model.md)."""
+    import json
+
+    from rich.console import Console
+
+    from lab.costmodel import cost_record
+    from lab.costmodel import model_cost as build
+    from lab.errors import UsageError
+    from lab.presenters import cost_tables
+
+    at = _int_list(depths) or [0]
+    if chunk < 1 or any(d < 0 for d in at):
+        raise UsageError("--chunk must be positive and --depths non-negative")
+    if not model.is_file():
+        raise UsageError(f"{model}: no such file")
+    m = build(model, chunk)
+    if as_json:
+        typer.echo(json.dumps(cost_record(m, at), indent=2))
+        return
+    console = Console()
+    for part in cost_tables(m, at):
+        console.print(part, highlight=False)
 
 
 def _build(s: Any, flavor: str, quiet: bool) -> Any:

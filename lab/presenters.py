@@ -12,7 +12,9 @@ from rich.table import Column, Table
 from lab.catalog.compare import CompareRow, Comparison
 from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs, run_record
 from lab.catalog.tables import SPECS
+from lab.costmodel import CostModel
 from lab.engine.build import EngineInfo
+from lab.schemas import BANDS
 
 
 def engine_table(info: EngineInfo) -> Table:
@@ -73,3 +75,28 @@ def compare_table(c: Comparison) -> Table:
     for r in c.summary:
         t.add_row("geomean", *[""] * (len(c.keys) - 1), r.metric, "", "", _ratio_cell(r), end_section=False)
     return t
+
+
+def cost_tables(m: CostModel, depths: list[int]) -> list[Any]:
+    """`lab model cost`: every term at the first depth, then each band's FLOPs per token and arithmetic intensity
+    at every depth, then the predicted crossover and attention slope."""
+    h, c = m.h, m.chunk
+    kinds = ", ".join(f"{h.count(k)} {k}" for k in ("attention", "sliding", "recurrent") if h.count(k))
+    head = (f"{h.arch}: {h.n_layer} layers ({kinds}), n_embd {h.n_embd}, vocab {h.n_vocab:,}, {h.file_type} "
+            f"({h.weight_bits:g} bits per weight); a chunk of {c} tokens")  # fmt: skip
+    terms = Table("term", "band", "layers", "MFLOP/token", "MB/chunk", "formula (per layer)",
+                  title=f"the terms of a chunk at depth {depths[0]}")  # fmt: skip
+    for t in m.terms(depths[0]):
+        terms.add_row(t.name, t.band, f"{t.layers} {t.kind}", f"{t.flops / c / 1e6:.4g}", f"{t.bytes / 1e6:.4g}",
+                      t.formula)  # fmt: skip
+    bands = Table("depth", *BANDS, "total", title="MFLOP per token by band (FLOP per byte moved)")
+    for d in depths:
+        cost = m.bands(d)
+        total = sum(x.flops for x in cost.values()) / c / 1e6
+        bands.add_row(str(d), *(f"{cost[b].flops / c / 1e6:.4g} ({cost[b].intensity:.3g})" for b in BANDS),
+                      f"{total:.4g}")  # fmt: skip
+    cross = m.crossover()
+    tail = (f"predicted crossover (attn_core FLOPs = ffn_moe FLOPs): "
+            f"{'none' if cross is None else f'depth {cross:,.0f}'}; attention adds "
+            f"{m.attn_flops_per_token_per_1k() / 1e6:.4g} MFLOP per token per 1,000 tokens of depth")  # fmt: skip
+    return [head, terms, bands, tail]

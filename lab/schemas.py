@@ -296,6 +296,13 @@ class BandDepth(BaseModel):
     ms_per_token: float = Field(description="share x fused_chunk_ms / chunk")
     ms_per_token_lo: float | None = Field(default=None, description="its 95% interval (bootstrap over cycles)")
     ms_per_token_hi: float | None = None
+    flops_per_token: float | None = Field(default=None, description="predicted from the GGUF (lab.costmodel)")
+    bytes_per_token: float | None = Field(default=None, description="predicted bytes moved per token")
+    intensity: float | None = Field(default=None, description="predicted FLOPs per byte moved")
+    gflops: float | None = Field(default=None, description="achieved: predicted FLOPs / measured ms")
+    gflops_lo: float | None = Field(default=None, description="its 95% interval (from the ms interval)")
+    gflops_hi: float | None = None
+    peak_share: float | None = Field(default=None, description="gflops / this host's GEMM GFLOP/s (probed)")
 
 
 class BandCycle(BaseModel):
@@ -333,6 +340,17 @@ class ProfileSummary(BaseModel):
         default_factory=dict, description="per depth: TIMED node sum / FUSED wall (a ratio) and its interval"
     )
     fused_vs_bench_ci: dict[str, Interval] = Field(default_factory=dict, description="per depth (over cycles)")
+    cost_model: str = Field(default="", description="what the predictions come from, or why there are none")
+    predicted_crossover_depth: float | None = Field(default=None, description="attn_core FLOPs = ffn_moe FLOPs")
+    crossover_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted crossover")
+    attn_flops_per_token_per_1k: float | None = Field(default=None, description="predicted FLOP slope of attn_core")
+    predicted_attn_slope_ms_per_token_per_1k: float | None = Field(
+        default=None, description="the FLOP slope at the rate ffn_moe achieves (median over depths)"
+    )
+    attn_slope_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted slope")
+    peak_gemm_gflops_ci: Interval | None = Field(default=None, description="this host's GEMM GFLOP/s (lab.peaks)")
+    peak_copy_gbps_ci: Interval | None = Field(default=None, description="this host's memcpy GB/s (lab.peaks)")
+    peak_gemm_shape: list[int] = Field(default_factory=list, description="(m, k, n) of the probed GEMM")
 
 
 # --- replay labs: exact values are kept as fraction strings ("57/2") beside their floats ---------

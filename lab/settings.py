@@ -147,6 +147,7 @@ class ProfileSettings(BaseModel):
     threadpool: bool = Field(
         default=False, description="attach a persistent threadpool like llama-bench (llama-server attaches none)"
     )
+    peaks: bool = Field(default=True, description="probe this host's GEMM and memcpy peaks in the same run")
     clean_room_stop: str | None = Field(default=None, description="shell command that stops the host's server")
     clean_room_start: str | None = Field(default=None, description="shell command that starts it again")
 

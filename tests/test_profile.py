@@ -16,6 +16,7 @@ from typing import Any
 
 import pytest
 
+from lab.costmodel import model_cost
 from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, linear_fit, summarize, too_wide
 from lab.runs import RunFolder
 from lab.schemas import BandDepth, Interval, ProfileSummary, ProfileWall
@@ -93,6 +94,24 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert all(b.ms_per_token_lo is not None and b.ms_per_token_lo <= b.ms_per_token <= (b.ms_per_token_hi or 0)
                for b in bands)  # fmt: skip
     assert "+-" in r.stdout and "R^2" in r.stdout
+    # the cost model's predictions beside the measurement (lab.costmodel on the same GGUF, chunk 128)
+    model = model_cost(Path(run.manifest().model["path"]), 128)
+    assert summary.cost_model.startswith("qwen35moe, F16, chunk 128")
+    assert summary.predicted_crossover_depth == pytest.approx(model.crossover())
+    assert summary.attn_flops_per_token_per_1k == pytest.approx(model.attn_flops_per_token_per_1k())
+    assert summary.predicted_attn_slope_ms_per_token_per_1k and summary.attn_slope_vs_predicted_ci
+    assert summary.attn_slope_vs_predicted_ci.value == pytest.approx(
+        summary.attn_slope_ms_per_token_per_1k / summary.predicted_attn_slope_ms_per_token_per_1k
+    )
+    peak = summary.peak_gemm_gflops_ci
+    assert peak and summary.peak_copy_gbps_ci and summary.peak_gemm_shape == [128, 256, 512]
+    for b in bands:
+        cost = model.bands(b.depth)[b.band]  # type: ignore[index]
+        assert b.flops_per_token == pytest.approx(cost.flops / 128) and b.intensity == pytest.approx(cost.intensity)
+        assert b.gflops == pytest.approx(cost.flops / 128 / b.ms_per_token / 1e6)
+        assert b.gflops_lo is not None and b.gflops_lo <= b.gflops <= (b.gflops_hi or 0)
+        assert b.peak_share == pytest.approx(b.gflops / peak.value)
+    assert "predicted from FLOPs" in r.stdout and "achieved GFLOP/s by band" in r.stdout
     print(f"parquet is {summary.dump_json_bytes / summary.dump_parquet_bytes:.1f}x smaller than the JSON dump")
     assert summary.dump_json_bytes >= 5 * summary.dump_parquet_bytes
 

@@ -20,6 +20,10 @@ from pydantic import BaseModel
 from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import table_path
+from lab.costmodel import cost_model
+from lab.engine.hparams import hparams_of
+from lab.experiments.efficiency import annotate
+from lab.peaks import Peaks
 from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart
 from lab.reports.data import figure_rows, runs_table
@@ -49,7 +53,7 @@ pytestmark = pytest.mark.fast
 
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")
-CHARTS = ("agreement", "bands", "arms", "replay")
+CHARTS = ("agreement", "bands", "roofline", "arms", "replay")
 SETTINGS = ReportSettings()
 BANDS = ("ffn_moe", "attn_core", "proj", "gdn", "other")
 ARMS: tuple[ArmName, ...] = ("fake", "genuine", "baseline")
@@ -164,6 +168,17 @@ def image_sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
     return rows
 
 
+TINY_SHAPED = {
+    "general.architecture": "qwen35moe", "qwen35moe.block_count": 8, "qwen35moe.embedding_length": 256,
+    "qwen35moe.attention.head_count": 4, "qwen35moe.attention.head_count_kv": 2,
+    "qwen35moe.attention.key_length": 64, "qwen35moe.full_attention_interval": 4, "qwen35moe.expert_count": 8,
+    "qwen35moe.expert_used_count": 2, "qwen35moe.expert_feed_forward_length": 128,
+    "qwen35moe.expert_shared_feed_forward_length": 128, "qwen35moe.ssm.conv_kernel": 4,
+    "qwen35moe.ssm.state_size": 64, "qwen35moe.ssm.group_count": 2, "qwen35moe.ssm.time_step_rank": 4,
+    "qwen35moe.ssm.inner_size": 256, "qwen35moe.vocab_size": 151936,
+}  # fmt: skip
+
+
 def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
     depths = [0, 512, 1024, 1536, 2048]
     bands: list[BaseModel] = []
@@ -196,7 +211,17 @@ def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, Ba
         timed_vs_fused_gap={str(d): 0.1 - 0.02 * i for i, d in enumerate(depths)},
         timed_vs_fused_gap_mean=0.06,
         fused_vs_bench={str(d): 1.0 + 0.01 * i for i, d in enumerate(depths)},
+        crossover_ci=Interval(value=1600.0, lo=1500.0, hi=1700.0, n=3),
+        attn_slope_ci=Interval(value=0.05, lo=0.045, hi=0.055, n=3),
     )
+    # the predictions of the real cost model for a tiny-shaped hybrid, and peaks as a probe reports them
+    peaks = Peaks(gemm_gflops=Interval(value=150.0, lo=140.0, hi=160.0, n=9),
+                  copy_gbps=Interval(value=12.0, lo=11.5, hi=12.5, n=9), gemm_shape=(512, 256, 512),
+                  copy_bytes=1 << 28, threads=2)  # fmt: skip
+    rows = [b for b in bands if isinstance(b, BandDepth)]
+    for r in rows:
+        r.ms_per_token_lo, r.ms_per_token_hi = r.ms_per_token * 0.95, r.ms_per_token * 1.05
+    annotate(rows, summary, cost_model(hparams_of(TINY_SHAPED), 512), peaks)
     return {"profile_walls": walls, "profile_bands": bands}, {"profile_summary": summary}
 
 
@@ -467,6 +492,22 @@ def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], bro
     assert replay["texts"] >= 2 * 6 + 4 * 6
 
 
+def test_bands_mark_the_predicted_crossover_and_the_roofline_places_every_band(
+    reports: tuple[Path, list[Path]], browser: Browser
+) -> None:
+    out, _ = reports
+    bands = browser.open(out / "bands.html")
+    texts = bands["texts"]
+    assert texts >= 3 and bands["errors"] == []
+    svg = (out / "bands.svg").read_text()
+    assert "predicted from FLOPs" in svg and "crossover measured / predicted" in svg
+    roof = browser.open(out / "roofline.html")
+    assert roof["blocked"] == [] and roof["errors"] == []
+    assert roof["symbols"] == 5 * 5  # every band at every depth of the selected run
+    assert roof["lines"] == 1  # the roof: min(GEMM peak, intensity x memcpy bandwidth)
+    assert roof["rules"] == 5 * 5  # each point's interval
+
+
 def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
     out, _ = reports
     arms_runs = [str(r) for r in runs_table(catalog).query("experiment == 'arms'")["run_id"]]
@@ -498,7 +539,7 @@ def test_empty_catalog_renders_an_explanatory_state(empty_reports: Path, browser
     assert "incomplete: not drawn" in index and "interrupted by SIGTERM" in index
     nothing = empty_reports / "from-nothing"
     paths = render_reports(empty_reports / "no-catalog-here", nothing, ReportSettings(formats=["svg"]))
-    assert [p.name for p in paths] == ["agreement.svg", "bands.svg", "arms.svg", "replay.svg", "index.html"]
+    assert [p.name for p in paths] == [f"{c}.svg" for c in CHARTS] + ["index.html"]
 
 
 class _Links(HTMLParser):

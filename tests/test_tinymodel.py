@@ -3,6 +3,9 @@
 from __future__ import annotations
 
 import hashlib
+import json
+import subprocess
+import sys
 from pathlib import Path
 from typing import Any
 
@@ -234,3 +237,26 @@ def test_read_gguf_metadata_tiny_model(small_model: Path, reader: Any) -> None:
         if key.startswith(("GGUF.", "tokenizer.ggml.tokens", "tokenizer.ggml.merges")):
             continue
         assert meta[key] == field.contents(), key
+
+
+def test_the_cost_model_reads_the_keys_alone(tmp_path: Path, tiny_model: Path) -> None:
+    """`lab model cost` of the tiny model and of a copy holding only its metadata (no tensor) agree."""
+    import gguf
+
+    vt = gguf.GGUFValueType
+    copy = tmp_path / "keys-only.gguf"
+    w = gguf.GGUFWriter(str(copy), "qwen35moe")
+    for key, vtype, itype, value in read_gguf_kv(tiny_model):
+        if key != "general.architecture":
+            w.add_key_value(key, value, vt(vtype), sub_type=vt(itype) if itype is not None else None)
+    w.write_header_to_file()
+    w.write_kv_data_to_file()
+    w.write_tensors_to_file()
+    w.close()
+    assert len(gguf.GGUFReader(str(copy)).tensors) == 0 and copy.stat().st_size < tiny_model.stat().st_size / 10
+    lab = str(Path(sys.executable).parent / "lab")
+    full, keys = (subprocess.run([lab, "model", "cost", str(p), "--json"], capture_output=True, text=True, timeout=120)
+                  for p in (tiny_model, copy))  # fmt: skip
+    assert full.returncode == 0 and keys.returncode == 0, full.stderr + keys.stderr
+    assert json.loads(full.stdout) == json.loads(keys.stdout)
+    assert json.loads(keys.stdout)["layers"] == {"attention": 2, "recurrent": 6}

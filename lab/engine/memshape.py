@@ -15,10 +15,9 @@ from pathlib import Path
 from typing import Any
 
 from lab.engine.gguf_io import read_gguf_metadata
+from lab.engine.hparams import HparamsError, hparams_of
 
 F16, F32 = 2, 4
-# hybrids whose every `full_attention_interval`-th layer is attention and the others recurrent (Gated-DeltaNet)
-INTERVAL_HYBRIDS = ("qwen35moe", "qwen35", "qwen3next")
 
 
 @dataclass(frozen=True)
@@ -42,38 +41,20 @@ class MemoryShape:
 
 def memory_shape(meta: dict[str, Any]) -> MemoryShape | None:
     """The shape of a model's sequence memory; None where the layout is not modelled here (sliding-window
-    attention keeps only a window of cells; pure recurrent models and others without attention keys)."""
-    arch = str(meta.get("general.architecture", ""))
-
-    def key(name: str, default: Any = None) -> Any:
-        return meta.get(f"{arch}.{name}", default)
-
-    n_layer, n_head_kv = key("block_count"), key("attention.head_count_kv")
-    if not isinstance(n_layer, int) or n_head_kv is None or key("attention.sliding_window") is not None:
+    attention keeps only a window of cells; layouts lab.engine.hparams does not read)."""
+    try:
+        h = hparams_of(meta)
+    except HparamsError:
         return None
-    heads = n_head_kv if isinstance(n_head_kv, list) else [n_head_kv] * n_layer
-    n_head = key("attention.head_count", 1)
-    head_dim = key("embedding_length", 0) // (n_head[0] if isinstance(n_head, list) else n_head)
-    k_len, v_len = key("attention.key_length", head_dim), key("attention.value_length", head_dim)
-    interval = key("full_attention_interval")
-    if arch in INTERVAL_HYBRIDS and isinstance(interval, int) and interval > 0:
-        attention = [(il + 1) % interval == 0 for il in range(n_layer)]
-    elif key("ssm.state_size") is None:
-        attention = [h > 0 for h in heads]
-    else:
-        return None  # a recurrent layout without the interval rule: not modelled
-    kv = sum(heads[il] * (k_len + v_len) * F16 for il in range(n_layer) if attention[il])
-    n_recurrent = attention.count(False)
-    recurrent = 0
-    if n_recurrent:
-        d_conv, d_inner = key("ssm.conv_kernel", 0), key("ssm.inner_size", 0)
-        d_state, n_group = key("ssm.state_size", 0), key("ssm.group_count", 0)
-        conv = max(d_conv - 1, 0) * (d_inner + 2 * n_group * d_state)
-        recurrent = n_recurrent * (conv + d_state * d_inner) * F32
-    mrope = key("rope.dimension_sections") is not None  # M-RoPE cells also store a 2-D position
+    if h.count("sliding"):
+        return None
+    n_recurrent = h.count("recurrent")
+    conv = max(h.ssm_d_conv - 1, 0) * h.conv_dim
     return MemoryShape(
-        arch=arch, n_layer=n_layer, attention_layers=attention.count(True), recurrent_layers=n_recurrent,
-        kv_bytes_per_cell=kv, cell_meta_bytes=12 + (8 if mrope else 0), recurrent_bytes=recurrent,
+        arch=h.arch, n_layer=h.n_layer, attention_layers=h.count("attention"), recurrent_layers=n_recurrent,
+        kv_bytes_per_cell=h.count("attention") * h.n_head_kv * (h.head_k + h.head_v) * F16,
+        cell_meta_bytes=12 + (8 if h.mrope else 0),  # M-RoPE cells also store a 2-D position
+        recurrent_bytes=n_recurrent * (conv + h.ssm_d_state * h.ssm_d_inner) * F32,
     )  # fmt: skip
 
 

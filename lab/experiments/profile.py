@@ -22,11 +22,15 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.cleanroom import CleanRoom, hold
+from lab.costmodel import CostModel, model_cost
+from lab.engine.hparams import HparamsError
 from lab.engine.server import die_with_parent
 from lab.experiments.bands import Node, classify_all, resolve_layers
+from lab.experiments.efficiency import annotate, probe_shape
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
+from lab.peaks import measure_peaks
 from lab.runs import RunError, RunFolder
 from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
@@ -304,6 +308,8 @@ class Profile(Experiment):
 
     def __init__(self) -> None:
         self.instrument: InstrumentInfo | None = None
+        self.cost: CostModel | None = None
+        self.no_cost = ""  # why there is no cost model for this model
         self.rows: list[BandDepth] = []
         self.summary: ProfileSummary | None = None
 
@@ -331,6 +337,11 @@ class Profile(Experiment):
     def prepare(self, settings: Settings, parts: Parts) -> None:
         assert parts.engine is not None
         self.instrument = build_instrument(parts.engine, settings.cache_dir)  # a compile error creates no run
+        assert parts.model is not None
+        try:  # the predictions beside the measurement; a model the cost model does not know is measured anyway
+            self.cost = model_cost(parts.model, settings.profile.chunk)
+        except HparamsError as e:
+            self.no_cost = f"no prediction: {e}"
 
     def measure(self, sess: Session, console: Console) -> Outcome:
         settings, run, inst = sess.settings, sess.run, self.instrument
@@ -371,6 +382,10 @@ class Profile(Experiment):
                 want += 1
                 console.print(f"after {done} cycles {wide}: one more cycle (at most {p.max_cycles})")
             write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
+            peaks = None
+            if p.peaks and self.cost is not None:
+                with console.status("probing this host's GEMM and memcpy peaks ..."):
+                    peaks = measure_peaks(*probe_shape(self.cost), threads, settings.server.cpu_list)
             if p.bench_check:
                 with console.status("cross-checking FUSED chunk times with llama-bench ..."):
                     bench = measure_prefill_tps(
@@ -387,6 +402,10 @@ class Profile(Experiment):
                         summary.fused_vs_bench_ci[str(b.depth)] = Interval(
                             value=fused[b.depth] / b.avg_ms, lo=iv.lo / b.avg_ms, hi=iv.hi / b.avg_ms, n=iv.n
                         )
+        if self.cost is not None:
+            annotate(rows, summary, self.cost, peaks)
+        else:
+            summary.cost_model = self.no_cost
         summary.dump_json_bytes = dump.stat().st_size
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)
@@ -400,6 +419,10 @@ class Profile(Experiment):
     def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
         assert self.summary is not None
         console.print(profile_table(self.rows, self.summary))
+        if any(r.gflops for r in self.rows):
+            console.print(efficiency_table(self.rows, self.summary))
+        for line in prediction_lines(self.summary):
+            console.print(line, highlight=False)
 
 
 def run_profile(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
@@ -443,3 +466,50 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
         f"depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
     )
     return t
+
+
+def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
+    """Achieved GFLOP/s per band and depth [95% interval] and its share of the probed GEMM peak."""
+    peak = s.peak_gemm_gflops_ci
+    t = Table(title="achieved GFLOP/s by band (predicted FLOPs / measured ms) [95% interval]"
+              + (f"; share of this host's GEMM peak {peak.fmt(digits=1)} GFLOP/s" if peak else ""))  # fmt: skip
+    t.add_column("depth", justify="right")
+    for b in BANDS:
+        t.add_column(b, justify="right")
+    for depth in sorted({r.depth for r in rows}):
+        per = {r.band: r for r in rows if r.depth == depth}
+        cells = []
+        for b in BANDS:
+            r = per.get(b)
+            if r is None or r.gflops is None:
+                cells.append("-")
+                continue
+            ci = f" [{r.gflops_lo:.1f}, {r.gflops_hi:.1f}]" if r.gflops_lo and r.gflops_hi else ""
+            cells.append(f"{r.gflops:.1f}{ci}" + (f" {r.peak_share:.0%}" if r.peak_share is not None else ""))
+        t.add_row(str(depth), *cells)
+    return t
+
+
+def prediction_lines(s: ProfileSummary) -> list[str]:
+    """The cost model's crossover and attention slope beside the measured ones."""
+    if s.predicted_crossover_depth is None and s.attn_flops_per_token_per_1k is None:
+        return [f"cost model: {s.cost_model}"] if s.cost_model else []
+    out = []
+    pred = s.predicted_crossover_depth
+    measured = f"{s.crossover_note}" + (f" {_iv(s.crossover_ci, digits=0)}" if s.crossover_ci else "")
+    line = f"crossover: measured {measured}, predicted from FLOPs {'none' if pred is None else f'{pred:.0f}'}"
+    if s.crossover_vs_predicted_ci is not None:
+        line += f" (measured / predicted {s.crossover_vs_predicted_ci.fmt()})"
+    out.append(line)
+    if s.attn_flops_per_token_per_1k is not None:
+        line = f"attention slope: {s.attn_flops_per_token_per_1k / 1e6:.4g} MFLOP per token per 1k depth predicted"
+        if s.predicted_attn_slope_ms_per_token_per_1k is not None:
+            line += (f", {s.predicted_attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k at the rate ffn_moe "
+                     f"achieves; measured {_iv(s.attn_slope_ci, digits=4)}")  # fmt: skip
+        if s.attn_slope_vs_predicted_ci is not None:
+            line += f" (measured / predicted {s.attn_slope_vs_predicted_ci.fmt()})"
+        out.append(line)
+    if s.peak_copy_gbps_ci is not None and s.peak_gemm_gflops_ci is not None:
+        out.append(f"this host: GEMM {s.peak_gemm_gflops_ci.fmt(digits=1)} GFLOP/s at {tuple(s.peak_gemm_shape)}, "
+                   f"memcpy {s.peak_copy_gbps_ci.fmt(digits=2)} GB/s ({s.cost_model})")  # fmt: skip
+    return out

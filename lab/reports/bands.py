@@ -22,6 +22,7 @@ from lab.settings import ReportSettings
 TITLE = "Prefill time per token by band vs depth"
 PARAM = "profile_run"
 GAP = "TIMED node sum / FUSED wall - 1"
+PREDICTED = "#b42318"
 BENCH = "FUSED wall / llama-bench - 1"
 
 
@@ -82,10 +83,26 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
                 .transform_filter("isValid(datum.crossover_lo) && isValid(datum.crossover_hi)")
             )
             layers.insert(1, spread.transform_filter(keep))
+        predicted = info[info["predicted_depth"].notna()]
+        if not predicted.empty:  # the cost model's crossover: a second marker, labelled at the bottom
+            layers += [
+                alt.Chart(predicted)
+                .mark_rule(color=PREDICTED, strokeDash=[2, 3], strokeWidth=2)
+                .encode(x="predicted_depth:Q")
+                .transform_filter(keep),
+                alt.Chart(predicted)
+                .mark_text(align="left", dx=5, dy=-4, baseline="bottom", fontSize=11, color=PREDICTED)
+                .encode(x="predicted_depth:Q", y=alt.value(height), text="predicted_label:N")
+                .transform_filter(keep),
+            ]
     top = alt.layer(*layers).properties(
         width=width,
         height=height,
-        title=title("ms per token by band", "stacked; dashed: attn_core overtakes ffn_moe (interpolated)"),
+        title=title(
+            "ms per token by band",
+            "stacked; dashed: attn_core overtakes ffn_moe (measured, interpolated); "
+            "dotted: where its FLOPs overtake ffn_moe's (predicted from the GGUF)",
+        ),
     )
     panels = [top]
     if not info.empty:
@@ -178,8 +195,17 @@ def _summary_frame(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
             second.append(f"attn_core fit: {slope:+.4f}{ci} ms/token per 1k depth, R² {r['attn_r2']:.3f}")
         if pd.notna(r.get("timed_vs_fused_gap_mean")):
             second.append(f"mean TIMED/FUSED gap {r['timed_vs_fused_gap_mean']:+.1%}")
+        ratio, lo, hi = (r.get(f"crossover_vs_predicted_ci_{k}") for k in ("value", "lo", "hi"))
+        if ratio is not None and pd.notna(ratio):
+            second.append(f"crossover measured / predicted {ratio:.2f} [{lo:.2f}, {hi:.2f}]")
+        ratio, lo, hi = (r.get(f"attn_slope_vs_predicted_ci_{k}") for k in ("value", "lo", "hi"))
+        if ratio is not None and pd.notna(ratio):
+            second.append(f"attention slope measured / predicted {ratio:.2f} [{lo:.2f}, {hi:.2f}]")
         info.append("  ·  ".join(first) + "\n" + "  ·  ".join(second))
     out["crossover_label"], out["info"] = crossover, info
+    pred = summary["predicted_crossover_depth"] if "predicted_crossover_depth" in summary.columns else None
+    out["predicted_depth"] = pred.astype(float) if pred is not None else float("nan")
+    out["predicted_label"] = [f"predicted from FLOPs ≈ {d:.0f}" if pd.notna(d) else "" for d in out["predicted_depth"]]
     return out
 
 

@@ -11,6 +11,7 @@ from lab.reports.agreement import agreement_chart
 from lab.reports.arms import arms_chart
 from lab.reports.bands import bands_chart
 from lab.reports.replay import replay_chart
+from lab.reports.roofline import roofline_chart
 from lab.reports.style import Chart
 from lab.settings import ReportSettings
 
@@ -22,8 +23,13 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         agreement_chart,
     ),
     "bands": (
-        "Per-token prefill time by band vs depth, the attn_core/ffn_moe crossover, TIMED vs FUSED and llama-bench",
+        "Per-token prefill time by band vs depth, the attn_core/ffn_moe crossover measured and predicted from FLOPs, "
+        "TIMED vs FUSED and llama-bench",
         bands_chart,
+    ),
+    "roofline": (
+        "Each band's achieved GFLOP/s vs its predicted arithmetic intensity, under this host's GEMM and memcpy roofs",
+        roofline_chart,
     ),
     "arms": (
         "In-process arms (no server): baseline, genuine hit, fake prefix and state restore vs L, and the restore's "
