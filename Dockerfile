@@ -48,14 +48,11 @@ WORKDIR /opt/prefill-lab/src
 # lab's code rebuilds only the last layer (seconds), not the engine. Every step that writes the cache runs
 # under `umask 0000` and ends with the find/chmod pair, so whichever uid runs the image can take its locks.
 
-# 3. Python dependencies (pyproject's list only).
-COPY pyproject.toml ./
+# 3. Python dependencies: the committed lock (runtime only), every file checked against its hash.
+COPY pyproject.toml requirements.lock ./
 RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv "$VIRTUAL_ENV" \
- && python3 -c 'import tomllib; print("\n".join(tomllib.load(open("pyproject.toml", "rb"))["project"]["dependencies"]))' \
-      > /tmp/requirements.txt \
- && pip install -r /tmp/requirements.txt \
- && rm /tmp/requirements.txt
+ && pip install --require-hashes -r requirements.lock
 
 # 4. The engine: sdist (default) = the PyPI llama-cpp-python sdist that vendors llama.cpp (sha256 pinned);
 # git = clone engine.git_url at engine.git_commit (da87e9b). patches/ applied, CPU build; ccache lives in a

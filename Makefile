@@ -5,33 +5,55 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/lab
 PYTHON ?= python3
 
-.PHONY: deps setup demo test test-fast test-engine lint bench repro
+.PHONY: deps setup demo test test-fast test-engine lint bench repro lock
 .DEFAULT_GOAL := demo
 
 deps:
+	@echo "==> system packages (scripts/system-deps.sh)"
 	@bash scripts/system-deps.sh
 
-$(VENV)/.installed: pyproject.toml
+# the locked dependencies (hashes checked), then the lab itself without resolving anything again
+$(VENV)/.installed: pyproject.toml requirements-dev.lock
+	@echo "==> Python environment: $(VENV) from requirements-dev.lock"
 	$(PYTHON) -m venv $(VENV)
 	$(VENV)/bin/pip install -q --upgrade pip
-	$(VENV)/bin/pip install -q -e '.[dev]'
+	$(VENV)/bin/pip install -q --require-hashes -r requirements-dev.lock
+	$(VENV)/bin/pip install -q --no-deps -e .
 	touch $@
 
+# refresh the lock files (newest versions pyproject.toml allows, for every supported Python)
+lock: $(VENV)/.installed
+	for spec in "requirements.lock:" "requirements-dev.lock:--extra dev"; do \
+	  $(VENV)/bin/uv pip compile pyproject.toml $${spec#*:} --universal --python-version 3.11 --generate-hashes \
+	    --no-header --no-annotate --upgrade -q -o $${spec%%:*} || exit 1; \
+	done
+
 setup: deps $(VENV)/.installed
-	$(LAB) dvc-setup
-	$(LAB) engine build
-	$(LAB) engine build --flavor assert
-	$(LAB) model tiny
+	@echo "==> DVC remote"
+	@$(LAB) dvc-setup
+	@echo "==> engine release (the patched llama.cpp; cached after the first build)"
+	@$(LAB) engine build
+	@echo "==> engine assert (assertions on, for the tests)"
+	@$(LAB) engine build --flavor assert
+	@echo "==> tiny model"
+	@$(LAB) model tiny
 
 demo: setup
-	$(LAB) sweep
-	$(LAB) arms
-	$(LAB) profile
-	$(LAB) replay exact
-	$(LAB) replay span
-	$(LAB) replay cost
-	$(LAB) catalog track
-	$(MAKE) repro
+	@echo "==> experiments: lab sweep"
+	@$(LAB) sweep
+	@echo "==> experiments: lab arms"
+	@$(LAB) arms
+	@echo "==> experiments: lab profile"
+	@$(LAB) profile
+	@echo "==> experiments: the replay labs"
+	@$(LAB) replay exact
+	@$(LAB) replay span
+	@$(LAB) replay cost
+	@echo "==> catalog and reports (lab catalog track, dvc repro)"
+	@$(LAB) catalog track
+	@$(MAKE) --no-print-directory repro
+	@echo "==> the answer"
+	@$(LAB) catalog headline
 
 # dvc.yaml's stage commands call `lab`: run DVC with the venv on PATH
 repro: $(VENV)/.installed

@@ -486,6 +486,7 @@ def _replay(which: str, s: Any, as_json: bool) -> None:
 
 
 CatalogDir = Annotated[Path | None, typer.Option("--catalog-dir", help="default: catalog/")]
+ReportsDir = Annotated[Path | None, typer.Option("--reports-dir", help="default: reports/")]
 
 
 @catalog_app.command("ingest")
@@ -521,6 +522,40 @@ def catalog_show(
         typer.echo(line)
 
 
+@catalog_app.command("export")
+def catalog_export(
+    table: Annotated[str, typer.Argument(help="a catalog table: runs, sweep_points, profile_bands, ...")],
+    fmt: Annotated[str, typer.Option("--format", help="csv | jsonl | md")] = "csv",
+    catalog_dir: CatalogDir = None,
+) -> None:
+    """Print a catalog table with its runs' provenance, in llama-bench's column names where they overlap
+    (n_prompt, n_depth, avg_ts, build_commit, cpu_info, model_filename, n_threads)."""
+    from lab.catalog.export import export_table
+
+    s = _settings(catalog_dir=catalog_dir)
+    sys.stdout.write(export_table(s.catalog_dir, table, fmt))
+
+
+@catalog_app.command("headline")
+def catalog_headline_cmd(catalog_dir: CatalogDir = None, reports_dir: ReportsDir = None) -> None:
+    """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
+    from rich.console import Console
+
+    from lab.headline import catalog_headline, summary_lines
+    from lab.presenters import headline_tables
+
+    s = _settings(catalog_dir=catalog_dir, reports_dir=reports_dir)
+    steps, profiles = catalog_headline(s.catalog_dir)
+    console = Console()
+    for t in headline_tables(steps, profiles):
+        console.print(t)
+    for line in summary_lines(steps, profiles) or ["no complete sweep or profile in the catalog yet"]:
+        console.print(line, highlight=False)
+    index = s.reports_dir / "index.html"
+    if index.exists():
+        console.print(f"open {index}", highlight=False)
+
+
 @app.command("dvc-setup")
 def dvc_setup_cmd() -> None:
     """Configure DVC for this clone: SSH host-key verification, analytics off, local site cache."""
@@ -544,7 +579,8 @@ def catalog_track(runs_dir: RunsDir = None) -> None:
 
 @app.command("report")
 def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Option("--out")] = None) -> None:
-    """Render the reports (agreement, bands, replay, index.html) from the catalog tables."""
+    """Render the reports from the catalog tables: index.html (opening with the answer), agreement, bands,
+    roofline, arms and replay charts."""
     from lab.reports import render_reports
 
     s = _settings(catalog_dir=catalog_dir, reports_dir=out)
@@ -563,8 +599,8 @@ def compare(
     ] = None,
     runs_dir: RunsDir = None,
 ) -> None:
-    """Two sweep or two profile runs side by side: B/A per point with its 95% interval (from both runs'
-    samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
+    """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
+    runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
     from rich.console import Console
 
     from lab.catalog.compare import compare_runs

@@ -14,6 +14,7 @@ from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs, 
 from lab.catalog.tables import SPECS
 from lab.costmodel import CostModel
 from lab.engine.build import EngineInfo
+from lab.headline import HeadlineProfile, HeadlineStep
 from lab.schemas import BANDS
 
 
@@ -100,3 +101,29 @@ def cost_tables(m: CostModel, depths: list[int]) -> list[Any]:
             f"{'none' if cross is None else f'depth {cross:,.0f}'}; attention adds "
             f"{m.attn_flops_per_token_per_1k() / 1e6:.4g} MFLOP per token per 1,000 tokens of depth")  # fmt: skip
     return [head, terms, bands, tail]
+
+
+def _ms(iv: Any) -> str:
+    return "-" if iv is None else iv.fmt(digits=1)
+
+
+def headline_tables(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[Table]:
+    """The answer per host and model: the step with the cache, re-prefilled, the speedup; where time goes."""
+    out = []
+    if steps:
+        t = Table("host", "model", "L", "new", "with the cache (ms)", "re-prefilled (ms)", "speedup",
+                  title="an agent step's prefill: the first L tokens cached (fake prefix) vs re-prefilled "
+                  "(baseline); medians and speedup [95% interval]")  # fmt: skip
+        for s in steps:
+            new = f"{s.new} + {s.image}" if s.image else str(s.new)
+            t.add_row(s.host, s.model, str(s.L), new, _ms(s.cached_ms), _ms(s.reprefill_ms), _ms(s.speedup))
+        out.append(t)
+    if profiles:
+        t = Table("host", "model", "depth", *BANDS, "crossover (measured)", "predicted",
+                  title="where a prefill chunk's time goes at the deepest profiled depth (newest profile)")  # fmt: skip
+        for p in profiles:
+            cross = p.crossover.fmt(digits=0) if p.crossover else p.crossover_note or "-"
+            pred = "-" if p.predicted_crossover is None else f"{p.predicted_crossover:.0f}"
+            t.add_row(p.host, p.model, str(p.depth), *(f"{p.shares[b]:.0%}" for b in BANDS), cross, pred)
+        out.append(t)
+    return out

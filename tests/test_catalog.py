@@ -3,10 +3,14 @@ runs listed but not drawn, malformed rows rejected with file and line, all or no
 
 from __future__ import annotations
 
+import csv
+import io
+import json
 import os
 import subprocess
 import sys
 from pathlib import Path
+from typing import Any
 
 import pytest
 
@@ -76,8 +80,8 @@ def test_catalog_ls_and_show(runs: Path) -> None:
     assert "cpu_model" in r.stdout and "lab_commit" in r.stdout and "replay_exact (2 rows)" in r.stdout
 
 
-def sweep_run(root: Path, fake_ms: float) -> RunFolder:
-    run = RunFolder.create(root, "sweep", "vm", {})
+def sweep_run(root: Path, fake_ms: float, params: dict[str, Any] | None = None) -> RunFolder:
+    run = RunFolder.create(root, "sweep", "vm", params or {})
     stats = ArmStats(median_ms=fake_ms, n_ok=1)
     run.rewrite("points", [
         SweepPoint(point="L512-n64", L=512, new=64, n_kv_padded=768, measurable=True, baseline=stats, fake=stats,
@@ -123,3 +127,27 @@ def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path)
     drawn = _sweep(c).ratios
     text_rows = [x for x in c.rows if x.key[2] is None and x.a and x.b and x.metric != "encode_ms"]
     assert sorted(drawn["ratio"]) == pytest.approx(sorted(x.ratio for x in text_rows))
+
+
+def test_export_speaks_llama_bench_where_the_columns_overlap(tmp_path: Path) -> None:
+    from lab.catalog.export import export_table
+    from lab.errors import UsageError
+
+    runs = tmp_path / "runs"
+    sweep_run(runs, 25.0, params={"server": {"threads": 2}})
+    catalog = tmp_path / "catalog"
+    ingest(runs, catalog)
+    rows = list(csv.DictReader(io.StringIO(export_table(catalog, "sweep_points", "csv"))))
+    names = {"n_prompt", "n_depth", "avg_ts", "build_commit", "cpu_info", "model_filename", "n_threads"}
+    assert rows and names <= set(rows[0])
+    r = rows[0]
+    assert (r["n_depth"], r["n_prompt"], r["n_threads"]) == ("512", "64", "2")
+    assert float(r["avg_ts"]) == pytest.approx(float(r["n_prompt"]) / float(r["fake_median_ms"]) * 1e3)
+    jsonl = [json.loads(line) for line in export_table(catalog, "sweep_points", "jsonl").splitlines()]
+    assert [x["n_depth"] for x in jsonl] == [int(x["n_depth"]) for x in rows]
+    md = export_table(catalog, "runs", "md").splitlines()
+    assert md[0].startswith("| run_id | experiment |") and md[1].startswith("| --- |") and len(md) == 2 + 1
+    with pytest.raises(UsageError, match="no catalog table 'nope'"):
+        export_table(catalog, "nope", "csv")
+    with pytest.raises(UsageError, match="--format is one of csv, jsonl, md"):
+        export_table(catalog, "runs", "xml")

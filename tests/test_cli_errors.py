@@ -95,6 +95,7 @@ def test_build_failure_is_one_line_with_the_log_tail(
         (cache / "downloads" / archive.name).symlink_to(archive)
     env = {"LAB_ENGINE__EXTRA_CMAKE_FLAGS": '["-DCMAKE_C_COMPILER=/nonexistent/cc"]'}
     r = lab("engine", "build", "--cache-dir", str(cache), env=env)
-    one_line_error(r, 1, "cmake failed")
-    lines = r.stderr.strip().splitlines()
-    assert "lab-build.log" in lines[0] and len(lines) > 1  # the log's tail below the red line
+    progress, *rest = r.stderr.strip().splitlines()
+    assert progress.startswith("engine release: configuring (full log: ") and "lab-build.log" in progress
+    one_line_error(subprocess.CompletedProcess(r.args, r.returncode, r.stdout, "\n".join(rest)), 1, "cmake failed")
+    assert "lab-build.log" in rest[0] and len(rest) > 1  # the log's tail below the red line

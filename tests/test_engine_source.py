@@ -99,3 +99,20 @@ def test_a_patch_that_does_not_apply_is_named(user_checkout: Path, tmp_path: Pat
     es = EngineSettings(source_mode="path", path=user_checkout, patches_dir=bad)
     with pytest.warns(UserWarning), pytest.raises(SourceError, match=r"0001-bad\.patch does not apply"):
         prepare_source(es, tmp_path / "cache")
+
+
+def test_a_build_shows_one_progress_line_per_step_from_cmakes_own_output() -> None:
+    import io
+
+    from lab.engine.build import BuildProgress
+
+    out = io.StringIO()  # not a terminal: a line per 10% step
+    p = BuildProgress("engine release", out)
+    for i in range(0, 101):
+        p.feed(f"[{i:3d}%] Building CXX object src/CMakeFiles/llama.dir/llama-{i}.cpp.o\n")
+        p.feed("-- some configure chatter\n")
+    p.feed("[100%] Built target llama-server\n")
+    p.close()
+    lines = out.getvalue().splitlines()
+    assert lines[0] == "engine release:   0% llama-0.cpp.o" and lines[-1] == "engine release: 100% llama-100.cpp.o"
+    assert len(lines) == 11  # 0, 10, ..., 100: never the raw CMake lines

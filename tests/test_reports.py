@@ -105,7 +105,9 @@ def sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
         est = new / (3000.0 * speed / (1 + L / 4096)) * 1e3
         fake = est * (1 + 0.03 * (-1) ** i)
         arm = {"fake": fake, "genuine": fake * 1.02, "baseline": (L + new) / (3000.0 * speed) * 1e3 * 1.1}
-        stats = {k: ArmStats(median_ms=v, min_ms=v * 0.95, max_ms=v * 1.05, n_ok=3) for k, v in arm.items()}
+        stats = {k: ArmStats(median_ms=v, median_lo_ms=v * 0.97, median_hi_ms=v * 1.03, min_ms=v * 0.95,
+                             max_ms=v * 1.05, n_ok=3) for k, v in arm.items()}  # fmt: skip
+        vs_base = fake / arm["baseline"]
         points.append(
             SweepPoint(
                 point=f"L{L}_n{new}",
@@ -120,7 +122,8 @@ def sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
                 opt_prefill_ms=est,
                 fake_vs_estimate=fake / est - 1,
                 fake_vs_genuine=-0.02,
-                fake_vs_baseline=fake / arm["baseline"],
+                fake_vs_baseline=vs_base,
+                fake_vs_baseline_ci=Interval(value=vs_base, lo=vs_base * 0.95, hi=vs_base * 1.05, n=3),
             )
         )
         samples += [
@@ -378,8 +381,9 @@ class Browser:
     def __init__(self, browser: Any) -> None:
         self.browser = browser
 
-    def open(self, path: Path, interact: Any = None) -> dict[str, Any]:
-        """Load `path` offline; returns mark counts, requests that tried to leave file://, console errors."""
+    def open(self, path: Path, interact: Any = None, ready: str = "#vis svg") -> dict[str, Any]:
+        """Load `path` offline and wait for `ready` (a chart's SVG by default); returns mark counts, requests
+        that tried to leave file://, console errors."""
         context = self.browser.new_context()
         blocked: list[str] = []
 
@@ -397,9 +401,9 @@ class Browser:
         page.on("pageerror", lambda e: errors.append(str(e)))
         page.goto(path.as_uri())
         try:
-            page.wait_for_selector("#vis svg", timeout=10_000)
+            page.wait_for_selector(ready, timeout=10_000)
         except PlaywrightTimeout:
-            raise AssertionError(f"{path.name}: no chart drawn; blocked requests {blocked}, errors {errors}") from None
+            raise AssertionError(f"{path.name}: no {ready} drawn; blocked requests {blocked}, errors {errors}") from None
         result: dict[str, Any] = {"blocked": blocked, "errors": errors, **self.count(page)}
         if interact is not None:
             result["after"] = interact(page)
@@ -506,6 +510,24 @@ def test_bands_mark_the_predicted_crossover_and_the_roofline_places_every_band(
     assert roof["symbols"] == 5 * 5  # every band at every depth of the selected run
     assert roof["lines"] == 1  # the roof: min(GEMM peak, intensity x memcpy bandwidth)
     assert roof["rules"] == 5 * 5  # each point's interval
+
+
+def test_the_index_opens_with_the_answer(reports: tuple[Path, list[Path]], browser: Browser) -> None:
+    out, _ = reports
+
+    def read(page: Any) -> dict[str, Any]:
+        rows = [page.locator("table.headline").nth(i).locator("tbody tr").count() for i in (0, 1)]
+        return {"steps": rows[0], "profiles": rows[1], "first": page.locator("h2").first.inner_text(),
+                "text": page.locator("body").inner_text()}  # fmt: skip
+
+    r = browser.open(out / "index.html", interact=read, ready="table.headline")
+    assert r["blocked"] == [] and r["errors"] == []
+    got = r["after"]
+    assert got["first"] == "The answer"
+    assert got["steps"] == 2 * len(SWEEP_GRID)  # the newest complete sweep of each host (same model)
+    assert got["profiles"] == 2
+    assert "times faster" in got["text"] and "attention overtakes the MoE FFN at depth 1600 [1500, 1700]" in got["text"]
+    assert "2,048" in got["text"]  # L of the deepest point, with its interval beside it
 
 
 def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:

@@ -11,7 +11,7 @@ import types
 import typing
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
@@ -33,6 +33,8 @@ from lab.schemas import (
     TraceStepResult,
     TraceTaskResult,
 )
+
+Row = TypeVar("Row", bound=BaseModel)
 
 TABLES_DIR = "tables"
 METRICS_FILE = "metrics.json"
@@ -124,6 +126,25 @@ def flatten(row: BaseModel) -> dict[str, Any]:
         else:
             out[key] = value
     return out
+
+
+def unflatten(row: dict[str, Any], schema: type[Row]) -> Row:
+    """The inverse of `flatten`: a catalog row (a missing value is NaN or None) back into its schema."""
+
+    def clean(v: Any) -> Any:
+        return None if v is None or (isinstance(v, float) and v != v) else v
+
+    data: dict[str, Any] = {}
+    for key, f in schema.model_fields.items():
+        model = nested_model(f.annotation)
+        if model is not None:
+            sub = {k: clean(row.get(f"{key}_{k}")) for k in model.model_fields}
+            if any(v is not None for v in sub.values()):
+                data[key] = {k: v for k, v in sub.items() if v is not None}
+        elif (v := clean(row.get(key))) is not None:
+            is_json = isinstance(v, str) and typing.get_origin(f.annotation) is dict
+            data[key] = json.loads(v) if is_json else v.tolist() if hasattr(v, "tolist") else v
+    return schema.model_validate(data)
 
 
 def columns(schema: type[BaseModel]) -> list[str]:

@@ -9,11 +9,12 @@ from __future__ import annotations
 import hashlib
 import json
 import os
+import re
 import shutil
 import subprocess
 import sys
 from pathlib import Path
-from typing import Literal
+from typing import Literal, TextIO
 
 from pydantic import BaseModel
 
@@ -86,7 +87,37 @@ def _paths(src: PreparedSource, build_dir: Path) -> dict[str, Path]:
     }
 
 
-def _run_logged(cmd: list[str], log: Path, env: dict[str, str], quiet: bool) -> None:
+_PERCENT = re.compile(r"^\[\s*(\d+)%\]\s*(.*)$")
+
+
+class BuildProgress:
+    """One progress line for a build, from CMake's own `[ 45%] ...` lines: rewritten in place on a terminal,
+    one line per 10% step otherwise (a log file or CI); the full output goes to the log."""
+
+    def __init__(self, label: str, stream: TextIO | None = None) -> None:
+        self.label, self.stream = label, stream or sys.stderr
+        self.tty = self.stream.isatty()
+        self.shown = -10
+
+    def feed(self, line: str) -> None:
+        m = _PERCENT.match(line.strip())
+        if m is None:
+            return
+        pct, what = int(m.group(1)), m.group(2).rsplit("/", 1)[-1].rsplit(" ", 1)[-1]
+        text = f"{self.label}: {pct:3d}% {what}"
+        if self.tty:
+            self.stream.write("\r" + text[:100].ljust(100))
+        elif pct >= self.shown + 10 or (pct == 100 and self.shown < 100):
+            self.stream.write(text + "\n")
+            self.shown = pct
+        self.stream.flush()
+
+    def close(self) -> None:
+        if self.tty:
+            self.stream.write("\n")
+
+
+def _run_logged(cmd: list[str], log: Path, env: dict[str, str], progress: BuildProgress | None) -> None:
     with log.open("a") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
@@ -94,14 +125,14 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], quiet: bool) -> 
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
-            if not quiet and line.startswith("["):
-                sys.stderr.write("\r" + line.rstrip()[:100].ljust(100))
+            if progress is not None:
+                progress.feed(line)
         rc = proc.wait()
-    if not quiet:
-        sys.stderr.write("\n")
+    if progress is not None:
+        progress.close()
     if rc != 0:
         tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
-        raise BuildError(f"{cmd[0]} failed ({rc}); log: {log}\n{tail}")
+        raise BuildError(f"{cmd[0]} failed ({rc}); the last lines of {log}:\n{tail}")
 
 
 def build_engine(
@@ -128,7 +159,7 @@ def build_engine(
         done = _finished(stamp, info)
         if done is not None:
             return done
-        _build(settings, cache_dir, build_dir, flags, quiet)
+        _build(settings, cache_dir, build_dir, flags, quiet, f"engine {flavor}")
         for p in (info.server, info.bench):
             if not p.exists():
                 raise BuildError(f"build finished but {p} is missing; log: {build_dir / 'lab-build.log'}")
@@ -173,7 +204,9 @@ def _finished(stamp: Path, want: EngineInfo) -> EngineInfo | None:
     return None
 
 
-def _build(settings: EngineSettings, cache_dir: Path, build_dir: Path, flags: list[str], quiet: bool) -> None:
+def _build(
+    settings: EngineSettings, cache_dir: Path, build_dir: Path, flags: list[str], quiet: bool, label: str
+) -> None:
     build_dir.mkdir(parents=True, exist_ok=True)
     (build_dir / STAMP).unlink(missing_ok=True)
     log = build_dir / "lab-build.log"
@@ -181,8 +214,12 @@ def _build(settings: EngineSettings, cache_dir: Path, build_dir: Path, flags: li
     # relative paths in ccache's hash: hits survive a moved cache dir
     env.setdefault("CCACHE_BASEDIR", str(cache_dir))
     env.setdefault("CCACHE_NOHASHDIR", "1")
-    _run_logged(["cmake", "-S", str(build_dir.parent / "src"), "-B", str(build_dir), *flags], log, env, quiet)
-    _run_logged(["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env, quiet)
+    if not quiet:
+        sys.stderr.write(f"{label}: configuring (full log: {log})\n")
+    _run_logged(["cmake", "-S", str(build_dir.parent / "src"), "-B", str(build_dir), *flags], log, env, None)
+    progress = None if quiet else BuildProgress(label)
+    _run_logged(["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env,
+                progress)  # fmt: skip
 
 
 def engine_info_json(info: EngineInfo) -> str:

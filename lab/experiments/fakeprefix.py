@@ -24,6 +24,8 @@ from lab.engine.models import resolve_projector
 from lab.errors import LabError
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.headline import newest_profile, steps_of, summary_lines
+from lab.presenters import headline_tables
 from lab.runs import RunFolder, utc_now
 from lab.schemas import KV_PAD, ArmStats, Interval, PrefillTps, SweepPoint, SweepSample, ggml_pad
 from lab.settings import ServerSettings, Settings, SweepSettings
@@ -344,6 +346,15 @@ class Sweep(Experiment):
 
     def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
         print_summary(console, self.points)
+        # the answer: the step with the cache vs re-prefilled, and where the newest profile says time goes
+        steps = steps_of(self.points, sess.run.manifest().host, sess.model.name, sess.run.path.name)
+        profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""),
+                                 sess.run.manifest().host)  # fmt: skip
+        profiles = [profile] if profile else []
+        for t in headline_tables(steps, profiles):
+            console.print(t)
+        for line in summary_lines(steps, profiles):
+            console.print(line, highlight=False)
 
 
 def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:

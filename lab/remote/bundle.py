@@ -2,7 +2,7 @@
 patch), the lab as a wheel, the tiny model when it is the default, and the local git state it came from.
 Built once per content key under cache_dir/bundles/; a host that already has the same key is skipped.
 
-Beside it, a wheelhouse: the lab's runtime dependencies at exactly the versions installed here, as wheels
+Beside it, a wheelhouse: the lab's runtime dependencies at exactly the versions requirements.lock pins, as wheels
 (cache_dir/wheelhouses/<key>/). The host installs from it with no package index, so it runs what was tested
 here and needs no internet."""
 
@@ -17,6 +17,7 @@ from pathlib import Path
 
 from lab.engine.build import STAMP, EngineInfo, engine_patch_text
 from lab.engine.source import locked
+from lab.lockfile import LOCK, LockError, pins
 from lab.remote.connect import RemoteError
 from lab.settings import REPO_ROOT
 from lab.snapshot import snapshot_git
@@ -94,27 +95,13 @@ def _assemble(
     tmp.rename(out)
 
 
-def runtime_requirements(dist: str = "prefill-lab") -> list[str]:
-    """The lab's runtime dependency closure (no extras), pinned to the versions installed here."""
-    from importlib.metadata import distribution
-
-    from packaging.requirements import Requirement
-    from packaging.utils import canonicalize_name
-
-    pinned: dict[str, str] = {}
-    todo = [dist]
-    while todo:
-        d = distribution(todo.pop())
-        name = canonicalize_name(d.metadata["Name"])
-        if name in pinned:
-            continue
-        pinned[name] = d.version
-        for text in d.requires or []:
-            req = Requirement(text)
-            if req.marker is None or req.marker.evaluate({"extra": ""}):
-                todo.append(req.name)
-    pinned.pop(canonicalize_name(dist))
-    return sorted(f"{n}=={v}" for n, v in pinned.items())
+def runtime_requirements() -> list[str]:
+    """The lab's runtime dependencies for this interpreter, exactly as the committed requirements.lock pins
+    them (lab.lockfile)."""
+    try:
+        return pins(LOCK)
+    except LockError as e:
+        raise RemoteError(str(e)) from e
 
 
 def python_tag() -> str:

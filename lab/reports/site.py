@@ -10,6 +10,9 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
+from lab.schemas import BANDS, Interval
+
 STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "Liberation Sans", sans-serif; margin: 2rem auto;
        max-width: 1200px; padding: 0 1.5rem; color: #1f2933; }
@@ -36,8 +39,14 @@ PROVENANCE = [
 ]
 
 
-def write_index(out_dir: Path, runs: pd.DataFrame, charts: dict[str, tuple[str, list[Path]]]) -> Path:
-    """`charts`: name -> (description, files written for it). Returns the path of index.html."""
+def write_index(
+    out_dir: Path,
+    runs: pd.DataFrame,
+    charts: dict[str, tuple[str, list[Path]]],
+    headline: tuple[list[HeadlineStep], list[HeadlineProfile]] = ([], []),
+) -> Path:
+    """`charts`: name -> (description, files written for it); `headline`: the answer the page opens with
+    (lab.headline). Returns the path of index.html."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -48,6 +57,7 @@ def write_index(out_dir: Path, runs: pd.DataFrame, charts: dict[str, tuple[str, 
         '<p class="muted">Rendered by <code>lab report</code> (the <code>report</code> stage of '
         "<code>dvc repro</code>) from the catalog tables. The charts draw complete runs only; incomplete and "
         "failed runs are listed below, marked, and not drawn.</p>",
+        *_headline(*headline),
         "<h2>Charts</h2>",
     ]
     for name, (description, files) in charts.items():
@@ -103,3 +113,44 @@ def _runs_table(runs: pd.DataFrame) -> str:
         rows.append(f"<tr{cls}>" + "".join(cells) + "</tr>")
     rows += ["</tbody>", "</table>"]
     return "\n".join(rows)
+
+
+def _iv(iv: Interval | None) -> str:
+    return "-" if iv is None else escape(iv.fmt(digits=1))
+
+
+def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[str]:
+    """The answer first: per host and model, an agent step with the cache vs re-prefilled, and where the time
+    goes at the deepest profiled depth."""
+    out = ['<h2 id="headline">The answer</h2>']
+    if not steps and not profiles:
+        return [*out, '<p class="muted">No complete sweep or profile run yet: run <code>lab sweep</code> and '
+                "<code>lab profile</code>, then <code>dvc repro</code>.</p>"]  # fmt: skip
+    out += ["<p>" + "<br>".join(escape(line) for line in summary_lines(steps, profiles)) + "</p>"]
+    if steps:
+        out += ['<table class="headline">', "<thead><tr><th>host</th><th>model</th><th>L (cached tokens)</th>"
+                "<th>new tokens</th><th>with the cache (ms)</th><th>re-prefilled (ms)</th><th>speedup</th>"
+                "</tr></thead>", "<tbody>"]  # fmt: skip
+        for s in steps:
+            new = f"{s.new} + {s.image} screenshot" if s.image else str(s.new)
+            cells = "".join(f"<td>{escape(c)}</td>" for c in (s.host, s.model, f"{s.L:,}", new))
+            ivs = "".join(f"<td>{_iv(iv)}</td>" for iv in (s.cached_ms, s.reprefill_ms, s.speedup))
+            out.append(f"<tr>{cells}{ivs}</tr>")
+        out += ["</tbody>", "</table>", '<p class="muted">Medians with their 95% interval; with the cache: the fake '
+                "prefix (the first L tokens cached); re-prefilled: the baseline (all L + new tokens prefilled); "
+                "speedup: re-prefilled / with the cache, paired by rep. The newest complete sweep per host and "
+                "model.</p>"]  # fmt: skip
+    if profiles:
+        out += ['<table class="headline">', "<thead><tr><th>host</th><th>model</th><th>depth</th>"
+                + "".join(f"<th>{b}</th>" for b in BANDS) + "<th>crossover (measured)</th><th>predicted</th>"
+                "</tr></thead>", "<tbody>"]  # fmt: skip
+        for p in profiles:
+            cross = p.crossover.fmt(digits=0) if p.crossover else p.crossover_note or "-"
+            pred = "-" if p.predicted_crossover is None else f"{p.predicted_crossover:,.0f}"
+            out.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in (p.host, p.model, f"{p.depth:,}"))
+                       + "".join(f"<td>{p.shares[b]:.0%}</td>" for b in BANDS)
+                       + f"<td>{escape(cross)}</td><td>{pred}</td></tr>")  # fmt: skip
+        out += ["</tbody>", "</table>", '<p class="muted">Share of a prefill chunk\'s time per band at the deepest '
+                "profiled depth, and the depth at which attention overtakes the MoE FFN (measured, and predicted "
+                "from FLOPs). The newest complete profile per host and model.</p>"]  # fmt: skip
+    return out

@@ -1,0 +1,141 @@
+"""The answer the lab exists for, per host and model: what an agent step of `new` tokens after L cached tokens
+costs with the cache (the fake prefix) and re-prefilled (the baseline), the speedup, and from the newest
+profile where the time goes at the deepest depth and where attention overtakes the MoE FFN.
+
+One record feeds every printer: `lab sweep`'s closing table, `lab catalog headline`, the top of
+reports/index.html.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from pydantic import BaseModel
+
+from lab.schemas import BANDS, ArmStats, BandDepth, Interval, ProfileSummary, SweepPoint
+
+
+class HeadlineStep(BaseModel):
+    host: str
+    model: str
+    run_id: str
+    L: int
+    new: int
+    image: str | None = None
+    cached_ms: Interval | None = None  # the fake-prefix step: prefill with the first L tokens cached
+    reprefill_ms: Interval | None = None  # the baseline: all L + new prefilled
+    speedup: Interval | None = None  # reprefill / cached, paired by rep
+
+
+class HeadlineProfile(BaseModel):
+    host: str
+    model: str
+    run_id: str
+    depth: int
+    shares: dict[str, float]  # band -> share of the chunk's time at `depth`
+    crossover: Interval | None = None
+    crossover_note: str = ""
+    predicted_crossover: float | None = None
+
+
+def _median(a: ArmStats) -> Interval | None:
+    """An arm's median with its interval (None for a run measured before intervals existed)."""
+    if a.median_ms is None or a.median_lo_ms is None or a.median_hi_ms is None:
+        return None
+    return Interval(value=a.median_ms, lo=a.median_lo_ms, hi=a.median_hi_ms, n=max(a.n_ok, 1))
+
+
+def _inverse(iv: Interval | None) -> Interval | None:
+    if iv is None or iv.lo <= 0:
+        return None
+    return Interval(value=1 / iv.value, lo=1 / iv.hi, hi=1 / iv.lo, n=iv.n)
+
+
+def steps_of(points: list[SweepPoint], host: str, model: str, run_id: str) -> list[HeadlineStep]:
+    return [
+        HeadlineStep(host=host, model=model, run_id=run_id, L=p.L, new=p.new, image=p.image,
+                     cached_ms=_median(p.fake), reprefill_ms=_median(p.baseline),
+                     speedup=_inverse(p.fake_vs_baseline_ci))
+        for p in sorted(points, key=lambda p: (p.image or "", p.L, p.new))
+    ]  # fmt: skip
+
+
+def profile_of(bands: list[BandDepth], summary: ProfileSummary, host: str, model: str, run_id: str) -> HeadlineProfile:
+    deepest = max(r.depth for r in bands)
+    at = {r.band: r.share for r in bands if r.depth == deepest}
+    return HeadlineProfile(
+        host=host, model=model, run_id=run_id, depth=deepest, shares={b: at.get(b, 0.0) for b in BANDS},
+        crossover=summary.crossover_ci, crossover_note=summary.crossover_note,
+        predicted_crossover=summary.predicted_crossover_depth,
+    )  # fmt: skip
+
+
+def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[str]:
+    """Three lines: the deepest text step's cost with and without the cache, the speedup, where time goes."""
+    out = []
+    text = [s for s in steps if s.image is None and s.cached_ms and s.reprefill_ms]
+    if text:
+        s = max(text, key=lambda s: (s.L, -s.new))
+        out.append(f"{s.host} / {s.model}: a {s.new}-token step after {s.L:,} cached tokens costs "
+                   f"{s.cached_ms.fmt(digits=1) if s.cached_ms else '-'} ms with the cache, "
+                   f"{s.reprefill_ms.fmt(digits=1) if s.reprefill_ms else '-'} ms re-prefilled")  # fmt: skip
+        if s.speedup:
+            out.append(f"the cache makes that step {s.speedup.fmt(digits=1)} times faster")
+    for p in profiles[:1]:
+        top = sorted(p.shares.items(), key=lambda kv: -kv[1])[:3]
+        cross = p.crossover.fmt(digits=0) if p.crossover else p.crossover_note or "-"
+        out.append(f"at depth {p.depth:,}: " + ", ".join(f"{b} {v:.0%}" for b, v in top)
+                   + f" of prefill time; attention overtakes the MoE FFN at depth {cross}")  # fmt: skip
+    return out
+
+
+def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
+    """The newest complete sweep and profile run per (host, model) in the catalog."""
+    from lab.catalog.tables import load_table, unflatten
+
+    runs = load_table(catalog_dir, "runs")
+    if runs.empty:
+        return [], []
+    runs = runs[runs["in_figures"].astype(bool)].sort_values(["started_utc", "run_id"])
+    steps: list[HeadlineStep] = []
+    profiles: list[HeadlineProfile] = []
+    points, bands, summaries = (
+        load_table(catalog_dir, t) for t in ("sweep_points", "profile_bands", "profile_summary")
+    )
+    for experiment in ("sweep", "profile"):
+        newest = runs[runs["experiment"] == experiment].groupby(["host", "model_path"]).tail(1)
+        for _, r in newest.iloc[::-1].iterrows():
+            model = Path(str(r["model_path"])).name
+            if experiment == "sweep" and not points.empty:
+                rows = points[points["run_id"] == r["run_id"]].to_dict("records")
+                steps += steps_of([unflatten(x, SweepPoint) for x in rows], str(r["host"]), model, str(r["run_id"]))
+            elif experiment == "profile" and not bands.empty and not summaries.empty:
+                b = [unflatten(x, BandDepth) for x in bands[bands["run_id"] == r["run_id"]].to_dict("records")]
+                s = [
+                    unflatten(x, ProfileSummary)
+                    for x in summaries[summaries["run_id"] == r["run_id"]].to_dict("records")
+                ]
+                if b and s:
+                    profiles.append(profile_of(b, s[0], str(r["host"]), model, str(r["run_id"])))
+    return steps, profiles
+
+
+def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
+    """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
+    from lab.catalog.ingest import IngestError, read_manifest, run_dirs
+    from lab.runs import RunFolder
+
+    for d in reversed(run_dirs(runs_dir)):
+        try:
+            m = read_manifest(d)
+        except IngestError:
+            continue
+        if m.experiment != "profile" or m.status != "complete" or m.model.get("sha256") != model_sha256:
+            continue
+        if m.host != host:
+            continue
+        bands = RunFolder.open(d).read("profile_bands", BandDepth)
+        summary = ProfileSummary.model_validate_json((d / "raw" / "profile_summary.json").read_text())
+        if bands:
+            return profile_of(bands, summary, host, Path(str(m.model.get("path", ""))).name, m.run_id)
+    return None
