@@ -403,7 +403,7 @@ class Browser:
         try:
             page.wait_for_selector(ready, timeout=10_000)
         except PlaywrightTimeout:
-            raise AssertionError(f"{path.name}: no {ready} drawn; blocked requests {blocked}, errors {errors}") from None
+            raise AssertionError(f"{path.name}: no {ready}; blocked requests {blocked}, errors {errors}") from None
         result: dict[str, Any] = {"blocked": blocked, "errors": errors, **self.count(page)}
         if interact is not None:
             result["after"] = interact(page)
