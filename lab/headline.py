@@ -122,20 +122,25 @@ def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[Headli
 
 def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
     """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
-    from lab.catalog.ingest import IngestError, read_manifest, run_dirs
-    from lab.runs import RunFolder
+    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs
+    from lab.catalog.tables import SPEC_BY_NAME, unflatten
 
-    for d in reversed(run_dirs(runs_dir)):
+    found = []
+    for d in run_dirs(runs_dir):
         try:
             m = read_manifest(d)
         except IngestError:
             continue
-        if m.experiment != "profile" or m.status != "complete" or m.model.get("sha256") != model_sha256:
-            continue
-        if m.host != host:
-            continue
-        bands = RunFolder.open(d).read("profile_bands", BandDepth)
-        summary = ProfileSummary.model_validate_json((d / "raw" / "profile_summary.json").read_text())
-        if bands:
-            return profile_of(bands, summary, host, Path(str(m.model.get("path", ""))).name, m.run_id)
-    return None
+        if (m.experiment, m.status, m.host, m.model.get("sha256")) == ("profile", "complete", host, model_sha256):
+            found.append((m.started_utc, d, m))
+    if not found:
+        return None
+    _, d, m = max(found, key=lambda f: f[0])
+    try:
+        bands = [unflatten(r, BandDepth) for r in read_spec(d, SPEC_BY_NAME["profile_bands"])]
+        summary = [unflatten(r, ProfileSummary) for r in read_spec(d, SPEC_BY_NAME["profile_summary"])]
+    except IngestError:
+        return None  # a damaged run is the catalog's to report, not the sweep's
+    if not bands or not summary:
+        return None
+    return profile_of(bands, summary[0], host, Path(str(m.model.get("path", ""))).name, m.run_id)

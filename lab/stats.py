@@ -71,10 +71,14 @@ def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "") -> ArmStats
                     n_ok=len(ms), n_failed=n_failed)  # fmt: skip
 
 
+def paired_values(a: Mapping[int, float], b: Mapping[int, float]) -> list[float]:
+    """a[rep] / b[rep] over the reps both have, in rep order."""
+    return [a[r] / b[r] for r in sorted(r for r in a.keys() & b.keys() if b[r] > 0 and a[r] is not None)]
+
+
 def paired_ratio(a: Mapping[int, float], b: Mapping[int, float], key: str = "") -> Interval | None:
     """Median over reps of a[rep] / b[rep], bootstrapping the reps both have (None when they share none)."""
-    reps = sorted(r for r in a.keys() & b.keys() if b[r] > 0 and a[r] is not None)
-    return median_interval([a[r] / b[r] for r in reps], key)
+    return median_interval(paired_values(a, b), key)
 
 
 def unpaired_draws(a: Sequence[float], b: Sequence[float], key: str = "") -> npt.NDArray[np.float64] | None:

@@ -11,10 +11,8 @@ move all of it.
 from __future__ import annotations
 
 from dataclasses import dataclass
-from pathlib import Path
 from typing import Any
 
-from lab.engine.gguf_io import read_gguf_metadata
 from lab.engine.hparams import HparamsError, hparams_of
 
 F16, F32 = 2, 4
@@ -56,7 +54,3 @@ def memory_shape(meta: dict[str, Any]) -> MemoryShape | None:
         cell_meta_bytes=12 + (8 if h.mrope else 0),  # M-RoPE cells also store a 2-D position
         recurrent_bytes=n_recurrent * (conv + h.ssm_d_state * h.ssm_d_inner) * F32,
     )  # fmt: skip
-
-
-def model_memory_shape(path: Path) -> MemoryShape | None:
-    return memory_shape(read_gguf_metadata(path))

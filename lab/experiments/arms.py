@@ -44,7 +44,15 @@ from lab.schemas import (
     ggml_pad,
 )
 from lab.settings import ArmsSettings, ServerSettings, Settings, SweepSettings
-from lab.stats import arm_stats, median_interval, paired_ratio, reps_to_decide, unpaired_ratio, verdict
+from lab.stats import (
+    arm_stats,
+    median_interval,
+    paired_ratio,
+    paired_values,
+    reps_to_decide,
+    unpaired_ratio,
+    verdict,
+)
 
 SAMPLES, POINTS, SERVER_SAMPLES, SUMMARY = "inproc_samples", "inproc_points", "server_samples", "arms_summary"
 SERVER_ARMS = ("baseline", "fake", "genuine")
@@ -78,6 +86,26 @@ def _ms(samples: list[InprocSample], arm: str, field: str = "decode_ms") -> dict
     return {s.rep: getattr(s, field) for s in samples if s.arm == arm and s.ok and getattr(s, field) is not None}
 
 
+def per_rep(samples: list[InprocSample]) -> dict[str, list[float]]:
+    """One point's per-rep values of every derived figure: ratios paired by rep (a rep's arms run back to
+    back), the restore's bandwidth and its share of the step. A point's figures are their medians; the run's
+    pooled figures are the medians of every point's values together."""
+    dec = {arm: _ms(samples, arm) for arm in INPROC_ARMS}
+    prep, copy = _ms(samples, "restore", "prep_ms"), _ms(samples, "restore", "copy_ms")
+    blob = max((s.blob_bytes for s in samples if s.arm == "restore" and s.blob_bytes), default=0)
+    step = {r: prep[r] + dec["restore"][r] for r in prep if r in dec["restore"]}
+    return {
+        "fake/genuine": paired_values(dec["fake"], dec["genuine"]),
+        "restore/genuine": paired_values(dec["restore"], dec["genuine"]),
+        "restore-step/genuine": paired_values(step, dec["genuine"]),
+        "fake/baseline": paired_values(dec["fake"], dec["baseline"]),
+        "memcpy/restore": paired_values(copy, prep),
+        "share": paired_values(prep, step),
+        "restore/gbps": [blob / ms / 1e6 for ms in prep.values() if ms > 0] if blob else [],
+        "memcpy/gbps": [blob / ms / 1e6 for ms in copy.values() if ms > 0] if blob else [],
+    }
+
+
 def summarize_point(
     p: GridPoint, samples: list[InprocSample], tol: float, shape: MemoryShape | None,
     server: list[SweepSample] | None = None,
@@ -88,32 +116,25 @@ def summarize_point(
         arm: arm_stats(list(dec[arm].values()), sum(1 for s in samples if s.arm == arm and not s.ok), f"{key}/{arm}")
         for arm in INPROC_ARMS
     }
-    prep = _ms(samples, "restore", "prep_ms")
-    copy = _ms(samples, "restore", "copy_ms")
+    values = per_rep(samples)
+
+    def iv(name: str) -> Interval | None:
+        return median_interval(values[name], f"{key}/{name}")
+
     blobs = {s.blob_bytes for s in samples if s.arm == "restore" and s.blob_bytes}
-    blob = max(blobs) if blobs else None
-    step = {r: prep[r] + dec["restore"][r] for r in prep if r in dec["restore"]}
-    vs_gen = paired_ratio(dec["fake"], dec["genuine"], f"{key}/fake/genuine")
-    restore_vs_gen = paired_ratio(dec["restore"], dec["genuine"], f"{key}/restore/genuine")
+    vs_gen, restore_vs_gen = iv("fake/genuine"), iv("restore/genuine")
     point = InprocPoint(
         point=p.id, L=p.L, new=p.new, n_kv_padded=ggml_pad(p.L + p.new), measurable=p.L >= KV_PAD,
         reps=len({s.rep for s in samples}),
         baseline=stats["baseline"], fake=stats["fake"], genuine=stats["genuine"], restore=stats["restore"],
         fake_prep_ci=median_interval(list(_ms(samples, "fake", "prep_ms").values()), f"{key}/fake/prep"),
-        restore_prep_ci=median_interval(list(prep.values()), f"{key}/restore/prep"),
-        memcpy_ci=median_interval(list(copy.values()), f"{key}/memcpy"),
-        blob_bytes=blob, predicted_blob_bytes=shape.blob_bytes(p.L) if shape else None,
-        restore_gbps_ci=median_interval([blob / ms / 1e6 for ms in prep.values() if ms > 0] if blob else [],
-                                        f"{key}/restore/gbps"),
-        memcpy_gbps_ci=median_interval([blob / ms / 1e6 for ms in copy.values() if ms > 0] if blob else [],
-                                       f"{key}/memcpy/gbps"),
-        restore_vs_memcpy_ci=paired_ratio(copy, prep, f"{key}/memcpy/restore"),
-        fake_vs_genuine_ci=vs_gen,
-        restore_vs_genuine_ci=restore_vs_gen,
-        restore_step_vs_genuine_ci=paired_ratio(step, dec["genuine"], f"{key}/restore-step/genuine"),
-        fake_vs_baseline_ci=paired_ratio(dec["fake"], dec["baseline"], f"{key}/fake/baseline"),
-        cache_read_share_ci=median_interval([prep[r] / step[r] for r in step if step[r] > 0], f"{key}/share"),
-        genuine_verdict=verdict(vs_gen, tol),
+        restore_prep_ci=median_interval(list(_ms(samples, "restore", "prep_ms").values()), f"{key}/restore/prep"),
+        memcpy_ci=median_interval(list(_ms(samples, "restore", "copy_ms").values()), f"{key}/memcpy"),
+        blob_bytes=max(blobs) if blobs else None, predicted_blob_bytes=shape.blob_bytes(p.L) if shape else None,
+        restore_gbps_ci=iv("restore/gbps"), memcpy_gbps_ci=iv("memcpy/gbps"),
+        restore_vs_memcpy_ci=iv("memcpy/restore"), fake_vs_genuine_ci=vs_gen, restore_vs_genuine_ci=restore_vs_gen,
+        restore_step_vs_genuine_ci=iv("restore-step/genuine"), fake_vs_baseline_ci=iv("fake/baseline"),
+        cache_read_share_ci=iv("share"), genuine_verdict=verdict(vs_gen, tol),
         restore_verdict=verdict(restore_vs_gen, tol),
     )  # fmt: skip
     undecided = [reps_to_decide(iv, tol) for iv, v in ((vs_gen, point.genuine_verdict),
@@ -192,22 +213,17 @@ def summarize_run(points: list[InprocPoint], samples: list[InprocSample], shape:
     by_point: dict[str, list[InprocSample]] = {}
     for smp in samples:
         by_point.setdefault(smp.point, []).append(smp)
-    gbps, mem_gbps, vs_mem, vs_gen, step_vs_gen = [], [], [], [], []
+    pooled: dict[str, list[float]] = {}
     for smps in by_point.values():
-        dec = {arm: _ms(smps, arm) for arm in INPROC_ARMS}
-        prep, copy = _ms(smps, "restore", "prep_ms"), _ms(smps, "restore", "copy_ms")
-        blob = max((x.blob_bytes for x in smps if x.blob_bytes), default=0)
-        gbps += [blob / ms / 1e6 for ms in prep.values() if ms > 0 and blob]
-        mem_gbps += [blob / ms / 1e6 for ms in copy.values() if ms > 0 and blob]
-        vs_mem += [copy[r] / prep[r] for r in prep if r in copy and prep[r] > 0]
-        vs_gen += [dec["fake"][r] / g for r, g in dec["genuine"].items() if r in dec["fake"] and g > 0]
-        step_vs_gen += [(prep[r] + dec["restore"][r]) / g for r, g in dec["genuine"].items()
-                        if r in prep and r in dec["restore"] and g > 0]  # fmt: skip
-    s.restore_gbps_ci = median_interval(gbps, "arms/all/restore/gbps")
-    s.memcpy_gbps_ci = median_interval(mem_gbps, "arms/all/memcpy/gbps")
-    s.restore_vs_memcpy_ci = median_interval(vs_mem, "arms/all/memcpy/restore")
-    s.fake_vs_genuine_ci = median_interval(vs_gen, "arms/all/fake/genuine")
-    s.restore_step_vs_genuine_ci = median_interval(step_vs_gen, "arms/all/restore-step/genuine")
+        for name, values in per_rep(smps).items():
+            pooled.setdefault(name, []).extend(values)
+
+    def iv(name: str) -> Interval | None:
+        return median_interval(pooled.get(name, []), f"arms/all/{name}")
+
+    s.restore_gbps_ci, s.memcpy_gbps_ci = iv("restore/gbps"), iv("memcpy/gbps")
+    s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci = iv("memcpy/restore"), iv("fake/genuine")
+    s.restore_step_vs_genuine_ci = iv("restore-step/genuine")
     return s
 
 

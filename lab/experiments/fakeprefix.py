@@ -347,9 +347,9 @@ class Sweep(Experiment):
     def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
         print_summary(console, self.points)
         # the answer: the step with the cache vs re-prefilled, and where the newest profile says time goes
-        steps = steps_of(self.points, sess.run.manifest().host, sess.model.name, sess.run.path.name)
-        profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""),
-                                 sess.run.manifest().host)  # fmt: skip
+        host = sess.run.manifest().host
+        steps = steps_of(self.points, host, sess.model.name, sess.run.path.name)
+        profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
         profiles = [profile] if profile else []
         for t in headline_tables(steps, profiles):
             console.print(t)
