@@ -397,7 +397,7 @@ def model_cost(
     if chunk < 1 or any(d < 0 for d in at):
         raise UsageError("--chunk must be positive and --depths non-negative")
     if not model.is_file():
-        raise UsageError(f"{model}: no such file")
+        raise UsageError(f"{model}: {'a directory, not a GGUF file' if model.is_dir() else 'no such file'}")
     m = build(model, chunk)
     if as_json:
         typer.echo(json.dumps(cost_record(m, at), indent=2))

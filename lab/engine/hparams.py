@@ -128,6 +128,6 @@ def hparams_of(meta: dict[str, Any]) -> Hparams:
 def model_hparams(path: Path) -> Hparams:
     try:
         meta = read_gguf_metadata(path)
-    except (OSError, ValueError) as e:
-        raise HparamsError(f"{path}: {e}") from e
+    except (OSError, ValueError) as e:  # the reader's message names the file already
+        raise HparamsError(str(e) if str(path) in str(e) else f"{path}: {e}") from e
     return hparams_of(meta)
