@@ -180,6 +180,24 @@ def _int_list(v: str | None) -> list[int] | None:
         raise UsageError(f"expected comma-separated integers, got {v!r}") from e
 
 
+PlanOpt = Annotated[bool, typer.Option("--plan", help="print the predicted wall time per arm and measure nothing")]
+RatesOpt = Annotated[
+    str | None, typer.Option("--rates", help="the plan's rates: a rates file or a profile run (default: calibrate)")
+]
+BudgetOpt = Annotated[str | None, typer.Option("--budget", help="choose max reps to fit this wall time, e.g. 30m")]
+FillPasses = Annotated[
+    int | None, typer.Option("--fill-passes", help="cumulative fill passes (the baseline and the states)")
+]
+
+
+def _planned(s: Any, where: str, show: bool, budget: str | None) -> Any:
+    from rich.console import Console
+
+    from lab.experiments.planning import plan_first
+
+    return plan_first(s, where, show, budget, Console())  # type: ignore[arg-type]
+
+
 @app.command("sweep")
 def sweep(
     Ls: LsOpt = None,
@@ -198,16 +216,23 @@ def sweep(
         str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,estimate")
     ] = None,
     baseline_reps: BaselineReps = None,
+    fill_passes: FillPasses = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    plan: PlanOpt = False,
+    rates: RatesOpt = None,
+    budget: BudgetOpt = None,
 ) -> None:
-    """Live sweep over L x new: baseline, fake and genuine hit, against opt_prefill = new / prefill_tps(L).
+    """Live sweep over L x new: fake prefix and genuine hit, against opt_prefill = new / prefill_tps(L).
 
     Each point gets interleaved reps until its verdicts (fake vs genuine, fake vs estimate: agree, disagree or
-    undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps."""
+    undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps.
+    A rep costs its new tokens: the genuine hit restores a saved depth-L state, the estimate is the in-process
+    chunk at depth L, the baseline comes from cumulative fill passes (add `baseline` to --arms for direct reps).
+    --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
     from lab.experiments.fakeprefix import run_sweep
 
     s = _settings(
@@ -224,9 +249,13 @@ def sweep(
             "target": target,
             "arms": _str_list(arms),
             "baseline_reps": baseline_reps,
+            "fill_passes": fill_passes,
+            "rates": rates,
         },
         server={"threads": threads, "ctx_size": ctx_size},
     )
+    if resume is None and (s := _planned(s, "server", plan, budget)) is None:
+        return
     typer.echo(str(run_sweep(s, resume=_resolve(resume, s.runs_dir)).path))
 
 
@@ -238,8 +267,9 @@ def arms(
     min_reps: MinReps = None,
     max_reps: MaxReps = None,
     arms: Annotated[
-        str | None, typer.Option("--arms", help="in-process arms: baseline,fake,genuine,restore (genuine always)")
+        str | None, typer.Option("--arms", help="in-process arms: baseline,fake,genuine,plain (genuine always)")
     ] = None,
+    fill_passes: FillPasses = None,
     where: Annotated[
         str | None, typer.Option("--where", help="inproc | both (also the server arms: the server's own share)")
     ] = None,
@@ -249,12 +279,17 @@ def arms(
     model: ModelOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    plan: PlanOpt = False,
+    rates: RatesOpt = None,
+    budget: BudgetOpt = None,
 ) -> None:
-    """In one process, no server: baseline, fake prefix, genuine hit and state restore over the sweep's grid.
+    """In one process, no server: fake prefix and genuine hit over the sweep's grid, a rep costing its new tokens.
 
-    The restore arm is the fallback without the patch: the really decoded depth-L state saved once and read
-    back before each step (its cost, the cache read, is timed and set against a memcpy of as many bytes).
-    Ratios to the genuine hit are paired by rep with their 95% interval and verdict; --where both also times
+    One model load per run; cumulative fill passes decode the grid's token stream once each, keep the really
+    decoded state at every L (the genuine hit restores it before each rep: its cache read is timed and set
+    against a memcpy of as many bytes) and give the baseline (time to reach L + new) and the estimate (a chunk
+    of new at depth L). `plain` adds a genuine hit that decodes L per rep (the restore's proof), `baseline`
+    direct baseline reps. Ratios are paired by rep with their 95% interval and verdict; --where both also times
     the server arms at the same points, so server / in-process per arm is the server's own share."""
     from lab.experiments.arms import run_arms
 
@@ -262,10 +297,12 @@ def arms(
         model=model,
         runs_dir=runs_dir,
         sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps, "min_reps": min_reps,
-               "max_reps": max_reps, "baseline_reps": baseline_reps},
+               "max_reps": max_reps, "baseline_reps": baseline_reps, "fill_passes": fill_passes, "rates": rates},
         arms={"arms": _str_list(arms), "where": where},
         server={"threads": threads, "ctx_size": ctx_size},
     )  # fmt: skip
+    if resume is None and (s := _planned(s, "inproc", plan, budget)) is None:
+        return
     typer.echo(str(run_arms(s, resume=_resolve(resume, s.runs_dir)).path))
 
 

@@ -10,7 +10,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-ArmName = Literal["baseline", "fake", "genuine"]
+ArmName = Literal["baseline", "fake", "genuine", "plain"]
 Verdict = Literal["agree", "disagree", "undecided"]
 
 
@@ -64,13 +64,18 @@ class SweepSample(BaseModel):
     image_positions: int | None = Field(default=None, description="positions the image advances (M-RoPE)")
     encode_ms: float | None = Field(default=None, description="vision encoder time (server log, whole ms)")
     image_decode_ms: float | None = Field(default=None, description="LM prefill of the image tokens (server log)")
+    warm: Literal["restore", "prefill"] | None = Field(
+        default=None, description="genuine, plain: the prefix restored from the slot's saved state, or prefilled"
+    )
     t_utc: str
 
 
 class PrefillTps(BaseModel):
-    """raw/prefill_tps.jsonl: prefill throughput of a `chunk`-token chunk at `depth`, measured separately
-    (llama-bench -p chunk -d depth on the same build, model and threads). In a sweep each sample is taken
-    interleaved with the arms of its point (`point`, `rep`), so machine drift hits both alike."""
+    """raw/prefill_tps.jsonl: prefill throughput of a `chunk`-token chunk at `depth`, measured separately. In a
+    sweep a row with a `rep` is an estimate sample taken interleaved with the arms of its point, so machine drift
+    hits both alike: the in-process driver's chunk at depth L after restoring a really decoded state (`tool`
+    lab-inproc-arms; runs before it used one `llama-bench -d` call per sample). A row without a `rep` is the
+    independent cross-check, llama-bench -p chunk -d depth on the same build, model and threads."""
 
     point: str | None = None
     rep: int | None = None
@@ -104,6 +109,10 @@ class SweepPoint(BaseModel):
     baseline: ArmStats
     fake: ArmStats
     genuine: ArmStats
+    plain: ArmStats = Field(default_factory=ArmStats, description="the genuine hit prefilling its prefix per rep")
+    baseline_fill: ArmStats = Field(
+        default_factory=ArmStats, description="in-process: time to reach L + new from empty, from the fill passes"
+    )
     prefill_tps: float | None = None
     opt_prefill_ms: float | None = Field(default=None, description="only_new / prefill_tps(L)")
     estimate_ci: Interval | None = Field(default=None, description="the estimate's samples (ms): their median")
@@ -125,10 +134,23 @@ class SweepPoint(BaseModel):
     lm_ms: float | None = Field(default=None, description="median fake prompt_ms - encode_ms: the LM part")
     encode_ci: Interval | None = Field(default=None, description="the fake arm's vision encode ms")
     lm_ci: Interval | None = Field(default=None, description="the fake arm's LM part (prompt_ms - encode_ms)")
+    genuine_vs_plain_ci: Interval | None = Field(
+        default=None, description="genuine (restored) / plain genuine, paired by rep: the restore's proof"
+    )
+    plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
+    bench_check_ci: Interval | None = Field(
+        default=None, description="llama-bench's chunk ms at depth L (mean, 95% interval from its reps)"
+    )
+    genuine_warm: str = Field(default="", description="how the genuine arm's prefix got into the slot")
+    baseline_source: str = Field(default="", description="direct reps, or the fill passes' prefix sums")
+    rep_s: Interval | None = Field(default=None, description="wall seconds of one rep past the direct baseline's")
 
 
-InprocArm = Literal["baseline", "fake", "genuine", "restore"]
-INPROC_ARMS: tuple[InprocArm, ...] = ("baseline", "fake", "genuine", "restore")
+InprocArm = Literal["baseline", "fake", "genuine", "plain", "restore"]
+# genuine: the new tokens after restoring the really decoded depth-L state of a cumulative fill (its prep_ms is
+# the restore); plain: after decoding L in the same sequence first (the proof that a restored state is a
+# genuine hit). `restore` is only in runs made before the genuine arm became a restore (it was that arm).
+INPROC_ARMS: tuple[InprocArm, ...] = ("baseline", "fake", "genuine", "plain")
 
 
 class InprocSample(BaseModel):
@@ -142,10 +164,28 @@ class InprocSample(BaseModel):
     ok: bool
     reason: str = ""
     decode_ms: float | None = Field(default=None, description="llama_decode of the new tokens (baseline: L + new)")
-    prep_ms: float | None = Field(default=None, description="fake: fabricating the prefix; restore: the cache read")
-    copy_ms: float | None = Field(default=None, description="restore: a plain memcpy of blob_bytes, same rep")
-    blob_bytes: int | None = Field(default=None, description="restore: the depth-L state blob (flags 0)")
+    prep_ms: float | None = Field(default=None, description="fake: fabricating the prefix; genuine: the restore")
+    copy_ms: float | None = Field(default=None, description="genuine: a plain memcpy of blob_bytes, same rep")
+    blob_bytes: int | None = Field(default=None, description="genuine: the depth-L state blob (flags 0)")
     pos_max: int = Field(description="the sequence's max position before the new tokens (-1: empty)")
+
+
+class InprocFill(BaseModel):
+    """raw/inproc_fills.jsonl: one cumulative fill pass, row by row. A `fill` row is the segment decoded from
+    `start` up to depth L (its prefix sum over a pass is the time to reach L from empty) and the state blob kept
+    there; a `chunk` row is `new` tokens decoded at depth L right after restoring that state (what
+    `llama-bench -p new -d L` times: only_new / prefill_tps(L))."""
+
+    kind: Literal["fill", "chunk"]
+    fill_pass: int
+    L: int
+    start: int | None = Field(default=None, description="fill: where the segment began")
+    new: int | None = Field(default=None, description="chunk: its tokens")
+    ms: float
+    ok: bool = True
+    reason: str = ""
+    capture_ms: float | None = Field(default=None, description="fill: keeping the depth-L state (get_data_ext)")
+    blob_bytes: int | None = Field(default=None, description="fill: the depth-L state blob (flags 0)")
 
 
 class InprocPoint(BaseModel):
@@ -158,10 +198,17 @@ class InprocPoint(BaseModel):
     n_kv_padded: int = Field(description="GGML_PAD(L + new, 256): attended KV columns")
     measurable: bool = Field(description="False below the 256-column floor, where L changes nothing")
     reps: int
-    baseline: ArmStats = Field(description="decode ms of L + new from an empty sequence")
+    baseline: ArmStats = Field(description="decode ms of L + new from an empty sequence (direct reps)")
     fake: ArmStats = Field(description="decode ms of the new tokens after the fabricated prefix")
-    genuine: ArmStats = Field(description="decode ms of the new tokens after really decoding L")
-    restore: ArmStats = Field(description="decode ms of the new tokens after restoring the depth-L blob")
+    genuine: ArmStats = Field(description="decode ms of the new tokens after a genuine depth-L state")
+    plain: ArmStats = Field(default_factory=ArmStats, description="the same after decoding L in the same sequence")
+    restore: ArmStats = Field(default_factory=ArmStats, description="older runs: the restore arm's decode ms")
+    baseline_fill: ArmStats = Field(
+        default_factory=ArmStats, description="time to reach L + new from empty, from the cumulative fill passes"
+    )
+    estimate_ci: Interval | None = Field(
+        default=None, description="the fill passes' chunk of `new` at depth L: only_new / prefill_tps(L), ms"
+    )
     fake_prep_ci: Interval | None = Field(default=None, description="ms to fabricate the prefix")
     restore_prep_ci: Interval | None = Field(default=None, description="ms of set_data_ext: the cache read")
     memcpy_ci: Interval | None = Field(default=None, description="ms of a plain memcpy of the blob's bytes")
@@ -173,22 +220,28 @@ class InprocPoint(BaseModel):
         default=None, description="memcpy ms / restore ms: the share of copy bandwidth the restore reaches"
     )
     fake_vs_genuine_ci: Interval | None = Field(default=None, description="fake / genuine decode ms")
-    restore_vs_genuine_ci: Interval | None = Field(default=None, description="restore / genuine decode ms")
+    genuine_vs_plain_ci: Interval | None = Field(
+        default=None, description="genuine (restored) / plain genuine decode ms: the restore's proof"
+    )
+    fake_vs_estimate_ci: Interval | None = Field(default=None, description="fake / the fill's chunk (unpaired)")
+    restore_vs_genuine_ci: Interval | None = Field(default=None, description="older runs: restore / genuine")
     restore_step_vs_genuine_ci: Interval | None = Field(
-        default=None, description="(restore ms + decode ms) / genuine decode ms: the fallback's whole step"
+        default=None, description="(restore ms + decode ms) / decode ms: what the no-patch fallback pays"
     )
     fake_vs_baseline_ci: Interval | None = Field(default=None, description="fake / baseline")
     cache_read_share_ci: Interval | None = Field(
-        default=None, description="restore ms / (restore ms + decode ms) of the restore arm"
+        default=None, description="restore ms / (restore ms + decode ms) of the genuine arm"
     )
     genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
-    restore_verdict: Verdict = Field(default="undecided", description="restore / genuine within 1 +- tolerance?")
+    plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
+    restore_verdict: Verdict = Field(default="undecided", description="older runs: restore / genuine")
     reps_to_decide: int | None = None
     server: dict[str, ArmStats] = Field(default_factory=dict, description="where=both: prompt_ms per server arm")
     server_vs_inproc: dict[str, Interval] = Field(
         default_factory=dict, description="per arm: server prompt_ms / in-process decode ms (the server's share)"
     )
     server_fake_vs_genuine_ci: Interval | None = Field(default=None, description="the same ratio through HTTP")
+    rep_s: Interval | None = Field(default=None, description="wall seconds of one rep without the direct baseline")
     diagnostics: list[str] = Field(default_factory=list)
 
 
@@ -208,6 +261,10 @@ class ArmsSummary(BaseModel):
     restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired")
     fake_vs_genuine_ci: Interval | None = Field(default=None, description="median over every point's reps")
     restore_step_vs_genuine_ci: Interval | None = Field(default=None, description="median over every point's reps")
+    genuine_vs_plain_ci: Interval | None = Field(default=None, description="restored / plain genuine, every rep")
+    fill_passes: int = Field(default=0, description="cumulative fill passes measured")
+    fill_s: float = Field(default=0.0, description="their wall seconds, summed")
+    rep_s_ci: Interval | None = Field(default=None, description="seconds per rep, median over the points")
 
 
 class TraceStep(BaseModel):

@@ -58,7 +58,7 @@ class ServerSettings(BaseModel):
     extra_args: list[str] = Field(default_factory=list)
 
 
-SweepArm = Literal["baseline", "fake", "genuine", "estimate"]
+SweepArm = Literal["baseline", "fake", "genuine", "plain", "estimate"]
 
 
 class SweepSettings(BaseModel):
@@ -72,14 +72,28 @@ class SweepSettings(BaseModel):
     max_reps: int = Field(default=12, ge=1, le=200, description="reps a point may get to decide its verdicts")
     target: float = Field(default=0.03, gt=0, lt=1, description="stop at this half-width of fake/genuine")
     arms: list[SweepArm] = Field(
-        default=["baseline", "fake", "genuine", "estimate"], description="what each rep measures (fake always)"
+        default=["fake", "genuine", "estimate"],
+        description="what each rep measures (fake always; baseline: direct reps, else the fill passes give it)",
     )
     baseline_reps: int | None = Field(
-        default=None, ge=1, description="at most this many baseline samples per point (slow at large L)"
+        default=3, ge=1, description="at most this many direct baseline samples per point (each prefills L + new)"
     )
-    bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench -r inside each interleaved sample")
+    bench_reps: int = Field(default=3, ge=1, le=100, description="llama-bench -r of the estimate's cross-check")
+    bench_check: bool = Field(default=True, description="llama-bench at the two smallest L (smallest new), once")
+    genuine_prefix: Literal["restore", "prefill"] = Field(
+        default="restore", description="the genuine arm's prefix: a saved depth-L state, or prefilled every rep"
+    )
+    estimate_tool: Literal["inproc", "llama-bench"] = Field(
+        default="inproc", description="the estimate per rep: the driver's chunk, or a llama-bench -d L call (slow)"
+    )
+    fill_passes: int = Field(
+        default=2, ge=1, le=50, description="in-process cumulative fill passes: the baseline and the depth-L states"
+    )
     tolerance: float = Field(default=0.05, gt=0, lt=1, description="verdicts: agree within 1 +- tolerance")
     seed: int = 0
+    rates: str | None = Field(
+        default=None, description="the plan's rates: a rates file or a profile run (else the fill passes' chunks)"
+    )
     images: list[str] = Field(
         default=["none"], description="screenshot in the new part: none (text only) and/or sizes WxH, e.g. 640x400"
     )
@@ -109,17 +123,19 @@ class SweepSettings(BaseModel):
             raise ValueError(f"sweep.min_reps ({self.min_reps}) > sweep.max_reps ({self.max_reps})")
         if "fake" not in self.arms:
             raise ValueError("sweep.arms must include fake (the arm the sweep is about)")
-        self.arms = [a for a in ("baseline", "fake", "genuine", "estimate") if a in self.arms]
+        self.arms = [a for a in ("baseline", "fake", "genuine", "plain", "estimate") if a in self.arms]
         return self
 
 
 class ArmsSettings(BaseModel):
-    """`lab arms`: the sweep's grid (sweep.Ls, news, reps, min/max_reps, target, tolerance, seed) measured
-    inside one process with libllama: baseline, fake prefix, genuine hit and state restore; with
-    where=both also through llama-server at each point (server/in-process per arm: the server's own share)."""
+    """`lab arms`: the sweep's grid (sweep.Ls, news, reps, min/max_reps, target, tolerance, seed, fill_passes)
+    measured inside one process with libllama, each rep costing its new tokens: fake prefix and genuine hit (the
+    really decoded depth-L state of a cumulative fill, restored), optionally a plain genuine hit (decodes L per
+    rep: the restore's proof) and direct baseline reps; with where=both also through llama-server at each point
+    (server/in-process per arm: the server's own share)."""
 
-    arms: list[Literal["baseline", "fake", "genuine", "restore"]] = Field(
-        default=["baseline", "fake", "genuine", "restore"], description="in-process arms (genuine always)"
+    arms: list[Literal["baseline", "fake", "genuine", "plain"]] = Field(
+        default=["fake", "genuine"], description="in-process arms per rep (genuine always)"
     )
     where: Literal["inproc", "both"] = Field(default="inproc", description="both: also the server arms")
 
@@ -127,7 +143,7 @@ class ArmsSettings(BaseModel):
     def _arms(self) -> ArmsSettings:
         if "genuine" not in self.arms:
             raise ValueError("arms.arms must include genuine (the reference every ratio is taken against)")
-        self.arms = [a for a in ("baseline", "fake", "genuine", "restore") if a in self.arms]
+        self.arms = [a for a in ("baseline", "fake", "genuine", "plain") if a in self.arms]
         return self
 
 

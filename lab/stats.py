@@ -18,6 +18,7 @@ from __future__ import annotations
 
 import hashlib
 import math
+import statistics
 from collections.abc import Mapping, Sequence
 
 import numpy as np
@@ -148,3 +149,18 @@ def reps_to_decide(iv: Interval | None, tol: float, center: float = 1.0) -> int 
     if gap <= 0 or half <= 0:
         return None
     return max(iv.n + 1, math.ceil(iv.n * (half / gap) ** 2))
+
+
+def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
+    """Least squares y = a x + b; returns (a, b, R^2)."""
+    n = len(xs)
+    if n < 2:
+        return 0.0, ys[0] if ys else 0.0, 1.0
+    mx, my = statistics.fmean(xs), statistics.fmean(ys)
+    sxx = sum((x - mx) ** 2 for x in xs)
+    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
+    a = sxy / sxx if sxx else 0.0
+    b = my - a * mx
+    ss_tot = sum((y - my) ** 2 for y in ys)
+    ss_res = sum((y - (a * x + b)) ** 2 for x, y in zip(xs, ys, strict=True))
+    return a, b, 1 - ss_res / ss_tot if ss_tot else 1.0

@@ -1,5 +1,6 @@
-"""`lab arms` on the real tiny model: a complete run with every arm's position check, the server side, the
-restore cost explained, the catalog, `lab compare` and the chart; bad inputs create nothing; SIGTERM resumes."""
+"""`lab arms` on the real tiny model: a complete run with every arm's position check, the fill passes' baseline
+and estimate, the server side, the cache read explained, the catalog, `lab compare` and the chart; bad inputs
+create nothing; SIGTERM resumes."""
 
 from __future__ import annotations
 
@@ -13,11 +14,11 @@ import pytest
 from lab.catalog.compare import compare_catalog, compare_runs
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
-from lab.experiments.arms import POINTS, SAMPLES, SERVER_SAMPLES, SUMMARY
+from lab.experiments.arms import FILLS, POINTS, SAMPLES, SERVER_SAMPLES, SUMMARY
 from lab.reports.arms import arms_chart
 from lab.reports.data import runs_table
 from lab.runs import RunFolder
-from lab.schemas import ArmsSummary, InprocPoint, InprocSample, SweepSample
+from lab.schemas import ArmsSummary, InprocFill, InprocPoint, InprocSample, SweepSample
 from lab.settings import ReportSettings
 
 from conftest import interrupt_after_first_row
@@ -35,7 +36,8 @@ def lab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
     runs = tmp_path_factory.mktemp("arms") / "runs"
-    r = lab("arms", "--Ls", "300,700", "--news", "16", "--reps", "3", "--where", "both", "--runs-dir", str(runs))
+    r = lab("arms", "--Ls", "300,700", "--news", "16", "--reps", "3", "--where", "both", "--arms",
+            "baseline,fake,genuine,plain", "--runs-dir", str(runs))  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     return RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
 
@@ -45,20 +47,25 @@ def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None
     samples = both_run.read(SAMPLES, InprocSample)
     assert len(samples) == 2 * 3 * 4 and all(s.ok for s in samples), [s for s in samples if not s.ok]
     for s in samples:
-        # baseline starts empty; genuine, fake and restore start the new tokens at depth L
+        # baseline starts empty; genuine, plain and fake start the new tokens at depth L
         assert s.pos_max == (-1 if s.arm == "baseline" else s.L - 1), s
         assert s.decode_ms and s.decode_ms > 0
-        assert (s.prep_ms is not None) == (s.arm in ("fake", "restore"))
-        assert (s.copy_ms is not None and s.blob_bytes is not None) == (s.arm == "restore")
+        assert (s.prep_ms is not None) == (s.arm in ("fake", "genuine"))
+        assert (s.copy_ms is not None and s.blob_bytes is not None) == (s.arm == "genuine")
+    fills = both_run.read(FILLS, InprocFill)  # two passes: a segment and a chunk per L
+    assert sorted((f.fill_pass, f.kind, f.L) for f in fills) == sorted(
+        (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (300, 700)
+    )
     points = {p.L: p for p in both_run.read(POINTS, InprocPoint)}
     for p in points.values():
-        assert p.reps == 3 and all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "restore"))
-        for iv in (p.fake_vs_genuine_ci, p.restore_vs_genuine_ci, p.restore_step_vs_genuine_ci,
-                   p.cache_read_share_ci, p.restore_vs_memcpy_ci, p.restore_prep_ci, p.memcpy_ci):  # fmt: skip
+        assert p.reps == 3 and all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "plain"))
+        assert p.baseline_fill.n_ok == 2 and p.restore.n_ok == 0
+        for iv in (p.fake_vs_genuine_ci, p.genuine_vs_plain_ci, p.restore_step_vs_genuine_ci,
+                   p.cache_read_share_ci, p.restore_vs_memcpy_ci, p.restore_prep_ci, p.memcpy_ci,
+                   p.rep_s):  # fmt: skip
             assert iv is not None and iv.n == 3 and iv.lo <= iv.value <= iv.hi
         assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.hi < 1  # the prefix is not recomputed
-        assert p.restore_step_vs_genuine_ci is not None and p.restore_vs_genuine_ci is not None
-        assert p.restore_step_vs_genuine_ci.value > p.restore_vs_genuine_ci.value  # the cache read is in the step
+        assert p.restore_step_vs_genuine_ci is not None and p.restore_step_vs_genuine_ci.lo > 1  # read + step
         # the blob is what the GGUF says it holds (headers aside)
         assert p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes - p.predicted_blob_bytes) < 1024
     assert points[300].blob_bytes and points[700].blob_bytes and points[300].blob_bytes < points[700].blob_bytes
@@ -83,8 +90,10 @@ def test_the_restore_cost_is_explained(both_run: RunFolder) -> None:
     assert s.bytes_per_cell == pytest.approx(s.predicted_bytes_per_cell, rel=1e-3)
     assert s.fixed_bytes == pytest.approx(s.predicted_fixed_bytes, rel=0.01)
     assert s.restore_ms_per_1k_cells is not None and s.restore_ms_per_1k_cells > 0
-    for iv in (s.restore_gbps_ci, s.memcpy_gbps_ci, s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci):
+    for iv in (s.restore_gbps_ci, s.memcpy_gbps_ci, s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci,
+               s.genuine_vs_plain_ci):  # fmt: skip
         assert iv is not None and iv.n == 6 and iv.value > 0
+    assert s.fill_passes == 2 and s.fill_s > 0 and s.rep_s_ci is not None
     assert (both_run.path / "raw" / "arms.cpp").exists()  # the driver's source is kept with its numbers
 
 
@@ -93,16 +102,17 @@ def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:
     result = ingest(both_run.path.parent, catalog)
     assert result.rows["arms_points"] == 2 and result.rows["arms_samples"] == 24
     assert result.rows["arms_server_samples"] == 18 and result.rows["arms_summary"] == 1
+    assert result.rows["arms_fills"] == 8
     points = load_table(catalog, "arms_points")
     assert json.loads(points["server_vs_inproc"].iloc[0])["fake"]["n"] == 3
     c = compare_runs(both_run.path, both_run.path)  # a run against itself: every ratio is 1
-    assert {r.metric for r in c.rows} == {"fake_median_ms", "genuine_median_ms", "restore_median_ms",
+    assert {r.metric for r in c.rows} == {"fake_median_ms", "genuine_median_ms", "plain_median_ms",
                                           "baseline_median_ms", "restore_prep_ci_value"}  # fmt: skip
     assert all(r.ratio == 1 and r.ci is not None and r.ci.lo <= 1 <= r.ci.hi for r in c.rows)
     assert compare_catalog(catalog, both_run.path.name, both_run.path.name).rows == c.rows
     spec = arms_chart(catalog, runs_table(catalog), ReportSettings()).to_dict()
     text = json.dumps(spec)
-    assert "state restore" in text and "memcpy of the same bytes" in text and both_run.path.name in text
+    assert "plain genuine hit" in text and "memcpy of the same bytes" in text and both_run.path.name in text
 
 
 def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
@@ -111,15 +121,15 @@ def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
     assert r.returncode == 2 and "invalid settings" in r.stderr and "ctx_size" in r.stderr, r.stderr
     r = lab("arms", "--model", str(iswa_model), "--Ls", "300", "--news", "16", "--runs-dir", str(runs))
     assert r.returncode == 2 and "no fake-prefix op" in r.stderr.splitlines()[0], r.stderr
-    r = lab("arms", "--arms", "fake,restore", "--runs-dir", str(runs))
+    r = lab("arms", "--arms", "fake,plain", "--runs-dir", str(runs))
     assert r.returncode == 2 and "genuine" in r.stderr.splitlines()[0], r.stderr
     assert not runs.exists()
 
 
 def test_sigterm_leaves_it_incomplete_and_resume_finishes_it(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    # the later points take seconds (a genuine hit decodes L first): the SIGTERM lands while they run
-    cmd = [LAB, "arms", "--Ls", "300,2500,4000", "--news", "16", "--reps", "3", "--arms", "fake,genuine",
+    # the later points take seconds (the plain genuine hit decodes L per rep): the SIGTERM lands while they run
+    cmd = [LAB, "arms", "--Ls", "300,2500,4000", "--news", "16", "--reps", "3", "--arms", "fake,genuine,plain",
            "--runs-dir", str(runs)]  # fmt: skip
     interrupt_after_first_row(cmd, f"*/raw/{POINTS}.jsonl", runs, REPO)
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
@@ -136,5 +146,7 @@ def test_sigterm_leaves_it_incomplete_and_resume_finishes_it(tmp_path: Path) -> 
     assert points[0] == before[0]  # what was done is kept as it was
     samples = run.read(SAMPLES, InprocSample)
     assert sorted((s.L, s.arm, s.rep) for s in samples) == sorted(
-        (L, a, rep) for L in (300, 2500, 4000) for a in ("fake", "genuine") for rep in range(3)
+        (L, a, rep) for L in (300, 2500, 4000) for a in ("fake", "genuine", "plain") for rep in range(3)
     )
+    passes = {f.fill_pass for f in run.read(FILLS, InprocFill)}
+    assert passes == set(range(len(passes))) and len(passes) >= 3  # two, and one more to get the states back

@@ -1,14 +1,15 @@
 """What `lab arms` derives from its samples, without an engine: the memory shape from GGUF metadata, the point
-summaries (paired ratios, the cache-read share, bandwidth) and how reps are split into driver calls."""
+summaries (paired ratios, the cache-read share, bandwidth, the fill passes' baseline and estimate) and which
+arms each rep runs."""
 
 from __future__ import annotations
 
 import pytest
 
 from lab.engine.memshape import memory_shape
-from lab.experiments.arms import decided, rep_chunks, summarize_point, summarize_run
+from lab.experiments.arms import decided, fill_values, rep_arms, summarize_point, summarize_run
 from lab.experiments.fakeprefix import GridPoint
-from lab.schemas import InprocSample
+from lab.schemas import InprocFill, InprocSample
 from lab.settings import SweepSettings
 
 pytestmark = pytest.mark.fast
@@ -54,47 +55,77 @@ def rows(
         for arm, v in ms.items():
             out.append(InprocSample(
                 point=point, L=L, new=16, arm=arm, rep=rep, ok=True, decode_ms=v * wobble,  # type: ignore[arg-type]
-                prep_ms=prep if arm in ("fake", "restore") else None, copy_ms=copy if arm == "restore" else None,
-                blob_bytes=1000 * L + 500 if arm == "restore" else None, pos_max=-1 if arm == "baseline" else L - 1,
+                prep_ms=prep if arm in ("fake", "genuine") else None, copy_ms=copy if arm == "genuine" else None,
+                blob_bytes=1000 * L + 500 if arm == "genuine" else None, pos_max=-1 if arm == "baseline" else L - 1,
             ))  # fmt: skip
     return out
 
 
+def fills(Ls: list[int], new: int, passes: int, seg_ms: float = 100.0, chunk_ms: float = 10.0) -> list[InprocFill]:
+    """`passes` cumulative passes: each segment up to the next L costs seg_ms, each chunk of `new` chunk_ms."""
+    out = []
+    for n in range(passes):
+        start = 0
+        for L in Ls:
+            out.append(InprocFill(kind="fill", fill_pass=n, L=L, start=start, ms=seg_ms + n, blob_bytes=1000 * L))
+            out.append(InprocFill(kind="chunk", fill_pass=n, L=L, new=new, ms=chunk_ms + n / 10))
+            start = L
+    return out
+
+
 def test_a_point_summary_pairs_by_rep() -> None:
-    samples = rows("L300_n16", 300, 6, {"baseline": 100.0, "fake": 10.0, "genuine": 10.0, "restore": 10.0})
-    p = summarize_point(GridPoint(300, 16), samples, 0.05, None)
+    samples = rows("L300_n16", 300, 6, {"baseline": 100.0, "fake": 10.0, "genuine": 10.0, "plain": 10.0})
+    p = summarize_point(GridPoint(300, 16), samples, [], 0.05, None)
     assert p.fake_vs_genuine_ci is not None and p.fake_vs_genuine_ci.value == pytest.approx(1.0)
     assert p.fake_vs_genuine_ci.hi - p.fake_vs_genuine_ci.lo < 1e-9  # the rep's drift cancels in the pair
-    assert p.genuine_verdict == "agree" and p.restore_verdict == "agree"
+    assert p.genuine_verdict == "agree" and p.plain_verdict == "agree"
     assert p.restore_step_vs_genuine_ci is not None and p.restore_step_vs_genuine_ci.value > 1.04
     assert p.cache_read_share_ci is not None and 0.04 < p.cache_read_share_ci.value < 0.05
     assert p.restore_vs_memcpy_ci is not None and p.restore_vs_memcpy_ci.value == pytest.approx(0.5)
     assert p.restore_gbps_ci is not None and p.restore_gbps_ci.value == pytest.approx(300500 / 0.5 / 1e6)
     assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(0.1)
-    assert decided(p, SweepSettings(target=0.03), ["fake", "genuine", "restore"])
+    assert decided(p, SweepSettings(target=0.03), ["fake", "genuine", "plain"])
     assert p.diagnostics == []
+
+
+def test_the_fill_passes_give_the_baseline_and_the_estimate() -> None:
+    """The baseline is the prefix sum of a pass's segments up to L plus the chunk at L; the estimate is the
+    chunk; fake/baseline falls back to them (unpaired) without direct baseline reps."""
+    f = fills([300, 700], 16, 3)
+    assert fill_values(f, 700, 16) == ([210.0, 212.1, 214.2], [10.0, 10.1, 10.2])
+    assert fill_values(f, 300, 16) == ([110.0, 111.1, 112.2], [10.0, 10.1, 10.2])
+    assert fill_values(f[:-1], 700, 16)[0] == [210.0, 212.1]  # a pass without its chunk at L gives nothing
+    p = summarize_point(GridPoint(700, 16), rows("L700_n16", 700, 5, {"fake": 10.1, "genuine": 10.0}), f, 0.05, None)
+    assert p.baseline.n_ok == 0 and p.baseline_fill.n_ok == 3 and p.baseline_fill.median_ms == pytest.approx(212.1)
+    assert p.estimate_ci is not None and p.estimate_ci.value == pytest.approx(10.1) and p.estimate_ci.n == 3
+    assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(10.1 / 212.1, rel=0.02)
+    assert p.fake_vs_estimate_ci is not None and p.fake_vs_estimate_ci.lo < 1.0 < p.fake_vs_estimate_ci.hi + 0.02
 
 
 def test_a_disagreeing_point_says_what_to_check() -> None:
     samples = rows("L300_n16", 300, 5, {"fake": 13.0, "genuine": 10.0})
-    p = summarize_point(GridPoint(300, 16), samples, 0.05, None)
+    p = summarize_point(GridPoint(300, 16), samples, [], 0.05, None)
     assert p.genuine_verdict == "disagree" and any("max position" in d for d in p.diagnostics)
 
 
 def test_the_run_summary_fits_the_blob_against_L() -> None:
-    a = rows("L300_n16", 300, 3, {"genuine": 10.0, "restore": 10.0})
-    b = rows("L700_n16", 700, 3, {"genuine": 12.0, "restore": 12.0}, prep=0.9)
-    points = [summarize_point(GridPoint(300, 16), a, 0.05, None), summarize_point(GridPoint(700, 16), b, 0.05, None)]
-    s = summarize_run(points, a + b, memory_shape(HYBRID))
+    a = rows("L300_n16", 300, 3, {"genuine": 10.0, "plain": 10.0})
+    b = rows("L700_n16", 700, 3, {"genuine": 12.0, "plain": 12.0}, prep=0.9)
+    f = fills([300, 700], 16, 2)
+    points = [summarize_point(GridPoint(300, 16), a, f, 0.05, None),
+              summarize_point(GridPoint(700, 16), b, f, 0.05, None)]  # fmt: skip
+    s = summarize_run(points, a + b, f, memory_shape(HYBRID))
     assert s.bytes_per_cell == pytest.approx(1000) and s.fixed_bytes == pytest.approx(500)
     assert s.restore_ms_per_1k_cells == pytest.approx(1.0)  # 0.5 ms at 300, 0.9 ms at 700
     assert s.restore_vs_memcpy_ci is not None and s.restore_vs_memcpy_ci.n == 6
-    assert s.attention_layers == 10
+    assert s.genuine_vs_plain_ci is not None and s.genuine_vs_plain_ci.value == pytest.approx(1.0)
+    assert s.attention_layers == 10 and s.fill_passes == 2
 
 
-def test_reps_are_split_so_the_baseline_stops_early() -> None:
-    arms = ["baseline", "fake", "genuine", "restore"]
-    assert rep_chunks(0, 5, arms, 5) == [(0, 5, arms)]
-    assert rep_chunks(5, 7, arms, 5) == [(5, 7, ["fake", "genuine", "restore"])]
-    assert rep_chunks(0, 5, arms, 2) == [(0, 2, arms), (2, 5, ["fake", "genuine", "restore"])]
-    assert rep_chunks(0, 5, ["fake", "genuine"], 2) == [(0, 5, ["fake", "genuine"])]
+def test_the_direct_baseline_runs_in_the_first_reps_and_the_order_rotates() -> None:
+    arms = ["baseline", "fake", "genuine", "plain"]
+    sw = SweepSettings(min_reps=5, max_reps=12, baseline_reps=2)
+    assert rep_arms(arms, 0, sw) == arms and rep_arms(arms, 1, sw) == ["fake", "genuine", "plain", "baseline"]
+    assert rep_arms(arms, 2, sw) == ["plain", "fake", "genuine"]  # no baseline from rep 2 on
+    assert rep_arms(arms, 7, SweepSettings(min_reps=5, max_reps=12)) == ["genuine", "plain", "fake"]
+    assert rep_arms(["fake", "genuine"], 3, sw) == ["genuine", "fake"]

@@ -1,10 +1,12 @@
-"""`lab compare` with significance, on real sweeps: a run against itself is within noise at every point; a run
-of a deliberately slowed engine (one thread instead of two) is significantly slower, and --fail-above says so
-with its exit code."""
+"""`lab compare` with significance: a real sweep against itself is within noise at every point; a copy of it whose
+every sample is 1.5x slower (constructed, so the outcome cannot depend on this machine's speed) is significantly
+slower, and --fail-above says so with its exit code."""
 
 from __future__ import annotations
 
+import json
 import os
+import shutil
 import subprocess
 import sys
 from pathlib import Path
@@ -12,6 +14,7 @@ from pathlib import Path
 import pytest
 
 from lab.catalog.compare import compare_runs
+from lab.runs import RunFolder
 
 pytestmark = pytest.mark.engine
 
@@ -31,9 +34,31 @@ def sweep(runs: Path, threads: int) -> Path:
     return Path(r.stdout.strip().splitlines()[-1])
 
 
-def test_self_is_within_noise_and_fewer_threads_is_a_significant_slowdown(tmp_path: Path) -> None:
+def scaled(v: object, factor: float) -> object:
+    """Every `*_ms` number in a row (nested too) times `factor`."""
+    if isinstance(v, dict):
+        return {k: x * factor if k.endswith("_ms") and isinstance(x, float | int) and not isinstance(x, bool)
+                else scaled(x, factor) for k, x in v.items()}  # fmt: skip
+    return [scaled(x, factor) for x in v] if isinstance(v, list) else v
+
+
+def slowed_copy(run: Path, factor: float) -> Path:
+    """A copy of a complete run under a new run id whose every timing is `factor` times the original's."""
+    dst = run.with_name(run.name[:-6] + ("ffffff" if run.name[-6:] != "ffffff" else "eeeeee"))
+    shutil.copytree(run, dst)
+    manifest = json.loads((dst / "manifest.json").read_text())
+    (dst / "manifest.json").write_text(json.dumps({**manifest, "run_id": dst.name}))
+    for table in (dst / "raw").glob("*.jsonl"):
+        rows = [json.loads(line) for line in table.read_text().splitlines() if line.strip()]
+        table.write_text("".join(json.dumps(scaled(r, factor)) + "\n" for r in rows))
+    return dst
+
+
+def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    fast, slow = sweep(runs, 2), sweep(runs, 1)
+    fast = sweep(runs, 2)
+    slow = slowed_copy(fast, 1.5)
+    assert RunFolder.open(slow).manifest().status == "complete"
     same = compare_runs(fast, fast)
     timed = [r for r in same.rows if r.ci is not None]
     assert len(timed) == 4 and all(r.significant is False for r in timed), timed  # fake and genuine x 2 points
@@ -43,8 +68,8 @@ def test_self_is_within_noise_and_fewer_threads_is_a_significant_slowdown(tmp_pa
     assert r.stdout.count("within noise") == len(timed) + len(same.summary), r.stdout
 
     c = compare_runs(fast, slow)
-    (g,) = (r for r in c.summary if r.metric == "fake_median_ms")  # over the grid: one thread is clearly slower
-    assert g.ci is not None and g.ci.lo > 1.1 and g.significant, (g, c.rows)
+    (g,) = (r for r in c.summary if r.metric == "fake_median_ms")  # every sample 1.5x: B/A is 1.5, far from 1
+    assert g.ci is not None and g.ci.value == pytest.approx(1.5) and g.ci.lo > 1.2 and g.significant, (g, c.rows)
     r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--fail-above", "10")
     assert r.returncode == 1 and "significant slowdown: fake_median_ms" in r.stderr, r.stderr + r.stdout
     assert "slower" in r.stdout and "geomean" in r.stdout

@@ -285,7 +285,7 @@ def test_compose_run_arms_uses_the_driver_built_into_the_image(built: Built) -> 
     compose = str(compose_binary())
     runs = built.project / "catalog" / "runs"
     before = set(runs.iterdir())
-    arms = ["arms", "--Ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,restore"]
+    arms = ["arms", "--Ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,plain"]
     _run([compose, "-f", "compose.yaml", "run", "--rm", "lab", *arms], built.log, built.env, built.project,
          RUN_TIMEOUT_S)  # fmt: skip
     (run,) = sorted(set(runs.iterdir()) - before)

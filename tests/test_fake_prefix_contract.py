@@ -186,3 +186,31 @@ def test_client_failures_are_typed_and_leave_the_server_up(server: LlamaServer) 
     assert (r.ok, r.kind) == (False, "contract") and "prompt_n=48" in r.reason, r
     assert not client.died(r)
     assert_up(server)
+
+
+# --- the genuine arm from a saved state -------------------------------------------------------------
+
+
+def test_saved_states_give_the_genuine_arm_a_real_hit_without_a_prefill(
+    start_server: ServerFactory, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """Each L is prefilled once (the deeper one from the shallower state: only the tokens between), saved in a
+    slot file, and restored before every genuine request: a real hit (cache_n == L, prompt_n == new) even after
+    a fake request or another depth filled the slot. A missing slot file is refused and the server stays up."""
+    slots = tmp_path_factory.mktemp("slots")
+    srv = start_server(extra_args=["--slot-save-path", str(slots)])
+    client = ContractClient(srv)
+    shallow, deep = text_step(PREFIX[:512], NEW), text_step(PREFIX[:1024], NEW)
+    full_ms = client.save_state(shallow, "L512.bin")
+    client.save_state(deep, "L1024.bin", (512, "L512.bin"))
+    assert (slots / "L512.bin").exists() and (slots / "L1024.bin").exists() and full_ms > 0
+    for step, name in ((deep, "L1024.bin"), (shallow, "L512.bin"), (deep, "L1024.bin")):
+        fake(srv, 700)  # something else in the slot first
+        r = client.run_arm("genuine", step, name)
+        assert r.ok and r.warm == "restore", r
+        assert r.timings is not None and (r.timings.cache_n, r.timings.prompt_n) == (step.L, len(NEW))
+    plain = client.run_arm("plain", shallow)
+    assert plain.ok and plain.warm == "prefill" and plain.timings and plain.timings.cache_n == 512
+    missing = client.run_arm("genuine", shallow, "L999.bin")
+    assert not missing.ok and missing.kind == "http" and "prefix restore" in missing.reason, missing
+    assert_up(srv)

@@ -1,16 +1,17 @@
-"""The in-process arms driver, built against the assertions-on engine and run on the real tiny models: each
-arm's samples and position checks, the restore blob, and bad inputs as one clear line with exit 2."""
+"""The in-process arms driver, built against the assertions-on engine and run on the real tiny models: a
+cumulative fill keeps a state at every grid L and times a chunk there, each arm's samples and position checks,
+the restored genuine hit's blob and yardstick, bad commands answered without dying, and bad startup inputs as
+one clear line with exit 2."""
 
 from __future__ import annotations
 
-import json
 import subprocess
 from pathlib import Path
 
 import pytest
 
 from lab.engine.build import EngineInfo
-from lab.inproc import build_driver, driver_command
+from lab.inproc import DriverError, DriverSession, build_driver, check_driver, driver_command
 from lab.instrument import InstrumentInfo
 from lab.settings import Settings
 
@@ -22,57 +23,65 @@ def driver(engine: EngineInfo, settings: Settings) -> InstrumentInfo:
     return build_driver(engine, settings.cache_dir)
 
 
-def run(cmd: list[str]) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(cmd, capture_output=True, text=True, timeout=300)
+def run(cmd: list[str], stdin: str = "") -> subprocess.CompletedProcess[str]:
+    return subprocess.run(cmd, input=stdin, capture_output=True, text=True, timeout=300)
 
 
-def test_every_arm_measures_with_its_positions_checked(
+def test_a_fill_then_every_arm_with_its_positions_checked(
     driver: InstrumentInfo, tiny_model: Path, tmp_path: Path
 ) -> None:
-    out = tmp_path / "arms.jsonl"
-    r = run(driver_command(driver, tiny_model, out, Ls=[256, 600], news=[16], reps=2, threads=2))
-    assert r.returncode == 0, r.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert rows[0]["kind"] == "meta" and rows[0]["n_ctx"] == 616
-    samples = [x for x in rows if x["kind"] == "sample"]
+    cmd = driver_command(driver, tiny_model, Ls=[600, 256], news=[16, 8], threads=2)
+    raw = tmp_path / "raw.jsonl"
+    with DriverSession(cmd, tmp_path / "driver.log", raw) as d:
+        assert d.meta["n_ctx"] == 616 and d.meta["tokens"] == "seeded filler"
+        before = d.rep(256, 16, 0, ["genuine", "fake"])  # before any fill: that sample fails, with its reason
+        assert not before[0]["ok"] and "no depth-256 state yet" in before[0]["reason"] and before[1]["ok"]
+        fill = d.fill(0)
+        segs = [r for r in fill if r["kind"] == "fill"]
+        assert [(r["L"], r["from"]) for r in segs] == [(256, 0), (600, 256)]  # the grid's Ls in order, once
+        assert all(r["ms"] > 0 and r["blob_bytes"] > 0 for r in segs) and segs[0]["blob_bytes"] < segs[1]["blob_bytes"]
+        chunks = [(r["L"], r["new"]) for r in fill if r["kind"] == "chunk" and r["ok"] and r["ms"] > 0]
+        assert chunks == [(256, 8), (256, 16), (600, 8), (600, 16)]
+        samples = []
+        for rep in range(2):
+            for L in (256, 600):
+                arms = ["baseline", "fake", "genuine", "plain"]
+                samples += d.rep(L, 16, rep, arms[rep:] + arms[:rep])
+        with pytest.raises(DriverError, match="not a point of this driver's grid"):
+            d.rep(300, 16, 0, ["fake"])
+        with pytest.raises(DriverError, match="unknown arm"):
+            d.rep(256, 16, 0, ["restore"])
+        assert d.rep(256, 8, 0, ["fake"])[0]["ok"]  # still serving after refusals
     assert len(samples) == 2 * 2 * 4 and all(s["ok"] for s in samples), [s for s in samples if not s["ok"]]
     for s in samples:
         assert s["decode_ms"] > 0
-        if s["arm"] in ("fake", "restore"):
-            assert s["pos_max"] == s["L"] - 1 and s["prep_ms"] > 0  # fabricated / restored to depth L
-    blobs = {s["L"]: s["blob_bytes"] for s in samples if s["arm"] == "restore"}
-    assert 0 < blobs[256] < blobs[600]  # attention KV grows with L on top of the fixed recurrent state
-    order = [s["arm"] for s in samples if s["L"] == 256 and s["rep"] == 0]
-    assert order != [s["arm"] for s in samples if s["L"] == 256 and s["rep"] == 1]  # rotating order
+        assert s["pos_max"] == (-1 if s["arm"] == "baseline" else s["L"] - 1)  # fabricated / restored / decoded
+        if s["arm"] in ("fake", "genuine"):
+            assert s["prep_ms"] > 0
+        if s["arm"] == "genuine":  # the cache read's blob is the fill's, and the memcpy yardstick ran
+            assert s["blob_bytes"] == next(r["blob_bytes"] for r in segs if r["L"] == s["L"]) and s["copy_ms"] > 0
+    assert raw.read_text().count('"kind":"sample"') == len(samples) + 3  # every row kept verbatim
+    assert raw.read_text().count('"kind":"error"') == 2
 
 
-def test_bad_inputs_exit_2_with_one_line(
+def test_bad_startup_inputs_exit_2_with_one_line(
     driver: InstrumentInfo, tiny_model: Path, iswa_model: Path, tmp_path: Path
 ) -> None:
-    r = run(driver_command(driver, tiny_model, tmp_path / "a.jsonl", Ls=[9000], news=[64], reps=1, threads=2,
-                           n_ctx=4096))  # fmt: skip
+    r = run(driver_command(driver, tiny_model, Ls=[9000], news=[64], threads=2, n_ctx=4096))
     assert r.returncode == 2 and r.stderr.strip() == "L + new = 9064 does not fit the context (4096)", r.stderr
-    r = run(driver_command(driver, iswa_model, tmp_path / "b.jsonl", Ls=[256], news=[16], reps=1, threads=2))
+    r = run(driver_command(driver, iswa_model, Ls=[256], news=[16], threads=2))
     assert r.returncode == 2 and "no fake-prefix op" in r.stderr.strip().splitlines()[-1], r.stderr
-    assert not (tmp_path / "a.jsonl").exists()  # refused before anything was written
-
-
-def test_given_tokens_the_check_mode_and_the_memcpy_yardstick(
-    driver: InstrumentInfo, tiny_model: Path, tmp_path: Path
-) -> None:
-    out = tmp_path / "arms.jsonl"
-    cmd = driver_command(driver, tiny_model, out, Ls=[300], news=[8], reps=1, threads=2, tokens="-",
-                         arms=("genuine", "restore"))  # fmt: skip
-    r = subprocess.run(cmd, input=" ".join(str(1000 + i) for i in range(308)), capture_output=True, text=True)
-    assert r.returncode == 0, r.stderr
-    rows = [json.loads(line) for line in out.read_text().splitlines()]
-    assert rows[0]["tokens"] == "given" and rows[0]["flash_attn"] == "auto"
-    restore = next(x for x in rows if x.get("arm") == "restore")
-    assert restore["copy_ms"] > 0 and restore["blob_bytes"] > 0
-    r = subprocess.run(cmd, input="1 2 3", capture_output=True, text=True)
-    assert r.returncode == 2 and r.stderr.strip() == "--tokens holds 3 ids, L + new needs 308", r.stderr
-    r = subprocess.run(cmd, input="1 -5", capture_output=True, text=True)
-    assert r.returncode == 2 and "outside the vocabulary" in r.stderr, r.stderr
-    check = driver_command(driver, tiny_model, None, Ls=[300], news=[8], reps=1, threads=2, check=True)
-    r = subprocess.run(check, capture_output=True, text=True)
-    assert r.returncode == 0 and r.stdout == "", r.stderr
+    r = run(driver_command(driver, iswa_model, Ls=[256], news=[16], threads=2, fake=False, check=True))
+    assert r.returncode == 0, r.stderr  # without the fake arm an iSWA model is fine
+    tokens = tmp_path / "tokens.txt"
+    tokens.write_text("1 2 3")
+    cmd = driver_command(driver, tiny_model, Ls=[300], news=[8], threads=2, tokens=tokens, check=True)
+    with pytest.raises(DriverError, match="--tokens holds 3 ids, the grid needs 308"):
+        check_driver(cmd, tmp_path / "check.log")
+    tokens.write_text("1 -5")
+    assert "outside the vocabulary" in run(cmd).stderr
+    tokens.write_text(" ".join(str(1000 + i) for i in range(308)))
+    r = run(cmd)
+    assert r.returncode == 0 and r.stdout == "", r.stderr  # --check measures and prints nothing
+    with DriverSession(cmd[:-1], tmp_path / "driver.log") as d:
+        assert d.meta["tokens"] == "given" and d.meta["flash_attn"] == "auto"

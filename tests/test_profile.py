@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from lab.costmodel import model_cost
-from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, linear_fit, summarize, too_wide
+from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, summarize, too_wide
 from lab.runs import RunFolder
 from lab.schemas import BandDepth, Interval, ProfileSummary, ProfileWall
+from lab.stats import linear_fit
 
 pytestmark = pytest.mark.engine
 

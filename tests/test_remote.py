@@ -91,7 +91,7 @@ def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp
 def test_arms_run_there_with_the_bundled_driver(host: Sshd, project: Path, tmp_path: Path) -> None:
     config = ssh_config(host, tmp_path / "config", host.known_hosts)
     rdir = remote_dir(host)
-    r = fab(project, config, "arms", "--ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,restore",
+    r = fab(project, config, "arms", "--ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,plain",
             "--remote-dir", str(rdir))  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     local = project / r.stdout.strip().splitlines()[-1]

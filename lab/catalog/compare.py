@@ -13,7 +13,8 @@ from typing import Any
 from lab.catalog.ingest import read_manifest, read_spec
 from lab.catalog.tables import SPEC_BY_NAME, load_table
 from lab.errors import LabError
-from lab.schemas import BANDS, Interval
+from lab.fills import fill_values
+from lab.schemas import BANDS, InprocFill, Interval
 from lab.stats import geomean_ratio, unpaired_draws, unpaired_ratio
 
 
@@ -35,7 +36,7 @@ class Kind:
 KINDS = {
     "sweep": Kind(
         "sweep_points",
-        ("sweep_samples", "prefill_tps"),
+        ("sweep_samples", "prefill_tps", "sweep_fills"),
         ("L", "new", "image"),
         {
             "fake_median_ms": "fake",
@@ -52,7 +53,8 @@ KINDS = {
         {
             "fake_median_ms": "fake",
             "genuine_median_ms": "genuine hit",
-            "restore_median_ms": "restore",
+            "plain_median_ms": "plain genuine hit",
+            "restore_median_ms": "restore (older runs)",
             "baseline_median_ms": "baseline",
             "restore_prep_ci_value": "restore (cache read)",
         },
@@ -139,7 +141,8 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
                 continue
             if _value(smp.get("decode_ms")) is not None:
                 out.setdefault((where[smp["point"]], f"{smp['arm']}_median_ms"), []).append(float(smp["decode_ms"]))
-            if smp["arm"] == "restore" and _value(smp.get("prep_ms")) is not None:
+            # the cache read: the genuine arm's restore (older runs: the restore arm's)
+            if smp["arm"] in ("genuine", "restore") and _value(smp.get("prep_ms")) is not None:
                 out.setdefault((where[smp["point"]], "restore_prep_ci_value"), []).append(float(smp["prep_ms"]))
         return out
     keys = {r["point"]: (r["L"], r["new"], _value(r.get("image"))) for r in side.get("sweep_points", [])}
@@ -152,8 +155,17 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
         if smp["arm"] == "fake" and _value(smp.get("encode_ms")) is not None:
             out.setdefault((key, "encode_ms"), []).append(float(smp["encode_ms"]))
     for t in side.get("prefill_tps", []):
-        if _value(t.get("point")) in keys:  # the estimate = the chunk at depth L (+ the point's encode)
+        # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
+        if _value(t.get("point")) in keys and _value(t.get("rep")) is not None:
             out.setdefault((keys[t["point"]], "opt_prefill_ms"), []).append(float(t["avg_ms"]) + encode[t["point"]])
+    fills = [InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
+             for f in side.get("sweep_fills", [])]  # fmt: skip
+    for point in side.get("sweep_points", []):  # no direct baseline reps: the fill passes' prefix sums
+        key = keys[point["point"]]
+        if fills and (key, "baseline_median_ms") not in out:
+            only_new = int(point["new"]) + int(_value(point.get("image_tokens")) or 0)
+            if values := fill_values(fills, int(point["L"]), only_new)[0]:
+                out[(key, "baseline_median_ms")] = values
     return out
 
 

@@ -8,7 +8,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.build import build_engine
-from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
+from lab.engine.contract import ContractClient, filler_tokens, text_step
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.errors import UsageError
@@ -27,7 +27,7 @@ def run_check(settings: Settings, L: int, new: int, console: Console | None = No
         n_vocab = srv.n_vocab()
         step = text_step(filler_tokens(L, seed=1, n_vocab=n_vocab), filler_tokens(new, seed=2, n_vocab=n_vocab))
         client = ContractClient(srv)
-        results = [client.run_arm(arm, step) for arm in ARMS]
+        results = [client.run_arm(arm, step) for arm in ("baseline", "fake", "genuine")]
         cfg = srv.config
     table = Table(title=f"engine check: L={L} new={new}  ({model.name}, {engine.source.commit})")
     for col in ("arm", "cache_n", "prompt_n", "prompt_ms", "fake_ms", "ok"):

@@ -8,7 +8,12 @@ prompt_n == new and fake_n == L; `fake_ms`, the fabrication time, is included in
 Arms (the same prompt each time, so the same work except what is cached):
   baseline  L + new, nothing cached (cache_prompt false)
   fake      n_fake_cached = L
-  genuine   prefill the L prefix for real with cache_prompt (untimed), then send L + new: a genuine hit
+  genuine   restore the slot's saved depth-L state (`POST /slots/0?action=restore`: the really prefilled
+            prefix, saved once per L), then send L + new with cache_prompt: a genuine hit whose warm-up costs a
+            file read, not a prefill. Without a saved state (a projector is loaded: the server refuses slot
+            files then) it warms up like `plain`.
+  plain     prefill the L prefix for real with cache_prompt (untimed), then send L + new: the same hit, its
+            warm-up paying the prefix (the proof that a restored state is a genuine hit)
 
 A failed sample comes back as `ok=False` with a typed `kind`: `transport` (the connection dropped: the
 server may have died), `http` (the server refused the request) or `contract` (it answered, but decoded
@@ -25,10 +30,16 @@ import numpy as np
 from pydantic import BaseModel
 
 from lab.engine.server import LlamaServer, LogTail
+from lab.errors import LabError
 
-Arm = Literal["baseline", "fake", "genuine"]
-ARMS: tuple[Arm, ...] = ("baseline", "fake", "genuine")
+Arm = Literal["baseline", "fake", "genuine", "plain"]
+ARMS: tuple[Arm, ...] = ("baseline", "fake", "genuine", "plain")
 FailureKind = Literal["transport", "http", "contract"]
+Warm = Literal["restore", "prefill"]  # how a genuine hit's prefix got into the slot
+
+
+class ContractError(LabError):
+    """The server could not prepare what an arm needs (a saved depth-L state)."""
 
 
 class Timings(BaseModel):
@@ -51,6 +62,7 @@ class ArmResult(BaseModel):
     timings: Timings | None = None
     encode_ms: float | None = None  # image steps: the vision encode of the timed request (server log)
     image_decode_ms: float | None = None  # image steps: the LM prefill of the image tokens (server log)
+    warm: Warm | None = None  # genuine and plain: how the prefix got into the slot before the timed request
 
 
 @dataclass(frozen=True)
@@ -80,17 +92,22 @@ def filler_tokens(n: int, seed: int, n_vocab: int, lo: int = 1000) -> list[int]:
     return [int(t) for t in rng.integers(lo, hi, size=n)]
 
 
-def arm_requests(arm: Arm, step: Step) -> list[dict[str, Any]]:
-    """The request bodies of one sample of `arm`, in order; the last one is the timed one."""
+COMPLETION = "/completion"
+SLOT = "/slots/0"
+
+
+def arm_requests(arm: Arm, step: Step, saved: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+    """The (path, body) requests of one sample of `arm`, in order; the last one is the timed one. `saved`: the
+    slot file holding the step's really prefilled depth-L state (the genuine arm restores it)."""
     base = {"n_predict": 1, "temperature": 0.0, "stream": False, **step.extra}
     if arm == "baseline":
-        return [{**base, "prompt": step.prompt, "cache_prompt": False}]
+        return [(COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": False})]
     if arm == "fake":
-        return [{**base, "prompt": step.prompt, "cache_prompt": False, "n_fake_cached": step.L}]
-    return [
-        {**base, "prompt": step.prefix, "cache_prompt": True},
-        {**base, "prompt": step.prompt, "cache_prompt": True},
-    ]
+        return [(COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": False, "n_fake_cached": step.L})]
+    timed = (COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": True})
+    if arm == "genuine" and saved is not None:
+        return [(f"{SLOT}?action=restore", {"filename": saved}), timed]
+    return [(COMPLETION, {**base, "prompt": step.prefix, "cache_prompt": True}), timed]
 
 
 def arm_reason(arm: Arm, t: Timings, L: int, new: int) -> str:
@@ -102,8 +119,8 @@ def arm_reason(arm: Arm, t: Timings, L: int, new: int) -> str:
             return f"prompt_n={t.prompt_n} != new={new}: decoded more (or less) than the new tokens"
         if t.fake_n != L:
             return f"fake_n={t.fake_n} != L={L}"
-    if arm == "genuine" and (t.cache_n != L or t.prompt_n != new):
-        return f"genuine hit: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected {L}/{new}"
+    if arm in ("genuine", "plain") and (t.cache_n != L or t.prompt_n != new):
+        return f"{arm} genuine hit: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected {L}/{new}"
     if arm == "baseline" and (t.cache_n != 0 or t.prompt_n != L + new):
         return f"baseline: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected 0/{L + new}"
     return ""
@@ -116,26 +133,32 @@ class ContractClient:
         self.srv = srv
         self.tail = LogTail(srv.log_path)
 
-    def _post(self, body: dict[str, Any]) -> tuple[httpx.Response | None, FailureKind | None, str]:
+    def _post(
+        self, body: dict[str, Any], path: str = COMPLETION
+    ) -> tuple[httpx.Response | None, FailureKind | None, str]:
         try:
-            resp = self.srv.completion(body)
+            resp = self.srv.client.post(path, json=body)
         except httpx.TransportError as e:
             return None, "transport", f"transport error: {type(e).__name__}: {e}"
         if resp.status_code != 200:
             return None, "http", f"HTTP {resp.status_code}: {resp.text[:300]}"
         return resp, None, ""
 
-    def run_arm(self, arm: Arm, step: Step) -> ArmResult:
-        """One sample of one arm. Failures come back as ok=False with their kind and reason, never raised."""
-        *warm, timed = arm_requests(arm, step)
+    def run_arm(self, arm: Arm, step: Step, saved: str | None = None) -> ArmResult:
+        """One sample of one arm (`saved`: the slot file of the step's depth-L state, for the genuine arm).
+        Failures come back as ok=False with their kind and reason, never raised."""
+        *warm, (_, timed) = arm_requests(arm, step, saved)
+        how: Warm | None = (
+            None if arm in ("baseline", "fake") else "restore" if saved and arm == "genuine" else "prefill"
+        )
 
         def failed(kind: FailureKind, reason: str, t: Timings | None = None) -> ArmResult:
-            return ArmResult(arm=arm, L=step.L, new=step.new, ok=False, kind=kind, reason=reason, timings=t)
+            return ArmResult(arm=arm, L=step.L, new=step.new, ok=False, kind=kind, reason=reason, timings=t, warm=how)
 
-        for body in warm:
-            resp, kind, reason = self._post(body)
+        for path, body in warm:
+            resp, kind, reason = self._post(body, path)
             if kind is not None:
-                return failed(kind, f"prefix prefill: {reason}")
+                return failed(kind, f"prefix {'restore' if path != COMPLETION else 'prefill'}: {reason}")
         self.tail.read()  # only the timed request's log lines count
         resp, kind, reason = self._post(timed)
         if resp is None or kind is not None:
@@ -148,8 +171,37 @@ class ContractClient:
         if reason:
             return failed("contract", reason, t)
         return ArmResult(
-            arm=arm, L=step.L, new=step.new, ok=True, timings=t, encode_ms=encode_ms, image_decode_ms=decode_ms
+            arm=arm,
+            L=step.L,
+            new=step.new,
+            ok=True,
+            timings=t,
+            encode_ms=encode_ms,
+            image_decode_ms=decode_ms,
+            warm=how,
         )
+
+    def save_state(self, step: Step, name: str, below: tuple[int, str] | None = None) -> float:
+        """Prefill the step's depth-L prefix for real and save the slot as `name` (the genuine arm restores it
+        per rep); with `below` = (L', its saved name) the slot starts from that shallower state, so only the
+        L - L' tokens between are prefilled (one cumulative fill over the grid). Returns the prefill ms."""
+        if below is not None:
+            resp, kind, reason = self._post({"filename": below[1]}, f"{SLOT}?action=restore")
+            if kind is not None:
+                raise ContractError(f"restoring the depth-{below[0]} state {below[1]}: {reason}")
+        base = {"n_predict": 1, "temperature": 0.0, "stream": False, **step.extra}
+        resp, kind, reason = self._post({**base, "prompt": step.prefix, "cache_prompt": True})
+        if resp is None or kind is not None:
+            raise ContractError(f"prefilling the depth-{step.L} prefix: {reason}")
+        t = Timings.model_validate(resp.json()["timings"])
+        reused = below[0] if below is not None else 0
+        if t.cache_n + t.prompt_n != step.L or t.cache_n < reused - 1:
+            raise ContractError(f"prefilling the depth-{step.L} prefix reused {t.cache_n} and decoded {t.prompt_n} "
+                                f"tokens (expected {reused} + {step.L - reused})")  # fmt: skip
+        resp, kind, reason = self._post({"filename": name}, f"{SLOT}?action=save")
+        if kind is not None:
+            raise ContractError(f"saving the depth-{step.L} state: {reason}")
+        return t.prompt_ms
 
     def died(self, r: ArmResult) -> bool:
         """After a failed sample: has the server died? A dropped connection gets a few seconds to show it."""

@@ -34,7 +34,7 @@ from lab.peaks import measure_peaks
 from lab.runs import RunError, RunFolder
 from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
-from lab.stats import from_draws, median_interval, resamples
+from lab.stats import from_draws, linear_fit, median_interval, resamples
 
 WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
 BAND_CYCLES = "profile_band_cycles"
@@ -223,21 +223,6 @@ def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
         timed_vs_fused_gap={str(d): g for d, g in gaps.items()},
         timed_vs_fused_gap_mean=statistics.fmean(gaps.values()) if gaps else 0.0,
     )
-
-
-def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
-    """Least squares y = a x + b; returns (a, b, R^2)."""
-    n = len(xs)
-    if n < 2:
-        return 0.0, ys[0] if ys else 0.0, 1.0
-    mx, my = statistics.fmean(xs), statistics.fmean(ys)
-    sxx = sum((x - mx) ** 2 for x in xs)
-    sxy = sum((x - mx) * (y - my) for x, y in zip(xs, ys, strict=True))
-    a = sxy / sxx if sxx else 0.0
-    b = my - a * mx
-    ss_tot = sum((y - my) ** 2 for y in ys)
-    ss_res = sum((y - (a * x + b)) ** 2 for x, y in zip(xs, ys, strict=True))
-    return a, b, 1 - ss_res / ss_tot if ss_tot else 1.0
 
 
 def merge_part(dump: Path, part: Path) -> None:

@@ -1,23 +1,33 @@
-// prefill-lab in-process arms: the same step measured four ways inside one process with libllama's public API
-// (plus the lab's llama_memory_seq_fake_prefix), so no server bookkeeping is in the numbers:
-//   baseline  decode L + new from an empty sequence (timed whole)
-//   genuine   decode L (untimed), then time the decode of the new tokens
-//   fake      llama_memory_seq_fake_prefix(L) (timed: prep_ms), then time the new tokens
-//   restore   a state blob of the depth-L prefix, captured once per L with flags 0 (attention KV and recurrent
-//             state); per rep the sequence is removed, llama_state_seq_set_data_ext is timed (prep_ms, the
-//             cache-read term), then the new tokens are timed, then a plain memcpy of as many bytes (copy_ms:
-//             this host's copy bandwidth at the blob's size, the yardstick for the restore)
-// Every arm starts from llama_memory_seq_rm of the whole sequence. Threads, batch and flash attention are the
-// server's (-t, -tb, --ubatch, --flash-attn); like llama-server, no threadpool is attached. The tokens come
-// from --tokens (whitespace-separated ids, "-" for stdin; the first L + new of them), else a seeded filler.
-// After fake and restore the sequence's max position must be L-1 (the hybrid reports the lower of its two
-// children), else the sample fails with the reason. Reps are interleaved in a rotating arm order.
-// Output (JSON lines on --out):
-//   {"kind":"meta",...}
+// prefill-lab in-process arms: one step measured several ways inside one long-lived process with libllama's
+// public API (plus the lab's llama_memory_seq_fake_prefix), so no server bookkeeping is in the numbers and no
+// rep pays for its prefix. The grid's points share one token stream: point (L, new) is stream[0, L) as its
+// prefix and stream[L, L + new) as its new tokens.
+//
+// Commands, one per line on stdin; each answers with JSON lines on stdout ending in {"kind":"done"}:
+//   fill P          one cumulative pass (number P) through the stream: decode up to each grid L in turn, keep a
+//                   state blob of the really decoded depth-L prefix (flags 0: attention KV and recurrent
+//                   state), and time a chunk of each grid `new` at depth L after restoring that blob.
+//                   {"kind":"fill","pass":P,"L":..,"from":..,"ms":..,"capture_ms":..,"blob_bytes":..}: the
+//                   segment from the previous L to this one (prefix sums give the time to reach L from empty);
+//                   {"kind":"chunk","pass":P,"L":..,"new":..,"ms":..}: the new tokens at depth L.
+//   rep L N R ARMS  rep R of point (L, N), the comma-separated arms in the given order:
+//     baseline  decode L + new from an empty sequence (timed whole)
+//     fake      llama_memory_seq_fake_prefix(L) (prep_ms), then time the new tokens
+//     genuine   restore the depth-L blob of the last fill (prep_ms: the cache read), then time the new tokens,
+//               then a plain memcpy of as many bytes (copy_ms: the yardstick for the cache read)
+//     plain     decode L (untimed), then time the new tokens: the genuine hit without a saved state
+//     warmup    restore the depth-L blob and decode up to 16 of the new tokens (a sample row like the others):
+//               after another process measured on the same cores, this one's caches are cold
 //   {"kind":"sample","L":..,"new":..,"arm":..,"rep":..,"ok":..,"reason":..,"decode_ms":..,"prep_ms":..,
 //    "copy_ms":..,"blob_bytes":..,"pos_max":..}
-// Bad input (L + new beyond the context, a memory type without the fake op) exits 2 with one line on stderr;
-// --check stops after those checks (model loaded, context created), measuring and writing nothing.
+//   quit            (or end of input)
+// Every arm starts from llama_memory_seq_rm of the whole sequence. After fake, genuine and plain the sequence's
+// max position must be L-1 (the hybrid reports the lower of its two children), else the sample fails with the
+// reason. Threads, batch and flash attention are the server's (-t, -tb, --ubatch, --flash-attn); like
+// llama-server, no threadpool is attached. Tokens come from --tokens FILE (whitespace-separated ids), else a
+// seeded filler. The first line on stdout is {"kind":"meta",...}.
+// Bad startup input (L + new beyond the context, a memory type without the fake op, bad token ids) exits 2 with
+// one line on stderr; --check stops after those checks. A bad command answers {"kind":"error","reason":..}.
 #include "llama.h"
 
 #include <algorithm>
@@ -28,6 +38,7 @@
 #include <cstring>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -39,34 +50,39 @@ double now_ms() {
     return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
 }
 
-std::vector<int> ints(const std::string & s) {
-    std::vector<int> out;
+std::vector<std::string> split(const std::string & s, char sep) {
+    std::vector<std::string> out;
     std::stringstream ss(s);
     std::string item;
-    while (std::getline(ss, item, ',')) {
+    while (std::getline(ss, item, sep)) {
         if (!item.empty()) {
-            out.push_back(std::atoi(item.c_str()));
+            out.push_back(item);
         }
+    }
+    return out;
+}
+
+std::vector<int> ints(const std::string & s) {
+    std::vector<int> out;
+    for (const auto & item : split(s, ',')) {
+        out.push_back(std::atoi(item.c_str()));
     }
     return out;
 }
 
 struct Args {
     std::string model;
-    std::string out;
     std::string tokens;
     std::string flash_attn = "auto";
     std::vector<int> Ls{512};
     std::vector<int> news{64};
-    std::vector<std::string> arms{"baseline", "fake", "genuine", "restore"};
-    int reps = 3;
-    int first_rep = 0;
     int n_ctx = 0;
     int ubatch = 512;
     int threads = 2;
     int threads_batch = 0;
     uint64_t seed = 1;
     bool check = false;
+    bool fake = true;  // --no-fake: the memory type need not support the fake op
 };
 
 [[noreturn]] void fail(const std::string & why) {
@@ -86,23 +102,10 @@ Args parse(int argc, char ** argv) {
         };
         if (k == "--model") {
             a.model = val();
-        } else if (k == "--out") {
-            a.out = val();
         } else if (k == "--Ls") {
             a.Ls = ints(val());
         } else if (k == "--news") {
             a.news = ints(val());
-        } else if (k == "--arms") {
-            a.arms.clear();
-            std::stringstream ss(val());
-            std::string item;
-            while (std::getline(ss, item, ',')) {
-                a.arms.push_back(item);
-            }
-        } else if (k == "--reps") {
-            a.reps = std::atoi(val().c_str());
-        } else if (k == "--first-rep") {
-            a.first_rep = std::atoi(val().c_str());
         } else if (k == "--n-ctx") {
             a.n_ctx = std::atoi(val().c_str());
         } else if (k == "--ubatch") {
@@ -117,22 +120,16 @@ Args parse(int argc, char ** argv) {
             a.flash_attn = val();
         } else if (k == "--check") {
             a.check = true;
+        } else if (k == "--no-fake") {
+            a.fake = false;
         } else if (k == "--seed") {
             a.seed = std::strtoull(val().c_str(), nullptr, 10);
         } else {
             fail("unknown option " + k);
         }
     }
-    if (a.check && a.out.empty()) {
-        a.out = "-";
-    }
-    if (a.model.empty() || a.out.empty()) {
-        fail("usage: lab-inproc-arms --model M --out F [--Ls 512,2048] [--news 64] [--reps 3] [--arms ...]");
-    }
-    for (const auto & arm : a.arms) {
-        if (arm != "baseline" && arm != "fake" && arm != "genuine" && arm != "restore") {
-            fail("unknown arm " + arm + " (baseline, fake, genuine, restore)");
-        }
+    if (a.model.empty()) {
+        fail("usage: lab-inproc-arms --model M [--Ls 512,2048] [--news 64] [--tokens FILE] [--check] < commands");
     }
     int need = 0;
     for (int L : a.Ls) {
@@ -149,25 +146,25 @@ Args parse(int argc, char ** argv) {
     if (need > a.n_ctx) {
         fail("L + new = " + std::to_string(need) + " does not fit the context (" + std::to_string(a.n_ctx) + ")");
     }
-    if (a.reps < 1 || a.first_rep < 0 || a.threads < 1 || a.ubatch < 1 || a.threads_batch < 0) {
-        fail("--reps, --threads, --threads-batch and --ubatch must be positive (and --first-rep >= 0)");
+    if (a.threads < 1 || a.ubatch < 1 || a.threads_batch < 0) {
+        fail("--threads, --threads-batch and --ubatch must be positive");
     }
     if (a.flash_attn != "on" && a.flash_attn != "off" && a.flash_attn != "auto") {
         fail("--flash-attn is on, off or auto, not " + a.flash_attn);
     }
+    std::sort(a.Ls.begin(), a.Ls.end());
+    a.Ls.erase(std::unique(a.Ls.begin(), a.Ls.end()), a.Ls.end());
+    std::sort(a.news.begin(), a.news.end());
+    a.news.erase(std::unique(a.news.begin(), a.news.end()), a.news.end());
     return a;
 }
 
-// the ids of --tokens (a file, or "-": stdin); exits 2 on a bad id or too few of them
+// the ids of the --tokens file; exits 2 on a bad id or too few of them
 std::vector<llama_token> read_tokens(const std::string & path, int need, int n_vocab) {
-    std::ifstream file;
-    if (path != "-") {
-        file.open(path);
-        if (!file) {
-            fail("cannot read the tokens file " + path);
-        }
+    std::ifstream in(path);
+    if (!in) {
+        fail("cannot read the tokens file " + path);
     }
-    std::istream & in = path == "-" ? std::cin : file;
     std::vector<llama_token> out;
     long long id = 0;
     while ((int) out.size() < need && in >> id) {
@@ -177,7 +174,18 @@ std::vector<llama_token> read_tokens(const std::string & path, int need, int n_v
         out.push_back((llama_token) id);
     }
     if ((int) out.size() < need) {
-        fail("--tokens holds " + std::to_string(out.size()) + " ids, L + new needs " + std::to_string(need));
+        fail("--tokens holds " + std::to_string(out.size()) + " ids, the grid needs " + std::to_string(need));
+    }
+    return out;
+}
+
+std::vector<llama_token> seeded_filler(int n, uint64_t seed, int n_vocab) {
+    std::vector<llama_token> out((size_t) n);
+    uint64_t x = seed * 6364136223846793005ULL + 1442695040888963407ULL;
+    const int lo = std::min(1000, n_vocab / 2), hi = std::max(lo + 1, (int) (n_vocab * 0.98));
+    for (auto & t : out) {
+        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
+        t = lo + (int) ((x >> 33) % (uint64_t) (hi - lo));
     }
     return out;
 }
@@ -188,22 +196,224 @@ void quiet_log(ggml_log_level level, const char * text, void *) {
     }
 }
 
-// decode tokens[p0, p1) at their own positions, in ubatch-sized batches; false on a decode error
-bool decode(llama_context * ctx, llama_batch & batch, const std::vector<llama_token> & tokens, int p0, int p1,
-            int ubatch) {
-    for (int start = p0; start < p1; start += ubatch) {
-        const int n = std::min(ubatch, p1 - start);
-        batch.n_tokens = n;
-        for (int i = 0; i < n; ++i) {
-            batch.token[i] = tokens[start + i];
-            batch.pos[i] = start + i;
-            batch.n_seq_id[i] = 1;
-            batch.seq_id[i][0] = 0;
-            batch.logits[i] = start + i == p1 - 1;
+// JSON string contents: quotes, backslashes and control characters escaped
+std::string json_escape(const std::string & s) {
+    std::string out;
+    for (const char c : s) {
+        if (c == '"' || c == '\\') {
+            out += '\\';
+            out += c;
+        } else if ((unsigned char) c < 0x20) {
+            char buf[8];
+            snprintf(buf, sizeof buf, "\\u%04x", (unsigned) c);
+            out += buf;
+        } else {
+            out += c;
         }
-        if (llama_decode(ctx, batch) != 0) {
-            return false;
+    }
+    return out;
+}
+
+struct Sample {
+    bool ok = true;
+    std::string reason;
+    double decode_ms = 0.0;
+    double prep_ms = 0.0;
+    double copy_ms = 0.0;
+    size_t blob_bytes = 0;
+    int pos_max = -1;
+};
+
+class Driver {
+  public:
+    Driver(llama_context * ctx, std::vector<llama_token> tokens, const Args & args) :
+        ctx_(ctx),
+        mem_(llama_get_memory(ctx)),
+        tokens_(std::move(tokens)),
+        args_(args),
+        batch_(llama_batch_init(args.ubatch, 0, 1)) {}
+
+    ~Driver() { llama_batch_free(batch_); }
+
+    void fill(int pass) {
+        llama_memory_seq_rm(mem_, 0, -1, -1);
+        int pos = 0;
+        for (const int L : args_.Ls) {
+            double t0 = now_ms();
+            if (!decode(pos, L)) {
+                return error("decoding the stream from " + std::to_string(pos) + " to " + std::to_string(L) +
+                             " failed");
+            }
+            const double ms = now_ms() - t0;
+            t0 = now_ms();
+            std::vector<uint8_t> & blob = blobs_[L];
+            blob.resize(llama_state_seq_get_size_ext(ctx_, 0, LLAMA_STATE_SEQ_FLAGS_NONE));
+            if (llama_state_seq_get_data_ext(ctx_, blob.data(), blob.size(), 0, LLAMA_STATE_SEQ_FLAGS_NONE) == 0) {
+                blobs_.erase(L);
+                return error("llama_state_seq_get_data_ext returned 0 at L=" + std::to_string(L));
+            }
+            const double capture_ms = now_ms() - t0;
+            printf("{\"kind\":\"fill\",\"pass\":%d,\"L\":%d,\"from\":%d,\"ms\":%.4f,\"capture_ms\":%.4f,"
+                   "\"blob_bytes\":%zu}\n",
+                   pass, L, pos, ms, capture_ms, blob.size());
+            for (const int n_new : args_.news) {
+                Sample s;
+                restore(L, s);
+                if (s.ok) {
+                    t0 = now_ms();
+                    s.ok = decode(L, L + n_new);
+                    s.decode_ms = now_ms() - t0;
+                }
+                printf("{\"kind\":\"chunk\",\"pass\":%d,\"L\":%d,\"new\":%d,\"ok\":%s,\"reason\":\"%s\",\"ms\":%.4f}\n",
+                       pass, L, n_new, s.ok ? "true" : "false", json_escape(s.reason).c_str(), s.decode_ms);
+            }
+            Sample back;  // continue the stream from depth L
+            restore(L, back);
+            if (!back.ok) {
+                return error(back.reason);
+            }
+            pos = L;
         }
+    }
+
+    void rep(int L, int n_new, int rep, const std::vector<std::string> & arms) {
+        for (const auto & arm : arms) {
+            llama_memory_seq_rm(mem_, 0, -1, -1);
+            Sample s;
+            int from = L;
+            if (arm == "baseline") {
+                from = 0;
+            } else if (arm == "fake") {
+                fake(L, s);
+            } else if (arm == "genuine") {
+                restore(L, s);
+            } else if (arm == "plain") {
+                s.ok = decode(0, L);
+                s.reason = s.ok ? "" : "decoding the genuine prefix failed";
+            } else if (arm == "warmup") {
+                restore(L, s);  // then a few tokens: wakes this process's threads and caches, cheaply
+            }
+            s.pos_max = (int) llama_memory_seq_pos_max(mem_, 0);
+            if (s.ok && from == L && s.pos_max != L - 1) {
+                s.ok = false;
+                s.reason = "the sequence's max position is " + std::to_string(s.pos_max) + ", not L-1";
+            }
+            if (s.ok) {
+                const double t0 = now_ms();
+                s.ok = decode(from, L + (arm == "warmup" ? std::min(n_new, 16) : n_new));
+                s.decode_ms = now_ms() - t0;
+                s.reason = s.ok ? "" : "llama_decode failed";
+            }
+            if (s.ok && arm == "genuine") {
+                yardstick(L, s);
+            }
+            printf("{\"kind\":\"sample\",\"L\":%d,\"new\":%d,\"arm\":\"%s\",\"rep\":%d,\"ok\":%s,\"reason\":\"%s\","
+                   "\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"copy_ms\":%.4f,\"blob_bytes\":%zu,\"pos_max\":%d}\n",
+                   L, n_new, arm.c_str(), rep, s.ok ? "true" : "false", json_escape(s.reason).c_str(), s.decode_ms,
+                   s.prep_ms, s.copy_ms, s.blob_bytes, s.pos_max);
+        }
+    }
+
+    void error(const std::string & why) {
+        printf("{\"kind\":\"error\",\"reason\":\"%s\"}\n", json_escape(why).c_str());
+    }
+
+  private:
+    // decode tokens[p0, p1) at their own positions, in ubatch-sized batches; false on a decode error
+    bool decode(int p0, int p1) {
+        for (int start = p0; start < p1; start += args_.ubatch) {
+            const int n = std::min(args_.ubatch, p1 - start);
+            batch_.n_tokens = n;
+            for (int i = 0; i < n; ++i) {
+                batch_.token[i] = tokens_[start + i];
+                batch_.pos[i] = start + i;
+                batch_.n_seq_id[i] = 1;
+                batch_.seq_id[i][0] = 0;
+                batch_.logits[i] = start + i == p1 - 1;
+            }
+            if (llama_decode(ctx_, batch_) != 0) {
+                return false;
+            }
+        }
+        return true;
+    }
+
+    void fake(int L, Sample & s) {
+        const double t0 = now_ms();
+        s.ok = llama_memory_seq_fake_prefix(mem_, 0, (uint32_t) L);
+        s.prep_ms = now_ms() - t0;
+        s.reason = s.ok ? "" : "llama_memory_seq_fake_prefix refused (no room?)";
+    }
+
+    // the sequence back to the really decoded depth-L state of the last fill (prep_ms: the cache read)
+    void restore(int L, Sample & s) {
+        const auto it = blobs_.find(L);
+        if (it == blobs_.end()) {
+            s.ok = false;
+            s.reason = "no depth-" + std::to_string(L) + " state yet: send a fill first";
+            return;
+        }
+        llama_memory_seq_rm(mem_, 0, -1, -1);
+        const double t0 = now_ms();
+        s.ok = llama_state_seq_set_data_ext(ctx_, it->second.data(), it->second.size(), 0,
+                                            LLAMA_STATE_SEQ_FLAGS_NONE) == it->second.size();
+        s.prep_ms = now_ms() - t0;
+        s.blob_bytes = it->second.size();
+        s.reason = s.ok ? "" : "llama_state_seq_set_data_ext did not read the whole blob";
+    }
+
+    // a plain memcpy of as many bytes as the blob: this host's copy bandwidth at that size
+    void yardstick(int L, Sample & s) {
+        const std::vector<uint8_t> & blob = blobs_[L];
+        copy_.resize(blob.size());
+        const double t0 = now_ms();
+        std::memcpy(copy_.data(), blob.data(), blob.size());
+        s.copy_ms = now_ms() - t0;
+        sink_ = sink_ + copy_[copy_.size() / 2];  // the copy is read, so it cannot be elided
+    }
+
+    llama_context * ctx_;
+    llama_memory_t mem_;
+    std::vector<llama_token> tokens_;
+    const Args & args_;
+    llama_batch batch_;
+    std::map<int, std::vector<uint8_t>> blobs_;
+    std::vector<uint8_t> copy_;
+    volatile uint8_t sink_ = 0;
+};
+
+bool in_grid(const std::vector<int> & values, int v) {
+    return std::find(values.begin(), values.end(), v) != values.end();
+}
+
+// one command line; false on quit
+bool serve_one(Driver & d, const Args & args, const std::string & line) {
+    const std::vector<std::string> words = split(line, ' ');
+    if (words.empty()) {
+        return true;
+    }
+    if (words[0] == "quit") {
+        return false;
+    }
+    if (words[0] == "fill" && words.size() == 2) {
+        d.fill(std::atoi(words[1].c_str()));
+    } else if (words[0] == "rep" && words.size() == 5) {
+        const int L = std::atoi(words[1].c_str()), n_new = std::atoi(words[2].c_str());
+        const std::vector<std::string> arms = split(words[4], ',');
+        const bool known = std::all_of(arms.begin(), arms.end(), [](const std::string & a) {
+            return a == "baseline" || a == "fake" || a == "genuine" || a == "plain" || a == "warmup";
+        });
+        if (!in_grid(args.Ls, L) || !in_grid(args.news, n_new)) {
+            d.error("(" + words[1] + ", " + words[2] + ") is not a point of this driver's grid");
+        } else if (!known || arms.empty()) {
+            d.error("unknown arm in " + words[4] + " (baseline, fake, genuine, plain, warmup)");
+        } else if (!args.fake && std::find(arms.begin(), arms.end(), "fake") != arms.end()) {
+            d.error("started with --no-fake: no fake arm");
+        } else {
+            d.rep(L, n_new, std::atoi(words[3].c_str()), arms);
+        }
+    } else {
+        d.error("unknown command: " + line.substr(0, 80) + " (fill P | rep L N R ARMS | quit)");
     }
     return true;
 }
@@ -236,127 +446,26 @@ int main(int argc, char ** argv) {
     if (!ctx) {
         fail("failed to create a context of " + std::to_string(args.n_ctx) + " tokens");
     }
-    llama_memory_t mem = llama_get_memory(ctx);
-    const bool wants_fake = std::find(args.arms.begin(), args.arms.end(), "fake") != args.arms.end();
-    if (wants_fake && !llama_memory_seq_fake_prefix(mem, 0, 0)) {
+    if (args.fake && !llama_memory_seq_fake_prefix(llama_get_memory(ctx), 0, 0)) {
         fail("this model's memory type has no fake-prefix op (an iSWA cache?): drop the fake arm");
     }
-    if (args.check) {  // the inputs, the model, the context and the arms are fine: measure nothing
-        llama_free(ctx);
-        llama_model_free(model);
-        return 0;
-    }
     const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
-    int max_len = 0;
-    for (int L : args.Ls) {
-        for (int n : args.news) {
-            max_len = std::max(max_len, L + n);
+    const int need = args.Ls.back() + args.news.back();
+    std::vector<llama_token> tokens = args.tokens.empty() ? seeded_filler(need, args.seed, n_vocab)
+                                                          : read_tokens(args.tokens, need, n_vocab);
+    if (!args.check) {  // --check: the inputs, the model, the context and the arms are fine; measure nothing
+        printf("{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,"
+               "\"flash_attn\":\"%s\",\"n_vocab\":%d,\"tokens\":\"%s\"}\n",
+               args.n_ctx, args.ubatch, args.threads, (int) cp.n_threads_batch, args.flash_attn.c_str(), n_vocab,
+               args.tokens.empty() ? "seeded filler" : "given");
+        fflush(stdout);
+        Driver d(ctx, std::move(tokens), args);
+        std::string line;
+        while (std::getline(std::cin, line) && serve_one(d, args, line)) {
+            printf("{\"kind\":\"done\"}\n");
+            fflush(stdout);
         }
     }
-    std::vector<llama_token> tokens((size_t) max_len);
-    if (!args.tokens.empty()) {
-        tokens = read_tokens(args.tokens, max_len, n_vocab);
-    } else {
-        uint64_t x = args.seed * 6364136223846793005ULL + 1442695040888963407ULL;
-        const int lo = std::min(1000, n_vocab / 2), hi = std::max(lo + 1, (int) (n_vocab * 0.98));
-        for (auto & t : tokens) {
-            x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-            t = lo + (int) ((x >> 33) % (uint64_t) (hi - lo));
-        }
-    }
-    FILE * out = fopen(args.out.c_str(), "a");
-    if (!out) {
-        fail("cannot write " + args.out);
-    }
-    llama_batch batch = llama_batch_init(args.ubatch, 0, 1);
-    volatile uint8_t sink = 0;
-    fprintf(out,
-            "{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,"
-            "\"flash_attn\":\"%s\",\"n_vocab\":%d,\"tokens\":\"%s\"}\n",
-            args.n_ctx, args.ubatch, args.threads, (int) cp.n_threads_batch, args.flash_attn.c_str(), n_vocab,
-            args.tokens.empty() ? "seeded filler" : "given");
-    fflush(out);
-
-    for (int L : args.Ls) {
-        std::vector<uint8_t> blob;  // the depth-L prefix's state, captured once per L
-        std::vector<uint8_t> copy;  // the memcpy probe's destination, as large as the blob
-        for (int n_new : args.news) {
-            for (int rep = args.first_rep; rep < args.reps; ++rep) {
-                const size_t k = args.arms.size();
-                for (size_t j = 0; j < k; ++j) {
-                    const std::string & arm = args.arms[(j + (size_t) rep) % k];
-                    llama_memory_seq_rm(mem, 0, -1, -1);
-                    bool ok = true;
-                    std::string reason;
-                    double prep = 0.0;
-                    if (arm == "restore" && blob.empty()) {
-                        if (!decode(ctx, batch, tokens, 0, L, args.ubatch)) {
-                            ok = false;
-                            reason = "decoding the prefix to capture failed";
-                        } else {
-                            blob.resize(llama_state_seq_get_size_ext(ctx, 0, LLAMA_STATE_SEQ_FLAGS_NONE));
-                            const size_t got = llama_state_seq_get_data_ext(ctx, blob.data(), blob.size(), 0,
-                                                                            LLAMA_STATE_SEQ_FLAGS_NONE);
-                            if (got == 0) {
-                                ok = false;
-                                reason = "llama_state_seq_get_data_ext returned 0";
-                                blob.clear();
-                            }
-                            copy.assign(blob.size(), 0);
-                        }
-                        llama_memory_seq_rm(mem, 0, -1, -1);
-                    }
-                    double t0 = 0.0;
-                    int from = L;
-                    if (ok && arm == "baseline") {
-                        from = 0;
-                    } else if (ok && arm == "genuine") {
-                        ok = decode(ctx, batch, tokens, 0, L, args.ubatch);
-                        reason = ok ? "" : "decoding the genuine prefix failed";
-                    } else if (ok && arm == "fake") {
-                        t0 = now_ms();
-                        ok = llama_memory_seq_fake_prefix(mem, 0, (uint32_t) L);
-                        prep = now_ms() - t0;
-                        reason = ok ? "" : "llama_memory_seq_fake_prefix refused (no room?)";
-                    } else if (ok && arm == "restore") {
-                        t0 = now_ms();
-                        ok = llama_state_seq_set_data_ext(ctx, blob.data(), blob.size(), 0,
-                                                          LLAMA_STATE_SEQ_FLAGS_NONE) == blob.size();
-                        prep = now_ms() - t0;
-                        reason = ok ? "" : "llama_state_seq_set_data_ext did not read the whole blob";
-                    }
-                    const llama_pos pos_max = llama_memory_seq_pos_max(mem, 0);
-                    if (ok && from == L && pos_max != L - 1) {
-                        ok = false;
-                        reason = "the sequence's max position is " + std::to_string(pos_max) + ", not L-1";
-                    }
-                    double decode_ms = 0.0;
-                    if (ok) {
-                        t0 = now_ms();
-                        ok = decode(ctx, batch, tokens, from, L + n_new, args.ubatch);
-                        decode_ms = now_ms() - t0;
-                        reason = ok ? "" : "llama_decode failed";
-                    }
-                    double copy_ms = 0.0;
-                    if (ok && arm == "restore") {
-                        t0 = now_ms();
-                        std::memcpy(copy.data(), blob.data(), blob.size());
-                        copy_ms = now_ms() - t0;
-                        sink = sink + copy[copy.size() / 2];  // the copy is read, so it cannot be elided
-                    }
-                    fprintf(out,
-                            "{\"kind\":\"sample\",\"L\":%d,\"new\":%d,\"arm\":\"%s\",\"rep\":%d,\"ok\":%s,"
-                            "\"reason\":\"%s\",\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"copy_ms\":%.4f,"
-                            "\"blob_bytes\":%zu,\"pos_max\":%d}\n",
-                            L, n_new, arm.c_str(), rep, ok ? "true" : "false", reason.c_str(), decode_ms, prep,
-                            copy_ms, arm == "restore" ? blob.size() : (size_t) 0, (int) pos_max);
-                    fflush(out);
-                }
-            }
-        }
-    }
-    fclose(out);
-    llama_batch_free(batch);
     llama_free(ctx);
     llama_model_free(model);
     llama_backend_free();

@@ -1,6 +1,7 @@
-"""arms: the in-process arms of one `lab arms` run, per new-token count: baseline, genuine hit, fake prefix and
-state restore vs L (median decode ms with its 95% interval), then what the restore fallback pays for its cache
-read: the restore ms and a memcpy of as many bytes vs L, with the blob's size and the bandwidth in the tooltip.
+"""arms: the in-process arms of one `lab arms` run, per new-token count: baseline (from the fill passes and any
+direct reps), genuine hit (restored), plain genuine hit and fake prefix vs L (median decode ms with its 95%
+interval), then what the genuine hit's cache read costs: the restore ms and a memcpy of as many bytes vs L, with
+the blob's size and the bandwidth in the tooltip.
 """
 
 from __future__ import annotations
@@ -17,8 +18,15 @@ from lab.settings import ReportSettings
 
 TITLE = "In-process arms: what the new tokens cost after each way of having the prefix"
 PARAM = "arms_run"
-ARMS = {"baseline": "baseline (L + new)", "genuine": "genuine hit", "fake": "fake prefix", "restore": "state restore"}
-COLORS = ["#9d9da1", "#4c78a8", "#f58518", "#54a24b"]
+ARMS = {
+    "baseline_fill": "baseline (L + new, fill passes)",
+    "baseline": "baseline (L + new, direct)",
+    "genuine": "genuine hit",
+    "plain": "plain genuine hit",
+    "fake": "fake prefix",
+    "restore": "state restore (older runs)",
+}
+COLORS = ["#9d9da1", "#6f6f73", "#4c78a8", "#72b7b2", "#f58518", "#54a24b"]
 COST = {"restore_prep_ci": "restore (set_data_ext)", "memcpy_ci": "memcpy of the same bytes"}
 
 
@@ -74,7 +82,7 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
         .transform_filter(keep)
         .properties(
             width=width, height=max(160, height // 2),
-            title=title("the restore arm's cache read vs L",
+            title=title("the genuine hit's cache read vs L",
                         "the depth-L state blob read back per step, against a plain memcpy of as many bytes"),
         )
     )  # fmt: skip

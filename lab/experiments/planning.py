@@ -1,0 +1,162 @@
+"""A sweep's plan on this host: the rates (a rates file, a profile run, or a short calibration with the in-process
+driver), the grid's predicted wall time per arm for the lab's design and for one that prefills per rep, the
+reps a budget affords, and after a run, predicted against actual (lab.plan holds the arithmetic)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Any
+
+from rich.console import Console
+from rich.table import Table
+
+from lab.engine.imagegrid import ImageGeometry
+from lab.errors import UsageError
+from lab.plan import (
+    Plan,
+    Rates,
+    Where,
+    fit_reps,
+    fmt_duration,
+    parse_duration,
+    plan,
+    rates_from_chunks,
+    rates_from_file,
+)
+from lab.plan import rates_from_profile as _profile_rates
+from lab.runs import RunError, resolve_run
+from lab.schemas import InprocFill
+from lab.settings import Settings
+
+CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
+
+
+def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> list[tuple[int, int]]:
+    """(L, only_new) of every point of the sweep's grid (an image point decodes its image's tokens too)."""
+    from lab.experiments.fakeprefix import grid, only_new
+
+    return [(p.L, only_new(p, geometry)) for p in grid(settings.sweep)]
+
+
+def plans(settings: Settings, rates: Rates, where: Where, reps: int | None = None) -> tuple[Plan, Plan]:
+    """(per-rep prefill, cumulative) plans of the sweep's grid, at max_reps unless `reps`."""
+    sw = settings.sweep
+    n = reps or sw.max_reps
+    points = grid_points(settings)
+    arms: list[str] = [*sw.arms] if where == "server" else [*settings.arms.arms]
+    kw: dict[str, Any] = {"fill_passes": sw.fill_passes, "baseline_reps": sw.baseline_reps,
+                          "bench_reps": sw.bench_reps, "bench_check": sw.bench_check}  # fmt: skip
+    old_arms = ["baseline", "fake", "genuine", "estimate"] if where == "server" else ["baseline", "fake", "genuine"]
+    return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan("cumulative", where, points, n, arms,
+                                                                                   rates, **kw)  # fmt: skip
+
+
+def resolve_rates(ref: str, runs_dir: Path) -> Rates:
+    """`ref`: a rates file (YAML/JSON), or a profile run (id, unique prefix, or folder) of the same model."""
+    path = Path(ref)
+    if path.is_file():
+        return rates_from_file(path)
+    try:
+        run = resolve_run(ref, runs_dir)
+    except RunError as e:
+        raise UsageError(f"--rates {ref}: neither a rates file nor a run ({e})") from e
+    summary, bands = run.path / "raw" / "profile_summary.json", run.path / "raw" / "profile_bands.jsonl"
+    if run.manifest().experiment != "profile" or not summary.exists() or not bands.exists():
+        raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
+    return _profile_rates(summary, bands, run.path.name)
+
+
+def calibrate(settings: Settings) -> Rates:
+    """A short calibration: the in-process driver times a chunk of the grid's smallest `new` at its smallest L
+    and at min(its largest L, 2048) after one cumulative fill, and the rates are fitted to them."""
+    from lab.experiments.protocol import resolve_parts
+    from lab.fills import fills_of
+    from lab.inproc import DriverSession, prepare_driver, sweep_driver_command
+
+    sw = settings.sweep
+    Ls = sorted({min(sw.Ls), min(max(sw.Ls), CALIBRATION_DEPTH)})
+    news = [min(sw.news)]
+    cal = settings.model_copy(update={"sweep": sw.model_copy(update={"Ls": Ls, "news": news})})
+    parts = resolve_parts(cal, needs_engine=True)
+    assert parts.engine is not None and parts.model is not None
+    driver, _ = prepare_driver(parts.engine, cal, parts.model, news, fake=False, who="sweep --plan")
+    logs = settings.cache_dir / "logs"
+    cmd = sweep_driver_command(driver, cal, parts.model, news, fake=False)
+    with DriverSession(cmd, logs / "calibration.log") as d:
+        d.fill(0)  # a first pass warms the process up
+        rows = fills_of(d.fill(1))
+    chunks = [(f.L, f.new, f.ms) for f in rows if f.kind == "chunk" and f.new and f.ok]
+    return rates_from_chunks(chunks, f"calibration: chunks of {news[0]} at depths {', '.join(map(str, Ls))}")
+
+
+def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float) -> Settings:
+    """The settings with max_reps (and min_reps if above it) set to the most reps the budget affords."""
+    reps = fit_reps(budget_s, lambda n: plans(settings, rates, where, n)[1])
+    sw = settings.sweep.model_copy(update={"max_reps": reps, "min_reps": min(settings.sweep.min_reps, reps),
+                                           "reps": None})  # fmt: skip
+    return settings.model_copy(update={"sweep": sw})
+
+
+def plan_table(old: Plan, new: Plan) -> Table:
+    r = new.rates
+    t = Table(title=f"plan: {new.points} points x {new.reps} reps ({new.where}); rates {r.flat_ms_per_token:.3f} "
+              f"ms/token + {r.attn_ms_per_token_per_1k:.4f} per 1k depth ({r.source})")  # fmt: skip
+    for c in ("arm", "what it decodes (this lab)", "this lab", "prefill per rep"):
+        t.add_column(c, justify="left" if c.startswith(("arm", "what")) else "right")
+    before = {a.arm: a.seconds for a in old.arms}
+    for a in new.arms:
+        t.add_row(a.arm, a.what, fmt_duration(a.seconds), fmt_duration(before[a.arm]) if a.arm in before else "-")
+    for arm, s in before.items():
+        if arm not in {a.arm for a in new.arms}:
+            t.add_row(arm, "(not measured by this lab's design)", "-", fmt_duration(s))
+    t.add_row("total", "", fmt_duration(new.total_s), fmt_duration(old.total_s), style="bold")
+    return t
+
+
+def plan_line(new: Plan, actual_s: float | None = None) -> str:
+    line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
+    if actual_s is not None:
+        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction)" if new.total_s else ""
+    return line
+
+
+def rates_for(settings: Settings) -> Rates:
+    """sweep.rates when set, else a short calibration here."""
+    ref = settings.sweep.rates
+    return resolve_rates(ref, settings.runs_dir) if ref else calibrate(settings)
+
+
+def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
+    """`--plan` (print the plan and measure nothing: returns None) and `--budget` (the reps it affords)."""
+    if not show and budget is None:
+        return settings
+    rates = rates_for(settings)
+    if budget is not None:
+        settings = budget_reps(settings, rates, where, parse_duration(budget))
+        console.print(f"--budget {budget}: up to {settings.sweep.max_reps} reps per point", highlight=False)
+    old, new = plans(settings, rates, where)
+    console.print(plan_table(old, new))
+    return None if show else settings
+
+
+def plan_of_run(settings: Settings, where: Where, fills: list[InprocFill], console: Console) -> Plan | None:
+    """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks."""
+    chunks = [(f.L, f.new, f.ms) for f in fills if f.kind == "chunk" and f.new and f.ok]
+    if settings.sweep.rates:
+        rates = resolve_rates(settings.sweep.rates, settings.runs_dir)
+    elif len({L for L, _, _ in chunks}) >= 2:
+        rates = rates_from_chunks(chunks, "this run's fill passes")
+    else:
+        return None
+    new = plans(settings, rates, where)[1]
+    rate = f"{rates.flat_ms_per_token:.3f} ms/token + {rates.attn_ms_per_token_per_1k:.4f} per 1k depth"
+    console.print(f"plan: {plan_line(new)} ({rate}, from {rates.source})", highlight=False)
+    return new
+
+
+def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:
+    if new is None:
+        return {}
+    return {"plan": {"predicted_s": new.total_s, "actual_s": actual_s, "reps": new.reps,
+                     "rates": new.rates.model_dump(mode="json"),
+                     "arms": {a.arm: a.seconds for a in new.arms}}}  # fmt: skip

@@ -1,0 +1,63 @@
+"""What the in-process driver's cumulative fill passes give a point: the baseline (time to reach L + new from
+empty, as prefix sums of the pass's segments) and the estimate's chunk (new tokens at depth L)."""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import TYPE_CHECKING, Any
+
+from lab.runs import RunFolder
+from lab.schemas import InprocFill
+
+if TYPE_CHECKING:
+    from lab.inproc import DriverSession
+    from lab.settings import Settings
+
+
+def fill_values(fills: Iterable[InprocFill], L: int, new: int) -> tuple[list[float], list[float]]:
+    """Per complete fill pass: (time to reach L + new from empty, the chunk of `new` at depth L), in ms."""
+    fills = list(fills)
+    baseline, chunk = [], []
+    for n in sorted({f.fill_pass for f in fills}):
+        rows = [f for f in fills if f.fill_pass == n]
+        segs = [f.ms for f in rows if f.kind == "fill" and f.L <= L]
+        c = next((f for f in rows if f.kind == "chunk" and f.L == L and f.new == new and f.ok), None)
+        if c is None or not any(f.kind == "fill" and f.L == L for f in rows):
+            continue
+        baseline.append(sum(segs) + c.ms)
+        chunk.append(c.ms)
+    return baseline, chunk
+
+
+def complete_fills(run: RunFolder, table: str, settings: Settings, news: list[int]) -> list[InprocFill]:
+    """The fill passes a run holds, whole ones only (a pass is appended at once; a torn one is dropped)."""
+    rows = run.read(table, InprocFill, tolerate_torn_tail=True)
+    need = len(settings.sweep.Ls) * (1 + len(news))
+    whole = {n for n in {f.fill_pass for f in rows} if sum(f.fill_pass == n for f in rows) == need}
+    kept = [f for f in rows if f.fill_pass in whole]
+    if len(kept) != len(rows):
+        run.rewrite(table, kept)
+    return kept
+
+
+def fills_of(rows: list[dict[str, Any]]) -> list[InprocFill]:
+    """The rows of one `fill` command as InprocFill rows."""
+    out = []
+    for r in rows:
+        if r.get("kind") == "fill":
+            out.append(InprocFill(kind="fill", fill_pass=r["pass"], L=r["L"], start=r["from"], ms=r["ms"],
+                                  capture_ms=r["capture_ms"], blob_bytes=r["blob_bytes"]))  # fmt: skip
+        elif r.get("kind") == "chunk":
+            out.append(InprocFill(kind="chunk", fill_pass=r["pass"], L=r["L"], new=r["new"], ms=r["ms"], ok=r["ok"],
+                                  reason=r["reason"]))  # fmt: skip
+    return out
+
+
+def run_fills(driver: DriverSession, run: RunFolder, table: str, fills: list[InprocFill], passes: int) -> None:
+    """Top the run up to `passes` cumulative fill passes (at least one: the driver's states live in memory, so a
+    resumed run fills again), appending each pass whole; `fills` grows in place."""
+    first = max((f.fill_pass for f in fills), default=-1) + 1
+    for n in range(first, first + max(1, passes - len({f.fill_pass for f in fills}))):
+        rows = fills_of(driver.fill(n))
+        run.append(table, rows)
+        fills += rows

@@ -1,0 +1,197 @@
+"""What a sweep costs before it starts: the predicted wall time per arm and in total for a grid on a host, from
+two rates, and how many reps fit a budget.
+
+A prefill's time is modelled as a flat cost per token (FFN, projections, recurrent layers: the same at every
+depth) plus attention's, which grows with the depth the token attends over:
+
+    ms per token at depth d  =  flat + slope * d / 1000
+    ms to decode positions [d0, d1)  =  flat * (d1 - d0) + slope * (d1^2 - d0^2) / 2000
+
+The rates come from a rates file (`flat_ms_per_token`, `attn_ms_per_token_per_1k`), from a profile run of the
+same model and host (its attention fit and flat bands), or from a short calibration (a few chunks at two
+depths). The plan counts what each design decodes; process starts, model loads and HTTP round trips are not
+in it (a few seconds per run here), so it is a floor on a quiet host.
+
+Two designs are planned side by side:
+  per-rep prefill  the lab before cumulative fills: every rep prefills the baseline (L + new), the genuine hit's
+                   prefix (L) and a llama-bench estimate that fills the depth `bench_reps` times
+  cumulative       every rep decodes only new tokens (fake, restored genuine, the estimate's chunk, and two
+                   16-token warm-ups); the deepest L is prefilled once for the server's saved states and once per
+                   fill pass in process; a direct baseline (optional) runs in `baseline_reps` reps only
+"""
+
+from __future__ import annotations
+
+import json
+import re
+from collections.abc import Callable
+from pathlib import Path
+from typing import Literal
+
+import yaml
+from pydantic import BaseModel, Field, ValidationError
+
+from lab.errors import UsageError
+
+Design = Literal["per-rep prefill", "cumulative"]
+WARM_UP = 16  # tokens of the untimed warm-up before each rep's timed chunks (driver and server)
+Where = Literal["server", "inproc"]
+
+
+class Rates(BaseModel):
+    """ms per token of a prefill: flat, and attention's growth per 1,000 tokens of depth."""
+
+    flat_ms_per_token: float = Field(gt=0)
+    attn_ms_per_token_per_1k: float = Field(ge=0)
+    source: str = ""
+
+    def ms(self, d0: int, d1: int) -> float:
+        """Decoding positions [d0, d1)."""
+        return self.flat_ms_per_token * (d1 - d0) + self.attn_ms_per_token_per_1k * (d1 * d1 - d0 * d0) / 2000
+
+    def chunk(self, L: int, new: int) -> float:
+        return self.ms(L, L + new)
+
+
+class ArmCost(BaseModel):
+    arm: str
+    what: str
+    seconds: float
+
+
+class Plan(BaseModel):
+    design: Design
+    where: Where
+    reps: int
+    points: int
+    rates: Rates
+    arms: list[ArmCost]
+
+    @property
+    def total_s(self) -> float:
+        return sum(a.seconds for a in self.arms)
+
+
+Point = tuple[int, int]  # (L, only_new)
+
+
+def plan(
+    design: Design, where: Where, points: list[Point], reps: int, arms: list[str], rates: Rates, *,
+    fill_passes: int = 3, baseline_reps: int | None = 3, bench_reps: int = 3, bench_check: bool = True,
+) -> Plan:  # fmt: skip
+    """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps)."""
+    r, out = rates, []
+    base_reps = reps if baseline_reps is None or design == "per-rep prefill" else min(baseline_reps, reps)
+    deepest = max(L for L, _ in points)
+
+    def add(arm: str, what: str, ms: float) -> None:
+        out.append(ArmCost(arm=arm, what=what, seconds=ms / 1e3))
+
+    if "baseline" in arms:
+        add("baseline", f"L + new from empty, {base_reps} reps", base_reps * sum(r.ms(0, L + n) for L, n in points))
+    if "fake" in arms:
+        add("fake", "new tokens after a fabricated prefix", reps * sum(r.chunk(L, n) for L, n in points))
+    if design == "per-rep prefill":
+        if "genuine" in arms:
+            add("genuine", "prefix L prefilled, then new, every rep",
+                reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
+        if "estimate" in arms:  # llama-bench fills the depth again for each of its reps
+            add("estimate", f"llama-bench -d L -r {bench_reps} per rep",
+                reps * bench_reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
+        return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
+    if "genuine" in arms:
+        states = r.ms(0, deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
+        add("genuine", "new tokens after a restored depth-L state" + (" (+ the states, once)" if states else ""),
+            states + reps * sum(r.chunk(L, n) for L, n in points))  # fmt: skip
+    if "plain" in arms:
+        add("plain", "prefix L prefilled, then new, every rep",
+            reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
+    if where == "inproc" or "estimate" in arms:
+        chunks = sum(r.chunk(L, n) for L, n in points)
+        add("fill passes", f"{fill_passes} cumulative passes to depth {deepest}",
+            fill_passes * (r.ms(0, deepest) + chunks))  # fmt: skip
+    if where == "server" and "estimate" in arms:
+        warm = sum(r.chunk(L, min(n, WARM_UP)) for L, n in points)  # the driver's and the server's warm-ups
+        add("estimate", "the chunk at depth L in process; short warm-ups in both", reps * (chunks + 2 * warm))
+        if bench_check:
+            Ls, n0 = sorted({L for L, _ in points})[:2], min(n for _, n in points)
+            add("llama-bench check", f"once at L = {', '.join(map(str, Ls))}, new = {n0}",
+                bench_reps * sum(r.ms(0, L) + r.chunk(L, n0) for L in Ls))  # fmt: skip
+    return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
+
+
+def fit_reps(budget_s: float, plan_of: Callable[[int], Plan]) -> int:
+    """The most reps (1..200) whose plan fits `budget_s`; a budget that one rep exceeds is a one-line error."""
+    one = plan_of(1)
+    if one.total_s > budget_s:
+        raise UsageError(f"--budget {fmt_duration(budget_s)}: one rep of this grid already takes about "
+                         f"{fmt_duration(one.total_s)}; give more time or a smaller grid")  # fmt: skip
+    lo, hi = 1, 200
+    while lo < hi:
+        mid = (lo + hi + 1) // 2
+        lo, hi = (mid, hi) if plan_of(mid).total_s <= budget_s else (lo, mid - 1)
+    return lo
+
+
+DURATION = re.compile(r"^(?:(\d+)h)?(?:(\d+)m)?(?:(\d+)s)?$")
+
+
+def parse_duration(text: str) -> float:
+    """`30m`, `1h30m`, `90s`, `2h` -> seconds; anything else is a one-line error."""
+    m = DURATION.match(text.strip())
+    if not text.strip() or m is None or not any(m.groups()):
+        raise UsageError(f"--budget: expected a duration like 30m, 1h30m or 90s, got {text!r}")
+    h, mi, s = (int(g) if g else 0 for g in m.groups())
+    return float(h * 3600 + mi * 60 + s)
+
+
+def fmt_duration(seconds: float) -> str:
+    if seconds < 90:
+        return f"{seconds:.0f} s"
+    if seconds < 5400:
+        return f"{seconds / 60:.1f} min"
+    return f"{seconds / 3600:.1f} h"
+
+
+def rates_from_file(path: Path) -> Rates:
+    """A YAML or JSON rates file: flat_ms_per_token and attn_ms_per_token_per_1k."""
+    try:
+        data = yaml.safe_load(path.read_text())
+    except (OSError, yaml.YAMLError) as e:
+        raise UsageError(f"--rates {path}: cannot read it as YAML or JSON ({e})") from e
+    if not isinstance(data, dict):
+        raise UsageError(f"--rates {path}: expected a mapping with flat_ms_per_token and attn_ms_per_token_per_1k")
+    unknown = sorted(set(data) - {"flat_ms_per_token", "attn_ms_per_token_per_1k", "source"})
+    if unknown:
+        raise UsageError(f"--rates {path}: unknown key {unknown[0]!r} (flat_ms_per_token, attn_ms_per_token_per_1k)")
+    try:
+        return Rates.model_validate({"source": f"file {path}", **data})
+    except ValidationError as e:
+        first = e.errors()[0]
+        raise UsageError(f"--rates {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from e
+
+
+def rates_from_profile(summary_json: Path, bands_jsonl: Path, run_id: str) -> Rates:
+    """A profile run's rates: attention's fitted slope, and the flat ms/token of every band at the shallowest
+    depth (attention's own intercept included)."""
+    summary = json.loads(summary_json.read_text())
+    rows = [json.loads(line) for line in bands_jsonl.read_text().splitlines() if line.strip()]
+    if not rows:
+        raise UsageError(f"--rates {run_id}: the profile has no band rows")
+    shallow = min(int(r["depth"]) for r in rows)
+    flat = sum(float(r["ms_per_token"]) for r in rows if int(r["depth"]) == shallow and r["band"] != "attn_core")
+    flat += float(summary["attn_intercept_ms_per_token"])
+    slope = max(0.0, float(summary["attn_slope_ms_per_token_per_1k"]))
+    return Rates(flat_ms_per_token=flat, attn_ms_per_token_per_1k=slope, source=f"profile {run_id}")
+
+
+def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rates:
+    """Rates fitted to chunks (L, new, ms): ms / new = flat + slope * (L + new / 2) / 1000, least squares."""
+    from lab.stats import linear_fit
+
+    xs = [(L + n / 2) / 1000 for L, n, _ in chunks]
+    ys = [ms / n for _, n, ms in chunks]
+    slope, flat, _ = linear_fit(xs, ys)
+    if flat <= 0:
+        flat, slope = min(ys), 0.0
+    return Rates(flat_ms_per_token=flat, attn_ms_per_token_per_1k=max(0.0, slope), source=source)

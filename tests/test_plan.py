@@ -1,0 +1,103 @@
+"""The plan's arithmetic (lab.plan) on constructed rates: the cost of decoding at depth, the two designs on the
+reference host's grid, the reps a budget affords, rates from a file and fitted from chunks; and `--plan` through
+the CLI, which measures nothing."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.errors import UsageError
+from lab.plan import Plan, Rates, fit_reps, parse_duration, plan, rates_from_chunks, rates_from_file
+
+pytestmark = pytest.mark.fast
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+NUC16 = Rates(flat_ms_per_token=9.52, attn_ms_per_token_per_1k=0.318)
+GRID = [(L, n) for L in (4096, 8192, 16384, 32768, 40960) for n in (256, 1024)]
+
+
+def test_decoding_at_depth_is_flat_plus_attention_growing_with_depth() -> None:
+    r = Rates(flat_ms_per_token=2.0, attn_ms_per_token_per_1k=0.5)
+    assert r.ms(0, 1000) == pytest.approx(2000 + 0.5 * 1000 * 1000 / 2000)  # the mean depth of [0, 1000) is 500
+    assert r.chunk(4000, 100) == pytest.approx(100 * (2.0 + 0.5 * 4.05))
+    assert r.ms(0, 3000) == pytest.approx(r.ms(0, 1000) + r.ms(1000, 3000))  # a fill is the sum of its segments
+
+
+def test_the_reference_grid_in_both_designs() -> None:
+    """The numbers the docs quote: prefilling per rep costs about 15,300 s a rep (51 h at 12 reps); the lab's
+    design fits 12 reps in under 2 h through the server and about 80 min in process."""
+    old = plan("per-rep prefill", "server", GRID, 1, ["baseline", "fake", "genuine", "estimate"], NUC16)
+    assert old.total_s == pytest.approx(15_300, rel=0.01)
+    assert plan("per-rep prefill", "server", GRID, 12, ["baseline", "fake", "genuine", "estimate"],
+                NUC16).total_s / 3600 == pytest.approx(51.0, rel=0.01)  # fmt: skip
+    new = plan("cumulative", "server", GRID, 12, ["fake", "genuine", "estimate"], NUC16, fill_passes=2)
+    assert new.total_s < 2 * 3600
+    arms = {a.arm: a.seconds for a in new.arms}
+    assert set(arms) == {"fake", "genuine", "fill passes", "estimate", "llama-bench check"}
+    deepest = NUC16.ms(0, 40960)
+    assert arms["genuine"] == pytest.approx((deepest + 12 * sum(NUC16.chunk(L, n) for L, n in GRID)) / 1e3)
+    inproc = plan("cumulative", "inproc", GRID, 12, ["fake", "genuine"], NUC16, fill_passes=3)
+    assert inproc.total_s / 60 == pytest.approx(79.4, rel=0.01)
+    # a rep of the lab's design costs its new tokens: twelve more reps add what those tokens cost, nothing of L
+    more = plan("cumulative", "inproc", GRID, 24, ["fake", "genuine"], NUC16, fill_passes=3)
+    assert more.total_s - inproc.total_s == pytest.approx(12 * 2 * sum(NUC16.chunk(L, n) for L, n in GRID) / 1e3)
+
+
+def test_a_budget_affords_the_most_reps_that_fit() -> None:
+    def of(n: int) -> Plan:
+        return plan("cumulative", "inproc", GRID, n, ["fake", "genuine"], NUC16, fill_passes=1)
+
+    reps = fit_reps(3600, of)
+    assert of(reps).total_s <= 3600 < of(reps + 1).total_s
+    with pytest.raises(UsageError, match="one rep of this grid already takes about"):
+        fit_reps(60, of)
+
+
+@pytest.mark.parametrize(("text", "seconds"), [("30m", 1800), ("1h30m", 5400), ("90s", 90), ("2h", 7200)])
+def test_durations(text: str, seconds: float) -> None:
+    assert parse_duration(text) == seconds
+
+
+@pytest.mark.parametrize("text", ["", "30", "m", "1.5h", "30 min"])
+def test_a_bad_duration_is_one_line(text: str) -> None:
+    with pytest.raises(UsageError, match="expected a duration like 30m"):
+        parse_duration(text)
+
+
+def test_rates_files(tmp_path: Path) -> None:
+    f = tmp_path / "rates.yaml"
+    f.write_text("flat_ms_per_token: 9.52\nattn_ms_per_token_per_1k: 0.318\n")
+    assert rates_from_file(f).model_dump(exclude={"source"}) == NUC16.model_dump(exclude={"source"})
+    f.write_text("flat_ms_per_token: 9.52\nattn_ms_per_token_per_1K: 0.318\n")
+    with pytest.raises(UsageError, match="unknown key 'attn_ms_per_token_per_1K'"):
+        rates_from_file(f)
+    f.write_text("flat_ms_per_token: -1\nattn_ms_per_token_per_1k: 0.3\n")
+    with pytest.raises(UsageError, match="flat_ms_per_token"):
+        rates_from_file(f)
+
+
+def test_rates_fitted_to_chunks_recover_the_rates() -> None:
+    chunks = [(L, n, NUC16.chunk(L, n)) for L, n in ((512, 64), (2048, 64), (4096, 256))]
+    r = rates_from_chunks(chunks, "test")
+    assert r.flat_ms_per_token == pytest.approx(9.52) and r.attn_ms_per_token_per_1k == pytest.approx(0.318)
+
+
+def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
+    rates = REPO / "docs" / "examples" / "nuc16-holo3-rates.yaml"
+    runs = tmp_path / "runs"
+    r = subprocess.run(
+        [LAB, "sweep", "--plan", "--rates", str(rates), "--Ls", "4096,8192,16384,32768,40960", "--news", "256,1024",
+         "--max-reps", "12", "--ctx-size", "45000", "--runs-dir", str(runs)],
+        capture_output=True, text=True, cwd=tmp_path, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, timeout=120,
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    assert "51.0 h" in r.stdout and "1.8 h" in r.stdout and "llama-bench check" in r.stdout, r.stdout
+    assert not runs.exists()
+    r = subprocess.run([LAB, "arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs)],
+                       capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "--rates" in r.stderr and "neither a rates file nor a run" in r.stderr, r.stderr
