@@ -78,6 +78,7 @@ bench: setup
 	$(PY) benchmarks/engine_fake_vs_genuine.py
 	$(PY) benchmarks/sweep_agreement.py
 	$(PY) benchmarks/sweep_cost.py
+	$(PY) benchmarks/noise_floor.py
 	$(PY) benchmarks/inproc_arms.py
 	$(PY) benchmarks/profile_overhead.py
 	$(PY) benchmarks/catalog_ingest.py

@@ -5,14 +5,14 @@ every rep (sweep.genuine_prefix = prefill), the estimate is one `llama-bench -d 
 (sweep.estimate_tool = llama-bench) and the direct baseline runs every rep. The new way is the lab's default
 (restored genuine hit, the in-process chunk as the estimate, the baseline from the fill passes).
 
-1. Same reps (--reps, default 5) both ways: the wall-time ratio old/new (goal: at least 5x) and per point the
-   fake/genuine interval's half-width both ways.
+1. Same reps (--reps, default 12: the old sweep's max_reps) both ways: the wall-time ratio old/new (goal: at
+   least 5x) and per point the fake/genuine interval's half-width both ways.
 2. At equal wall time: the new way gets the old way's wall time as its --budget (adaptive reps from 5), and both
    count their fake/genuine verdicts decided at +-5% (goal: at least 7 of 8 for the new way).
 3. What one more rep costs, per point both ways (the wall seconds of a rep: the old way pays a baseline, a
    genuine prefill and a llama-bench run; the new way its new tokens).
 
-    .venv/bin/python benchmarks/sweep_cost.py [--reps 5] [--Ls 512,2048] [--news 64] [--model M]
+    .venv/bin/python benchmarks/sweep_cost.py [--reps 12] [--Ls 512,2048] [--news 64] [--model M]
 """
 
 from __future__ import annotations
@@ -68,7 +68,7 @@ def rep_s(p: SweepPoint) -> str:
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
-    ap.add_argument("--reps", type=int, default=5)
+    ap.add_argument("--reps", type=int, default=12)
     ap.add_argument("--Ls", type=ints, default=None)
     ap.add_argument("--news", type=ints, default=None)
     ap.add_argument("--model", type=Path)

@@ -14,10 +14,11 @@ in it (a few seconds per run here), so it is a floor on a quiet host.
 
 Two designs are planned side by side:
   per-rep prefill  the lab before cumulative fills: every rep prefills the baseline (L + new), the genuine hit's
-                   prefix (L) and a llama-bench estimate that fills the depth `bench_reps` times
-  cumulative       every rep decodes only new tokens (fake, restored genuine, the estimate's chunk, and two
-                   16-token warm-ups); the deepest L is prefilled once for the server's saved states and once per
-                   fill pass in process; a direct baseline (optional) runs in `baseline_reps` reps only
+                   prefix (L) and a llama-bench call for the estimate (it fills the depth once per call, then
+                   restores that state for its `bench_reps` reps, after a warm-up chunk)
+  cumulative       every rep decodes only new tokens (fake, restored genuine, the estimate's chunk after a warm-up
+                   chunk, a 16-token server warm-up); the deepest L is prefilled once for the server's saved states
+                   and once per fill pass in process; a direct baseline (optional) runs in `baseline_reps` reps only
 """
 
 from __future__ import annotations
@@ -34,7 +35,7 @@ from pydantic import BaseModel, Field, ValidationError
 from lab.errors import UsageError
 
 Design = Literal["per-rep prefill", "cumulative"]
-WARM_UP = 16  # tokens of the untimed warm-up before each rep's timed chunks (driver and server)
+WARM_UP = 16  # tokens of the server's untimed warm-up request before each rep's arms
 Where = Literal["server", "inproc"]
 
 
@@ -95,9 +96,9 @@ def plan(
         if "genuine" in arms:
             add("genuine", "prefix L prefilled, then new, every rep",
                 reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
-        if "estimate" in arms:  # llama-bench fills the depth again for each of its reps
-            add("estimate", f"llama-bench -d L -r {bench_reps} per rep",
-                reps * bench_reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
+        if "estimate" in arms:  # one llama-bench call per rep: it fills the depth once, then restores it per rep
+            add("estimate", f"llama-bench -d L -r {bench_reps} per rep (a depth fill, a warm-up, {bench_reps} chunks)",
+                reps * sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n) for L, n in points))  # fmt: skip
         return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
     if "genuine" in arms:
         states = r.ms(0, deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
@@ -111,12 +112,13 @@ def plan(
         add("fill passes", f"{fill_passes} cumulative passes to depth {deepest}",
             fill_passes * (r.ms(0, deepest) + chunks))  # fmt: skip
     if where == "server" and "estimate" in arms:
-        warm = sum(r.chunk(L, min(n, WARM_UP)) for L, n in points)  # the driver's and the server's warm-ups
-        add("estimate", "the chunk at depth L in process; short warm-ups in both", reps * (chunks + 2 * warm))
+        warm = sum(r.chunk(L, min(n, WARM_UP)) for L, n in points)  # the server's short warm-up request
+        add("estimate", "the chunk at depth L in process, after a warm-up chunk; a short server warm-up",
+            reps * (2 * chunks + warm))  # fmt: skip
         if bench_check:
             Ls, n0 = sorted({L for L, _ in points})[:2], min(n for _, n in points)
             add("llama-bench check", f"once at L = {', '.join(map(str, Ls))}, new = {n0}",
-                bench_reps * sum(r.ms(0, L) + r.chunk(L, n0) for L in Ls))  # fmt: skip
+                sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n0) for L in Ls))  # fmt: skip
     return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
 
 

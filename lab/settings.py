@@ -43,7 +43,10 @@ class EngineSettings(BaseModel):
 class ServerSettings(BaseModel):
     """How the patched llama-server is started for measurements."""
 
-    threads: int = Field(default=2, ge=1)
+    # all cores but one: on a 2-core VM one thread gave fake/genuine intervals 1.6x narrower per rep than two
+    # and decided twice the points per minute (docs/sweep-cost.md, the noise floor): the client, the other
+    # process and the kernel need a core
+    threads: int = Field(default=max(1, (os.cpu_count() or 1) - 1), ge=1)
     threads_batch: int | None = Field(default=None, ge=1)
     ctx_size: int = Field(default=16384, ge=256)
     batch_size: int = Field(default=2048, ge=1)
@@ -69,7 +72,7 @@ class SweepSettings(BaseModel):
     news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
     reps: int | None = Field(default=None, ge=1, le=100, description="fixed reps per point (min = max = reps)")
     min_reps: int = Field(default=5, ge=1, le=200, description="reps every point gets")
-    max_reps: int = Field(default=12, ge=1, le=200, description="reps a point may get to decide its verdicts")
+    max_reps: int = Field(default=100, ge=1, le=200, description="reps a point may get to decide its verdicts")
     target: float = Field(default=0.03, gt=0, lt=1, description="stop at this half-width of fake/genuine")
     arms: list[SweepArm] = Field(
         default=["fake", "genuine", "estimate"],

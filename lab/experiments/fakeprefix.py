@@ -19,6 +19,7 @@ point is done, so an interrupted sweep resumes with no duplicated or lost point.
 from __future__ import annotations
 
 import contextlib
+import shutil
 import statistics
 import time
 from collections.abc import Callable
@@ -40,7 +41,7 @@ from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.fills import complete_fills, fill_values, run_fills
 from lab.headline import newest_profile, steps_of, summary_lines
-from lab.inproc import DriverError, DriverSession, prepare_driver, sweep_driver_command
+from lab.inproc import SOURCE, DriverError, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import InstrumentInfo
 from lab.plan import WARM_UP, Plan
 from lab.presenters import headline_tables
@@ -420,6 +421,8 @@ class Sweep(Experiment):
         if self.driver is None:
             return self.bench_estimate(sess) if "estimate" in sess.settings.sweep.arms else no_estimate
         run, logs = sess.run, sess.run.path / "logs"
+        shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)  # what measured the estimate: its source and build
+        (run.path / "raw" / "inproc_driver.json").write_text(self.driver.model_dump_json(indent=2))
         file = logs / "inproc_tokens.txt"
         file.write_text(" ".join(map(str, tokens)) + "\n")
         cmd = sweep_driver_command(self.driver, sess.settings, sess.model, news, tokens=file, fake=False)
@@ -431,7 +434,7 @@ class Sweep(Experiment):
         self.plan = plan_of_run(sess.settings, "server", fills, progress.console)
 
         def estimate(p: GridPoint, rep: int) -> PrefillTps:
-            # a short untimed chunk first: the driver wakes after the server's requests with its caches cold,
+            # the same chunk untimed first: the driver wakes after the server's requests with its caches cold,
             # while the server's arms follow one another (llama-bench, too, warms up first)
             n = only_new(p, self.geometry)
             *_, row = driver.rep(p.L, n, rep, ["warmup", "genuine"])
@@ -445,7 +448,7 @@ class Sweep(Experiment):
 
     def bench_estimate(self, sess: Session) -> Callable[[GridPoint, int], PrefillTps]:
         """sweep.estimate_tool = llama-bench: one `llama-bench -p only_new -d L -r bench_reps` call per estimate
-        sample, which fills the depth for each of its reps (the slow way, kept to compare against)."""
+        sample, which fills the depth once per call (the slow way, kept to compare against)."""
         sw, srv = sess.settings.sweep, sess.settings.server
 
         def estimate(p: GridPoint, rep: int) -> PrefillTps:
@@ -459,7 +462,7 @@ class Sweep(Experiment):
 
     def bench_check(self, sess: Session, p: GridPoint) -> list[PrefillTps]:
         """llama-bench's own chunk at depth L, once, at the grid's two smallest L for its smallest new (text points;
-        it fills the depth for each of its reps): the independent cross-check shown beside the estimate."""
+        one depth fill per call): the independent cross-check shown beside the estimate."""
         sw, srv = sess.settings.sweep, sess.settings.server
         if not (sw.bench_check and "estimate" in sw.arms and sw.estimate_tool == "inproc"):
             return []

@@ -16,8 +16,8 @@
 //     genuine   restore the depth-L blob of the last fill (prep_ms: the cache read), then time the new tokens,
 //               then a plain memcpy of as many bytes (copy_ms: the yardstick for the cache read)
 //     plain     decode L (untimed), then time the new tokens: the genuine hit without a saved state
-//     warmup    restore the depth-L blob and decode up to 16 of the new tokens (a sample row like the others):
-//               after another process measured on the same cores, this one's caches are cold
+//     warmup    the genuine arm untimed (a sample row like the others): after another process measured on the
+//               same cores this one's caches are cold, and a shorter warm-up left the next chunk ~10% slow
 //   {"kind":"sample","L":..,"new":..,"arm":..,"rep":..,"ok":..,"reason":..,"decode_ms":..,"prep_ms":..,
 //    "copy_ms":..,"blob_bytes":..,"pos_max":..}
 //   quit            (or end of input)
@@ -291,7 +291,7 @@ class Driver {
                 s.ok = decode(0, L);
                 s.reason = s.ok ? "" : "decoding the genuine prefix failed";
             } else if (arm == "warmup") {
-                restore(L, s);  // then a few tokens: wakes this process's threads and caches, cheaply
+                restore(L, s);  // then the same chunk: wakes this process's threads, caches and buffers
             }
             s.pos_max = (int) llama_memory_seq_pos_max(mem_, 0);
             if (s.ok && from == L && s.pos_max != L - 1) {
@@ -300,7 +300,7 @@ class Driver {
             }
             if (s.ok) {
                 const double t0 = now_ms();
-                s.ok = decode(from, L + (arm == "warmup" ? std::min(n_new, 16) : n_new));
+                s.ok = decode(from, L + n_new);
                 s.decode_ms = now_ms() - t0;
                 s.reason = s.ok ? "" : "llama_decode failed";
             }

@@ -6,16 +6,8 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from lab.presenters.sweep import VERDICT_STYLE
-from lab.schemas import ArmsSummary, ArmStats, InprocPoint, Interval
-
-
-def _arm(a: ArmStats) -> str:
-    if a.median_ms is None:
-        return "-"
-    if a.median_lo_ms is None or a.median_hi_ms is None or a.n_ok < 2:
-        return f"{a.median_ms:.1f}"
-    return f"{a.median_ms:.1f} [{a.median_lo_ms:.1f}-{a.median_hi_ms:.1f}]"
+from lab.presenters.sweep import VERDICT_STYLE, arm_cell
+from lab.schemas import ArmsSummary, InprocPoint, Interval
 
 
 def _ratio(iv: Interval | None, v: str | None = None) -> str:
@@ -42,8 +34,8 @@ def arms_table(points: list[InprocPoint]) -> Table:
     for c in cols:
         t.add_column(c, justify="right")
     for p in points:
-        t.add_row(str(p.L), str(p.new), _arm(p.baseline_fill), *([_arm(p.baseline)] if direct else []),
-                  _arm(p.genuine), *([_arm(p.plain)] if plain else []), _arm(p.fake), _iv(p.estimate_ci, 1),
+        t.add_row(str(p.L), str(p.new), arm_cell(p.baseline_fill), *([arm_cell(p.baseline)] if direct else []),
+                  arm_cell(p.genuine), *([arm_cell(p.plain)] if plain else []), arm_cell(p.fake), _iv(p.estimate_ci, 1),
                   _iv(p.restore_prep_ci), _iv(p.rep_s), str(p.reps))  # fmt: skip
     return t
 

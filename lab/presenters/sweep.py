@@ -14,7 +14,7 @@ def _ms(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
-def _arm(a: ArmStats) -> str:
+def arm_cell(a: ArmStats) -> str:
     """`12.3 [11.9-12.8]`: the median ms and its 95% interval."""
     if a.median_ms is None:
         return "-"
@@ -57,7 +57,8 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
         bench = (p.bench_check_ci.fmt(digits=1) if p.bench_check_ci else "-",) if check else ()
         t.add_row(
             str(p.L), str(p.new), *img,
-            _arm(p.baseline), _arm(p.fake), _arm(p.genuine), *((_arm(p.plain),) if plain else ()), _est(p), *bench,
+            arm_cell(p.baseline), arm_cell(p.fake), arm_cell(p.genuine), *((arm_cell(p.plain),) if plain else ()),
+            _est(p), *bench,
             _ratio(p.fake_vs_estimate_ci, p.estimate_verdict), _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
             *((_ratio(p.genuine_vs_plain_ci, p.plain_verdict),) if plain else ()),
             str(p.reps), f"[{notes[p.point]}]" if p.point in notes else "",
