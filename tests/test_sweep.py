@@ -243,3 +243,16 @@ def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
     stops = [k for k in range(3, 10) if decided(summarize_point(GridPoint(512, 16), [x for x in samples if x.rep < k],
                                                                 [], 0.9), sw)]  # fmt: skip
     assert point.reps == min(stops, default=9), (point.reps, stops)
+
+
+def test_plan_without_rates_calibrates_here_and_measures_nothing(tmp_path: Path) -> None:
+    """--plan with no rates: the driver times chunks at two depths after a warm-up pass, the rates are fitted to
+    them, and the plan is printed; no run folder is made. --budget then picks the reps."""
+    runs = tmp_path / "runs"
+    r = lab("sweep", "--plan", "--Ls", "512,1024", "--news", "16", "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "calibration: chunks of 16 at depths 512, 1024" in r.stdout and "total" in r.stdout, r.stdout
+    assert not runs.exists()
+    r = lab("arms", "--plan", "--budget", "1s", "--Ls", "512,4096", "--news", "16", "--runs-dir", str(runs))
+    assert r.returncode == 2 and "one rep of this grid already takes about" in r.stderr, r.stderr + r.stdout
+    assert not runs.exists()
