@@ -107,8 +107,10 @@ def main() -> int:
                       f"({summary.restore_gbps_ci.fmt(digits=2)} vs {summary.memcpy_gbps_ci.fmt(digits=2)} GB/s); "
                       f"restore step/genuine pooled {pct(summary.restore_step_vs_genuine_ci)}")  # fmt: skip
     rep = summary.rep_s_ci.fmt(digits=3) if summary.rep_s_ci else "-"
-    console.print(f"restored/plain genuine pooled over every rep: {pct(summary.genuine_vs_plain_ci)} (goal inside "
-                  f"[{GOAL[0]}, {GOAL[1]}]); one rep costs {rep} s")  # fmt: skip
+    console.print(
+        f"restored/plain genuine pooled over every rep: {pct(summary.genuine_vs_plain_ci)} (goal inside "
+        f"[{GOAL[0]}, {GOAL[1]}]); one rep costs {rep} s"
+    )
     return 0 if met == len(points) else 1
 
 

@@ -37,11 +37,12 @@ CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
     f"server, {max(1, CORES - 1)} threads": ("server", {"threads": max(1, CORES - 1)}),
     f"server, {CORES} threads pinned": ("server", {"threads": CORES, "cpu_list": f"0-{CORES - 1}"}),
     f"server, {max(1, CORES - 1)} threads pinned off core 0": (
-        "server", {"threads": max(1, CORES - 1), "cpu_list": f"{min(1, CORES - 1)}-{CORES - 1}"},
+        "server",
+        {"threads": max(1, CORES - 1), "cpu_list": f"{min(1, CORES - 1)}-{CORES - 1}"},
     ),
     f"in process, {CORES} threads": ("inproc", {"threads": CORES}),
     f"in process, {max(1, CORES - 1)} threads": ("inproc", {"threads": max(1, CORES - 1)}),
-}  # fmt: skip
+}
 
 
 def ints(s: str) -> list[int]:
@@ -83,8 +84,14 @@ def main() -> int:
             got[name].append(measure(where, server, args, runs))
             console.print(f"round {r + 1}: {name}: {got[name][-1][2]:.0f} s", highlight=False)
     t = Table(title=f"fake/genuine per configuration, {args.reps} reps per point, {args.rounds} rounds ({runs})")
-    for c in ("configuration", "median half-width [over points]", "per rep (x sqrt reps)", "decided at +-5%",
-              "wall s", "decided per minute"):  # fmt: skip
+    for c in (
+        "configuration",
+        "median half-width [over points]",
+        "per rep (x sqrt reps)",
+        "decided at +-5%",
+        "wall s",
+        "decided per minute",
+    ):
         t.add_column(c, justify="left" if c == "configuration" else "right")
     for name in names:
         widths = [w for ws, _, _ in got[name] for w in ws]
@@ -92,9 +99,14 @@ def main() -> int:
         decided = sum(d for _, d, _ in got[name])
         points = sum(len(ws) for ws, _, _ in got[name])
         wall = sum(w for _, _, w in got[name])
-        t.add_row(name, f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]" if iv else "-",
-                  f"{iv.value * math.sqrt(args.reps):.1%}" if iv else "-", f"{decided}/{points}", f"{wall:.0f}",
-                  f"{decided / wall * 60:.1f}")  # fmt: skip
+        t.add_row(
+            name,
+            f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]" if iv else "-",
+            f"{iv.value * math.sqrt(args.reps):.1%}" if iv else "-",
+            f"{decided}/{points}",
+            f"{wall:.0f}",
+            f"{decided / wall * 60:.1f}",
+        )
     console.print(t)
     return 0
 

@@ -35,8 +35,12 @@ from lab.runs import RunFolder
 from lab.schemas import Interval, SweepPoint
 from lab.settings import Settings, load_settings
 
-OLD = {"genuine_prefix": "prefill", "estimate_tool": "llama-bench", "baseline_reps": None,
-       "arms": ["baseline", "fake", "genuine", "estimate"]}  # fmt: skip
+OLD = {
+    "genuine_prefix": "prefill",
+    "estimate_tool": "llama-bench",
+    "baseline_reps": None,
+    "arms": ["baseline", "fake", "genuine", "estimate"],
+}
 
 
 def ints(s: str) -> list[int]:
@@ -84,13 +88,22 @@ def main() -> int:
     for col in ("L", "new", "old way", "half-width", "new way", "half-width", "s per rep old", "s per rep new"):
         t.add_column(col, justify="right")
     for o, n in zip(old, new, strict=True):
-        t.add_row(str(o.L), str(o.new), o.fake_vs_genuine_ci.fmt(pct=True) if o.fake_vs_genuine_ci else "-",
-                  half(o.fake_vs_genuine_ci), n.fake_vs_genuine_ci.fmt(pct=True) if n.fake_vs_genuine_ci else "-",
-                  half(n.fake_vs_genuine_ci), rep_s(o), rep_s(n))  # fmt: skip
+        t.add_row(
+            str(o.L),
+            str(o.new),
+            o.fake_vs_genuine_ci.fmt(pct=True) if o.fake_vs_genuine_ci else "-",
+            half(o.fake_vs_genuine_ci),
+            n.fake_vs_genuine_ci.fmt(pct=True) if n.fake_vs_genuine_ci else "-",
+            half(n.fake_vs_genuine_ci),
+            rep_s(o),
+            rep_s(n),
+        )
     console.print(t)
     ratio = t_old / t_new
-    console.print(f"same reps: old way {t_old:.0f} s, new way {t_new:.0f} s: {ratio:.1f}x less wall time "
-                  f"(goal >= 5x); decided {decided(old)}/{len(old)} vs {decided(new)}/{len(new)}")  # fmt: skip
+    console.print(
+        f"same reps: old way {t_old:.0f} s, new way {t_new:.0f} s: {ratio:.1f}x less wall time "
+        f"(goal >= 5x); decided {decided(old)}/{len(old)} vs {decided(new)}/{len(new)}"
+    )
 
     # equal wall time: the new way's reps chosen by its own plan to fit the old way's wall time
     base = settings_of(args, runs, min_reps=5, max_reps=200)
@@ -98,13 +111,17 @@ def main() -> int:
     rates = Rates.model_validate(plan_rates) if plan_rates else None
     budgeted = budget_reps(base, rates, "server", t_old) if rates else base
     if rates:
-        console.print(f"budget {t_old:.0f} s: up to {budgeted.sweep.max_reps} reps per point "
-                      f"(planned {plans(budgeted, rates, 'server')[1].total_s:.0f} s)")  # fmt: skip
+        console.print(
+            f"budget {t_old:.0f} s: up to {budgeted.sweep.max_reps} reps per point "
+            f"(planned {plans(budgeted, rates, 'server')[1].total_s:.0f} s)"
+        )
     _, eq, t_eq = measure(budgeted)
     goal = decided(eq) >= 7 * len(eq) / 8
-    console.print(f"equal wall time: old way {decided(old)}/{len(old)} fake/genuine verdicts decided at +-5% in "
-                  f"{t_old:.0f} s; new way {decided(eq)}/{len(eq)} in {t_eq:.0f} s (goal >= 7 of 8), reps "
-                  f"{[p.reps for p in eq]}")  # fmt: skip
+    console.print(
+        f"equal wall time: old way {decided(old)}/{len(old)} fake/genuine verdicts decided at +-5% in "
+        f"{t_old:.0f} s; new way {decided(eq)}/{len(eq)} in {t_eq:.0f} s (goal >= 7 of 8), reps "
+        f"{[p.reps for p in eq]}"
+    )
     return 0 if ratio >= 5 and goal else 1
 
 

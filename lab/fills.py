@@ -45,11 +45,29 @@ def fills_of(rows: list[dict[str, Any]]) -> list[InprocFill]:
     out = []
     for r in rows:
         if r.get("kind") == "fill":
-            out.append(InprocFill(kind="fill", fill_pass=r["pass"], L=r["L"], start=r["from"], ms=r["ms"],
-                                  capture_ms=r["capture_ms"], blob_bytes=r["blob_bytes"]))  # fmt: skip
+            out.append(
+                InprocFill(
+                    kind="fill",
+                    fill_pass=r["pass"],
+                    L=r["L"],
+                    start=r["from"],
+                    ms=r["ms"],
+                    capture_ms=r["capture_ms"],
+                    blob_bytes=r["blob_bytes"],
+                )
+            )
         elif r.get("kind") == "chunk":
-            out.append(InprocFill(kind="chunk", fill_pass=r["pass"], L=r["L"], new=r["new"], ms=r["ms"], ok=r["ok"],
-                                  reason=r["reason"]))  # fmt: skip
+            out.append(
+                InprocFill(
+                    kind="chunk",
+                    fill_pass=r["pass"],
+                    L=r["L"],
+                    new=r["new"],
+                    ms=r["ms"],
+                    ok=r["ok"],
+                    reason=r["reason"],
+                )
+            )
     return out
 
 

@@ -77,9 +77,18 @@ Point = tuple[int, int]  # (L, only_new)
 
 
 def plan(
-    design: Design, where: Where, points: list[Point], reps: int, arms: list[str], rates: Rates, *,
-    fill_passes: int = 3, baseline_reps: int | None = 3, bench_reps: int = 3, bench_check: bool = True,
-) -> Plan:  # fmt: skip
+    design: Design,
+    where: Where,
+    points: list[Point],
+    reps: int,
+    arms: list[str],
+    rates: Rates,
+    *,
+    fill_passes: int = 3,
+    baseline_reps: int | None = 3,
+    bench_reps: int = 3,
+    bench_check: bool = True,
+) -> Plan:
     """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps)."""
     r, out = rates, []
     base_reps = reps if baseline_reps is None or design == "per-rep prefill" else min(baseline_reps, reps)
@@ -94,31 +103,52 @@ def plan(
         add("fake", "new tokens after a fabricated prefix", reps * sum(r.chunk(L, n) for L, n in points))
     if design == "per-rep prefill":
         if "genuine" in arms:
-            add("genuine", "prefix L prefilled, then new, every rep",
-                reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
+            add(
+                "genuine",
+                "prefix L prefilled, then new, every rep",
+                reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points),
+            )
         if "estimate" in arms:  # one llama-bench call per rep: it fills the depth once, then restores it per rep
-            add("estimate", f"llama-bench -d L -r {bench_reps} per rep (a depth fill, a warm-up, {bench_reps} chunks)",
-                reps * sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n) for L, n in points))  # fmt: skip
+            add(
+                "estimate",
+                f"llama-bench -d L -r {bench_reps} per rep (a depth fill, a warm-up, {bench_reps} chunks)",
+                reps * sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n) for L, n in points),
+            )
         return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
     if "genuine" in arms:
         states = r.ms(0, deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
-        add("genuine", "new tokens after a restored depth-L state" + (" (+ the states, once)" if states else ""),
-            states + reps * sum(r.chunk(L, n) for L, n in points))  # fmt: skip
+        add(
+            "genuine",
+            "new tokens after a restored depth-L state" + (" (+ the states, once)" if states else ""),
+            states + reps * sum(r.chunk(L, n) for L, n in points),
+        )
     if "plain" in arms:
-        add("plain", "prefix L prefilled, then new, every rep",
-            reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points))  # fmt: skip
+        add(
+            "plain",
+            "prefix L prefilled, then new, every rep",
+            reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points),
+        )
     if where == "inproc" or "estimate" in arms:
         chunks = sum(r.chunk(L, n) for L, n in points)
-        add("fill passes", f"{fill_passes} cumulative passes to depth {deepest}",
-            fill_passes * (r.ms(0, deepest) + chunks))  # fmt: skip
+        add(
+            "fill passes",
+            f"{fill_passes} cumulative passes to depth {deepest}",
+            fill_passes * (r.ms(0, deepest) + chunks),
+        )
     if where == "server" and "estimate" in arms:
         warm = sum(r.chunk(L, min(n, WARM_UP)) for L, n in points)  # the server's short warm-up request
-        add("estimate", "the chunk at depth L in process, after a warm-up chunk; a short server warm-up",
-            reps * (2 * chunks + warm))  # fmt: skip
+        add(
+            "estimate",
+            "the chunk at depth L in process, after a warm-up chunk; a short server warm-up",
+            reps * (2 * chunks + warm),
+        )
         if bench_check:
             Ls, n0 = sorted({L for L, _ in points})[:2], min(n for _, n in points)
-            add("llama-bench check", f"once at L = {', '.join(map(str, Ls))}, new = {n0}",
-                sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n0) for L in Ls))  # fmt: skip
+            add(
+                "llama-bench check",
+                f"once at L = {', '.join(map(str, Ls))}, new = {n0}",
+                sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n0) for L in Ls),
+            )
     return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
 
 
@@ -126,8 +156,10 @@ def fit_reps(budget_s: float, plan_of: Callable[[int], Plan]) -> int:
     """The most reps (1..200) whose plan fits `budget_s`; a budget that one rep exceeds is a one-line error."""
     one = plan_of(1)
     if one.total_s > budget_s:
-        raise UsageError(f"--budget {fmt_duration(budget_s)}: one rep of this grid already takes about "
-                         f"{fmt_duration(one.total_s)}; give more time or a smaller grid")  # fmt: skip
+        raise UsageError(
+            f"--budget {fmt_duration(budget_s)}: one rep of this grid already takes about "
+            f"{fmt_duration(one.total_s)}; give more time or a smaller grid"
+        )
     lo, hi = 1, 200
     while lo < hi:
         mid = (lo + hi + 1) // 2

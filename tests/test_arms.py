@@ -36,8 +36,21 @@ def lab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 @pytest.fixture(scope="module")
 def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
     runs = tmp_path_factory.mktemp("arms") / "runs"
-    r = lab("arms", "--Ls", "300,700", "--news", "16", "--reps", "3", "--where", "both", "--arms",
-            "baseline,fake,genuine,plain", "--runs-dir", str(runs))  # fmt: skip
+    r = lab(
+        "arms",
+        "--Ls",
+        "300,700",
+        "--news",
+        "16",
+        "--reps",
+        "3",
+        "--where",
+        "both",
+        "--arms",
+        "baseline,fake,genuine,plain",
+        "--runs-dir",
+        str(runs),
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     return RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
 
@@ -60,9 +73,16 @@ def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None
     for p in points.values():
         assert p.reps == 3 and all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "plain"))
         assert p.baseline_fill.n_ok == 2 and p.restore.n_ok == 0
-        for iv in (p.fake_vs_genuine_ci, p.genuine_vs_plain_ci, p.restore_step_vs_genuine_ci,
-                   p.cache_read_share_ci, p.restore_vs_memcpy_ci, p.restore_prep_ci, p.memcpy_ci,
-                   p.rep_s):  # fmt: skip
+        for iv in (
+            p.fake_vs_genuine_ci,
+            p.genuine_vs_plain_ci,
+            p.restore_step_vs_genuine_ci,
+            p.cache_read_share_ci,
+            p.restore_vs_memcpy_ci,
+            p.restore_prep_ci,
+            p.memcpy_ci,
+            p.rep_s,
+        ):
             assert iv is not None and iv.n == 3 and iv.lo <= iv.value <= iv.hi
         assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.hi < 1  # the prefix is not recomputed
         assert p.restore_step_vs_genuine_ci is not None and p.restore_step_vs_genuine_ci.lo > 1  # read + step
@@ -90,8 +110,13 @@ def test_the_restore_cost_is_explained(both_run: RunFolder) -> None:
     assert s.bytes_per_cell == pytest.approx(s.predicted_bytes_per_cell, rel=1e-3)
     assert s.fixed_bytes == pytest.approx(s.predicted_fixed_bytes, rel=0.01)
     assert s.restore_ms_per_1k_cells is not None and s.restore_ms_per_1k_cells > 0
-    for iv in (s.restore_gbps_ci, s.memcpy_gbps_ci, s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci,
-               s.genuine_vs_plain_ci):  # fmt: skip
+    for iv in (
+        s.restore_gbps_ci,
+        s.memcpy_gbps_ci,
+        s.restore_vs_memcpy_ci,
+        s.fake_vs_genuine_ci,
+        s.genuine_vs_plain_ci,
+    ):
         assert iv is not None and iv.n == 6 and iv.value > 0
     assert s.fill_passes == 2 and s.fill_s > 0 and s.rep_s_ci is not None
     assert (both_run.path / "raw" / "arms.cpp").exists()  # the driver's source is kept with its numbers

@@ -112,8 +112,10 @@ def test_the_run_summary_fits_the_blob_against_L() -> None:
     a = rows("L300_n16", 300, 3, {"genuine": 10.0, "plain": 10.0})
     b = rows("L700_n16", 700, 3, {"genuine": 12.0, "plain": 12.0}, prep=0.9)
     f = fills([300, 700], 16, 2)
-    points = [summarize_point(GridPoint(300, 16), a, f, 0.05, None),
-              summarize_point(GridPoint(700, 16), b, f, 0.05, None)]  # fmt: skip
+    points = [
+        summarize_point(GridPoint(300, 16), a, f, 0.05, None),
+        summarize_point(GridPoint(700, 16), b, f, 0.05, None),
+    ]
     s = summarize_run(points, a + b, f, memory_shape(HYBRID))
     assert s.bytes_per_cell == pytest.approx(1000) and s.fixed_bytes == pytest.approx(500)
     assert s.restore_ms_per_1k_cells == pytest.approx(1.0)  # 0.5 ms at 300, 0.9 ms at 700

@@ -52,8 +52,21 @@ def test_server_that_cannot_start_is_one_line(tmp_path: Path) -> None:
     r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--model", str(bad), "--runs-dir", str(tmp_path))
     one_line_error(r, 2, "unsupported GGUF version 0")  # the estimate's driver reads the model first: no run
     assert not any(p.is_dir() for p in tmp_path.iterdir())
-    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--arms", "fake,genuine", "--model", str(bad),
-            "--runs-dir", str(tmp_path))  # fmt: skip
+    r = lab(
+        "sweep",
+        "--Ls",
+        "256",
+        "--news",
+        "8",
+        "--reps",
+        "1",
+        "--arms",
+        "fake,genuine",
+        "--model",
+        str(bad),
+        "--runs-dir",
+        str(tmp_path),
+    )
     one_line_error(r, 1, "llama-server exited")
     (run_dir,) = (p for p in tmp_path.iterdir() if p.is_dir())
     m = json.loads((run_dir / "manifest.json").read_text())

@@ -37,8 +37,12 @@ def sweep(runs: Path, threads: int) -> Path:
 def scaled(v: object, factor: float) -> object:
     """Every `*_ms` number in a row (nested too) times `factor`."""
     if isinstance(v, dict):
-        return {k: x * factor if k.endswith("_ms") and isinstance(x, float | int) and not isinstance(x, bool)
-                else scaled(x, factor) for k, x in v.items()}  # fmt: skip
+        return {
+            k: x * factor
+            if k.endswith("_ms") and isinstance(x, float | int) and not isinstance(x, bool)
+            else scaled(x, factor)
+            for k, x in v.items()
+        }
     return [scaled(x, factor) for x in v] if isinstance(v, list) else v
 
 

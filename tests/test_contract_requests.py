@@ -24,8 +24,10 @@ def test_the_genuine_arm_restores_a_saved_state_and_plain_prefills() -> None:
     restore, (_, timed) = arm_requests("genuine", STEP, "L4.bin")
     assert restore == ("/slots/0?action=restore", {"filename": "L4.bin"}) and timed["cache_prompt"] is True
     prefill, _ = arm_requests("genuine", STEP)  # no saved state: it prefills like plain
-    assert prefill == (COMPLETION, {"n_predict": 1, "temperature": 0.0, "stream": False, "prompt": [11, 12, 13, 14],
-                                    "cache_prompt": True})  # fmt: skip
+    assert prefill == (
+        COMPLETION,
+        {"n_predict": 1, "temperature": 0.0, "stream": False, "prompt": [11, 12, 13, 14], "cache_prompt": True},
+    )
     assert arm_requests("plain", STEP, "L4.bin") == arm_requests("genuine", STEP)  # plain never restores
 
 

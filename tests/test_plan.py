@@ -34,8 +34,9 @@ def test_the_reference_grid_in_both_designs() -> None:
     pass) and about 80 min in process."""
     old = plan("per-rep prefill", "server", GRID, 1, ["baseline", "fake", "genuine", "estimate"], NUC16)
     assert old.total_s == pytest.approx(9_535, rel=0.01)
-    assert plan("per-rep prefill", "server", GRID, 12, ["baseline", "fake", "genuine", "estimate"],
-                NUC16).total_s / 3600 == pytest.approx(31.8, rel=0.01)  # fmt: skip
+    assert plan(
+        "per-rep prefill", "server", GRID, 12, ["baseline", "fake", "genuine", "estimate"], NUC16
+    ).total_s / 3600 == pytest.approx(31.8, rel=0.01)
     new = plan("cumulative", "server", GRID, 12, ["fake", "genuine", "estimate"], NUC16, fill_passes=1)
     assert new.total_s < 2 * 3600
     arms = {a.arm: a.seconds for a in new.arms}
@@ -92,20 +93,65 @@ def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
     rates = REPO / "docs" / "examples" / "nuc16-holo3-rates.yaml"
     runs = tmp_path / "runs"
     r = subprocess.run(
-        [LAB, "sweep", "--plan", "--rates", str(rates), "--Ls", "4096,8192,16384,32768,40960", "--news", "256,1024",
-         "--max-reps", "12", "--ctx-size", "45000", "--fill-passes", "1", "--runs-dir", str(runs)],
-        capture_output=True, text=True, cwd=tmp_path, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, timeout=120,
-    )  # fmt: skip
+        [
+            LAB,
+            "sweep",
+            "--plan",
+            "--rates",
+            str(rates),
+            "--Ls",
+            "4096,8192,16384,32768,40960",
+            "--news",
+            "256,1024",
+            "--max-reps",
+            "12",
+            "--ctx-size",
+            "45000",
+            "--fill-passes",
+            "1",
+            "--runs-dir",
+            str(runs),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert r.returncode == 0, r.stderr
     assert "31.8 h" in r.stdout and "1.8 h" in r.stdout and "llama-bench check" in r.stdout, r.stdout
     assert not runs.exists()
     r = subprocess.run(
-        [LAB, "arms", "--plan", "--budget", "1h", "--rates", str(rates), "--Ls", "4096,8192,16384,32768,40960",
-         "--news", "256,1024", "--ctx-size", "45000", "--runs-dir", str(runs)],
-        capture_output=True, text=True, cwd=tmp_path, env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"}, timeout=120,
-    )  # fmt: skip
+        [
+            LAB,
+            "arms",
+            "--plan",
+            "--budget",
+            "1h",
+            "--rates",
+            str(rates),
+            "--Ls",
+            "4096,8192,16384,32768,40960",
+            "--news",
+            "256,1024",
+            "--ctx-size",
+            "45000",
+            "--runs-dir",
+            str(runs),
+        ],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
+        timeout=120,
+    )
     assert r.returncode == 0 and "--budget 1h: up to 10 reps per point" in r.stdout, r.stdout + r.stderr
     assert not runs.exists()
-    r = subprocess.run([LAB, "arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs)],
-                       capture_output=True, text=True, cwd=tmp_path, timeout=120)  # fmt: skip
+    r = subprocess.run(
+        [LAB, "arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        cwd=tmp_path,
+        timeout=120,
+    )
     assert r.returncode == 2 and "--rates" in r.stderr and "neither a rates file nor a run" in r.stderr, r.stderr

@@ -202,8 +202,21 @@ def _child_server_pid(parent: int) -> int:
 
 
 def test_sweep_image_axis(tmp_path: Path) -> None:
-    r = lab("sweep", "--Ls", "512", "--news", "16", "--reps", "1", "--images", "none,320x200", "--arms",
-            "baseline,fake,genuine,estimate", "--runs-dir", str(tmp_path))  # fmt: skip
+    r = lab(
+        "sweep",
+        "--Ls",
+        "512",
+        "--news",
+        "16",
+        "--reps",
+        "1",
+        "--images",
+        "none,320x200",
+        "--arms",
+        "baseline,fake,genuine,estimate",
+        "--runs-dir",
+        str(tmp_path),
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     run = only_run(tmp_path)
     assert run.ready
@@ -240,8 +253,11 @@ def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
     # the point stopped at the first rep count from min_reps on whose samples decide it (else at max_reps):
     # replayed from the stored samples, so the check holds however fast or noisy this machine is
     sw = SweepSettings(Ls=[512], news=[16], min_reps=3, max_reps=9, target=0.9, tolerance=0.9, arms=["fake", "genuine"])
-    stops = [k for k in range(3, 10) if decided(summarize_point(GridPoint(512, 16), [x for x in samples if x.rep < k],
-                                                                [], 0.9), sw)]  # fmt: skip
+    stops = [
+        k
+        for k in range(3, 10)
+        if decided(summarize_point(GridPoint(512, 16), [x for x in samples if x.rep < k], [], 0.9), sw)
+    ]
     assert point.reps == min(stops, default=9), (point.reps, stops)
 
 

@@ -158,8 +158,10 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
         # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
         if _value(t.get("point")) in keys and _value(t.get("rep")) is not None:
             out.setdefault((keys[t["point"]], "opt_prefill_ms"), []).append(float(t["avg_ms"]) + encode[t["point"]])
-    fills = [InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
-             for f in side.get("sweep_fills", [])]  # fmt: skip
+    fills = [
+        InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
+        for f in side.get("sweep_fills", [])
+    ]
     for point in side.get("sweep_points", []):  # no direct baseline reps: the fill passes' prefix sums
         key = keys[point["point"]]
         if fills and (key, "baseline_median_ms") not in out:

@@ -196,8 +196,10 @@ class ContractClient:
         t = Timings.model_validate(resp.json()["timings"])
         reused = below[0] if below is not None else 0
         if t.cache_n + t.prompt_n != step.L or t.cache_n < reused - 1:
-            raise ContractError(f"prefilling the depth-{step.L} prefix reused {t.cache_n} and decoded {t.prompt_n} "
-                                f"tokens (expected {reused} + {step.L - reused})")  # fmt: skip
+            raise ContractError(
+                f"prefilling the depth-{step.L} prefix reused {t.cache_n} and decoded {t.prompt_n} "
+                f"tokens (expected {reused} + {step.L - reused})"
+            )
         resp, kind, reason = self._post({"filename": name}, f"{SLOT}?action=save")
         if kind is not None:
             raise ContractError(f"saving the depth-{step.L} state: {reason}")

@@ -43,8 +43,10 @@ class SavedStates:
                 self.client.save_state(step, name, (below, self.names[below]) if below is not None else None)
             except ContractError as e:
                 self.refused = str(e)
-                self.console.print(f"[yellow]warning:[/yellow] no saved states ({e}); the genuine arm prefills "
-                                   "its prefix per rep", highlight=False)  # fmt: skip
+                self.console.print(
+                    f"[yellow]warning:[/yellow] no saved states ({e}); the genuine arm prefills its prefix per rep",
+                    highlight=False,
+                )
                 return None
             self.names[step.L] = name
         return self.names[step.L]

@@ -150,8 +150,11 @@ def summarize_point(
         restore_step_vs_genuine_ci=iv("restore-step/genuine"), fake_vs_baseline_ci=vs_base,
         cache_read_share_ci=iv("share"), genuine_verdict=verdict(vs_gen, tol), plain_verdict=verdict(vs_plain, tol),
     )  # fmt: skip
-    undecided = [reps_to_decide(iv, tol) for iv, v in ((vs_gen, point.genuine_verdict),
-                 (vs_plain, point.plain_verdict)) if iv is not None and v == "undecided"]  # fmt: skip
+    undecided = [
+        reps_to_decide(iv, tol)
+        for iv, v in ((vs_gen, point.genuine_verdict), (vs_plain, point.plain_verdict))
+        if iv is not None and v == "undecided"
+    ]
     point.reps_to_decide = max((n for n in undecided if n is not None), default=None)
     if server:
         add_server(point, samples, server)
@@ -186,8 +189,10 @@ def diagnose(p: InprocPoint, samples: list[InprocSample], tol: float) -> list[st
     if p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes / p.predicted_blob_bytes - 1) > 0.01:
         out.append(f"the state blob is {p.blob_bytes:,} B, the GGUF predicts {p.predicted_blob_bytes:,} B: a KV "
                    "type other than f16 (-ctk/-ctv), or a layout lab.engine.memshape does not model")  # fmt: skip
-    for name, iv, v in (("fake/genuine", p.fake_vs_genuine_ci, p.genuine_verdict),
-                        ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict)):  # fmt: skip
+    for name, iv, v in (
+        ("fake/genuine", p.fake_vs_genuine_ci, p.genuine_verdict),
+        ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict),
+    ):
         if iv is None:
             continue
         if v == "disagree":
@@ -345,9 +350,14 @@ class Arms(Experiment):
         return Outcome(results={**({"driver_meta": meta} if meta else {}), **plan_results(self.plan, self.took_s)})
 
     def measure_point(
-        self, sess: Session, driver: DriverSession, p: GridPoint, fills: list[InprocFill], arms: list[str],
+        self,
+        sess: Session,
+        driver: DriverSession,
+        p: GridPoint,
+        fills: list[InprocFill],
+        arms: list[str],
         client: ContractClient | None,
-    ) -> tuple[InprocPoint, list[InprocSample], list[SweepSample]]:  # fmt: skip
+    ) -> tuple[InprocPoint, list[InprocSample], list[SweepSample]]:
         """Interleaved reps, one driver command each, until the point is decided (after min_reps) or max_reps;
         then as many server reps at the same point when the server side is measured."""
         sw = sess.settings.sweep

@@ -127,9 +127,13 @@ def bench_interval(t: PrefillTps) -> Interval:
 
 
 def summarize_point(
-    p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps], tol: float, geom: ImageGeometry | None = None,
+    p: GridPoint,
+    samples: list[SweepSample],
+    tps: list[PrefillTps],
+    tol: float,
+    geom: ImageGeometry | None = None,
     fills: list[InprocFill] | None = None,
-) -> SweepPoint:  # fmt: skip
+) -> SweepPoint:
     stats = {arm: server_arm_stats(samples, arm, p.id) for arm in ARMS}
     by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
     # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
@@ -148,32 +152,54 @@ def summarize_point(
     vs_base = paired_ratio(by_rep["fake"], by_rep["baseline"], key=f"{p.id}/fake/baseline")
     vs_plain = paired_ratio(by_rep["genuine"], by_rep["plain"], key=f"{p.id}/genuine/plain")
     verdicts = {"genuine": verdict(vs_gen, tol), "estimate": verdict(vs_est, tol), "plain": verdict(vs_plain, tol)}
-    undecided = [reps_to_decide(iv, tol) for iv, v in ((vs_gen, verdicts["genuine"]), (vs_est, verdicts["estimate"]),
-                 (vs_plain, verdicts["plain"])) if iv is not None and v == "undecided"]  # fmt: skip
+    undecided = [
+        reps_to_decide(iv, tol)
+        for iv, v in ((vs_gen, verdicts["genuine"]), (vs_est, verdicts["estimate"]), (vs_plain, verdicts["plain"]))
+        if iv is not None and v == "undecided"
+    ]
     warms = sorted({s.warm for s in samples if s.arm == "genuine" and s.warm})
     base_fill = fill_values(fills or [], p.L, only_new)[0]
     if not by_rep["baseline"] and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
         stats["baseline"] = arm_stats(base_fill, key=f"{p.id}/baseline/fill")
         vs_base = unpaired_ratio(list(by_rep["fake"].values()), base_fill, key=f"{p.id}/fake/baseline/fill")
     point = SweepPoint(
-        point=p.id, L=p.L, new=p.new, image=p.image, image_tokens=img[0], image_positions=img[1],
-        encode_ms=encode_ci.value if encode_ci else None, lm_ms=lm_ci.value if lm_ci else None,
-        encode_ci=encode_ci, lm_ci=lm_ci, n_kv_padded=ggml_pad(p.L + only_new), measurable=p.L >= KV_PAD,
+        point=p.id,
+        L=p.L,
+        new=p.new,
+        image=p.image,
+        image_tokens=img[0],
+        image_positions=img[1],
+        encode_ms=encode_ci.value if encode_ci else None,
+        lm_ms=lm_ci.value if lm_ci else None,
+        encode_ci=encode_ci,
+        lm_ci=lm_ci,
+        n_kv_padded=ggml_pad(p.L + only_new),
+        measurable=p.L >= KV_PAD,
         prefill_tps=only_new / est_ms * 1e3 if est_ms else None,
         # only_new / prefill_tps(L) = the chunk's time at depth L (+ the encode for an image step)
         opt_prefill_ms=est_ms + (encode_ci.value if encode_ci else 0.0) if est_ms is not None else None,
-        fake_vs_estimate=vs_est.value - 1 if vs_est else None, fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
-        fake_vs_baseline=vs_base.value if vs_base else None, fake_vs_estimate_ci=vs_est,
-        estimate_ci=median_interval(list(est_by_rep.values()), key=f"{p.id}/estimate"), fake_vs_genuine_ci=vs_gen,
-        fake_vs_baseline_ci=vs_base, genuine_verdict=verdicts["genuine"], estimate_verdict=verdicts["estimate"],
-        genuine_vs_plain_ci=vs_plain, plain_verdict=verdicts["plain"],
-        bench_check_ci=bench_interval(check) if check is not None else None, genuine_warm=",".join(warms),
+        fake_vs_estimate=vs_est.value - 1 if vs_est else None,
+        fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
+        fake_vs_baseline=vs_base.value if vs_base else None,
+        fake_vs_estimate_ci=vs_est,
+        estimate_ci=median_interval(list(est_by_rep.values()), key=f"{p.id}/estimate"),
+        fake_vs_genuine_ci=vs_gen,
+        fake_vs_baseline_ci=vs_base,
+        genuine_verdict=verdicts["genuine"],
+        estimate_verdict=verdicts["estimate"],
+        genuine_vs_plain_ci=vs_plain,
+        plain_verdict=verdicts["plain"],
+        bench_check_ci=bench_interval(check) if check is not None else None,
+        genuine_warm=",".join(warms),
         reps=len({s.rep for s in samples} | set(est_by_rep)),
         reps_to_decide=max((n for n in undecided if n is not None), default=None),
-        baseline=stats["baseline"], fake=stats["fake"], genuine=stats["genuine"], plain=stats["plain"],
+        baseline=stats["baseline"],
+        fake=stats["fake"],
+        genuine=stats["genuine"],
+        plain=stats["plain"],
         baseline_fill=arm_stats(base_fill, key=f"{p.id}/baseline/fill"),
         baseline_source="direct reps" if by_rep["baseline"] else "fill passes" if base_fill else "",
-    )  # fmt: skip
+    )
     point.diagnostics = diagnose(point, samples, tol)
     return point
 
@@ -277,8 +303,10 @@ def measure_point(
         r = client.run_arm(arm, step, saved)
         if not r.ok and client.died(r):
             srv = client.srv
-            raise ServerCrashed(f"llama-server died during {p.id} {arm} rep {rep} (exit "
-                                f"{srv.proc and srv.proc.returncode}); see {srv.log_path}")  # fmt: skip
+            raise ServerCrashed(
+                f"llama-server died during {p.id} {arm} rep {rep} (exit "
+                f"{srv.proc and srv.proc.returncode}); see {srv.log_path}"
+            )
         return r
 
     walls: dict[int, float] = {}
@@ -382,8 +410,10 @@ class Sweep(Experiment):
                 tokens = stream_tokens(params, self.n_vocab, max(news)) if self.driver else []
                 estimate = self.start_estimate(sess, stack, tokens, news, fills, progress)
                 slots = None if self.projector else Path(stack.enter_context(scratch_dir(settings.cache_dir)))
-                extra = [*(["--mmproj", str(self.projector)] if self.projector else []),
-                         *(["--slot-save-path", str(slots)] if slots else [])]  # fmt: skip
+                extra = [
+                    *(["--mmproj", str(self.projector)] if self.projector else []),
+                    *(["--slot-save-path", str(slots)] if slots else []),
+                ]
                 srv = stack.enter_context(sess.server(extra_args=extra))
                 sess.record_server(srv)
                 client = ContractClient(srv)
@@ -413,9 +443,14 @@ class Sweep(Experiment):
         return Outcome(results=plan_results(self.plan, self.took_s))
 
     def start_estimate(
-        self, sess: Session, stack: contextlib.ExitStack, tokens: list[int], news: list[int],
-        fills: list[InprocFill], progress: Progress,
-    ) -> Callable[[GridPoint, int], PrefillTps]:  # fmt: skip
+        self,
+        sess: Session,
+        stack: contextlib.ExitStack,
+        tokens: list[int],
+        news: list[int],
+        fills: list[InprocFill],
+        progress: Progress,
+    ) -> Callable[[GridPoint, int], PrefillTps]:
         """The in-process driver for the estimate: its cumulative fill passes first (the baseline's prefix sums,
         and the depth-L states it restores), then per rep a chunk of only_new tokens at depth L."""
         if self.driver is None:
@@ -441,8 +476,17 @@ class Sweep(Experiment):
             if not row["ok"]:
                 raise DriverError(f"the estimate's chunk at {p.id} rep {rep} failed: {row['reason']}")
             ms = float(row["decode_ms"])
-            return PrefillTps(point=p.id, rep=rep, depth=p.L, chunk=n, tps=n / ms * 1e3, avg_ms=ms, stddev_ms=0.0,
-                              reps=1, tool="lab-inproc-arms")  # fmt: skip
+            return PrefillTps(
+                point=p.id,
+                rep=rep,
+                depth=p.L,
+                chunk=n,
+                tps=n / ms * 1e3,
+                avg_ms=ms,
+                stddev_ms=0.0,
+                reps=1,
+                tool="lab-inproc-arms",
+            )
 
         return estimate
 
@@ -453,9 +497,17 @@ class Sweep(Experiment):
 
         def estimate(p: GridPoint, rep: int) -> PrefillTps:
             row = measure_prefill_tps(
-                sess.target, sess.engine, sess.model, [only_new(p, self.geometry)], [p.L], sw.bench_reps, srv.threads,
-                srv.flash_attn, sess.run.path / "logs" / "llama-bench.log", cpu_list=srv.cpu_list,
-            )[0]  # fmt: skip
+                sess.target,
+                sess.engine,
+                sess.model,
+                [only_new(p, self.geometry)],
+                [p.L],
+                sw.bench_reps,
+                srv.threads,
+                srv.flash_attn,
+                sess.run.path / "logs" / "llama-bench.log",
+                cpu_list=srv.cpu_list,
+            )[0]
             return row.model_copy(update={"point": p.id, "rep": rep})
 
         return estimate
@@ -469,9 +521,17 @@ class Sweep(Experiment):
         if p.image or p.L not in sw.Ls[:2] or p.new != sw.news[0]:
             return []
         rows = measure_prefill_tps(
-            sess.target, sess.engine, sess.model, [p.new], [p.L], sw.bench_reps, srv.threads, srv.flash_attn,
-            sess.run.path / "logs" / "llama-bench.log", cpu_list=srv.cpu_list,
-        )  # fmt: skip
+            sess.target,
+            sess.engine,
+            sess.model,
+            [p.new],
+            [p.L],
+            sw.bench_reps,
+            srv.threads,
+            srv.flash_attn,
+            sess.run.path / "logs" / "llama-bench.log",
+            cpu_list=srv.cpu_list,
+        )
         return [r.model_copy(update={"point": p.id, "rep": None}) for r in rows[:1]]
 
     def present(self, sess: Session, outcome: Outcome, console: Console) -> None:

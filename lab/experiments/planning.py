@@ -44,11 +44,16 @@ def plans(settings: Settings, rates: Rates, where: Where, reps: int | None = Non
     n = reps or sw.max_reps
     points = grid_points(settings)
     arms: list[str] = [*sw.arms] if where == "server" else [*settings.arms.arms]
-    kw: dict[str, Any] = {"fill_passes": sw.fill_passes, "baseline_reps": sw.baseline_reps,
-                          "bench_reps": sw.bench_reps, "bench_check": sw.bench_check}  # fmt: skip
+    kw: dict[str, Any] = {
+        "fill_passes": sw.fill_passes,
+        "baseline_reps": sw.baseline_reps,
+        "bench_reps": sw.bench_reps,
+        "bench_check": sw.bench_check,
+    }
     old_arms = ["baseline", "fake", "genuine", "estimate"] if where == "server" else ["baseline", "fake", "genuine"]
-    return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan("cumulative", where, points, n, arms,
-                                                                                   rates, **kw)  # fmt: skip
+    return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan(
+        "cumulative", where, points, n, arms, rates, **kw
+    )
 
 
 def resolve_rates(ref: str, runs_dir: Path) -> Rates:
@@ -92,15 +97,18 @@ def calibrate(settings: Settings) -> Rates:
 def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float) -> Settings:
     """The settings with max_reps (and min_reps if above it) set to the most reps the budget affords."""
     reps = fit_reps(budget_s, lambda n: plans(settings, rates, where, n)[1])
-    sw = settings.sweep.model_copy(update={"max_reps": reps, "min_reps": min(settings.sweep.min_reps, reps),
-                                           "reps": None})  # fmt: skip
+    sw = settings.sweep.model_copy(
+        update={"max_reps": reps, "min_reps": min(settings.sweep.min_reps, reps), "reps": None}
+    )
     return settings.model_copy(update={"sweep": sw})
 
 
 def plan_table(old: Plan, new: Plan) -> Table:
     r = new.rates
-    t = Table(title=f"plan: {new.points} points x {new.reps} reps ({new.where}); rates {r.flat_ms_per_token:.3f} "
-              f"ms/token + {r.attn_ms_per_token_per_1k:.4f} per 1k depth ({r.source})")  # fmt: skip
+    t = Table(
+        title=f"plan: {new.points} points x {new.reps} reps ({new.where}); rates {r.flat_ms_per_token:.3f} "
+        f"ms/token + {r.attn_ms_per_token_per_1k:.4f} per 1k depth ({r.source})"
+    )
     for c in ("arm", "what it decodes (this lab)", "this lab", "prefill per rep"):
         t.add_column(c, justify="left" if c.startswith(("arm", "what")) else "right")
     before = {a.arm: a.seconds for a in old.arms}
@@ -157,6 +165,12 @@ def plan_of_run(settings: Settings, where: Where, fills: list[InprocFill], conso
 def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:
     if new is None:
         return {}
-    return {"plan": {"predicted_s": new.total_s, "actual_s": actual_s, "reps": new.reps,
-                     "rates": new.rates.model_dump(mode="json"),
-                     "arms": {a.arm: a.seconds for a in new.arms}}}  # fmt: skip
+    return {
+        "plan": {
+            "predicted_s": new.total_s,
+            "actual_s": actual_s,
+            "reps": new.reps,
+            "rates": new.rates.model_dump(mode="json"),
+            "arms": {a.arm: a.seconds for a in new.arms},
+        }
+    }

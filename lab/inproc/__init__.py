@@ -85,9 +85,14 @@ class DriverSession:
 
         self._err = self.log_path.open("a")
         self.proc = subprocess.Popen(
-            self.cmd, stdin=subprocess.PIPE, stdout=subprocess.PIPE, stderr=self._err, text=True, bufsize=1,
+            self.cmd,
+            stdin=subprocess.PIPE,
+            stdout=subprocess.PIPE,
+            stderr=self._err,
+            text=True,
+            bufsize=1,
             preexec_fn=die_with_parent,
-        )  # fmt: skip
+        )
         first = self._line()
         if first.get("kind") != "meta":
             raise DriverError(f"the in-process driver began with {first!r}, not its meta line")
@@ -153,16 +158,31 @@ class DriverSession:
 
 
 def sweep_driver_command(
-    driver: InstrumentInfo, settings: Settings, model: Path, news: list[int], tokens: Path | None = None,
-    fake: bool = True, check: bool = False,
-) -> list[str]:  # fmt: skip
+    driver: InstrumentInfo,
+    settings: Settings,
+    model: Path,
+    news: list[int],
+    tokens: Path | None = None,
+    fake: bool = True,
+    check: bool = False,
+) -> list[str]:
     """The driver over the sweep's Ls (and these news), with the server's threads, batch, context and pinning."""
     srv = settings.server
     return driver_command(
-        driver, model, Ls=settings.sweep.Ls, news=news, threads=srv.threads, threads_batch=srv.threads_batch,
-        n_ctx=srv.ctx_size, ubatch=srv.ubatch_size, flash_attn=srv.flash_attn, tokens=tokens, cpu_list=srv.cpu_list,
-        fake=fake, check=check,
-    )  # fmt: skip
+        driver,
+        model,
+        Ls=settings.sweep.Ls,
+        news=news,
+        threads=srv.threads,
+        threads_batch=srv.threads_batch,
+        n_ctx=srv.ctx_size,
+        ubatch=srv.ubatch_size,
+        flash_attn=srv.flash_attn,
+        tokens=tokens,
+        cpu_list=srv.cpu_list,
+        fake=fake,
+        check=check,
+    )
 
 
 def prepare_driver(

@@ -46,8 +46,17 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     images = any(p.image for p in points)
     plain = any(p.plain.n_ok for p in points)
     check = any(p.bench_check_ci for p in points)
-    cols = ("L", "new", *(("image", "img tok", "encode") if images else ()), "baseline", "fake", "genuine",
-            *(("plain genuine",) if plain else ()), "estimate", *(("llama-bench",) if check else ()))  # fmt: skip
+    cols = (
+        "L",
+        "new",
+        *(("image", "img tok", "encode") if images else ()),
+        "baseline",
+        "fake",
+        "genuine",
+        *(("plain genuine",) if plain else ()),
+        "estimate",
+        *(("llama-bench",) if check else ()),
+    )
     ratios = ("fake/estimate - 1", "fake/genuine - 1", *(("genuine/plain - 1",) if plain else ()))
     for col in (*cols, *ratios, "reps", "note"):
         t.add_column(col, justify="right")
@@ -56,13 +65,21 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
         img = (p.image or "-", str(p.image_tokens or "-"), enc) if images else ()
         bench = (p.bench_check_ci.fmt(digits=1) if p.bench_check_ci else "-",) if check else ()
         t.add_row(
-            str(p.L), str(p.new), *img,
-            arm_cell(p.baseline), arm_cell(p.fake), arm_cell(p.genuine), *((arm_cell(p.plain),) if plain else ()),
-            _est(p), *bench,
-            _ratio(p.fake_vs_estimate_ci, p.estimate_verdict), _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
+            str(p.L),
+            str(p.new),
+            *img,
+            arm_cell(p.baseline),
+            arm_cell(p.fake),
+            arm_cell(p.genuine),
+            *((arm_cell(p.plain),) if plain else ()),
+            _est(p),
+            *bench,
+            _ratio(p.fake_vs_estimate_ci, p.estimate_verdict),
+            _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
             *((_ratio(p.genuine_vs_plain_ci, p.plain_verdict),) if plain else ()),
-            str(p.reps), f"[{notes[p.point]}]" if p.point in notes else "",
-        )  # fmt: skip
+            str(p.reps),
+            f"[{notes[p.point]}]" if p.point in notes else "",
+        )
     return t
 
 
@@ -74,7 +91,10 @@ def print_summary(console: Console, points: list[SweepPoint]) -> None:
         for d in p.diagnostics:
             console.print(f"[{i}] L={p.L} new={p.new}: {d}", highlight=False)
     plain = any(p.plain.n_ok for p in points)
-    for name, attr in (("fake vs genuine hit", "genuine_verdict"), ("fake vs estimate", "estimate_verdict"),
-                       *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ())):  # fmt: skip
+    for name, attr in (
+        ("fake vs genuine hit", "genuine_verdict"),
+        ("fake vs estimate", "estimate_verdict"),
+        *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ()),
+    ):
         counts = {v: sum(getattr(p, attr) == v for p in points) for v in VERDICT_STYLE}
         console.print(f"{name}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n), highlight=False)
