@@ -8,7 +8,7 @@ import pytest
 
 from lab.engine.memshape import memory_shape
 from lab.experiments.arms import decided, fill_values, rep_arms, summarize_point, summarize_run
-from lab.experiments.fakeprefix import GridPoint
+from lab.experiments.sweep_grid import GridPoint
 from lab.schemas import InprocFill, InprocSample
 from lab.settings import SweepSettings
 

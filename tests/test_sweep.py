@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-from lab.experiments.fakeprefix import FILLS, POINTS, SAMPLES, TPS, GridPoint, decided, summarize_point
+from lab.experiments.fakeprefix import FILLS, POINTS, SAMPLES, TPS
+from lab.experiments.sweep_grid import GridPoint
+from lab.experiments.sweep_points import decided, summarize_point
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
 from lab.settings import SweepSettings

@@ -33,9 +33,11 @@ from lab.engine.contract import ContractClient
 from lab.engine.gguf_io import read_gguf_metadata
 from lab.engine.memshape import MemoryShape, memory_shape
 from lab.errors import UsageError
-from lab.experiments.fakeprefix import GridPoint, measure_point, no_estimate, server_arm_stats, stream_tokens
+from lab.experiments.fakeprefix import measure_point, no_estimate
 from lab.experiments.planning import plan_line, plan_of_run, plan_results
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.experiments.sweep_grid import GridPoint, stream_tokens
+from lab.experiments.sweep_points import server_arm_stats
 from lab.fills import complete_fills, fill_values, run_fills
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import InstrumentInfo
@@ -370,8 +372,10 @@ class Arms(Experiment):
             started = time.monotonic()
             samples += samples_of(driver.rep(p.L, p.new, rep, [a for a in todo if a != "baseline"]), p.id)
             walls.append(time.monotonic() - started)
+            if rep + 1 < sw.min_reps:  # no summary needed before min_reps: its bootstraps cost a cheap rep's time
+                continue
             point = summarize_point(p, samples, fills, sw.tolerance, self.shape)
-            if rep + 1 >= sw.min_reps and decided(point, sw, arms):
+            if decided(point, sw, arms):
                 break
         server: list[SweepSample] = []
         if client is not None:

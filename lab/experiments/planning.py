@@ -33,7 +33,7 @@ CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is 
 
 def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> list[tuple[int, int]]:
     """(L, only_new) of every point of the sweep's grid (an image point decodes its image's tokens too)."""
-    from lab.experiments.fakeprefix import grid, only_new
+    from lab.experiments.sweep_grid import grid, only_new
 
     return [(p.L, only_new(p, geometry)) for p in grid(settings.sweep)]
 
