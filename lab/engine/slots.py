@@ -4,6 +4,8 @@
 from __future__ import annotations
 
 import contextlib
+import os
+import shutil
 import tempfile
 from collections.abc import Iterator
 from pathlib import Path
@@ -16,11 +18,26 @@ from lab.engine.contract import ContractClient, ContractError, Step
 @contextlib.contextmanager
 def scratch_dir(cache_dir: Path) -> Iterator[str]:
     """A directory for the server's slot files (the saved depth-L states), removed when the run ends: it is
-    scratch under the cache, never part of a run folder."""
+    scratch under the cache, never part of a run folder. It is named after this process, so the ones a killed
+    run left behind (SIGKILL removes nothing; a reference host's states are gigabytes) go when the next starts."""
     root = cache_dir / "slots"
     root.mkdir(parents=True, exist_ok=True)
-    with tempfile.TemporaryDirectory(dir=root) as d:
+    for left in root.iterdir():
+        owner = left.name.partition("-")[0]
+        if left.is_dir() and owner.isdigit() and not alive(int(owner)):
+            shutil.rmtree(left, ignore_errors=True)
+    with tempfile.TemporaryDirectory(dir=root, prefix=f"{os.getpid()}-") as d:
         yield d
+
+
+def alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:
+        return True  # another user's process
+    return True
 
 
 class SavedStates:
