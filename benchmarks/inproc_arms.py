@@ -1,6 +1,6 @@
 """In-process arms benchmark: the same points measured inside one process and through the server, in one run.
 
-Runs `lab arms --where both --arms baseline,fake,genuine,plain` over the default grid (params.yaml's Ls x news;
+Runs `lab sweep --where both --arms baseline,fake,genuine,plain` over the default grid (params.yaml's Ls x news;
 tiny model unless --model) with a fixed count of reps (--reps, default 8) and prints per point: in-process
 fake/genuine with its 95% interval (goal: inside [0.98, 1.02]) beside the same ratio through HTTP, how much
 narrower the in-process interval is, restored/plain genuine (the restore's proof: goal inside [0.98, 1.02]
@@ -23,8 +23,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lab.experiments.arms import POINTS, SUMMARY, run_arms
-from lab.schemas import ArmsSummary, InprocPoint, Interval
+from lab.experiments.sweep import POINTS, SUMMARY, run_sweep
+from lab.schemas import ArmsSummary, Interval, SweepPoint
 from lab.settings import load_settings
 from lab.stats import median_interval
 
@@ -65,13 +65,20 @@ def main() -> int:
     settings = load_settings(
         model=args.model,
         runs_dir=runs,
-        sweep={**grid, "reps": args.reps, "tolerance": 0.02},
-        arms={"where": "both", "arms": ["baseline", "fake", "genuine", "plain"]},
+        sweep={
+            **grid,
+            "reps": args.reps,
+            "tolerance": 0.02,
+            "where": "both",
+            "arms": ["baseline", "fake", "genuine", "plain"],
+        },
     )
     t0 = time.monotonic()
-    run = run_arms(settings, console=Console(quiet=True))
+    run = run_sweep(settings, console=Console(quiet=True))
     wall = time.monotonic() - t0
-    points = run.read(POINTS, InprocPoint)
+    rows = run.read(POINTS, SweepPoint)
+    points = [p for p in rows if p.where == "inproc"]
+    http = {p.point: p for p in rows if p.where == "server"}
     summary = ArmsSummary.model_validate_json((run.path / "raw" / f"{SUMMARY}.json").read_text())
 
     t = Table(title=f"in-process vs server, {args.reps} interleaved reps per point ({run.path.name}); goal: "
@@ -82,21 +89,19 @@ def main() -> int:
         t.add_column(col, justify="right")
     widths: list[float] = []
     for p in points:
-        a, b = p.fake_vs_genuine_ci, p.server_fake_vs_genuine_ci
+        a, b = p.fake_vs_genuine_ci, http[p.point].fake_vs_genuine_ci
         w = a.half_width / b.half_width if a and b and b.half_width > 0 else None
         if w is not None:
             widths.append(w)
         t.add_row(
             str(p.L), str(p.new), pct(a) + (" ok" if inside(a) else ""), pct(b), "-" if w is None else f"{w:.2f}",
             pct(p.genuine_vs_plain_ci), pct(p.restore_step_vs_genuine_ci), share(p.cache_read_share_ci),
-            *(ratio(p.server_vs_inproc.get(arm)) for arm in ("baseline", "fake", "genuine")),
+            *(ratio(http[p.point].vs_inproc.get(arm)) for arm in ("baseline", "fake", "genuine")),
         )  # fmt: skip
     console.print(t)
     met = sum(inside(p.fake_vs_genuine_ci) for p in points)
     in_w = median_interval([p.fake_vs_genuine_ci.half_width for p in points if p.fake_vs_genuine_ci], "in")
-    http_w = median_interval(
-        [p.server_fake_vs_genuine_ci.half_width for p in points if p.server_fake_vs_genuine_ci], "http"
-    )
+    http_w = median_interval([p.fake_vs_genuine_ci.half_width for p in http.values() if p.fake_vs_genuine_ci], "http")
     console.print(f"{wall:.0f} s; in-process fake/genuine inside [{GOAL[0]}, {GOAL[1]}] at {met}/{len(points)} "
                   f"points; pooled over every rep {pct(summary.fake_vs_genuine_ci)}")  # fmt: skip
     console.print(f"median interval half-width: in-process {in_w.fmt(digits=4) if in_w else '-'}, through HTTP "

@@ -24,10 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.experiments.arms import POINTS as INPROC_POINTS
-from lab.experiments.arms import run_arms
-from lab.experiments.fakeprefix import POINTS, run_sweep
-from lab.schemas import InprocPoint, SweepPoint
+from lab.experiments.sweep import POINTS, run_sweep
+from lab.schemas import SweepPoint
 from lab.settings import load_settings
 from lab.stats import median_interval
 
@@ -52,14 +50,11 @@ def ints(s: str) -> list[int]:
 def measure(where: str, server: dict[str, Any], args: argparse.Namespace, runs: Path) -> tuple[list[float], int, float]:
     """(fake/genuine half-widths per point, verdicts decided, wall seconds) of one run."""
     grid = {k: v for k, v in (("Ls", args.Ls), ("news", args.news)) if v}
-    settings = load_settings(model=args.model, runs_dir=runs, sweep={**grid, "reps": args.reps}, server=server)
+    sweep = {**grid, "reps": args.reps, "where": where}
+    settings = load_settings(model=args.model, runs_dir=runs, sweep=sweep, server=server)
     t0 = time.monotonic()
-    if where == "server":
-        run = run_sweep(settings, console=Console(quiet=True))
-        points: list[SweepPoint | InprocPoint] = [*run.read(POINTS, SweepPoint)]
-    else:
-        run = run_arms(settings, console=Console(quiet=True))
-        points = [*run.read(INPROC_POINTS, InprocPoint)]
+    run = run_sweep(settings, console=Console(quiet=True))
+    points = run.read(POINTS, SweepPoint)
     wall = time.monotonic() - t0
     widths = [p.fake_vs_genuine_ci.half_width for p in points if p.fake_vs_genuine_ci is not None]
     return widths, sum(p.genuine_verdict != "undecided" for p in points), wall

@@ -28,8 +28,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.experiments.fakeprefix import POINTS, run_sweep
 from lab.experiments.planning import budget_reps, plans
+from lab.experiments.sweep import POINTS, run_sweep
 from lab.plan import Rates
 from lab.runs import RunFolder
 from lab.schemas import Interval, SweepPoint

@@ -5,6 +5,7 @@ Heavy modules are imported inside commands so `lab --help` stays instant.
 
 from __future__ import annotations
 
+import functools
 import sys
 import time
 from pathlib import Path
@@ -213,7 +214,11 @@ def sweep(
         float | None, typer.Option("--target", help="stop at this fake/genuine half-width, e.g. 0.03")
     ] = None,
     arms: Annotated[
-        str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,estimate")
+        str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,plain,estimate")
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option("--where", help="server | inproc (one process, libllama) | both (each point in both places)"),
     ] = None,
     baseline_reps: BaselineReps = None,
     fill_passes: FillPasses = None,
@@ -231,9 +236,12 @@ def sweep(
     Each point gets interleaved reps until its verdicts (fake vs genuine, fake vs estimate: agree, disagree or
     undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps.
     A rep costs its new tokens: the genuine hit restores a saved depth-L state, the estimate is the in-process
-    chunk at depth L, the baseline comes from cumulative fill passes (add `baseline` to --arms for direct reps).
+    chunk at depth L, the baseline comes from cumulative fill passes (add `baseline` to --arms for direct reps;
+    `plain` adds a genuine hit that prefills L per rep, the restore's proof). --where inproc measures the same
+    grid in one process with libllama (no server in the numbers; the cache read is timed against a memcpy),
+    --where both at every point in both places (server / in-process per arm: the server's own share).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
-    from lab.experiments.fakeprefix import run_sweep
+    from lab.experiments.sweep import run_sweep
 
     s = _settings(
         model=model,
@@ -251,59 +259,24 @@ def sweep(
             "baseline_reps": baseline_reps,
             "fill_passes": fill_passes,
             "rates": rates,
+            "where": where,
         },
         server={"threads": threads, "ctx_size": ctx_size},
     )
-    if resume is None and (s := _planned(s, "server", plan, budget)) is None:
+    if resume is None and (s := _planned(s, s.sweep.where, plan, budget)) is None:
         return
     typer.echo(str(run_sweep(s, resume=_resolve(resume, s.runs_dir)).path))
 
 
-@app.command("arms")
-def arms(
-    Ls: LsOpt = None,
-    news: NewsOpt = None,
-    reps: RepsOpt = None,
-    min_reps: MinReps = None,
-    max_reps: MaxReps = None,
-    arms: Annotated[
-        str | None, typer.Option("--arms", help="in-process arms: baseline,fake,genuine,plain (genuine always)")
-    ] = None,
-    fill_passes: FillPasses = None,
-    where: Annotated[
-        str | None, typer.Option("--where", help="inproc | both (also the server arms: the server's own share)")
-    ] = None,
-    baseline_reps: BaselineReps = None,
-    threads: Threads = None,
-    ctx_size: CtxSize = None,
-    model: ModelOpt = None,
-    runs_dir: RunsDir = None,
-    resume: Resume = None,
-    plan: PlanOpt = False,
-    rates: RatesOpt = None,
-    budget: BudgetOpt = None,
-) -> None:
-    """In one process, no server: fake prefix and genuine hit over the sweep's grid, a rep costing its new tokens.
+@functools.wraps(sweep)
+def arms(**options: Any) -> None:
+    sweep(**{**options, "where": options.get("where") or "inproc"})
 
-    One model load per run; cumulative fill passes decode the grid's token stream once each, keep the really
-    decoded state at every L (the genuine hit restores it before each rep: its cache read is timed and set
-    against a memcpy of as many bytes) and give the baseline (time to reach L + new) and the estimate (a chunk
-    of new at depth L). `plain` adds a genuine hit that decodes L per rep (the restore's proof), `baseline`
-    direct baseline reps. Ratios are paired by rep with their 95% interval and verdict; --where both also times
-    the server arms at the same points, so server / in-process per arm is the server's own share."""
-    from lab.experiments.arms import run_arms
 
-    s = _settings(
-        model=model,
-        runs_dir=runs_dir,
-        sweep={"Ls": _int_list(Ls), "news": _int_list(news), "reps": reps, "min_reps": min_reps,
-               "max_reps": max_reps, "baseline_reps": baseline_reps, "fill_passes": fill_passes, "rates": rates},
-        arms={"arms": _str_list(arms), "where": where},
-        server={"threads": threads, "ctx_size": ctx_size},
-    )  # fmt: skip
-    if resume is None and (s := _planned(s, "inproc", plan, budget)) is None:
-        return
-    typer.echo(str(run_arms(s, resume=_resolve(resume, s.runs_dir)).path))
+app.command(
+    "arms",
+    help="The sweep in one process, no server: `lab sweep --where inproc` (--where both: also through the server).",
+)(arms)
 
 
 @app.command("profile")

@@ -91,7 +91,7 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
 
 def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
     """The newest complete sweep and profile run per (host, model) in the catalog."""
-    from lab.catalog.tables import load_table, unflatten
+    from lab.catalog.tables import load_table, rows_at, unflatten
 
     runs = load_table(catalog_dir, "runs")
     if runs.empty:
@@ -102,8 +102,12 @@ def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[Headli
     points, bands, summaries = (
         load_table(catalog_dir, t) for t in ("sweep_points", "profile_bands", "profile_summary")
     )
+    points = rows_at(points, "server")  # the headline's step: through the server, as an agent pays it
     for experiment in ("sweep", "profile"):
-        newest = runs[runs["experiment"] == experiment].groupby(["host", "model_path"]).tail(1)
+        mine = runs[runs["experiment"] == experiment]
+        if experiment == "sweep":
+            mine = mine[mine["run_id"].isin(points["run_id"] if not points.empty else [])]
+        newest = mine.groupby(["host", "model_path"]).tail(1)
         for _, r in newest.iloc[::-1].iterrows():
             model = Path(str(r["model_path"])).name
             if experiment == "sweep" and not points.empty:

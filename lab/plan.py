@@ -36,7 +36,7 @@ from lab.errors import UsageError
 
 Design = Literal["per-rep prefill", "cumulative"]
 WARM_UP = 16  # tokens of the server's untimed warm-up request before each rep's arms
-Where = Literal["server", "inproc"]
+Where = Literal["server", "inproc", "both"]
 
 
 class Rates(BaseModel):

@@ -19,7 +19,7 @@ import os
 import re
 import secrets
 import signal
-from collections.abc import Iterable, Iterator
+from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
@@ -173,16 +173,20 @@ class RunFolder:
         _atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
 
     def finished_points(
-        self, points: str, schema: type[Row], samples: Iterable[tuple[str, type[BaseModel]]]
-    ) -> dict[str, Row]:
-        """Resume at point granularity (the sweep, the in-process arms): a point's samples are appended, then
-        its row. Returns the finished points by id; rows of `samples` tables that belong to an unfinished point
-        (a crash between the two appends) and a torn last line are dropped and every table is rewritten
-        atomically, so a resumed run neither measures a point twice nor loses one."""
-        done = {getattr(p, "point"): p for p in self.read(points, schema, tolerate_torn_tail=True)}  # noqa: B009
+        self,
+        points: str,
+        schema: type[Row],
+        samples: Iterable[tuple[str, type[BaseModel]]],
+        key: Callable[[BaseModel], Hashable],
+    ) -> dict[Hashable, Row]:
+        """Resume at point granularity (the sweep): a point's samples are appended, then its row. Returns the
+        finished points by `key`; rows of `samples` tables that belong to an unfinished point (a crash between
+        the two appends) and a torn last line are dropped and every table is rewritten atomically, so a resumed
+        run neither measures a point twice nor loses one."""
+        done: dict[Hashable, Row] = {key(p): p for p in self.read(points, schema, tolerate_torn_tail=True)}
         for table, sample_schema in samples:
             rows = self.read(table, sample_schema, tolerate_torn_tail=True)
-            self.rewrite(table, [r for r in rows if getattr(r, "point", None) in done])
+            self.rewrite(table, [r for r in rows if key(r) in done])
         self.rewrite(points, done.values())
         return done
 

@@ -11,6 +11,7 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 ArmName = Literal["baseline", "fake", "genuine", "plain"]
+Where = Literal["server", "inproc"]  # through llama-server's HTTP API, or in one process with libllama (lab/inproc)
 Verdict = Literal["agree", "disagree", "undecided"]
 
 
@@ -46,8 +47,12 @@ def ggml_pad(n: int, to: int = KV_PAD) -> int:
 
 
 class SweepSample(BaseModel):
-    """raw/samples.jsonl: one request of one arm (genuine: the timed second request)."""
+    """raw/samples.jsonl: one timed step of one arm. Through the server (`where` server) prompt_ms is the
+    request's prompt time from the server's timings; in one process (`where` inproc, lab/inproc/arms.cpp) it is
+    the llama_decode of the new tokens (baseline: L + new), and prep_ms/copy_ms/blob_bytes say how the prefix
+    got there."""
 
+    where: Where = "server"
     point: str
     L: int
     new: int
@@ -67,7 +72,11 @@ class SweepSample(BaseModel):
     warm: Literal["restore", "prefill"] | None = Field(
         default=None, description="genuine, plain: the prefix restored from the slot's saved state, or prefilled"
     )
-    t_utc: str
+    prep_ms: float | None = Field(default=None, description="inproc: fabricating the prefix (fake), the restore")
+    copy_ms: float | None = Field(default=None, description="inproc genuine: a plain memcpy of blob_bytes")
+    blob_bytes: int | None = Field(default=None, description="inproc genuine: the depth-L state blob (flags 0)")
+    pos_max: int | None = Field(default=None, description="inproc: the sequence's max position before the step")
+    t_utc: str = ""
 
 
 class PrefillTps(BaseModel):
@@ -99,8 +108,9 @@ class ArmStats(BaseModel):
 
 
 class SweepPoint(BaseModel):
-    """raw/points.jsonl: one (L, new) point, written when all its samples are in."""
+    """raw/points.jsonl: one (L, new) point measured in one place, written when all its samples are in."""
 
+    where: Where = "server"
     point: str
     L: int
     new: int
@@ -144,30 +154,22 @@ class SweepPoint(BaseModel):
     genuine_warm: str = Field(default="", description="how the genuine arm's prefix got into the slot")
     baseline_source: str = Field(default="", description="direct reps, or the fill passes' prefix sums")
     rep_s: Interval | None = Field(default=None, description="wall seconds of one rep past the direct baseline's")
-
-
-InprocArm = Literal["baseline", "fake", "genuine", "plain", "restore"]
-# genuine: the new tokens after restoring the really decoded depth-L state of a cumulative fill (its prep_ms is
-# the restore); plain: after decoding L in the same sequence first (the proof that a restored state is a
-# genuine hit). `restore` is only in runs made before the genuine arm became a restore (it was that arm).
-INPROC_ARMS: tuple[InprocArm, ...] = ("baseline", "fake", "genuine", "plain")
-
-
-class InprocSample(BaseModel):
-    """raw/inproc_samples.jsonl: one timed step of one in-process arm (lab/inproc/arms.cpp, no server)."""
-
-    point: str
-    L: int
-    new: int
-    arm: InprocArm
-    rep: int
-    ok: bool
-    reason: str = ""
-    decode_ms: float | None = Field(default=None, description="llama_decode of the new tokens (baseline: L + new)")
-    prep_ms: float | None = Field(default=None, description="fake: fabricating the prefix; genuine: the restore")
-    copy_ms: float | None = Field(default=None, description="genuine: a plain memcpy of blob_bytes, same rep")
-    blob_bytes: int | None = Field(default=None, description="genuine: the depth-L state blob (flags 0)")
-    pos_max: int = Field(description="the sequence's max position before the new tokens (-1: empty)")
+    # in one process: what having the prefix cost (the cache read a server would do, against memcpy)
+    fake_prep_ci: Interval | None = Field(default=None, description="inproc: ms to fabricate the prefix")
+    restore_prep_ci: Interval | None = Field(default=None, description="inproc: ms of set_data_ext, the cache read")
+    memcpy_ci: Interval | None = Field(default=None, description="inproc: ms of a plain memcpy of the blob's bytes")
+    blob_bytes: int | None = None
+    predicted_blob_bytes: int | None = Field(default=None, description="from the GGUF (lab.engine.memshape)")
+    restore_gbps_ci: Interval | None = Field(default=None, description="blob bytes / restore ms, GB/s")
+    memcpy_gbps_ci: Interval | None = Field(default=None, description="blob bytes / memcpy ms, GB/s")
+    restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired")
+    restore_step_vs_genuine_ci: Interval | None = Field(
+        default=None, description="(restore + decode) / genuine decode: the no-patch fallback's step"
+    )
+    cache_read_share_ci: Interval | None = Field(default=None, description="restore ms / (restore + decode) ms")
+    vs_inproc: dict[str, Interval] = Field(
+        default_factory=dict, description="server points of a both-places sweep: server / in-process per arm"
+    )
 
 
 class InprocFill(BaseModel):
@@ -186,63 +188,6 @@ class InprocFill(BaseModel):
     reason: str = ""
     capture_ms: float | None = Field(default=None, description="fill: keeping the depth-L state (get_data_ext)")
     blob_bytes: int | None = Field(default=None, description="fill: the depth-L state blob (flags 0)")
-
-
-class InprocPoint(BaseModel):
-    """raw/inproc_points.jsonl: one (L, new) point of `lab arms`, written when all its samples are in.
-    Ratios are paired by rep (a rep's arms run back to back in one process); server/in-process is unpaired."""
-
-    point: str
-    L: int
-    new: int
-    n_kv_padded: int = Field(description="GGML_PAD(L + new, 256): attended KV columns")
-    measurable: bool = Field(description="False below the 256-column floor, where L changes nothing")
-    reps: int
-    baseline: ArmStats = Field(description="decode ms of L + new from an empty sequence (direct reps)")
-    fake: ArmStats = Field(description="decode ms of the new tokens after the fabricated prefix")
-    genuine: ArmStats = Field(description="decode ms of the new tokens after a genuine depth-L state")
-    plain: ArmStats = Field(default_factory=ArmStats, description="the same after decoding L in the same sequence")
-    restore: ArmStats = Field(default_factory=ArmStats, description="older runs: the restore arm's decode ms")
-    baseline_fill: ArmStats = Field(
-        default_factory=ArmStats, description="time to reach L + new from empty, from the cumulative fill passes"
-    )
-    estimate_ci: Interval | None = Field(
-        default=None, description="the fill passes' chunk of `new` at depth L: only_new / prefill_tps(L), ms"
-    )
-    fake_prep_ci: Interval | None = Field(default=None, description="ms to fabricate the prefix")
-    restore_prep_ci: Interval | None = Field(default=None, description="ms of set_data_ext: the cache read")
-    memcpy_ci: Interval | None = Field(default=None, description="ms of a plain memcpy of the blob's bytes")
-    blob_bytes: int | None = None
-    predicted_blob_bytes: int | None = Field(default=None, description="from the GGUF (lab.engine.memshape)")
-    restore_gbps_ci: Interval | None = Field(default=None, description="blob bytes / restore ms, GB/s")
-    memcpy_gbps_ci: Interval | None = Field(default=None, description="blob bytes / memcpy ms, GB/s")
-    restore_vs_memcpy_ci: Interval | None = Field(
-        default=None, description="memcpy ms / restore ms: the share of copy bandwidth the restore reaches"
-    )
-    fake_vs_genuine_ci: Interval | None = Field(default=None, description="fake / genuine decode ms")
-    genuine_vs_plain_ci: Interval | None = Field(
-        default=None, description="genuine (restored) / plain genuine decode ms: the restore's proof"
-    )
-    fake_vs_estimate_ci: Interval | None = Field(default=None, description="fake / the fill's chunk (unpaired)")
-    restore_vs_genuine_ci: Interval | None = Field(default=None, description="older runs: restore / genuine")
-    restore_step_vs_genuine_ci: Interval | None = Field(
-        default=None, description="(restore ms + decode ms) / decode ms: what the no-patch fallback pays"
-    )
-    fake_vs_baseline_ci: Interval | None = Field(default=None, description="fake / baseline")
-    cache_read_share_ci: Interval | None = Field(
-        default=None, description="restore ms / (restore ms + decode ms) of the genuine arm"
-    )
-    genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
-    plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
-    restore_verdict: Verdict = Field(default="undecided", description="older runs: restore / genuine")
-    reps_to_decide: int | None = None
-    server: dict[str, ArmStats] = Field(default_factory=dict, description="where=both: prompt_ms per server arm")
-    server_vs_inproc: dict[str, Interval] = Field(
-        default_factory=dict, description="per arm: server prompt_ms / in-process decode ms (the server's share)"
-    )
-    server_fake_vs_genuine_ci: Interval | None = Field(default=None, description="the same ratio through HTTP")
-    rep_s: Interval | None = Field(default=None, description="wall seconds of one rep without the direct baseline")
-    diagnostics: list[str] = Field(default_factory=list)
 
 
 class ArmsSummary(BaseModel):

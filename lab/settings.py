@@ -66,8 +66,11 @@ SweepArm = Literal["baseline", "fake", "genuine", "plain", "estimate"]
 
 class SweepSettings(BaseModel):
     """The fake-prefix sweep grid: every (L, new) point, the arms interleaved rep after rep, each point until
-    its verdicts are decided (min_reps..max_reps)."""
+    its verdicts are decided (min_reps..max_reps), through llama-server, in one process with libllama, or both."""
 
+    where: Literal["server", "inproc", "both"] = Field(
+        default="server", description="server: through HTTP; inproc: in one process (text points); both: each point"
+    )
     Ls: list[int] = Field(default=[512, 1024, 2048, 4096], min_length=1, description="fake prefix lengths")
     news: list[int] = Field(default=[64, 256], min_length=1, description="new tokens per step")
     reps: int | None = Field(default=None, ge=1, le=100, description="fixed reps per point (min = max = reps)")
@@ -127,26 +130,6 @@ class SweepSettings(BaseModel):
         if "fake" not in self.arms:
             raise ValueError("sweep.arms must include fake (the arm the sweep is about)")
         self.arms = [a for a in ("baseline", "fake", "genuine", "plain", "estimate") if a in self.arms]
-        return self
-
-
-class ArmsSettings(BaseModel):
-    """`lab arms`: the sweep's grid (sweep.Ls, news, reps, min/max_reps, target, tolerance, seed, fill_passes)
-    measured inside one process with libllama, each rep costing its new tokens: fake prefix and genuine hit (the
-    really decoded depth-L state of a cumulative fill, restored), optionally a plain genuine hit (decodes L per
-    rep: the restore's proof) and direct baseline reps; with where=both also through llama-server at each point
-    (server/in-process per arm: the server's own share)."""
-
-    arms: list[Literal["baseline", "fake", "genuine", "plain"]] = Field(
-        default=["fake", "genuine"], description="in-process arms per rep (genuine always)"
-    )
-    where: Literal["inproc", "both"] = Field(default="inproc", description="both: also the server arms")
-
-    @model_validator(mode="after")
-    def _arms(self) -> ArmsSettings:
-        if "genuine" not in self.arms:
-            raise ValueError("arms.arms must include genuine (the reference every ratio is taken against)")
-        self.arms = [a for a in ("baseline", "fake", "genuine", "plain") if a in self.arms]
         return self
 
 
@@ -244,7 +227,6 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
-    arms: ArmsSettings = Field(default_factory=ArmsSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     catalog_dir: Path = Field(default=Path("catalog"), description="catalog tables (catalog/tables) and metrics")

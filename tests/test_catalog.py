@@ -114,7 +114,8 @@ def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path)
     a, b = sweep_run(runs, 20.0), sweep_run(runs, 25.0)
     c = compare_runs(a.path, b.path)
     keys = {r.key for r in c.rows}
-    assert keys == {(512, 64, None), (512, 64, "320x200")}, keys  # the image step is its own row, not merged
+    # keyed by place too (a both-places sweep has a row per place); the image step is its own row, not merged
+    assert keys == {("server", 512, 64, None), ("server", 512, 64, "320x200")}, keys
     env = {**os.environ, "COLUMNS": "200", "LAB_REPORTS_DIR": str(tmp_path / "reports")}
     cmd = [LAB, "compare", a.path.name, b.path.name, "--runs-dir", str(runs), "--report"]
     r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
@@ -125,7 +126,7 @@ def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path)
     html = next(Path(x) for x in r.stdout.split() if x.endswith(".html"))
     assert html.exists() and a.path.name in html.name and html.parent == tmp_path / "reports"
     drawn = _sweep(c).ratios
-    text_rows = [x for x in c.rows if x.key[2] is None and x.a and x.b and x.metric != "encode_ms"]
+    text_rows = [x for x in c.rows if x.key[3] is None and x.a and x.b and x.metric != "encode_ms"]
     assert sorted(drawn["ratio"]) == pytest.approx(sorted(x.ratio for x in text_rows))
 
 

@@ -285,7 +285,7 @@ def test_compose_run_arms_uses_the_driver_built_into_the_image(built: Built) -> 
     compose = str(compose_binary())
     runs = built.project / "catalog" / "runs"
     before = set(runs.iterdir())
-    arms = ["arms", "--Ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,plain"]
+    arms = ["arms", "--Ls", "300", "--news", "16", "--reps", "2", "--arms", "fake,genuine"]
     _run([compose, "-f", "compose.yaml", "run", "--rm", "lab", *arms], built.log, built.env, built.project,
          RUN_TIMEOUT_S)  # fmt: skip
     (run,) = sorted(set(runs.iterdir()) - before)
@@ -295,7 +295,8 @@ def test_compose_run_arms_uses_the_driver_built_into_the_image(built: Built) -> 
     fresh = subprocess.run(["docker", "run", "--rm", "--entrypoint", "test", IMAGE, "-x", driver],
                            env=built.env, capture_output=True, timeout=120)  # fmt: skip
     assert fresh.returncode == 0, driver
-    assert len((run / "raw" / "inproc_samples.jsonl").read_text().splitlines()) == 2 * 2
+    samples = [json.loads(line) for line in (run / "raw" / "samples.jsonl").read_text().splitlines()]
+    assert len(samples) == 2 * 2 and {s["where"] for s in samples} == {"inproc"}
 
 
 def test_fab_pushes_the_image_and_measures_in_it(

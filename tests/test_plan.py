@@ -155,3 +155,19 @@ def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
         timeout=120,
     )
     assert r.returncode == 2 and "--rates" in r.stderr and "neither a rates file nor a run" in r.stderr, r.stderr
+
+
+def test_a_sweep_in_both_places_plans_each_arm_per_place_and_fills_once() -> None:
+    from lab.experiments.planning import plans
+    from lab.settings import Settings
+
+    s = Settings(sweep={"Ls": [4096, 8192], "news": [256], "where": "both", "fill_passes": 1}, server={})
+    server, inproc = plans(s, NUC16, "server")[1], plans(s, NUC16, "inproc")[1]
+    old, both = plans(s, NUC16, "both")
+    arms = {a.arm: a.seconds for a in both.arms}
+    assert both.where == old.where == "both"
+    assert arms["fake (server)"] == pytest.approx(next(a.seconds for a in server.arms if a.arm == "fake"))
+    assert arms["fake (in-process)"] == pytest.approx(next(a.seconds for a in inproc.arms if a.arm == "fake"))
+    assert [a for a in arms if a.startswith("fill passes")] == ["fill passes (server)"]  # one driver, one fill
+    fill = next(a.seconds for a in inproc.arms if a.arm == "fill passes")
+    assert both.total_s == pytest.approx(server.total_s + inproc.total_s - fill)

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.runs import RunFolder
-from lab.schemas import InprocSample, SweepPoint
+from lab.schemas import SweepPoint, SweepSample
 
 from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
@@ -91,15 +91,16 @@ def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp
 def test_arms_run_there_with_the_bundled_driver(host: Sshd, project: Path, tmp_path: Path) -> None:
     config = ssh_config(host, tmp_path / "config", host.known_hosts)
     rdir = remote_dir(host)
-    r = fab(project, config, "arms", "--ls", "300", "--news", "16", "--reps", "2", "--arms", "genuine,plain",
+    r = fab(project, config, "arms", "--ls", "300", "--news", "16", "--reps", "2", "--arms", "fake,genuine",
             "--remote-dir", str(rdir))  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr
     local = project / r.stdout.strip().splitlines()[-1]
     run = RunFolder.open(local)
-    assert run.ready and "_nuc16_arms_" in run.manifest().run_id
+    assert run.ready and "_nuc16_sweep_" in run.manifest().run_id  # `lab arms`: the sweep in one process
     # compiled here, run there: the host needs no compiler
     assert str(rdir / "bundle" / "engine") in (local / "raw" / "inproc_driver.json").read_text()
-    assert len(run.read("inproc_samples", InprocSample)) == 2 * 2
+    samples = run.read("samples", SweepSample)
+    assert len(samples) == 2 * 2 and {s.where for s in samples} == {"inproc"}
 
 
 def _servers_under(path: Path) -> list[int]:

@@ -19,6 +19,7 @@ from pydantic import BaseModel
 
 from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
+from lab.catalog.legacy import InprocPoint, InprocSample
 from lab.catalog.tables import table_path
 from lab.costmodel import cost_model
 from lab.engine.hparams import hparams_of
@@ -34,8 +35,6 @@ from lab.schemas import (
     ArmsSummary,
     ArmStats,
     BandDepth,
-    InprocPoint,
-    InprocSample,
     Interval,
     ProfileSummary,
     ProfileWall,
@@ -229,13 +228,14 @@ def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, Ba
 
 
 def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
-    """An in-process arms run over a 2 x 2 grid, 3 reps per point, with its summary."""
+    """An in-process run of the older `lab arms` (its own tables: the catalog reads them into the sweep's) over a
+    2 x 2 grid, 3 reps per point, with its summary."""
     points: list[BaseModel] = []
     samples: list[BaseModel] = []
     for L, new in ((512, 64), (2048, 64), (512, 256), (2048, 256)):
         decode = new / (3000.0 * speed / (1 + L / 4096)) * 1e3
         ms = {"baseline": (L + new) / (3000.0 * speed) * 1e3, "fake": decode, "genuine": decode * 1.01,
-              "restore": decode * 1.005}  # fmt: skip
+              "plain": decode * 1.005}  # fmt: skip
         blob, prep, copy = 1044 * L + 430316, 0.3 * L / 1024, 0.15 * L / 1024
         stats = {a: ArmStats(median_ms=v, median_lo_ms=v * 0.97, median_hi_ms=v * 1.03, n_ok=3) for a, v in ms.items()}
         point = f"L{L}_n{new}"
@@ -246,8 +246,8 @@ def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseM
         ))  # fmt: skip
         samples += [
             InprocSample(point=point, L=L, new=new, arm=a, rep=rep, ok=True, decode_ms=v,  # type: ignore[arg-type]
-                         prep_ms=prep if a == "restore" else None, copy_ms=copy if a == "restore" else None,
-                         blob_bytes=blob if a == "restore" else None, pos_max=-1 if a == "baseline" else L - 1)
+                         prep_ms=prep if a == "genuine" else None, copy_ms=copy if a == "genuine" else None,
+                         blob_bytes=blob if a == "genuine" else None, pos_max=-1 if a == "baseline" else L - 1)
             for a, v in ms.items()
             for rep in range(3)
         ]  # fmt: skip

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.experiments.fakeprefix import FILLS, POINTS, SAMPLES, TPS
+from lab.experiments.sweep import FILLS, POINTS, SAMPLES, TPS
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import decided, summarize_point
 from lab.runs import RunFolder

@@ -1,8 +1,8 @@
 """The one compare core: two runs of one experiment side by side, B/A per key, for the CLI table
 (`lab compare`), `lab compare --report` and the heatmap alike (in the spirit of llama.cpp's
-compare-llama-bench.py): per (L, new, screenshot) for sweeps; per (L, new) for in-process arms; per
-(depth, band), plus the whole FUSED chunk per depth, for profiles. Rows come from run folders or from the
-catalog tables: the same flattened rows."""
+compare-llama-bench.py): per (where, L, new, screenshot) for sweeps (through the server and in one process;
+older `lab arms` runs are in-process sweeps); per (depth, band), plus the whole FUSED chunk per depth, for
+profiles. Rows come from run folders or from the catalog tables: the same flattened rows."""
 
 from __future__ import annotations
 
@@ -10,8 +10,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from lab.catalog.ingest import read_manifest, read_spec
-from lab.catalog.tables import SPEC_BY_NAME, load_table
+from lab.catalog.ingest import read_manifest, run_rows
+from lab.catalog.tables import load_table
 from lab.errors import LabError
 from lab.fills import fill_values
 from lab.schemas import BANDS, InprocFill, Interval
@@ -37,25 +37,14 @@ KINDS = {
     "sweep": Kind(
         "sweep_points",
         ("sweep_samples", "prefill_tps", "sweep_fills"),
-        ("L", "new", "image"),
-        {
-            "fake_median_ms": "fake",
-            "genuine_median_ms": "genuine hit",
-            "baseline_median_ms": "baseline",
-            "opt_prefill_ms": "estimate",
-            "encode_ms": "vision encode",
-        },
-    ),
-    "arms": Kind(
-        "arms_points",
-        ("arms_samples",),
-        ("L", "new"),
+        ("where", "L", "new", "image"),
         {
             "fake_median_ms": "fake",
             "genuine_median_ms": "genuine hit",
             "plain_median_ms": "plain genuine hit",
-            "restore_median_ms": "restore (older runs)",
             "baseline_median_ms": "baseline",
+            "opt_prefill_ms": "estimate",
+            "encode_ms": "vision encode",
             "restore_prep_ci_value": "restore (cache read)",
         },
     ),
@@ -67,6 +56,7 @@ KINDS = {
     ),
 }
 Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
+KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile"}  # `lab arms` runs: in-process sweeps
 
 
 @dataclass(frozen=True)
@@ -134,48 +124,47 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
         for c in side.get("profile_band_cycles", []):
             out.setdefault(((c["depth"], c["band"]), "ms_per_token"), []).append(float(c["ms_per_token"]))
         return out
-    if experiment == "arms":  # in-process decode ms per arm, and the restore's cache read
-        where = {r["point"]: (r["L"], r["new"]) for r in side.get("arms_points", [])}
-        for smp in side.get("arms_samples", []):
-            if smp["point"] not in where or not smp["ok"]:
-                continue
-            if _value(smp.get("decode_ms")) is not None:
-                out.setdefault((where[smp["point"]], f"{smp['arm']}_median_ms"), []).append(float(smp["decode_ms"]))
-            # the cache read: the genuine arm's restore (older runs: the restore arm's)
-            if smp["arm"] in ("genuine", "restore") and _value(smp.get("prep_ms")) is not None:
-                out.setdefault((where[smp["point"]], "restore_prep_ci_value"), []).append(float(smp["prep_ms"]))
-        return out
-    keys = {r["point"]: (r["L"], r["new"], _value(r.get("image"))) for r in side.get("sweep_points", [])}
-    encode = {r["point"]: _value(r.get("encode_ms")) or 0.0 for r in side.get("sweep_points", [])}
+    points = side.get("sweep_points", [])
+    keys = {(_where(r), r["point"]): (_where(r), r["L"], r["new"], _value(r.get("image"))) for r in points}
+    encode = {r["point"]: _value(r.get("encode_ms")) or 0.0 for r in points}
     for smp in side.get("sweep_samples", []):
-        key = keys.get(smp["point"])
+        key = keys.get((_where(smp), smp["point"]))
         if key is None or not smp["ok"] or _value(smp.get("prompt_ms")) is None:
             continue
         out.setdefault((key, f"{smp['arm']}_median_ms"), []).append(float(smp["prompt_ms"]))
         if smp["arm"] == "fake" and _value(smp.get("encode_ms")) is not None:
             out.setdefault((key, "encode_ms"), []).append(float(smp["encode_ms"]))
+        if smp["arm"] == "genuine" and _value(smp.get("prep_ms")) is not None:  # in-process: the cache read
+            out.setdefault((key, "restore_prep_ci_value"), []).append(float(smp["prep_ms"]))
     for t in side.get("prefill_tps", []):
         # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
-        if _value(t.get("point")) in keys and _value(t.get("rep")) is not None:
-            out.setdefault((keys[t["point"]], "opt_prefill_ms"), []).append(float(t["avg_ms"]) + encode[t["point"]])
+        key = keys.get(("server", _value(t.get("point"))))
+        if key is not None and _value(t.get("rep")) is not None:
+            out.setdefault((key, "opt_prefill_ms"), []).append(float(t["avg_ms"]) + encode[t["point"]])
     fills = [
         InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
         for f in side.get("sweep_fills", [])
     ]
-    for point in side.get("sweep_points", []):  # no direct baseline reps: the fill passes' prefix sums
-        key = keys[point["point"]]
-        if fills and (key, "baseline_median_ms") not in out:
-            only_new = int(point["new"]) + int(_value(point.get("image_tokens")) or 0)
-            if values := fill_values(fills, int(point["L"]), only_new)[0]:
-                out[(key, "baseline_median_ms")] = values
+    for point in points:  # no direct baseline reps: the fill passes' prefix sums; in one process the estimate
+        key = keys[(_where(point), point["point"])]
+        only_new = int(point["new"]) + int(_value(point.get("image_tokens")) or 0)
+        baseline, chunks = fill_values(fills, int(point["L"]), only_new)
+        if baseline and (key, "baseline_median_ms") not in out:
+            out[(key, "baseline_median_ms")] = baseline
+        if chunks and _where(point) == "inproc":
+            out[(key, "opt_prefill_ms")] = chunks
     return out
+
+
+def _where(row: dict[str, Any]) -> str:
+    return str(_value(row.get("where")) or "server")  # rows from before the sweep had two places
 
 
 def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[CompareRow], list[CompareRow]]:
     """B/A rows for every key either run has (a side it lacks is None), each with the interval of B/A from
     both runs' samples; and per metric the geometric mean over the keys both have. Profiles also get one
     TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share."""
-    kind = KINDS[experiment]
+    kind = KINDS[KIND_OF[experiment]]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         if experiment != "profile":
@@ -205,24 +194,27 @@ def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[Comp
     return rows, summary
 
 
-def _check(experiment_a: str, experiment_b: str) -> None:
-    if experiment_a != experiment_b:
+def _check(experiment_a: str, experiment_b: str) -> str:
+    """The kind both runs are (a sweep, older arms runs included, or a profile)."""
+    kind_a, kind_b = KIND_OF.get(experiment_a, experiment_a), KIND_OF.get(experiment_b, experiment_b)
+    if kind_a != kind_b:
         raise CompareError(f"cannot compare a {experiment_a} run with a {experiment_b} run")
-    if experiment_a not in KINDS:
+    if kind_a not in KINDS:
         raise CompareError(f"compare supports {' and '.join(KINDS)} runs, not {experiment_a}")
+    return kind_a
 
 
 def compare_runs(run_a: Path, run_b: Path) -> Comparison:
     """Two run folders (complete or not: what they hold so far)."""
     ma, mb = read_manifest(run_a), read_manifest(run_b)
-    _check(ma.experiment, mb.experiment)
-    kind = KINDS[ma.experiment]
+    name = _check(ma.experiment, mb.experiment)
+    kind = KINDS[name]
 
-    def side(run: Path) -> Side:
-        return {name: read_spec(run, SPEC_BY_NAME[name]) for name in (kind.table, *kind.samples)}
+    def side(run: Path, experiment: str) -> Side:
+        return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
-    rows, summary = compare_rows(ma.experiment, side(run_a), side(run_b))
-    return Comparison(ma.experiment, run_a.name, run_b.name, kind.keys, rows, summary)
+    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment))
+    return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary)
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
@@ -238,8 +230,8 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
         return found[0]
 
     a, b = resolve(ref_a), resolve(ref_b)
-    _check(experiments[a], experiments[b])
-    kind = KINDS[experiments[a]]
+    name = _check(experiments[a], experiments[b])
+    kind = KINDS[name]
     tables = {name: load_table(catalog_dir, name) for name in (kind.table, *kind.samples)}
     if tables[kind.table].empty:
         raise CompareError(f"the catalog has no {kind.table} rows")
@@ -252,5 +244,5 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
             raise CompareError(f"{run_id} has no rows in the catalog (incomplete, or not ingested yet)")
         return out
 
-    rows, summary = compare_rows(experiments[a], side(a), side(b))
-    return Comparison(experiments[a], a, b, kind.keys, rows, summary)
+    rows, summary = compare_rows(name, side(a), side(b))
+    return Comparison(name, a, b, kind.keys, rows, summary)

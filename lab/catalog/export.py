@@ -41,7 +41,7 @@ def export_frame(catalog_dir: Path, name: str) -> Any:
         df = df.merge(prov, on="run_id", how="left")
     elif name == RUNS and not df.empty:
         df = df.assign(n_threads=[_threads(p) for p in df["params_json"]])
-    if name in ("sweep_points", "arms_points") and not df.empty:  # the cached step's prefill throughput
+    if name == "sweep_points" and not df.empty:  # the cached step's prefill throughput
         df["avg_ts"] = df["new"] / df["fake_median_ms"] * 1e3
     return df.rename(columns={k: v for k, v in LLAMA_BENCH.items() if k in df.columns})
 

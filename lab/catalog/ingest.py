@@ -14,7 +14,17 @@ from typing import Any
 from pydantic import ValidationError
 
 from lab.catalog.metrics import compute_metrics
-from lab.catalog.tables import METRICS_FILE, RUNS, SPECS, TABLES_DIR, RunRecord, TableSpec, columns, flatten
+from lab.catalog.tables import (
+    METRICS_FILE,
+    RUNS,
+    SPEC_BY_NAME,
+    SPECS,
+    TABLES_DIR,
+    RunRecord,
+    TableSpec,
+    columns,
+    flatten,
+)
 from lab.errors import LabError
 from lab.runs import Manifest, RunError, read_jsonl
 
@@ -74,19 +84,26 @@ def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
         if spec.required:
             raise IngestError(f"{path}: missing, but the run says it is complete")
         return []
+    schema = spec.legacy or spec.schema
     try:
-        single = spec.single
-        rows = [spec.schema.model_validate_json(path.read_text())] if single else read_jsonl(path, spec.schema)
+        rows = [schema.model_validate_json(path.read_text())] if spec.single else read_jsonl(path, schema)
     except ValidationError as e:
         raise IngestError(f"{path}:1: {e}") from e
     except RunError as e:  # read_jsonl names the file and line
         raise IngestError(str(e)) from e
+    if spec.legacy is not None:
+        rows = [c for r in rows if (c := r.current()) is not None]  # type: ignore[attr-defined]
     return [{"run_id": run_dir.name, **flatten(r)} for r in rows]
+
+
+def run_rows(run_dir: Path, experiment: str, name: str) -> list[dict[str, Any]]:
+    """One run's rows of catalog table `name`, from every source its experiment writes them to."""
+    return [r for s in SPECS if s.name == name and experiment in s.experiments for r in read_spec(run_dir, s)]
 
 
 def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, Any]]]]:
     records: list[RunRecord] = []
-    tables: dict[str, list[dict[str, Any]]] = {s.name: [] for s in SPECS}
+    tables: dict[str, list[dict[str, Any]]] = {name: [] for name in SPEC_BY_NAME}
     for run_dir in run_dirs(runs_dir):
         m = read_manifest(run_dir)
         if m.run_id != run_dir.name:
@@ -112,7 +129,7 @@ def ingest(runs_dir: Path, catalog_dir: Path) -> IngestResult:
     scratch.mkdir()
     try:
         frames = {RUNS: pd.DataFrame([r.model_dump() for r in records], columns=list(RunRecord.model_fields))}
-        frames.update({s.name: pd.DataFrame(tables[s.name], columns=columns(s.schema)) for s in SPECS})
+        frames.update({n: pd.DataFrame(tables[n], columns=columns(s.schema)) for n, s in SPEC_BY_NAME.items()})
         for name, df in frames.items():
             df.to_parquet(scratch / f"{name}.parquet", index=False, compression="zstd")
         metrics = compute_metrics(frames)

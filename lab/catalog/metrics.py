@@ -4,6 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from lab.catalog.tables import rows_at
 from lab.stats import median_interval
 
 
@@ -23,7 +24,7 @@ def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
     runs = frames["runs"]
     in_figures = int(runs["in_figures"].sum()) if len(runs) else 0
     out: dict[str, Any] = {"runs": {"total": len(runs), "in_figures": in_figures}}
-    points = frames["sweep_points"]
+    points = rows_at(frames["sweep_points"], "server")
     if len(points):
         usable = points[points["measurable"]]
         out["sweep"] = {

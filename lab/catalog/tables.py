@@ -15,13 +15,12 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
+from lab.catalog.legacy import InprocPoint, InprocSample
 from lab.schemas import (
     ArmsSummary,
     BandCycle,
     BandDepth,
     InprocFill,
-    InprocPoint,
-    InprocSample,
     PrefillTps,
     ProfileSummary,
     ProfileWall,
@@ -50,30 +49,32 @@ class TableSpec:
     schema: type[BaseModel]
     single: bool = False  # source is one JSON document, not JSON lines
     required: bool = True  # a complete run of these experiments must have it
+    legacy: type[BaseModel] | None = None  # an older run's row schema, read and turned into `schema` (current())
 
 
 SPECS: tuple[TableSpec, ...] = (
+    # one family for the sweep in both places (a `where` column), older `lab arms` runs included
     TableSpec("sweep_points", ("sweep",), "points", SweepPoint),
+    TableSpec("sweep_points", ("arms",), "inproc_points", SweepPoint, legacy=InprocPoint),
     TableSpec("sweep_samples", ("sweep",), "samples", SweepSample),
+    TableSpec("sweep_samples", ("arms",), "inproc_samples", SweepSample, legacy=InprocSample),
+    TableSpec("sweep_samples", ("arms",), "server_samples", SweepSample, required=False),
     TableSpec("prefill_tps", ("sweep", "profile"), "prefill_tps", PrefillTps, required=False),
     TableSpec("sweep_fills", ("sweep",), "fills", InprocFill, required=False),
+    TableSpec("sweep_fills", ("arms",), "inproc_fills", InprocFill, required=False),
+    TableSpec("arms_summary", ("sweep", "arms"), "arms_summary", ArmsSummary, single=True, required=False),
     TableSpec("trace_steps", ("trace_replay",), "steps", TraceStepResult),
     TableSpec("trace_tasks", ("trace_replay",), "tasks", TraceTaskResult),
     TableSpec("profile_walls", ("profile",), "profile_walls", ProfileWall),
     TableSpec("profile_bands", ("profile",), "profile_bands", BandDepth),
     TableSpec("profile_band_cycles", ("profile",), "profile_band_cycles", BandCycle, required=False),
     TableSpec("profile_summary", ("profile",), "profile_summary", ProfileSummary, single=True),
-    TableSpec("arms_points", ("arms",), "inproc_points", InprocPoint),
-    TableSpec("arms_samples", ("arms",), "inproc_samples", InprocSample),
-    TableSpec("arms_server_samples", ("arms",), "server_samples", SweepSample, required=False),
-    TableSpec("arms_fills", ("arms",), "inproc_fills", InprocFill, required=False),
-    TableSpec("arms_summary", ("arms",), "arms_summary", ArmsSummary, single=True),
     TableSpec("replay_exact", ("replay_exact",), "replay_exact", ReplayExactRow),
     TableSpec("replay_span", ("replay_span",), "replay_span", ReplaySpanRow),
     TableSpec("replay_cost", ("replay_cost",), "replay_cost", ReplayCostRow),
     TableSpec("replay_row_work", ("replay_cost",), "replay_row_work", ReplayRowWork),
 )
-SPEC_BY_NAME = {s.name: s for s in SPECS}
+SPEC_BY_NAME = {s.name: next(t for t in SPECS if t.name == s.name) for s in SPECS}  # a table's first spec
 
 
 class RunRecord(BaseModel):
@@ -157,6 +158,14 @@ def columns(schema: type[BaseModel]) -> list[str]:
         model = nested_model(f.annotation)
         cols += [f"{key}_{k}" for k in model.model_fields] if model is not None else [key]
     return cols
+
+
+def rows_at(frame: Any, where: str) -> Any:
+    """The rows of a sweep table measured in one place (rows from before the sweep had two: the server)."""
+    if frame.empty:
+        return frame
+    places = frame["where"].fillna("server") if "where" in frame.columns else "server"
+    return frame[places == where].reset_index(drop=True)
 
 
 def table_path(catalog_dir: Path, name: str) -> Path:

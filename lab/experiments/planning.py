@@ -40,10 +40,13 @@ def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> li
 
 def plans(settings: Settings, rates: Rates, where: Where, reps: int | None = None) -> tuple[Plan, Plan]:
     """(per-rep prefill, cumulative) plans of the sweep's grid, at max_reps unless `reps`."""
+    if where == "both":  # one driver's fill passes serve both places
+        server, inproc = plans(settings, rates, "server", reps), plans(settings, rates, "inproc", reps)
+        return _both(server[0], inproc[0]), _both(server[1], inproc[1])
     sw = settings.sweep
     n = reps or sw.max_reps
     points = grid_points(settings)
-    arms: list[str] = [*sw.arms] if where == "server" else [*settings.arms.arms]
+    arms: list[str] = [*sw.arms] if where == "server" else [a for a in sw.arms if a != "estimate"]
     kw: dict[str, Any] = {
         "fill_passes": sw.fill_passes,
         "baseline_reps": sw.baseline_reps,
@@ -54,6 +57,13 @@ def plans(settings: Settings, rates: Rates, where: Where, reps: int | None = Non
     return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan(
         "cumulative", where, points, n, arms, rates, **kw
     )
+
+
+def _both(server: Plan, inproc: Plan) -> Plan:
+    arms = [a.model_copy(update={"arm": f"{a.arm} (server)"}) for a in server.arms]
+    shared = {a.arm for a in server.arms} & {"fill passes"}
+    arms += [a.model_copy(update={"arm": f"{a.arm} (in-process)"}) for a in inproc.arms if a.arm not in shared]
+    return server.model_copy(update={"where": "both", "arms": arms})
 
 
 def resolve_rates(ref: str, runs_dir: Path) -> Rates:

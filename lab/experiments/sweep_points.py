@@ -1,5 +1,6 @@
-"""What a sweep point's samples say: one row per timed request, each arm's median with its interval, the
-ratios paired by rep with their verdicts, when a point is decided, and the notes on what to check."""
+"""What a sweep point's samples say, through the server or in one process alike: one row per timed step, each
+arm's median with its interval, the ratios paired by rep with their verdicts, the cache read's cost in one
+process, when a point is decided, and the notes on what to check."""
 
 from __future__ import annotations
 
@@ -7,12 +8,31 @@ import statistics
 
 from lab.engine.contract import ARMS, ArmResult
 from lab.engine.imagegrid import ImageGeometry
+from lab.engine.memshape import MemoryShape
 from lab.experiments.sweep_grid import GridPoint, image_counts
 from lab.fills import fill_values
 from lab.runs import utc_now
-from lab.schemas import KV_PAD, ArmStats, InprocFill, Interval, PrefillTps, SweepPoint, SweepSample, ggml_pad
+from lab.schemas import (
+    KV_PAD,
+    ArmStats,
+    InprocFill,
+    Interval,
+    PrefillTps,
+    SweepPoint,
+    SweepSample,
+    Where,
+    ggml_pad,
+)
 from lab.settings import SweepSettings
-from lab.stats import arm_stats, median_interval, paired_ratio, reps_to_decide, unpaired_ratio, verdict
+from lab.stats import (
+    arm_stats,
+    median_interval,
+    paired_ratio,
+    paired_values,
+    reps_to_decide,
+    unpaired_ratio,
+    verdict,
+)
 
 
 def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None = None) -> SweepSample:
@@ -53,6 +73,30 @@ def bench_interval(t: PrefillTps) -> Interval:
     return Interval(value=t.avg_ms, lo=t.avg_ms - half, hi=t.avg_ms + half, n=max(1, t.reps))
 
 
+def rep_values(samples: list[SweepSample]) -> dict[str, list[float]]:
+    """One point's per-rep values of every paired figure (a rep's arms run back to back): the ratios, and in one
+    process the cache read's bandwidth, its share of the step and memcpy's yardstick. A point's figure is their
+    median; a run's pooled figure the median of every point's values together."""
+    by_rep = {arm: _by_rep(samples, arm) for arm in ARMS}
+    prep, copy = _by_rep(samples, "genuine", "prep_ms"), _by_rep(samples, "genuine", "copy_ms")
+    blob = max((s.blob_bytes for s in samples if s.arm == "genuine" and s.blob_bytes), default=0)
+    step = {r: prep[r] + by_rep["genuine"][r] for r in prep if r in by_rep["genuine"]}
+    return {
+        "fake/genuine": paired_values(by_rep["fake"], by_rep["genuine"]),
+        "fake/baseline": paired_values(by_rep["fake"], by_rep["baseline"]),
+        "genuine/plain": paired_values(by_rep["genuine"], by_rep["plain"]),
+        "restore-step/genuine": paired_values(step, by_rep["genuine"]),
+        "memcpy/restore": paired_values(copy, prep),
+        "share": paired_values(prep, step),
+        "restore/gbps": [blob / ms / 1e6 for ms in prep.values() if ms > 0] if blob else [],
+        "memcpy/gbps": [blob / ms / 1e6 for ms in copy.values() if ms > 0] if blob else [],
+    }
+
+
+def _by_rep(samples: list[SweepSample], arm: str, field: str = "prompt_ms") -> dict[int, float]:
+    return {s.rep: getattr(s, field) for s in samples if s.arm == arm and s.ok and getattr(s, field) is not None}
+
+
 def summarize_point(
     p: GridPoint,
     samples: list[SweepSample],
@@ -60,36 +104,51 @@ def summarize_point(
     tol: float,
     geom: ImageGeometry | None = None,
     fills: list[InprocFill] | None = None,
+    where: Where = "server",
+    shape: MemoryShape | None = None,
+    inproc: list[SweepSample] | None = None,
 ) -> SweepPoint:
-    stats = {arm: server_arm_stats(samples, arm, p.id) for arm in ARMS}
-    by_rep = {arm: {s.rep: s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms} for arm in ARMS}
+    """One point measured in one place, from its samples. The estimate: through the server, the driver's chunks
+    interleaved with the reps (`tps`, paired); in one process, the fill passes' chunks (unpaired: the genuine arm
+    is that very chunk, so the estimate comes free). `inproc`: the same point's in-process samples, for the
+    server's own share per arm (a both-places sweep)."""
+    key = p.id if where == "server" else f"inproc/{p.id}"
+    stats = {arm: server_arm_stats(samples, arm, key) for arm in ARMS}
+    by_rep = {arm: _by_rep(samples, arm) for arm in ARMS}
+    values = rep_values(samples)
+
+    def iv(name: str) -> Interval | None:
+        return median_interval(values[name], f"{key}/{name}")
+
     # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
-    encode = {s.rep: s.encode_ms for s in samples if s.arm == "fake" and s.ok and s.encode_ms is not None}
+    encode = _by_rep(samples, "fake", "encode_ms")
     est = [t for t in tps if t.rep is not None]  # interleaved estimate samples; rep None: the cross-check
     check = next((t for t in tps if t.rep is None), None)
-    est_by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in est if t.rep is not None}
-    est_ms = statistics.median(t.avg_ms for t in est) if est else None
     only_new = est[0].chunk if est else p.new  # image steps: image tokens + text tokens
+    base_fill, chunks = fill_values(fills or [], p.L, only_new)
+    est_by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in est if t.rep is not None}
+    est_ms = [t.avg_ms for t in est] if est else chunks if where == "inproc" else []
     img = image_counts(p, geom)
-    encode_ci = median_interval(list(encode.values()), key=f"{p.id}/encode")
+    encode_ci = median_interval(list(encode.values()), key=f"{key}/encode")
     lm = [by_rep["fake"][r] - e for r, e in encode.items() if r in by_rep["fake"]]
-    lm_ci = median_interval(lm, key=f"{p.id}/lm")
-    vs_est = paired_ratio(by_rep["fake"], est_by_rep, key=f"{p.id}/fake/estimate")
-    vs_gen = paired_ratio(by_rep["fake"], by_rep["genuine"], key=f"{p.id}/fake/genuine")
-    vs_base = paired_ratio(by_rep["fake"], by_rep["baseline"], key=f"{p.id}/fake/baseline")
-    vs_plain = paired_ratio(by_rep["genuine"], by_rep["plain"], key=f"{p.id}/genuine/plain")
+    lm_ci = median_interval(lm, key=f"{key}/lm")
+    if where == "inproc":
+        vs_est = unpaired_ratio(list(by_rep["fake"].values()), chunks, key=f"{key}/fake/estimate")
+    else:
+        vs_est = paired_ratio(by_rep["fake"], est_by_rep, key=f"{key}/fake/estimate")
+    vs_gen, vs_plain, vs_base = iv("fake/genuine"), iv("genuine/plain"), iv("fake/baseline")
+    if not by_rep["baseline"] and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
+        stats["baseline"] = arm_stats(base_fill, key=f"{key}/baseline/fill")
+        vs_base = unpaired_ratio(list(by_rep["fake"].values()), base_fill, key=f"{key}/fake/baseline/fill")
     verdicts = {"genuine": verdict(vs_gen, tol), "estimate": verdict(vs_est, tol), "plain": verdict(vs_plain, tol)}
     undecided = [
         reps_to_decide(iv, tol)
         for iv, v in ((vs_gen, verdicts["genuine"]), (vs_est, verdicts["estimate"]), (vs_plain, verdicts["plain"]))
         if iv is not None and v == "undecided"
     ]
-    warms = sorted({s.warm for s in samples if s.arm == "genuine" and s.warm})
-    base_fill = fill_values(fills or [], p.L, only_new)[0]
-    if not by_rep["baseline"] and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
-        stats["baseline"] = arm_stats(base_fill, key=f"{p.id}/baseline/fill")
-        vs_base = unpaired_ratio(list(by_rep["fake"].values()), base_fill, key=f"{p.id}/fake/baseline/fill")
+    est_median = statistics.median(est_ms) if est_ms else None
     point = SweepPoint(
+        where=where,
         point=p.id,
         L=p.L,
         new=p.new,
@@ -102,14 +161,14 @@ def summarize_point(
         lm_ci=lm_ci,
         n_kv_padded=ggml_pad(p.L + only_new),
         measurable=p.L >= KV_PAD,
-        prefill_tps=only_new / est_ms * 1e3 if est_ms else None,
+        prefill_tps=only_new / est_median * 1e3 if est_median else None,
         # only_new / prefill_tps(L) = the chunk's time at depth L (+ the encode for an image step)
-        opt_prefill_ms=est_ms + (encode_ci.value if encode_ci else 0.0) if est_ms is not None else None,
+        opt_prefill_ms=est_median + (encode_ci.value if encode_ci else 0.0) if est_median is not None else None,
         fake_vs_estimate=vs_est.value - 1 if vs_est else None,
         fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
         fake_vs_baseline=vs_base.value if vs_base else None,
         fake_vs_estimate_ci=vs_est,
-        estimate_ci=median_interval(list(est_by_rep.values()), key=f"{p.id}/estimate"),
+        estimate_ci=median_interval(list(est_by_rep.values()) or est_ms, key=f"{key}/estimate"),
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
         genuine_verdict=verdicts["genuine"],
@@ -117,30 +176,45 @@ def summarize_point(
         genuine_vs_plain_ci=vs_plain,
         plain_verdict=verdicts["plain"],
         bench_check_ci=bench_interval(check) if check is not None else None,
-        genuine_warm=",".join(warms),
+        genuine_warm=",".join(sorted({s.warm for s in samples if s.arm == "genuine" and s.warm})),
         reps=len({s.rep for s in samples} | set(est_by_rep)),
         reps_to_decide=max((n for n in undecided if n is not None), default=None),
         baseline=stats["baseline"],
         fake=stats["fake"],
         genuine=stats["genuine"],
         plain=stats["plain"],
-        baseline_fill=arm_stats(base_fill, key=f"{p.id}/baseline/fill"),
+        baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill"),
         baseline_source="direct reps" if by_rep["baseline"] else "fill passes" if base_fill else "",
     )
+    if where == "inproc":
+        blobs = {s.blob_bytes for s in samples if s.arm == "genuine" and s.blob_bytes}
+        point.fake_prep_ci = median_interval(list(_by_rep(samples, "fake", "prep_ms").values()), f"{key}/fake/prep")
+        point.restore_prep_ci = median_interval(list(_by_rep(samples, "genuine", "prep_ms").values()), f"{key}/prep")
+        point.memcpy_ci = median_interval(list(_by_rep(samples, "genuine", "copy_ms").values()), f"{key}/memcpy")
+        point.blob_bytes = max(blobs) if blobs else None
+        point.predicted_blob_bytes = shape.blob_bytes(p.L) if shape else None
+        point.restore_gbps_ci, point.memcpy_gbps_ci = iv("restore/gbps"), iv("memcpy/gbps")
+        point.restore_vs_memcpy_ci, point.cache_read_share_ci = iv("memcpy/restore"), iv("share")
+        point.restore_step_vs_genuine_ci = iv("restore-step/genuine")
+    for arm in ARMS if inproc else ():  # the server's own share: server / in-process (unpaired: one after the other)
+        ratio = unpaired_ratio(list(by_rep[arm].values()), list(_by_rep(inproc or [], arm).values()), f"{key}/{arm}/in")
+        if ratio is not None:
+            point.vs_inproc[arm] = ratio
     point.diagnostics = diagnose(point, samples, tol)
     return point
 
 
 def decided(point: SweepPoint, sw: SweepSettings) -> bool:
     """Whether a point needs no more reps: the verdicts of what is measured are decided, and the fake/genuine
-    interval is as narrow as `sw.target`."""
+    interval is as narrow as `sw.target`. In one process the estimate is the fill passes' (no rep narrows it)."""
     if "genuine" in sw.arms:
         iv = point.fake_vs_genuine_ci
         if point.genuine_verdict == "undecided" or iv is None or iv.half_width > sw.target:
             return False
     if "plain" in sw.arms and point.plain_verdict == "undecided":
         return False
-    return not ("estimate" in sw.arms and point.estimate_verdict == "undecided")
+    estimated = "estimate" in sw.arms and point.where == "server"
+    return not (estimated and point.estimate_verdict == "undecided")
 
 
 def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]:
@@ -150,12 +224,19 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
     out: list[str] = []
     if not p.measurable:
         out.append(f"L={p.L} is below the {KV_PAD}-column floor: attention reads {p.n_kv_padded} columns anyway")
-    failed = [s.reason for s in samples if not s.ok]
+    failed = [s for s in samples if not s.ok]
     if failed:
-        out.append(f"{len(failed)} failed sample(s), excluded: {failed[0]}")
+        out.append(f"{len(failed)} failed sample(s), excluded: {failed[0].arm} rep {failed[0].rep}: {failed[0].reason}")
+    if p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes / p.predicted_blob_bytes - 1) > 0.01:
+        out.append(
+            f"the state blob is {p.blob_bytes:,} B, the GGUF predicts {p.predicted_blob_bytes:,} B: a KV type other "
+            "than f16 (-ctk/-ctv), or a layout lab.engine.memshape does not model"
+        )
     only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
     prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
     est, gen = p.fake_vs_estimate_ci, p.fake_vs_genuine_ci
+    if p.where == "inproc":  # the estimate is the fill passes' (unpaired, the same decode): only shown
+        est = None
     if p.estimate_verdict == "disagree" and est is not None and est.value > 1:
         if prompt_ns != [only_new]:
             out.append(f"fake {est.fmt(pct=True)} vs the estimate, and prompt_n {prompt_ns} != only_new {only_new}: "
@@ -171,7 +252,15 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
         out.append(f"fake {gen.fmt(pct=True)} vs the genuine hit: the fabricated prefix does not do the hit's work; "
                    f"check prompt_n {prompt_ns} == {only_new}, both children's seq_pos_max == L-1, and the padded "
                    f"n_kv {p.n_kv_padded}")  # fmt: skip
-    for name, iv, v in (("fake/genuine", gen, p.genuine_verdict), ("fake/estimate", est, p.estimate_verdict)):
+    checks = [("fake/genuine", gen, p.genuine_verdict), ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict)]
+    if p.where == "server":  # in one process the estimate does not narrow with reps
+        checks.append(("fake/estimate", est, p.estimate_verdict))
+    if p.plain_verdict == "disagree" and p.genuine_vs_plain_ci is not None:
+        out.append(
+            f"genuine/plain {p.genuine_vs_plain_ci.fmt(pct=True)}: the restored state does not cost what decoding L "
+            "in the same sequence does; check that the sequence's max position was L-1 before the new tokens"
+        )
+    for name, iv, v in checks:
         if v == "undecided" and iv is not None:
             more = reps_to_decide(iv, tol)
             if more is None:

@@ -10,8 +10,8 @@ from typing import Any
 from rich.table import Column, Table
 
 from lab.catalog.compare import CompareRow, Comparison
-from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs, run_record
-from lab.catalog.tables import SPECS
+from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record, run_rows
+from lab.catalog.tables import SPEC_BY_NAME, SPECS
 from lab.costmodel import CostModel
 from lab.engine.build import EngineInfo
 from lab.headline import HeadlineProfile, HeadlineStep
@@ -48,9 +48,9 @@ def run_details(folder: Path) -> list[str]:
     lines.append(f"{'params':>14}: {rec.params_json}")
     if m.results:
         lines.append(f"{'results':>14}: {json.dumps(m.results, sort_keys=True)}")
-    for spec in SPECS:
-        if m.experiment in spec.experiments and rec.in_figures:
-            lines.append(f"{'table':>14}: {spec.name} ({len(read_spec(folder, spec))} rows)")
+    for name in SPEC_BY_NAME:
+        if rec.in_figures and any(m.experiment in s.experiments for s in SPECS if s.name == name):
+            lines.append(f"{'table':>14}: {name} ({len(run_rows(folder, m.experiment, name))} rows)")
     return lines
 
 

@@ -1,11 +1,12 @@
-"""The sweep's terminal table: one row per stored SweepPoint, then each point's notes and the verdict counts."""
+"""The sweep's terminal tables, one per place (through the server, in one process): one row per stored
+SweepPoint, then each point's notes and the verdict counts, and the cache read in words from ArmsSummary."""
 
 from __future__ import annotations
 
 from rich.console import Console
 from rich.table import Table
 
-from lab.schemas import ArmStats, Interval, SweepPoint
+from lab.schemas import ArmsSummary, ArmStats, Interval, SweepPoint, Where
 
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
 
@@ -30,22 +31,39 @@ def _est(p: SweepPoint) -> str:
     return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]"
 
 
-def _ratio(iv: Interval | None, v: str) -> str:
+def _ratio(iv: Interval | None, v: str | None = None) -> str:
     if iv is None:
         return "-"
-    return f"{iv.fmt(pct=True)} [{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]"
+    return iv.fmt(pct=True) + (f" [{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]" if v else "")
+
+
+def _iv(iv: Interval | None, digits: int = 2, pct: bool = False) -> str:
+    if iv is None:
+        return "-"
+    if pct:
+        return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
+    return iv.fmt(digits=digits) if iv.n > 1 else f"{iv.value:.{digits}f}"
+
+
+TITLES: dict[Where, str] = {
+    "server": "through llama-server: median prompt_ms per arm [95% interval] vs the estimate only_new / "
+    "prefill_tps(L) + encode; ratios paired by rep, with their interval and verdict",
+    "inproc": "in one process (libllama, no server): median decode ms of the new tokens [95% interval]; the "
+    "estimate is the fill passes' chunk at depth L; ratios paired by rep (the estimate's unpaired)",
+}
 
 
 def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
+    """The sweep's table for the points of one place: the arms, the estimate, the ratios and verdicts, and what
+    only that place has (in one process: the cache read; with both places: the server's own share)."""
+    where = points[0].where if points else "server"
     sources = sorted({p.baseline_source for p in points if p.baseline_source})
-    t = Table(
-        title="fake-prefix sweep: median prompt_ms per arm [95% interval] vs the estimate only_new / prefill_tps(L)"
-        " + encode; ratios paired by rep, with their interval and verdict"
-        + (f"; baseline from {' and '.join(sources)}" if sources else "")
-    )
+    t = Table(title=TITLES[where] + (f"; baseline from {' and '.join(sources)}" if sources else ""))
     images = any(p.image for p in points)
     plain = any(p.plain.n_ok for p in points)
     check = any(p.bench_check_ci for p in points)
+    share = any(p.vs_inproc for p in points)
+    inproc = where == "inproc"
     cols = (
         "L",
         "new",
@@ -56,45 +74,110 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
         *(("plain genuine",) if plain else ()),
         "estimate",
         *(("llama-bench",) if check else ()),
+        "fake/estimate - 1",
+        "fake/genuine - 1",
+        *(("genuine/plain - 1",) if plain else ()),
+        *(("cache read ms", "restore step/genuine - 1", "cache-read share") if inproc else ()),
+        *(("server/in-proc fake", "server/in-proc genuine") if share else ()),
+        "s per rep",
+        "reps",
+        "note",
     )
-    ratios = ("fake/estimate - 1", "fake/genuine - 1", *(("genuine/plain - 1",) if plain else ()))
-    for col in (*cols, *ratios, "reps", "note"):
+    for col in cols:
         t.add_column(col, justify="right")
     for p in points:
         enc = p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else _ms(p.encode_ms)
-        img = (p.image or "-", str(p.image_tokens or "-"), enc) if images else ()
-        bench = (p.bench_check_ci.fmt(digits=1) if p.bench_check_ci else "-",) if check else ()
         t.add_row(
             str(p.L),
             str(p.new),
-            *img,
+            *((p.image or "-", str(p.image_tokens or "-"), enc) if images else ()),
             arm_cell(p.baseline),
             arm_cell(p.fake),
             arm_cell(p.genuine),
             *((arm_cell(p.plain),) if plain else ()),
             _est(p),
-            *bench,
+            *((p.bench_check_ci.fmt(digits=1) if p.bench_check_ci else "-",) if check else ()),
             _ratio(p.fake_vs_estimate_ci, p.estimate_verdict),
             _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
             *((_ratio(p.genuine_vs_plain_ci, p.plain_verdict),) if plain else ()),
+            *(
+                (_iv(p.restore_prep_ci), _ratio(p.restore_step_vs_genuine_ci), _iv(p.cache_read_share_ci, pct=True))
+                if inproc
+                else ()
+            ),
+            *((_iv(p.vs_inproc.get("fake"), 3), _iv(p.vs_inproc.get("genuine"), 3)) if share else ()),
+            _iv(p.rep_s, 3),
             str(p.reps),
             f"[{notes[p.point]}]" if p.point in notes else "",
         )
     return t
 
 
-def print_summary(console: Console, points: list[SweepPoint]) -> None:
-    """The table, then each point's notes under its number, then the verdict counts."""
-    noted = [p for p in points if p.diagnostics]
-    console.print(summary_table(points, {p.point: i for i, p in enumerate(noted, start=1)}))
-    for i, p in enumerate(noted, start=1):
-        for d in p.diagnostics:
-            console.print(f"[{i}] L={p.L} new={p.new}: {d}", highlight=False)
-    plain = any(p.plain.n_ok for p in points)
-    for name, attr in (
-        ("fake vs genuine hit", "genuine_verdict"),
-        ("fake vs estimate", "estimate_verdict"),
-        *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ()),
-    ):
-        counts = {v: sum(getattr(p, attr) == v for p in points) for v in VERDICT_STYLE}
-        console.print(f"{name}: " + ", ".join(f"{n} {v}" for v, n in counts.items() if n), highlight=False)
+def restore_lines(points: list[SweepPoint], s: ArmsSummary) -> list[str]:
+    """The restore cost in words: what the blob holds, how fast it is read back, what it costs at the top L."""
+    out = []
+    if s.bytes_per_cell is not None and s.fixed_bytes is not None:
+        line = f"state blob: {s.bytes_per_cell:,.0f} B per cell + {s.fixed_bytes:,.0f} B fixed (measured over L)"
+        if s.predicted_bytes_per_cell is not None:
+            line += (
+                f"; the GGUF predicts {s.predicted_bytes_per_cell:,} B per cell ({s.attention_layers} attention "
+                f"layers x K+V rows + cell metadata) + {s.predicted_fixed_bytes:,} B ({s.recurrent_layers} "
+                "recurrent layers x conv + recurrent state)"
+            )
+        out.append(line)
+    top = max((p for p in points if p.restore_prep_ci is not None), key=lambda p: p.L, default=None)
+    if s.restore_vs_memcpy_ci is not None and s.restore_gbps_ci is not None and s.memcpy_gbps_ci is not None:
+        line = (
+            f"the cache read runs at {_iv(s.restore_vs_memcpy_ci, pct=True)} of memcpy bandwidth "
+            f"({_iv(s.restore_gbps_ci)} GB/s vs {_iv(s.memcpy_gbps_ci)} GB/s)"
+        )
+        if top is not None and top.restore_prep_ci is not None and top.blob_bytes:
+            line += (
+                f" and costs {_iv(top.restore_prep_ci)} ms at L={top.L} ({top.blob_bytes / 1e6:.1f} MB), "
+                f"{_iv(top.cache_read_share_ci, pct=True)} of its step at new={top.new}"
+            )
+        out.append(line)
+    if s.fill_passes:
+        out.append(
+            f"{s.fill_passes} cumulative fill pass(es) to depth {max(p.L for p in points)} + new: "
+            f"{s.fill_s:.1f} s in all; then one rep costs {_iv(s.rep_s_ci, 3)} s (its new tokens)"
+        )
+    if s.fake_vs_genuine_ci is not None:
+        out.append(f"fake/genuine over every point's reps: {s.fake_vs_genuine_ci.fmt(pct=True)}")
+    if s.genuine_vs_plain_ci is not None:
+        out.append(f"restored genuine / plain genuine over every point's reps: {s.genuine_vs_plain_ci.fmt(pct=True)}")
+    if s.restore_step_vs_genuine_ci is not None:
+        out.append(
+            f"the no-patch fallback (cache read + decode) / genuine over every point's reps: "
+            f"{s.restore_step_vs_genuine_ci.fmt(pct=True)}"
+        )
+    return out
+
+
+def print_summary(console: Console, points: list[SweepPoint], summary: ArmsSummary | None = None) -> None:
+    """Per place: the table, each point's notes under its number, the verdict counts; then the cache read in
+    words (in one process)."""
+    for where in ("inproc", "server"):
+        mine = [p for p in points if p.where == where]
+        if not mine:
+            continue
+        noted = [p for p in mine if p.diagnostics]
+        console.print(summary_table(mine, {p.point: i for i, p in enumerate(noted, start=1)}))
+        for i, p in enumerate(noted, start=1):
+            for d in p.diagnostics:
+                console.print(f"[{i}] L={p.L} new={p.new}: {d}", highlight=False)
+        plain = any(p.plain.n_ok for p in mine)
+        for name, attr in (
+            ("fake vs genuine hit", "genuine_verdict"),
+            *((("fake vs estimate", "estimate_verdict"),) if where == "server" else ()),
+            *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ()),
+        ):
+            counts = {v: sum(getattr(p, attr) == v for p in mine) for v in VERDICT_STYLE}
+            told = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+            console.print(f"{PLACE[where]} {name}: {told}", highlight=False)
+        if where == "inproc" and summary is not None:
+            for line in restore_lines(mine, summary):
+                console.print(line, highlight=False)
+
+
+PLACE: dict[Where, str] = {"server": "server:", "inproc": "in one process:"}

@@ -146,7 +146,7 @@ profile = forwarding_task(
 
 arms = forwarding_task(
     "arms", "arms",
-    "Run the in-process arms (`lab arms`, same options: no server in the numbers, each rep costing its new "
-    "tokens) on the host with the bundled driver, and fetch the run folder.",
+    "Run the sweep in one process (`lab arms` = `lab sweep --where inproc`, same options: no server in the "
+    "numbers) on the host with the bundled driver, and fetch the run folder.",
     {**RESUME, **VIA_OPTS}, _measure,
 )  # fmt: skip

@@ -69,7 +69,7 @@ BAR_STEP = 16  # px per bar in the encode / LM panel
 
 def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
     side = min(settings.width, settings.height)
-    pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new", "point"])
+    pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new", "point"], where="server")
     if pts.empty or any(c not in pts.columns for c in NEEDED):
         return empty_chart(
             TITLE,

@@ -1,7 +1,7 @@
-"""arms: the in-process arms of one `lab arms` run, per new-token count: baseline (from the fill passes and any
-direct reps), genuine hit (restored), plain genuine hit and fake prefix vs L (median decode ms with its 95%
-interval), then what the genuine hit's cache read costs: the restore ms and a memcpy of as many bytes vs L, with
-the blob's size and the bandwidth in the tooltip.
+"""arms: the sweep in one process (`lab sweep --where inproc|both`, older `lab arms` runs too), per new-token
+count: baseline (from the fill passes and any direct reps), genuine hit (restored), plain genuine hit and fake
+prefix vs L (median decode ms with its 95% interval), then what the genuine hit's cache read costs: the restore
+ms and a memcpy of as many bytes vs L, with the blob's size and the bandwidth in the tooltip.
 """
 
 from __future__ import annotations
@@ -16,7 +16,7 @@ from lab.reports.data import figure_rows
 from lab.reports.style import MUTED, Chart, empty_chart, newest_run_picker, title
 from lab.settings import ReportSettings
 
-TITLE = "In-process arms: what the new tokens cost after each way of having the prefix"
+TITLE = "In one process: what the new tokens cost after each way of having the prefix"
 PARAM = "arms_run"
 ARMS = {
     "baseline_fill": "baseline (L + new, fill passes)",
@@ -24,23 +24,22 @@ ARMS = {
     "genuine": "genuine hit",
     "plain": "plain genuine hit",
     "fake": "fake prefix",
-    "restore": "state restore (older runs)",
 }
-COLORS = ["#9d9da1", "#6f6f73", "#4c78a8", "#72b7b2", "#f58518", "#54a24b"]
+COLORS = ["#9d9da1", "#6f6f73", "#4c78a8", "#72b7b2", "#f58518"]
 COST = {"restore_prep_ci": "restore (set_data_ext)", "memcpy_ci": "memcpy of the same bytes"}
 
 
 def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
     width, height = settings.width, settings.height
-    points = figure_rows(catalog_dir, "arms_points", runs, keys=["L", "new"])
+    points = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new"], where="inproc")
     if points.empty or "genuine_median_ms" not in points.columns:
         return empty_chart(
             TITLE,
-            ["No complete `lab arms` run in the catalog yet.", "Run `lab arms`, then `dvc repro` (or `lab report`)."],
+            ["No complete in-process sweep in the catalog yet.", "Run `lab arms`, then `dvc repro` (or `lab report`)."],
             width,
             height,
         )
-    drawn, param, keep = newest_run_picker(PARAM, "arms run ", "arms", runs, points)
+    drawn, param, keep = newest_run_picker(PARAM, "run ", None, runs, points)
     arms = _arm_frame(points)
     L_x = alt.X("L:Q", title="L (cached tokens)", scale=alt.Scale(type="log", nice=False))
     arm_color = alt.Color("arm:N", title="arm", sort=list(ARMS.values()),

@@ -32,7 +32,7 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         roofline_chart,
     ),
     "arms": (
-        "In-process arms (no server): baseline, genuine hit, fake prefix and state restore vs L, and the restore's "
+        "The sweep in one process (no server): baseline, genuine hit, fake prefix vs L, and the genuine hit's "
         "cache read against memcpy",
         arms_chart,
     ),

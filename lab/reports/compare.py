@@ -13,7 +13,14 @@ from lab.reports.style import Chart, title
 from lab.schemas import BANDS
 
 NOISE = "#e1e5ea"
-ARM_METRICS = ("fake_median_ms", "genuine_median_ms", "baseline_median_ms", "opt_prefill_ms")
+ARM_METRICS = (
+    "fake_median_ms",
+    "genuine_median_ms",
+    "plain_median_ms",
+    "baseline_median_ms",
+    "opt_prefill_ms",
+    "restore_prep_ci_value",
+)
 
 
 class Grid(NamedTuple):
@@ -33,7 +40,7 @@ class Grid(NamedTuple):
 def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None = None) -> Chart:
     """B / A per (L, new) for two sweep runs, per (depth, band) for two profile runs (1 = no change): the rows
     of the compare core, the same ones `lab compare` prints."""
-    grid = {"sweep": _sweep, "arms": _arms}.get(c.experiment, _profile)(c)
+    grid = _sweep(c) if c.experiment == "sweep" else _profile(c)
     lo, hi = float(grid.ratios["ratio"].min()), float(grid.ratios["ratio"].max())
     spread = max(abs(lo - 1), abs(hi - 1), 0.05)
     base = alt.Chart().encode(
@@ -93,20 +100,16 @@ def _frame(c: Comparison) -> pd.DataFrame:
 
 
 def _sweep(c: Comparison) -> Grid:
+    """One panel per arm and place (through the server, in one process) over the (L, new) grid of text steps."""
     out = _frame(c)
     out = out[out["image"].isna() & out["metric"].isin(ARM_METRICS)].copy()  # the (L, new) grid: text steps
     if out.empty:
         raise CompareError(f"{c.run_a} and {c.run_b} share no text-only points")
-    out["arm"] = out["metric"].map(c.kind.metrics)
-    arms = [c.kind.metrics[m] for m in ARM_METRICS]
+    place = {"server": "", "inproc": " (in one process)"}
+    out["arm"] = [c.kind.metrics[m] + place[w] for m, w in zip(out["metric"], out["where"], strict=True)]
+    arms = [c.kind.metrics[m] + place[w] for w in place for m in ARM_METRICS]
+    arms = [a for a in arms if a in set(out["arm"])]
     return Grid(out, "L:O", "L (cached tokens)", "new:O", "new tokens", "ascending", "arm", arms, "Sweep medians")
-
-
-def _arms(c: Comparison) -> Grid:
-    out = _frame(c)
-    out["arm"] = out["metric"].map(c.kind.metrics)
-    arms = [c.kind.metrics[m] for m in c.kind.metrics if m in set(out["metric"])]
-    return Grid(out, "L:O", "L (cached tokens)", "new:O", "new tokens", "ascending", "arm", arms, "In-process arms")
 
 
 def _profile(c: Comparison) -> Grid:

@@ -11,7 +11,7 @@ from typing import Any
 
 import pandas as pd
 
-from lab.catalog.tables import RUNS, RunRecord, load_table
+from lab.catalog.tables import RUNS, RunRecord, load_table, rows_at
 
 RUN_COLUMNS = list(RunRecord.model_fields)
 
@@ -36,7 +36,7 @@ def drawn_runs(runs: pd.DataFrame, experiment: str | None = None) -> pd.DataFram
     return runs[keep].reset_index(drop=True)
 
 
-def newest_run(runs: pd.DataFrame, experiment: str) -> str | None:
+def newest_run(runs: pd.DataFrame, experiment: str | None) -> str | None:
     drawn = drawn_runs(runs, experiment)
     return None if drawn.empty else str(drawn["run_id"].iloc[-1])
 
@@ -47,12 +47,20 @@ def run_label(run: Any) -> str:
 
 
 def figure_rows(
-    catalog_dir: Path, name: str, runs: pd.DataFrame, keys: list[str], run_ids: list[str] | None = None
+    catalog_dir: Path,
+    name: str,
+    runs: pd.DataFrame,
+    keys: list[str],
+    run_ids: list[str] | None = None,
+    where: str | None = None,
 ) -> pd.DataFrame:
-    """Rows of table `name` that belong to drawn runs (or to `run_ids`), with `host`, sorted by run age then keys.
+    """Rows of table `name` that belong to drawn runs (or to `run_ids`), with `host`, sorted by run age then keys;
+    of a sweep table, those measured `where` when given (server, inproc).
 
     Empty (no columns) when the table is missing or no drawn run has rows in it."""
     table: pd.DataFrame = load_table(catalog_dir, name)
+    if where is not None:
+        table = rows_at(table, where)
     if table.empty or "run_id" not in table.columns:
         return pd.DataFrame()
     chosen = drawn_runs(runs) if run_ids is None else runs[runs["run_id"].isin(run_ids)]

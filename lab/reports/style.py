@@ -61,9 +61,9 @@ def run_filter(param: str, allow_all: bool = False) -> str:
 
 
 def newest_run_picker(
-    name: str, prompt: str, experiment: str, runs: pd.DataFrame, rows: pd.DataFrame
+    name: str, prompt: str, experiment: str | None, runs: pd.DataFrame, rows: pd.DataFrame
 ) -> tuple[pd.DataFrame, Any, str]:
-    """For a chart that draws one run at a time: the drawn runs of `experiment` that have `rows`, a dropdown
+    """For a chart that draws one run at a time: the drawn runs (of `experiment`, if given) that have `rows`, a dropdown
     over them (default: the newest) and the filter expression keeping the chosen run's rows."""
     drawn = drawn_runs(runs, experiment)
     drawn = drawn[drawn["run_id"].isin(rows["run_id"])].reset_index(drop=True)

@@ -1,6 +1,7 @@
-"""`lab arms` on the real tiny model: a complete run with every arm's position check, the fill passes' baseline
-and estimate, the server side, the cache read explained, the catalog, `lab compare` and the chart; bad inputs
-create nothing; SIGTERM resumes."""
+"""The sweep in both places on the real tiny model (`lab sweep --where both`): in one process every arm's
+position check, the fill passes' baseline and estimate, the cache read explained; through the server the same
+points and the server's own share per arm; one table family in the catalog, `lab compare` and the chart; and
+`lab arms` (the sweep in one process): bad inputs create nothing, SIGTERM resumes."""
 
 from __future__ import annotations
 
@@ -14,11 +15,11 @@ import pytest
 from lab.catalog.compare import compare_catalog, compare_runs
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
-from lab.experiments.arms import FILLS, POINTS, SAMPLES, SERVER_SAMPLES, SUMMARY
+from lab.experiments.sweep import FILLS, POINTS, SAMPLES, SUMMARY
 from lab.reports.arms import arms_chart
 from lab.reports.data import runs_table
 from lab.runs import RunFolder
-from lab.schemas import ArmsSummary, InprocFill, InprocPoint, InprocSample, SweepSample
+from lab.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample
 from lab.settings import ReportSettings
 
 from conftest import interrupt_after_first_row
@@ -35,9 +36,9 @@ def lab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
 
 @pytest.fixture(scope="module")
 def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
-    runs = tmp_path_factory.mktemp("arms") / "runs"
+    runs = tmp_path_factory.mktemp("both") / "runs"
     r = lab(
-        "arms",
+        "sweep",
         "--Ls",
         "300,700",
         "--news",
@@ -55,24 +56,33 @@ def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
     return RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
 
 
+def inproc_samples(run: RunFolder) -> list[SweepSample]:
+    return [s for s in run.read(SAMPLES, SweepSample) if s.where == "inproc"]
+
+
+def points_at(run: RunFolder, where: str) -> dict[int, SweepPoint]:
+    return {p.L: p for p in run.read(POINTS, SweepPoint) if p.where == where}
+
+
 def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None:
     assert both_run.ready and both_run.manifest().status == "complete"
-    samples = both_run.read(SAMPLES, InprocSample)
+    assert "_sweep_" in both_run.path.name
+    samples = inproc_samples(both_run)
     assert len(samples) == 2 * 3 * 4 and all(s.ok for s in samples), [s for s in samples if not s.ok]
     for s in samples:
         # baseline starts empty; genuine, plain and fake start the new tokens at depth L
         assert s.pos_max == (-1 if s.arm == "baseline" else s.L - 1), s
-        assert s.decode_ms and s.decode_ms > 0
+        assert s.prompt_ms and s.prompt_ms > 0
         assert (s.prep_ms is not None) == (s.arm in ("fake", "genuine"))
         assert (s.copy_ms is not None and s.blob_bytes is not None) == (s.arm == "genuine")
     fills = both_run.read(FILLS, InprocFill)  # two passes: a segment and a chunk per L
     assert sorted((f.fill_pass, f.kind, f.L) for f in fills) == sorted(
         (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (300, 700)
     )
-    points = {p.L: p for p in both_run.read(POINTS, InprocPoint)}
+    points = points_at(both_run, "inproc")
     for p in points.values():
         assert p.reps == 3 and all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "plain"))
-        assert p.baseline_fill.n_ok == 2 and p.restore.n_ok == 0
+        assert p.baseline_fill.n_ok == 2 and p.baseline_source == "direct reps"
         for iv in (
             p.fake_vs_genuine_ci,
             p.genuine_vs_plain_ci,
@@ -92,14 +102,17 @@ def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None
 
 
 def test_the_server_side_gives_its_share_per_arm(both_run: RunFolder) -> None:
-    server = both_run.read(SERVER_SAMPLES, SweepSample)
-    assert len(server) == 2 * 3 * 3 and all(s.ok for s in server)
-    assert {s.arm for s in server} == {"baseline", "fake", "genuine"}
-    for p in both_run.read(POINTS, InprocPoint):
-        assert set(p.server) == {"baseline", "fake", "genuine"} and all(a.n_ok == 3 for a in p.server.values())
-        assert set(p.server_vs_inproc) == {"baseline", "fake", "genuine"}
-        assert all(iv.value > 0 for iv in p.server_vs_inproc.values())
-        assert p.server_fake_vs_genuine_ci is not None
+    server = [s for s in both_run.read(SAMPLES, SweepSample) if s.where == "server"]
+    assert len(server) == 2 * 3 * 4 and all(s.ok for s in server), [s for s in server if not s.ok]
+    assert {s.arm for s in server} == {"baseline", "fake", "genuine", "plain"}
+    assert {s.warm for s in server if s.arm == "genuine"} == {"restore"}
+    points = points_at(both_run, "server")
+    assert sorted(points) == [300, 700]
+    for p in points.values():
+        assert all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "plain"))
+        assert set(p.vs_inproc) == {"baseline", "fake", "genuine", "plain"}
+        assert all(iv.value > 0 and iv.lo <= iv.value <= iv.hi for iv in p.vs_inproc.values())
+        assert p.fake_vs_genuine_ci is not None and p.restore_prep_ci is None  # the cache read: in one process
     m = both_run.manifest()
     assert m.server_config and m.results["driver_meta"]["n_ctx"] == m.params["server"]["ctx_size"]
 
@@ -125,15 +138,23 @@ def test_the_restore_cost_is_explained(both_run: RunFolder) -> None:
 def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:
     catalog = tmp_path / "catalog"
     result = ingest(both_run.path.parent, catalog)
-    assert result.rows["arms_points"] == 2 and result.rows["arms_samples"] == 24
-    assert result.rows["arms_server_samples"] == 18 and result.rows["arms_summary"] == 1
-    assert result.rows["arms_fills"] == 8
-    points = load_table(catalog, "arms_points")
-    assert json.loads(points["server_vs_inproc"].iloc[0])["fake"]["n"] == 3
+    assert result.rows["sweep_points"] == 4 and result.rows["sweep_samples"] == 48
+    assert result.rows["arms_summary"] == 1 and result.rows["sweep_fills"] == 8
+    points = load_table(catalog, "sweep_points")
+    assert sorted(points["where"]) == ["inproc", "inproc", "server", "server"]
+    server = points[points["where"] == "server"]
+    assert json.loads(server["vs_inproc"].iloc[0])["fake"]["n"] == 3
     c = compare_runs(both_run.path, both_run.path)  # a run against itself: every ratio is 1
-    assert {r.metric for r in c.rows} == {"fake_median_ms", "genuine_median_ms", "plain_median_ms",
-                                          "baseline_median_ms", "restore_prep_ci_value"}  # fmt: skip
-    assert all(r.ratio == 1 and r.ci is not None and r.ci.lo <= 1 <= r.ci.hi for r in c.rows)
+    assert {r.key[0] for r in c.rows} == {"server", "inproc"}
+    assert {r.metric for r in c.rows if r.key[0] == "inproc"} == {
+        "fake_median_ms",
+        "genuine_median_ms",
+        "plain_median_ms",
+        "baseline_median_ms",
+        "opt_prefill_ms",
+        "restore_prep_ci_value",
+    }
+    assert all(r.ratio == 1 and r.ci is not None and r.ci.lo <= 1 <= r.ci.hi for r in c.rows), c.rows
     assert compare_catalog(catalog, both_run.path.name, both_run.path.name).rows == c.rows
     spec = arms_chart(catalog, runs_table(catalog), ReportSettings()).to_dict()
     text = json.dumps(spec)
@@ -146,8 +167,10 @@ def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
     assert r.returncode == 2 and "invalid settings" in r.stderr and "ctx_size" in r.stderr, r.stderr
     r = lab("arms", "--model", str(iswa_model), "--Ls", "300", "--news", "16", "--runs-dir", str(runs))
     assert r.returncode == 2 and "no fake-prefix op" in r.stderr.splitlines()[0], r.stderr
-    r = lab("arms", "--arms", "fake,plain", "--runs-dir", str(runs))
-    assert r.returncode == 2 and "genuine" in r.stderr.splitlines()[0], r.stderr
+    r = lab("sweep", "--where", "elsewhere", "--runs-dir", str(runs))
+    assert r.returncode == 2 and "where" in r.stderr and "invalid settings" in r.stderr, r.stderr
+    r = lab("arms", "--images", "320x200", "--runs-dir", str(runs))
+    assert r.returncode == 2 and "text steps" in r.stderr.splitlines()[0], r.stderr
     assert not runs.exists()
 
 
@@ -160,16 +183,16 @@ def test_sigterm_leaves_it_incomplete_and_resume_finishes_it(tmp_path: Path) -> 
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
     run = RunFolder.open(run_dir)
     assert run.manifest().status == "incomplete"
-    before = run.read(POINTS, InprocPoint, tolerate_torn_tail=True)
+    before = run.read(POINTS, SweepPoint, tolerate_torn_tail=True)
     assert 1 <= len(before) < 3
     r = lab("arms", "--resume", run_dir.name, "--runs-dir", str(runs))
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(run_dir)
     assert run.ready and len(run.manifest().resumed_utc) == 1
-    points = run.read(POINTS, InprocPoint)
+    points = run.read(POINTS, SweepPoint)
     assert sorted(p.L for p in points) == [300, 2500, 4000]  # none lost, none measured twice
-    assert points[0] == before[0]  # what was done is kept as it was
-    samples = run.read(SAMPLES, InprocSample)
+    assert points[0] == before[0] and {p.where for p in points} == {"inproc"}  # what was done is kept as it was
+    samples = run.read(SAMPLES, SweepSample)
     assert sorted((s.L, s.arm, s.rep) for s in samples) == sorted(
         (L, a, rep) for L in (300, 2500, 4000) for a in ("fake", "genuine", "plain") for rep in range(3)
     )

@@ -1,15 +1,17 @@
-"""What `lab arms` derives from its samples, without an engine: the memory shape from GGUF metadata, the point
-summaries (paired ratios, the cache-read share, bandwidth, the fill passes' baseline and estimate) and which
-arms each rep runs."""
+"""What the sweep in one process derives from its samples, without an engine: the memory shape from GGUF
+metadata, the point summaries (paired ratios, the cache-read share, bandwidth, the fill passes' baseline and
+estimate: the one derivation the server side uses too), and which arms each rep runs."""
 
 from __future__ import annotations
 
 import pytest
 
-from lab.engine.memshape import memory_shape
-from lab.experiments.arms import decided, fill_values, rep_arms, summarize_point, summarize_run
+from lab.engine.memshape import MemoryShape, memory_shape
 from lab.experiments.sweep_grid import GridPoint
-from lab.schemas import InprocFill, InprocSample
+from lab.experiments.sweep_inproc import rep_arms, restore_summary
+from lab.experiments.sweep_points import decided, summarize_point
+from lab.fills import fill_values
+from lab.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
 from lab.settings import SweepSettings
 
 pytestmark = pytest.mark.fast
@@ -48,17 +50,34 @@ def test_memory_shape_of_other_layouts() -> None:
 
 def rows(
     point: str, L: int, reps: int, ms: dict[str, float], prep: float = 0.5, copy: float = 0.25
-) -> list[InprocSample]:
+) -> list[SweepSample]:
     out = []
     for rep in range(reps):
         wobble = 1 + 0.01 * ((rep * 7) % 3 - 1)  # the same drift for every arm of a rep
         for arm, v in ms.items():
-            out.append(InprocSample(
-                point=point, L=L, new=16, arm=arm, rep=rep, ok=True, decode_ms=v * wobble,  # type: ignore[arg-type]
-                prep_ms=prep if arm in ("fake", "genuine") else None, copy_ms=copy if arm == "genuine" else None,
-                blob_bytes=1000 * L + 500 if arm == "genuine" else None, pos_max=-1 if arm == "baseline" else L - 1,
-            ))  # fmt: skip
+            out.append(
+                SweepSample(
+                    where="inproc",
+                    point=point,
+                    L=L,
+                    new=16,
+                    arm=arm,  # type: ignore[arg-type]
+                    rep=rep,
+                    ok=True,
+                    prompt_ms=v * wobble,
+                    prep_ms=prep if arm in ("fake", "genuine") else None,
+                    copy_ms=copy if arm == "genuine" else None,
+                    blob_bytes=1000 * L + 500 if arm == "genuine" else None,
+                    pos_max=-1 if arm == "baseline" else L - 1,
+                )
+            )
     return out
+
+
+def inproc(
+    L: int, samples: list[SweepSample], f: list[InprocFill] | None = None, shape: MemoryShape | None = None
+) -> SweepPoint:
+    return summarize_point(GridPoint(L, 16), samples, [], 0.05, fills=f, where="inproc", shape=shape)
 
 
 def fills(Ls: list[int], new: int, passes: int, seg_ms: float = 100.0, chunk_ms: float = 10.0) -> list[InprocFill]:
@@ -75,8 +94,8 @@ def fills(Ls: list[int], new: int, passes: int, seg_ms: float = 100.0, chunk_ms:
 
 def test_a_point_summary_pairs_by_rep() -> None:
     samples = rows("L300_n16", 300, 6, {"baseline": 100.0, "fake": 10.0, "genuine": 10.0, "plain": 10.0})
-    p = summarize_point(GridPoint(300, 16), samples, [], 0.05, None)
-    assert p.fake_vs_genuine_ci is not None and p.fake_vs_genuine_ci.value == pytest.approx(1.0)
+    p = inproc(300, samples)
+    assert p.where == "inproc" and p.fake_vs_genuine_ci is not None and p.fake_vs_genuine_ci.value == 1.0
     assert p.fake_vs_genuine_ci.hi - p.fake_vs_genuine_ci.lo < 1e-9  # the rep's drift cancels in the pair
     assert p.genuine_verdict == "agree" and p.plain_verdict == "agree"
     assert p.restore_step_vs_genuine_ci is not None and p.restore_step_vs_genuine_ci.value > 1.04
@@ -84,7 +103,8 @@ def test_a_point_summary_pairs_by_rep() -> None:
     assert p.restore_vs_memcpy_ci is not None and p.restore_vs_memcpy_ci.value == pytest.approx(0.5)
     assert p.restore_gbps_ci is not None and p.restore_gbps_ci.value == pytest.approx(300500 / 0.5 / 1e6)
     assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(0.1)
-    assert decided(p, SweepSettings(target=0.03), ["fake", "genuine", "plain"])
+    # decided without the estimate: in one process it comes from the fill passes, and no rep narrows it
+    assert decided(p, SweepSettings(target=0.03, arms=["fake", "genuine", "plain", "estimate"]))
     assert p.diagnostics == []
 
 
@@ -95,28 +115,37 @@ def test_the_fill_passes_give_the_baseline_and_the_estimate() -> None:
     assert fill_values(f, 700, 16) == ([210.0, 212.1, 214.2], [10.0, 10.1, 10.2])
     assert fill_values(f, 300, 16) == ([110.0, 111.1, 112.2], [10.0, 10.1, 10.2])
     assert fill_values(f[:-1], 700, 16)[0] == [210.0, 212.1]  # a pass without its chunk at L gives nothing
-    p = summarize_point(GridPoint(700, 16), rows("L700_n16", 700, 5, {"fake": 10.1, "genuine": 10.0}), f, 0.05, None)
-    assert p.baseline.n_ok == 0 and p.baseline_fill.n_ok == 3 and p.baseline_fill.median_ms == pytest.approx(212.1)
+    p = inproc(700, rows("L700_n16", 700, 5, {"fake": 10.1, "genuine": 10.0}), f)
+    assert p.baseline_fill.n_ok == 3 and p.baseline_fill.median_ms == pytest.approx(212.1)
+    assert p.baseline == p.baseline_fill and p.baseline_source == "fill passes"  # no direct reps
     assert p.estimate_ci is not None and p.estimate_ci.value == pytest.approx(10.1) and p.estimate_ci.n == 3
     assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(10.1 / 212.1, rel=0.02)
     assert p.fake_vs_estimate_ci is not None and p.fake_vs_estimate_ci.lo < 1.0 < p.fake_vs_estimate_ci.hi + 0.02
 
 
 def test_a_disagreeing_point_says_what_to_check() -> None:
-    samples = rows("L300_n16", 300, 5, {"fake": 13.0, "genuine": 10.0})
-    p = summarize_point(GridPoint(300, 16), samples, [], 0.05, None)
-    assert p.genuine_verdict == "disagree" and any("max position" in d for d in p.diagnostics)
+    p = inproc(300, rows("L300_n16", 300, 5, {"fake": 13.0, "genuine": 10.0}))
+    assert p.genuine_verdict == "disagree" and any("seq_pos_max" in d for d in p.diagnostics)
+    p = inproc(300, rows("L300_n16", 300, 5, {"fake": 10.0, "genuine": 13.0, "plain": 10.0}))
+    assert p.plain_verdict == "disagree" and any("max position was L-1" in d for d in p.diagnostics)
+
+
+def test_the_blob_against_the_gguf_and_failed_samples_are_noted() -> None:
+    samples = rows("L300_n16", 300, 5, {"fake": 10.0, "genuine": 10.0})
+    samples[0] = samples[0].model_copy(update={"ok": False, "prompt_ms": None, "reason": "decode failed: 1"})
+    p = inproc(300, samples, shape=memory_shape(HYBRID))
+    assert p.predicted_blob_bytes == memory_shape(HYBRID).blob_bytes(300)  # type: ignore[union-attr]
+    notes = " ".join(p.diagnostics)
+    assert "the GGUF predicts" in notes and "1 failed sample(s), excluded: fake rep 0: decode failed: 1" in notes
+    assert p.fake.n_failed == 1 and p.fake.n_ok == 4
 
 
 def test_the_run_summary_fits_the_blob_against_L() -> None:
     a = rows("L300_n16", 300, 3, {"genuine": 10.0, "plain": 10.0})
     b = rows("L700_n16", 700, 3, {"genuine": 12.0, "plain": 12.0}, prep=0.9)
     f = fills([300, 700], 16, 2)
-    points = [
-        summarize_point(GridPoint(300, 16), a, f, 0.05, None),
-        summarize_point(GridPoint(700, 16), b, f, 0.05, None),
-    ]
-    s = summarize_run(points, a + b, f, memory_shape(HYBRID))
+    points = [inproc(300, a, f), inproc(700, b, f)]
+    s = restore_summary(points, a + b, f, memory_shape(HYBRID))
     assert s.bytes_per_cell == pytest.approx(1000) and s.fixed_bytes == pytest.approx(500)
     assert s.restore_ms_per_1k_cells == pytest.approx(1.0)  # 0.5 ms at 300, 0.9 ms at 700
     assert s.restore_vs_memcpy_ci is not None and s.restore_vs_memcpy_ci.n == 6
@@ -131,3 +160,21 @@ def test_the_direct_baseline_runs_in_the_first_reps_and_the_order_rotates() -> N
     assert rep_arms(arms, 2, sw) == ["plain", "fake", "genuine"]  # no baseline from rep 2 on
     assert rep_arms(arms, 7, SweepSettings(min_reps=5, max_reps=12)) == ["genuine", "plain", "fake"]
     assert rep_arms(["fake", "genuine"], 3, sw) == ["genuine", "fake"]
+
+
+def test_older_arms_rows_read_as_the_sweep_in_one_process() -> None:
+    """`lab arms` run folders from before it became the sweep: the recent format as it was; the oldest (a restore
+    arm beside a genuine arm that decoded L) with restore as today's genuine and their genuine as plain."""
+    from lab.catalog.legacy import InprocPoint, InprocSample
+
+    old = {"point": "L300_n16", "L": 300, "new": 16, "rep": 0, "ok": True, "pos_max": 299}
+    recent = InprocSample(arm="genuine", decode_ms=10.0, prep_ms=0.5, copy_ms=0.2, blob_bytes=9, **old).current()
+    assert (recent.where, recent.arm, recent.prompt_ms, recent.prep_ms) == ("inproc", "genuine", 10.0, 0.5)
+    assert InprocSample(arm="genuine", decode_ms=11.0, **old).current().arm == "plain"
+    assert InprocSample(arm="restore", decode_ms=10.0, prep_ms=0.5, **old).current().arm == "genuine"
+    stats = {a: ArmStats(median_ms=ms, n_ok=3) for a, ms in (("fake", 9.9), ("genuine", 11.0), ("restore", 10.0))}
+    point = {"point": "L300_n16", "L": 300, "new": 16, "n_kv_padded": 512, "measurable": True, "reps": 3}
+    oldest = InprocPoint(baseline=ArmStats(), **point, **stats).current()
+    assert (oldest.genuine.median_ms, oldest.plain.median_ms, oldest.where) == (10.0, 11.0, "inproc")
+    stats["restore"] = ArmStats()
+    assert InprocPoint(baseline=ArmStats(), **point, **stats).current().genuine.median_ms == 11.0

@@ -1,0 +1,123 @@
+"""The sweep in one process (`where` inproc): the driver (lab/inproc) measures a point's arms with libllama, no
+server in the numbers, and no rep paying for its prefix.
+
+The driver loads the model once for the run. Its cumulative fill passes (run before any point) reach every
+grid L on the way and keep the really decoded depth-L state there. Then each rep of a point costs its new
+tokens:
+    fake       fabricate the depth-L prefix (the lab's patch), time the new tokens
+    genuine    restore the kept depth-L state (the cache read, timed on its own), time the new tokens; a
+               memcpy of as many bytes is the cache read's yardstick
+    plain      decode L in the sequence first (untimed), then time the new tokens: the proof that a restored
+               state is a genuine hit (optional: it costs L per rep)
+    baseline   decode L + new from empty (optional direct reps, at most sweep.baseline_reps per point)
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Sequence
+from typing import Any
+
+from lab.engine.memshape import MemoryShape
+from lab.experiments.sweep_grid import GridPoint
+from lab.experiments.sweep_points import decided, rep_values, summarize_point
+from lab.inproc import DriverSession
+from lab.runs import utc_now
+from lab.schemas import ArmsSummary, InprocFill, Interval, SweepPoint, SweepSample
+from lab.settings import SweepSettings
+from lab.stats import linear_fit, median_interval
+
+INPROC_ARMS = ("baseline", "fake", "genuine", "plain")
+
+
+def samples_of(rows: list[dict[str, Any]], point: str) -> list[SweepSample]:
+    """The driver's rows of one `rep` command as the sweep's samples (prompt_ms: the timed llama_decode)."""
+    out = []
+    for r in rows:
+        if r.get("kind") != "sample":
+            continue
+        ok, arm = r["ok"], r["arm"]
+        out.append(
+            SweepSample(
+                where="inproc",
+                point=point,
+                L=r["L"],
+                new=r["new"],
+                arm=arm,
+                rep=r["rep"],
+                ok=ok,
+                reason=r["reason"],
+                prompt_ms=r["decode_ms"] if ok else None,
+                prep_ms=r["prep_ms"] if ok and arm in ("fake", "genuine") else None,
+                copy_ms=r["copy_ms"] if ok and arm == "genuine" else None,
+                blob_bytes=r["blob_bytes"] if arm == "genuine" and r["blob_bytes"] else None,
+                pos_max=r["pos_max"],
+                t_utc=utc_now(),
+            )
+        )
+    return out
+
+
+def rep_arms(arms: Sequence[str], rep: int, sw: SweepSettings) -> list[str]:
+    """The in-process arms of one rep in a rotating order (no arm always goes first); the direct baseline only in
+    the first sweep.baseline_reps (else min_reps) reps: it is in no verdict and costs L + new."""
+    cap = sw.min_reps if sw.baseline_reps is None else min(sw.baseline_reps, sw.min_reps)
+    todo = [a for a in arms if a in INPROC_ARMS and not (a == "baseline" and rep >= cap)]
+    k = rep % len(todo)
+    return todo[k:] + todo[:k]
+
+
+def measure_point(
+    driver: DriverSession, p: GridPoint, sw: SweepSettings, fills: list[InprocFill], shape: MemoryShape | None
+) -> tuple[list[SweepSample], SweepPoint]:
+    """Interleaved reps, one driver command each, until the point is decided (after min_reps) or max_reps."""
+    samples: list[SweepSample] = []
+    walls: list[float] = []  # what one more rep costs: its arms but the direct baseline, and the round trip
+    for rep in range(sw.max_reps):
+        todo = rep_arms(sw.arms, rep, sw)
+        if "baseline" in todo:  # a call of its own, so the rest of the rep is timed alone
+            samples += samples_of(driver.rep(p.L, p.new, rep, ["baseline"]), p.id)
+        started = time.monotonic()
+        samples += samples_of(driver.rep(p.L, p.new, rep, [a for a in todo if a != "baseline"]), p.id)
+        walls.append(time.monotonic() - started)
+        if rep + 1 < sw.min_reps:  # no summary needed before min_reps: its bootstraps cost a cheap rep's time
+            continue
+        point = summarize_point(p, samples, [], sw.tolerance, fills=fills, where="inproc", shape=shape)
+        if decided(point, sw):
+            break
+    point.rep_s = median_interval(walls, f"inproc/{p.id}/rep_s")
+    return samples, point
+
+
+def restore_summary(
+    points: list[SweepPoint], samples: list[SweepSample], fills: list[InprocFill], shape: MemoryShape | None
+) -> ArmsSummary:
+    """The cache read over the grid: blob bytes and restore ms against L (least squares over the points), the
+    GGUF's prediction, and bandwidth and ratios pooled over every point's reps."""
+    s = ArmsSummary(fill_passes=len({f.fill_pass for f in fills}), fill_s=sum(f.ms for f in fills) / 1e3)
+    if shape is not None:
+        s.predicted_bytes_per_cell, s.predicted_fixed_bytes = shape.bytes_per_cell, shape.recurrent_bytes
+        s.attention_layers, s.recurrent_layers = shape.attention_layers, shape.recurrent_layers
+    blobs = {p.L: p.blob_bytes for p in points if p.blob_bytes}
+    if len(blobs) >= 2:
+        slope, intercept, _ = linear_fit([float(L) for L in blobs], [float(b) for b in blobs.values()])
+        s.bytes_per_cell, s.fixed_bytes = slope, intercept
+    restore = [(float(p.L), p.restore_prep_ci.value) for p in points if p.restore_prep_ci is not None]
+    if len({L for L, _ in restore}) >= 2:
+        s.restore_ms_per_1k_cells = linear_fit([L for L, _ in restore], [ms for _, ms in restore])[0] * 1000
+    by_point: dict[str, list[SweepSample]] = {}
+    for smp in samples:
+        by_point.setdefault(smp.point, []).append(smp)
+    pooled: dict[str, list[float]] = {}
+    for smps in by_point.values():
+        for name, values in rep_values(smps).items():
+            pooled.setdefault(name, []).extend(values)
+
+    def iv(name: str) -> Interval | None:
+        return median_interval(pooled.get(name, []), f"arms/all/{name}")
+
+    s.restore_gbps_ci, s.memcpy_gbps_ci = iv("restore/gbps"), iv("memcpy/gbps")
+    s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci = iv("memcpy/restore"), iv("fake/genuine")
+    s.restore_step_vs_genuine_ci, s.genuine_vs_plain_ci = iv("restore-step/genuine"), iv("genuine/plain")
+    s.rep_s_ci = median_interval([p.rep_s.value for p in points if p.rep_s is not None], "arms/all/rep_s")
+    return s
