@@ -80,5 +80,6 @@ bench: setup
 	$(PY) benchmarks/sweep_cost.py
 	$(PY) benchmarks/noise_floor.py
 	$(PY) benchmarks/inproc_arms.py
+	$(PY) benchmarks/two_references.py
 	$(PY) benchmarks/profile_overhead.py
 	$(PY) benchmarks/catalog_ingest.py

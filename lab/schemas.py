@@ -95,6 +95,7 @@ class PrefillTps(BaseModel):
     stddev_ms: float
     reps: int
     tool: str = "llama-bench"
+    samples_ms: list[float] = Field(default_factory=list, description="llama-bench: each rep's chunk ms")
 
 
 class ArmStats(BaseModel):

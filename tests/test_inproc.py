@@ -85,3 +85,13 @@ def test_bad_startup_inputs_exit_2_with_one_line(
     assert r.returncode == 0 and r.stdout == "", r.stderr  # --check measures and prints nothing
     with DriverSession(cmd[:-1], tmp_path / "driver.log") as d:
         assert d.meta["tokens"] == "given" and d.meta["flash_attn"] == "auto"
+
+
+def test_a_threadpool_like_llama_bench_s_on_request(driver: InstrumentInfo, tiny_model: Path, tmp_path: Path) -> None:
+    """--threadpool attaches a persistent one (to compare with llama-bench like for like); the default none."""
+    for pool in (False, True):
+        cmd = driver_command(driver, tiny_model, Ls=[256], news=[16], threads=2, threadpool=pool)
+        with DriverSession(cmd, tmp_path / "driver.log") as d:
+            assert d.meta["threadpool"] is pool
+            d.fill(0)
+            assert d.rep(256, 16, 0, ["warmup", "genuine"])[-1]["ok"]

@@ -56,6 +56,7 @@ def parse_bench_jsonl(text: str) -> list[PrefillTps]:
                 avg_ms=float(d["avg_ns"]) / 1e6,
                 stddev_ms=float(d["stddev_ns"]) / 1e6,
                 reps=len(d.get("samples_ns") or []),
+                samples_ms=[float(x) / 1e6 for x in d.get("samples_ns") or []],
             )
         )
     return rows

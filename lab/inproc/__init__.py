@@ -38,19 +38,35 @@ def build_driver(engine: EngineInfo, cache_dir: Path) -> InstrumentInfo:
 
 
 def driver_command(
-    driver: InstrumentInfo, model: Path, *, Ls: list[int], news: list[int], threads: int,
-    threads_batch: int | None = None, n_ctx: int | None = None, ubatch: int = 512, flash_attn: str = "auto",
-    tokens: Path | None = None, cpu_list: str | None = None, fake: bool = True, check: bool = False,
-) -> list[str]:  # fmt: skip
-    """tokens: a file of whitespace-separated ids (else a seeded filler); check: validate and exit."""
+    driver: InstrumentInfo,
+    model: Path,
+    *,
+    Ls: list[int],
+    news: list[int],
+    threads: int,
+    threads_batch: int | None = None,
+    n_ctx: int | None = None,
+    ubatch: int = 512,
+    flash_attn: str = "auto",
+    tokens: Path | None = None,
+    cpu_list: str | None = None,
+    fake: bool = True,
+    check: bool = False,
+    threadpool: bool = False,
+) -> list[str]:
+    """tokens: a file of whitespace-separated ids (else a seeded filler); check: validate and exit; threadpool:
+    attach a persistent one, as llama-bench does (llama-server does not, nor does the sweep)."""
     return [
-        *taskset(cpu_list), str(driver.binary), "--model", str(model),
-        "--Ls", ",".join(map(str, Ls)), "--news", ",".join(map(str, news)),
-        "-t", str(threads), *(["-tb", str(threads_batch)] if threads_batch else []),
-        "--ubatch", str(ubatch), "--flash-attn", flash_attn, *(["--n-ctx", str(n_ctx)] if n_ctx else []),
-        *(["--tokens", str(tokens)] if tokens else []), *([] if fake else ["--no-fake"]),
+        *taskset(cpu_list),
+        *(str(driver.binary), "--model", str(model)),
+        *("--Ls", ",".join(map(str, Ls)), "--news", ",".join(map(str, news))),
+        *("-t", str(threads), *(["-tb", str(threads_batch)] if threads_batch else [])),
+        *("--ubatch", str(ubatch), "--flash-attn", flash_attn, *(["--n-ctx", str(n_ctx)] if n_ctx else [])),
+        *(["--tokens", str(tokens)] if tokens else []),
+        *([] if fake else ["--no-fake"]),
         *(["--check"] if check else []),
-    ]  # fmt: skip
+        *(["--threadpool"] if threadpool else []),
+    ]
 
 
 def _reason(stderr: str, code: int | None) -> str:

@@ -28,6 +28,8 @@
 // seeded filler. The first line on stdout is {"kind":"meta",...}.
 // Bad startup input (L + new beyond the context, a memory type without the fake op, bad token ids) exits 2 with
 // one line on stderr; --check stops after those checks. A bad command answers {"kind":"error","reason":..}.
+#include "ggml-backend.h"
+#include "ggml-cpu.h"
 #include "llama.h"
 
 #include <algorithm>
@@ -83,6 +85,7 @@ struct Args {
     uint64_t seed = 1;
     bool check = false;
     bool fake = true;  // --no-fake: the memory type need not support the fake op
+    bool threadpool = false;  // --threadpool: a persistent polling threadpool, as llama-bench attaches
 };
 
 [[noreturn]] void fail(const std::string & why) {
@@ -122,6 +125,8 @@ Args parse(int argc, char ** argv) {
             a.check = true;
         } else if (k == "--no-fake") {
             a.fake = false;
+        } else if (k == "--threadpool") {
+            a.threadpool = true;
         } else if (k == "--seed") {
             a.seed = std::strtoull(val().c_str(), nullptr, 10);
         } else {
@@ -446,6 +451,22 @@ int main(int argc, char ** argv) {
     if (!ctx) {
         fail("failed to create a context of " + std::to_string(args.n_ctx) + " tokens");
     }
+    // No threadpool by default, like llama-server: ggml-cpu starts and joins its workers on every graph compute.
+    // --threadpool attaches a persistent polling one, as llama-bench does (to compare the two like for like).
+    ggml_backend_reg_t cpu = ggml_backend_dev_backend_reg(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
+    using tp_new_t = decltype(ggml_threadpool_new);
+    using tp_free_t = decltype(ggml_threadpool_free);
+    auto * tp_new = (tp_new_t *) ggml_backend_reg_get_proc_address(cpu, "ggml_threadpool_new");
+    auto * tp_free = (tp_free_t *) ggml_backend_reg_get_proc_address(cpu, "ggml_threadpool_free");
+    ggml_threadpool * tp = nullptr;
+    if (args.threadpool) {
+        if (!tp_new || !tp_free) {
+            fail("--threadpool: this build's CPU backend exports no threadpool");
+        }
+        ggml_threadpool_params tpp = ggml_threadpool_params_default((int) cp.n_threads_batch);
+        tp = tp_new(&tpp);
+        llama_attach_threadpool(ctx, tp, tp);
+    }
     if (args.fake && !llama_memory_seq_fake_prefix(llama_get_memory(ctx), 0, 0)) {
         fail("this model's memory type has no fake-prefix op (an iSWA cache?): drop the fake arm");
     }
@@ -455,9 +476,9 @@ int main(int argc, char ** argv) {
                                                           : read_tokens(args.tokens, need, n_vocab);
     if (!args.check) {  // --check: the inputs, the model, the context and the arms are fine; measure nothing
         printf("{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,"
-               "\"flash_attn\":\"%s\",\"n_vocab\":%d,\"tokens\":\"%s\"}\n",
+               "\"flash_attn\":\"%s\",\"n_vocab\":%d,\"tokens\":\"%s\",\"threadpool\":%s}\n",
                args.n_ctx, args.ubatch, args.threads, (int) cp.n_threads_batch, args.flash_attn.c_str(), n_vocab,
-               args.tokens.empty() ? "seeded filler" : "given");
+               args.tokens.empty() ? "seeded filler" : "given", args.threadpool ? "true" : "false");
         fflush(stdout);
         Driver d(ctx, std::move(tokens), args);
         std::string line;
@@ -467,6 +488,9 @@ int main(int argc, char ** argv) {
         }
     }
     llama_free(ctx);
+    if (tp) {
+        tp_free(tp);
+    }
     llama_model_free(model);
     llama_backend_free();
     return 0;
