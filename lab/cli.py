@@ -76,11 +76,13 @@ def _settings(cache_dir: Path | None = None, engine: dict[str, Any] | None = Non
     from pydantic import ValidationError
 
     from lab.errors import UsageError
-    from lab.settings import load_settings
+    from lab.settings import load_settings, unknown_key
 
     try:
         return load_settings(cache_dir=cache_dir, engine=engine or {}, **kw)
     except ValidationError as e:  # names the offending key
+        if (line := unknown_key(e)) is not None:
+            raise UsageError(line) from e
         first = e.errors()[0]
         where = ".".join(str(x) for x in first["loc"]) or "settings"
         raise UsageError(f"invalid settings: {where}: {first['msg']}\n{e}") from e

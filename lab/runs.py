@@ -63,6 +63,17 @@ def utc_now() -> str:
     return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
+# <UTC date>_<host slug>_<experiment>_<6 hex>: what RunFolder.create names a folder, and all a run id may be
+RUN_ID = re.compile(r"^\d{4}-\d{2}-\d{2}_[A-Za-z0-9-]+_[a-z][a-z0-9_]*_[0-9a-f]{6}$")
+
+
+def check_run_id(run_id: str, where: str) -> str:
+    """A run id from a listing, a flag or a file, before any path is built from it (one-line error if not)."""
+    if not RUN_ID.match(run_id):
+        raise RunError(f"{where}: {run_id!r} is not a run id (like 2026-12-02_host_sweep_1a2b3c)")
+    return run_id
+
+
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", s).strip("-") or "host"
 

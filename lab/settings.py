@@ -6,11 +6,12 @@
 
 from __future__ import annotations
 
+import difflib
 import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, field_validator, model_validator
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -22,7 +23,13 @@ PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
 REPO_ROOT = Path(__file__).resolve().parent.parent
 
 
-class EngineSettings(BaseModel):
+class Section(BaseModel):
+    """A settings section: a key it does not have is refused, not ignored (a typo must not change nothing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+class EngineSettings(Section):
     """Where llama.cpp comes from and how it is built."""
 
     source_mode: Literal["sdist", "git", "path"] = "sdist"
@@ -40,7 +47,41 @@ class EngineSettings(BaseModel):
     )
 
 
-class ServerSettings(BaseModel):
+# llama-server flags the lab sets itself and its measurements rely on: extra_args may not override them
+LAB_SERVER_FLAGS = {
+    "--host",
+    "--port",
+    "--parallel",
+    "-np",
+    "--ctx-checkpoints",
+    "--cache-ram",
+    "-cram",
+    "--cache-reuse",
+    "--no-cache-prompt",
+    "--cache-prompt",
+    "--slot-save-path",
+    "--context-shift",
+    "--no-context-shift",
+    "--kv-unified",
+    "--swa-full",
+    "--ctx-size",
+    "-c",
+    "--model",
+    "-m",
+    "--threads",
+    "-t",
+    "--threads-batch",
+    "-tb",
+    "--ubatch-size",
+    "-ub",
+    "--batch-size",
+    "-b",
+    "--log-verbosity",
+    "-lv",
+}
+
+
+class ServerSettings(Section):
     """How the patched llama-server is started for measurements."""
 
     # all cores but one: on a 2-core VM one thread gave fake/genuine intervals 1.6x narrower per rep than two
@@ -58,13 +99,25 @@ class ServerSettings(BaseModel):
         default=None, description="pin the server, llama-bench and the instrument to these CPUs, e.g. 0-7"
     )
     startup_timeout_s: float = Field(default=120.0, gt=0)
-    extra_args: list[str] = Field(default_factory=list)
+    extra_args: list[str] = Field(default_factory=list, description="more llama-server flags (not the lab's own)")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
+        for arg in v:
+            flag = arg.split("=", 1)[0]
+            if flag in LAB_SERVER_FLAGS:
+                raise ValueError(
+                    f"{flag} is set by the lab (where it listens, one slot, the cache and checkpoints a timing "
+                    "relies on): use the server.* setting for it, not extra_args"
+                )
+        return v
 
 
 SweepArm = Literal["baseline", "fake", "genuine", "plain", "estimate"]
 
 
-class SweepSettings(BaseModel):
+class SweepSettings(Section):
     """The fake-prefix sweep grid: every (L, new) point, the arms interleaved rep after rep, each point until
     its verdicts are decided (min_reps..max_reps), through llama-server, in one process with libllama, or both."""
 
@@ -133,7 +186,7 @@ class SweepSettings(BaseModel):
         return self
 
 
-class ProfileSettings(BaseModel):
+class ProfileSettings(Section):
     """The per-node profile sweep: chunks of `chunk` tokens up to `max_depth`, `cycles` times."""
 
     chunk: int = Field(default=512, ge=16, le=8192)
@@ -166,7 +219,7 @@ class ProfileSettings(BaseModel):
         return self
 
 
-class ReplaySettings(BaseModel):
+class ReplaySettings(Section):
     """The replay labs (exact replay, replay span, replay cost); the defaults print the reference tables."""
 
     window: int = Field(default=3, ge=1, description="exact: attention window W")
@@ -199,7 +252,7 @@ class ReplaySettings(BaseModel):
         return self
 
 
-class ReportSettings(BaseModel):
+class ReportSettings(Section):
     """`lab report` (the dvc.yaml `report` stage depends on this section only)."""
 
     tolerance: float = Field(default=0.05, gt=0, lt=1, description="agreement band around y = x")
@@ -213,7 +266,7 @@ class Settings(BaseSettings):
     model_config = SettingsConfigDict(
         env_prefix="LAB_",
         env_nested_delimiter="__",
-        extra="ignore",
+        extra="forbid",
     )
 
     cache_dir: Path = Field(default_factory=lambda: _default_cache_dir(), description="sources, builds, models")
@@ -252,6 +305,24 @@ class Settings(BaseSettings):
         return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls, yaml_file=params_file()))
 
 
+def unknown_key(e: ValidationError) -> str | None:
+    """A one-line refusal of the first unknown key, with the closest valid one (None: no unknown key)."""
+    bad = next((x for x in e.errors() if x["type"] == "extra_forbidden"), None)
+    if bad is None:
+        return None
+    *parent, key = (str(x) for x in bad["loc"])
+    model: type[BaseModel] = Settings
+    for name in parent:
+        ann = model.model_fields[name].annotation if name in model.model_fields else None
+        if not (isinstance(ann, type) and issubclass(ann, BaseModel)):
+            break
+        model = ann
+    where = ".".join([*parent, key])
+    close = difflib.get_close_matches(key.lower(), list(model.model_fields), n=1, cutoff=0.5)
+    hint = f"; did you mean {'.'.join([*parent, close[0]])}?" if close else ""
+    return f"unknown setting {where} (from params.yaml, a LAB_* variable or a flag){hint}"
+
+
 def params_file() -> Path:
     """The params file in force: LAB_PARAMS_FILE, else ./params.yaml (read when settings are loaded)."""
     return Path(os.environ.get("LAB_PARAMS_FILE", "params.yaml"))
@@ -262,8 +333,38 @@ def _default_cache_dir() -> Path:
     return Path(os.environ.get("XDG_CACHE_HOME", Path.home() / ".cache")) / "prefill-lab"
 
 
+# LAB_* variables that are not settings: the params file, and the container build's and remote tests' own
+NOT_SETTINGS = {
+    "LAB_PARAMS_FILE",
+    "LAB_REVISION",
+    "LAB_DOCKER_DIR",
+    "LAB_DOCKER_KEEP_STORAGE",
+    "LAB_UID",
+    "LAB_GID",
+    "LAB_SSH_KNOWN_HOSTS",
+    "LAB_DEBIAN_MIRROR",
+    "LAB_BASE_IMAGE",
+}
+
+
+def check_environment() -> None:
+    """A LAB_* variable whose first part is no setting is refused by name (the settings source would ignore it;
+    an unknown key inside a section is refused by the section itself)."""
+    from lab.errors import UsageError
+
+    for name in sorted(os.environ):
+        if not name.startswith("LAB_") or name in NOT_SETTINGS:
+            continue
+        first = name[len("LAB_") :].split("__")[0].lower()
+        if first not in Settings.model_fields:
+            close = difflib.get_close_matches(first, list(Settings.model_fields), n=1, cutoff=0.5)
+            hint = f"; did you mean LAB_{close[0].upper()}{name[len('LAB_') + len(first) :]}?" if close else ""
+            raise UsageError(f"unknown setting {name} (no setting {first!r}){hint}")
+
+
 def load_settings(**overrides: Any) -> Settings:
     """Settings with CLI overrides on top; `None` values mean "not given on the command line"."""
+    check_environment()
     return Settings(**_drop_none(overrides))
 
 

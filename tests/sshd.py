@@ -93,8 +93,9 @@ def drop_netns(name: str) -> None:
     subprocess.run(["ip", "netns", "del", name], capture_output=True)
 
 
-def start_sshd(base: Path, netns: bool = False) -> Sshd:
-    """sshd on 127.0.0.1, or (netns=True) in its own network namespace, reached at a veth address."""
+def start_sshd(base: Path, netns: bool = False, path_first: Path | None = None) -> Sshd:
+    """sshd on 127.0.0.1, or (netns=True) in its own network namespace, reached at a veth address; path_first:
+    a directory put first on its sessions' PATH (another python3, a hostile `ls`)."""
     if not Path(SSHD).exists():
         raise RuntimeError(f"{SSHD} is missing: install openssh-server (scripts/system-deps.sh does)")
     d, home = base / "sshd", base / "home"
@@ -115,7 +116,8 @@ def start_sshd(base: Path, netns: bool = False) -> Sshd:
                 f"AuthorizedKeysFile {d / 'authorized_keys'}", f"PidFile {d / 'sshd.pid'}",
                 "PasswordAuthentication no", "KbdInteractiveAuthentication no", "PubkeyAuthentication yes",
                 "PermitRootLogin prohibit-password", "UsePAM no", "StrictModes no",
-                "Subsystem sftp internal-sftp", f"SetEnv HOME={home}", "",
+                "Subsystem sftp internal-sftp",
+                f"SetEnv HOME={home}" + (f" PATH={path_first}:/usr/local/bin:/usr/bin:/bin" if path_first else ""), "",
             ]
         )
     )  # fmt: skip

@@ -27,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lab.errors import LabError
+from lab.safetar import safe_extract
 from lab.settings import PIN_COMMIT, EngineSettings
 
 
@@ -163,10 +164,7 @@ def extract_vendored(archive: Path, dest: Path) -> None:
                 members.append(m)
         if not members:
             raise SourceError(f"{archive} has no vendor/llama.cpp")
-        if hasattr(tarfile, "data_filter"):
-            tar.extractall(dest, members=members, filter="data")
-        else:  # Python < 3.11.4 (Debian 12's 3.11.2) has no PEP 706 filters; the sha256 is pinned and verified
-            tar.extractall(dest, members=members)
+        safe_extract(tar, dest, members)
 
 
 def _copy_checkout(src: Path, dest: Path) -> None:

@@ -10,12 +10,14 @@ from __future__ import annotations
 
 import io
 import os
+import shlex
 import tarfile
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
 from lab.errors import LabError
+from lab.safetar import safe_extract
 from lab.target import CmdResult
 
 
@@ -25,6 +27,16 @@ class HostKeyError(LabError):
 
 class RemoteError(LabError):
     """A step on a target host failed (pushing, installing, packing a run folder)."""
+
+
+def sh(path: str) -> str:
+    """A path as one shell word on the host: `~` and `~/...` expand to its home there, everything else is
+    quoted (a space, a quote or a `;` in a directory name stays part of that one name)."""
+    if path == "~":
+        return '"$HOME"'
+    if path.startswith("~/"):
+        return '"$HOME"/' + shlex.quote(path[2:])
+    return shlex.quote(path)
 
 
 def known_hosts_files(c: Any) -> list[Path]:
@@ -92,19 +104,19 @@ class SshTarget:
 
     def put_tree(self, local: Path, remote_dir: str) -> None:
         """Copy a directory's contents into remote_dir as one tar stream (SFTP is slow for many files)."""
-        self.run(f"mkdir -p {remote_dir}")
+        self.run(f"mkdir -p {sh(remote_dir)}")
 
         def tar_into(stdin: BinaryIO) -> None:
             with tarfile.open(fileobj=stdin, mode="w|") as tar:
                 tar.add(str(local), arcname=".")
 
-        self.pipe_in(f"tar -C {remote_dir} -xf -", tar_into)
+        self.pipe_in(f"tar -C {sh(remote_dir)} -xf -", tar_into)
 
     def get_tree(self, remote_dir: str, local: Path) -> None:
         """Copy remote_dir's contents into local (created) as one tar stream."""
         local.mkdir(parents=True, exist_ok=True)
         chan = self.c.client.get_transport().open_session()
-        chan.exec_command(f"tar -C {remote_dir} -cf - .")
+        chan.exec_command(f"tar -C {sh(remote_dir)} -cf - .")
         data = io.BytesIO()
         while True:
             chunk = chan.recv(1 << 20)
@@ -115,4 +127,4 @@ class SshTarget:
             raise RemoteError(f"packing {self.name}:{remote_dir} failed")
         data.seek(0)
         with tarfile.open(fileobj=data, mode="r:") as tar:
-            tar.extractall(local, filter="data")
+            safe_extract(tar, local)  # a host's tar never writes outside `local`

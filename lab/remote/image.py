@@ -16,7 +16,7 @@ from typing import BinaryIO
 
 from rich.console import Console
 
-from lab.remote.connect import RemoteError, SshTarget
+from lab.remote.connect import RemoteError, SshTarget, sh
 
 IMAGE = "prefill-lab:latest"
 CHUNK = 1 << 20
@@ -96,15 +96,20 @@ def lab_in_container(
 ) -> str:
     """`lab <args>` in the image on the host: run folders in remote_dir/runs, params.yaml from remote_dir, the
     host's user, no network (like compose.yaml), tini as PID 1 so a hang-up reaches the lab."""
+    runs, params = sh(f"{remote_dir}/runs:/work/catalog/runs"), sh(f"{remote_dir}/params.yaml:/work/params.yaml:ro")
     return (
-        f"mkdir -p {remote_dir}/runs && {docker(docker_host)} run --rm --init --name {container} --network none "
-        f'-u "$(id -u):$(id -g)" --hostname {shlex.quote(t.name)} -e LAB_HOST_NAME={shlex.quote(t.name)} '
-        f"-v {remote_dir}/runs:/work/catalog/runs -v {remote_dir}/params.yaml:/work/params.yaml:ro "
-        f"{shlex.quote(ref.name)} {shlex.join(args)} --runs-dir /work/catalog/runs"
+        f"mkdir -p {sh(remote_dir + '/runs')} && {docker(docker_host)} run --rm --init --name {shlex.quote(container)} "
+        f'--network none -u "$(id -u):$(id -g)" --hostname {shlex.quote(t.name)} '
+        f"-e LAB_HOST_NAME={shlex.quote(t.name)} -v {runs} -v {params} {shlex.quote(ref.name)} {shlex.join(args)} "
+        "--runs-dir /work/catalog/runs"
     )
 
 
 def stop_container(t: SshTarget, container: str, docker_host: str | None) -> None:
     """After a failed or cut run: stop the run's container if it still runs (SIGTERM: the run ends incomplete)."""
-    t.run(f"{docker(docker_host)} stop -t 30 {container} >/dev/null 2>&1; "
-          f"{docker(docker_host)} rm -f {container} >/dev/null 2>&1; true", timeout=120)  # fmt: skip
+    name = shlex.quote(container)
+    t.run(
+        f"{docker(docker_host)} stop -t 30 {name} >/dev/null 2>&1; {docker(docker_host)} rm -f {name} >/dev/null 2>&1; "
+        "true",
+        timeout=120,
+    )

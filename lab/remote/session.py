@@ -24,7 +24,7 @@ from lab.errors import UsageError
 from lab.inproc import build_driver
 from lab.instrument import build_instrument
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
-from lab.remote.connect import RemoteError, SshTarget
+from lab.remote.connect import RemoteError, SshTarget, sh
 from lab.remote.image import (
     IMAGE,
     ImageRef,
@@ -34,7 +34,7 @@ from lab.remote.image import (
     push_image,
     stop_container,
 )
-from lab.runs import RunFolder
+from lab.runs import RUN_ID, RunFolder, check_run_id
 from lab.settings import REPO_ROOT, Settings, params_file
 from lab.snapshot import snapshot_git, snapshot_host
 from lab.target import LocalTarget
@@ -58,25 +58,27 @@ def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) ->
     projector = resolve_projector(settings) if settings.model is None and settings.mmproj is None else None
     bundle = make_bundle(engine, settings.cache_dir, model, tools, projector)
     meta: dict[str, str] = json.loads((bundle / "bundle.json").read_text())
-    have = t.run(f"cat {remote_dir}/bundle/bundle.json 2>/dev/null")
+    have = t.run(f"cat {sh(remote_dir + '/bundle/bundle.json')} 2>/dev/null")
     if have.ok and json.loads(have.stdout or "{}").get("key") == meta["key"]:
         console.print(f"{t.name}: bundle {meta['key']} already there")
     else:
         console.print(f"{t.name}: pushing bundle {meta['key']} ...")
-        t.run(f"rm -rf {remote_dir}/bundle.new")
+        t.run(f"rm -rf {sh(remote_dir + '/bundle.new')}")
         t.put_tree(bundle, f"{remote_dir}/bundle.new")
-        r = t.run(f"rm -rf {remote_dir}/bundle && mv {remote_dir}/bundle.new {remote_dir}/bundle")
+        bundle_dir, new = sh(f"{remote_dir}/bundle"), sh(f"{remote_dir}/bundle.new")
+        r = t.run(f"rm -rf {bundle_dir} && mv {new} {bundle_dir}")
         if not r.ok:
             raise RemoteError(f"{t.name}: installing the bundle failed: {r.stderr}")
     venv = f"{remote_dir}/venv"
     source, index_args = wheelhouse_on_host(t, settings, remote_dir, console)
     marker = f"{meta['key']} {source}"
-    installed = t.run(f"cat {venv}/.lab-wheel 2>/dev/null").stdout.strip()
+    installed = t.run(f"cat {sh(venv + '/.lab-wheel')} 2>/dev/null").stdout.strip()
     if installed != marker:
         console.print(f"{t.name}: installing the lab ({meta['wheel']}) into {venv} from {source} ...")
         r = t.run(
-            f"python3 -m venv {venv} && {venv}/bin/pip install -q --upgrade --force-reinstall --no-cache-dir "
-            f"{index_args} {remote_dir}/bundle/wheel/{meta['wheel']} && echo '{marker}' > {venv}/.lab-wheel",
+            f"python3 -m venv {sh(venv)} && {sh(venv + '/bin/pip')} install -q --upgrade --force-reinstall "
+            f"--no-cache-dir {index_args} {sh(remote_dir + '/bundle/wheel/' + meta['wheel'])} && "
+            f"printf '%s\\n' {shlex.quote(marker)} > {sh(venv + '/.lab-wheel')}",
             timeout=1800,
         )
         if not r.ok:
@@ -94,12 +96,12 @@ def wheelhouse_on_host(t: SshTarget, settings: Settings, remote_dir: str, consol
         return "the host's package index", ""
     key, local = make_wheelhouse(settings.cache_dir)
     dest = f"{remote_dir}/wheelhouse/{key}"
-    if not t.run(f"test -f {dest}/requirements.txt").ok:
+    if not t.run(f"test -f {sh(dest + '/requirements.txt')}").ok:
         console.print(f"{t.name}: pushing the dependency wheelhouse {key} ...")
-        t.run(f"rm -rf {dest}.new")
+        t.run(f"rm -rf {sh(dest + '.new')}")
         t.put_tree(local, f"{dest}.new")
-        t.run(f"rm -rf {dest} && mv {dest}.new {dest}")
-    return f"wheelhouse {key}", f"--no-index --find-links {dest} -r {dest}/requirements.txt"
+        t.run(f"rm -rf {sh(dest)} && mv {sh(dest + '.new')} {sh(dest)}")
+    return f"wheelhouse {key}", f"--no-index --find-links {sh(dest)} -r {sh(dest + '/requirements.txt')}"
 
 
 def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[str]) -> str:
@@ -114,17 +116,19 @@ def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[
     if meta.get("mmproj"):
         env["LAB_MMPROJ"] = f"{remote_dir}/bundle/models/{meta['mmproj']}"
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
-    return f"cd {remote_dir} && {exports} {remote_dir}/venv/bin/lab {shlex.join(args)} --runs-dir {remote_dir}/runs"
+    lab, runs = sh(f"{remote_dir}/venv/bin/lab"), sh(f"{remote_dir}/runs")
+    return f"cd {sh(remote_dir)} && {exports} {lab} {shlex.join(args)} --runs-dir {runs}"
 
 
 def list_runs(t: SshTarget, remote_dir: str) -> set[str]:
-    r = t.run(f"ls -1 {remote_dir}/runs 2>/dev/null")
-    return {x.strip() for x in r.stdout.splitlines() if x.strip()}
+    """The run folders on the host: only names of the run-id grammar (a host's listing is not trusted)."""
+    r = t.run(f"ls -1 {sh(remote_dir + '/runs')} 2>/dev/null")
+    return {x.strip() for x in r.stdout.splitlines() if RUN_ID.match(x.strip())}
 
 
 def absolute_dir(t: SshTarget, remote_dir: str) -> str:
     """Create remote_dir and return its absolute path (SFTP does not expand ~)."""
-    r = t.run(f"mkdir -p {remote_dir} && cd {remote_dir} && pwd")
+    r = t.run(f"mkdir -p {sh(remote_dir)} && cd {sh(remote_dir)} && pwd")
     if not r.ok:
         raise RemoteError(f"{t.name}: cannot create {remote_dir}: {r.stderr.strip()}")
     return r.stdout.strip()
@@ -199,13 +203,15 @@ def run_remote(
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
     A clean room is held by the host's shell around the whole command, from the bundle and the image alike
     (lab.cleanroom.wrap); its record lands in the fetched run's results."""
+    if resume is not None:
+        check_run_id(resume, "--resume")
     remote_dir = absolute_dir(t, remote_dir)
     how = deploy(t, settings, remote_dir, console, via, image, docker_host)
     params = params_file()  # the params file in force here (LAB_PARAMS_FILE, else ./params.yaml)
     if params.exists():
         t.put(params, f"{remote_dir}/params.yaml")
     else:
-        t.run(f"touch {remote_dir}/params.yaml")
+        t.run(f"touch {sh(remote_dir + '/params.yaml')}")
     before = list_runs(t, remote_dir)
     cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], room)
     console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
@@ -222,7 +228,7 @@ def run_remote(
     run_id = resume or next(iter(sorted(list_runs(t, remote_dir) - before)), None)
     if run_id is None:
         return RemoteResult(t.name, None, "failed", error or "no run folder was created")
-    local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir / run_id)
+    local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir, run_id)
     how.record(t, remote_dir, local, room, output)
     m = RunFolder.open(local).manifest()
     if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
@@ -231,8 +237,10 @@ def run_remote(
     return RemoteResult(t.name, local, m.status, error or m.reason)
 
 
-def fetch(t: SshTarget, remote: str, local: Path) -> Path:
-    """Replace the local copy of a run folder with the host's (a resumed run only grows)."""
+def fetch(t: SshTarget, remote: str, runs_dir: Path, run_id: str) -> Path:
+    """Replace the local copy of a run folder with the host's (a resumed run only grows). Only a folder named
+    by a run id directly under runs_dir is ever replaced."""
+    local = runs_dir / check_run_id(run_id, f"{t.name}: run folder")
     tmp = local.with_name(f".{local.name}.fetch")
     shutil.rmtree(tmp, ignore_errors=True)
     t.get_tree(remote, tmp)

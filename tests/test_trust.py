@@ -1,0 +1,114 @@
+"""What a hostile archive, a hostile host's listing or a typo can do, checked without a host: a tar never writes
+outside its destination (with tarfile's own filter, and on a real Python without it), and a run id matches its
+grammar before any path is built from it."""
+
+from __future__ import annotations
+
+import io
+import subprocess
+import tarfile
+from pathlib import Path
+
+import pytest
+
+from lab.runs import RunError, check_run_id
+from lab.safetar import UnsafeArchive, check_members, safe_extract
+
+pytestmark = pytest.mark.fast
+
+REPO = Path(__file__).resolve().parent.parent
+OLD_PYTHON = Path("/usr/bin/python3")  # Debian 12's 3.11.2: no PEP 706 filters
+
+
+def archive(*members: tarfile.TarInfo) -> bytes:
+    data = io.BytesIO()
+    with tarfile.open(fileobj=data, mode="w") as tar:
+        tar.addfile(_file("ok.txt"), io.BytesIO(b"fine"))
+        for m in members:
+            tar.addfile(m, io.BytesIO(b"x" * m.size) if m.isfile() else None)
+    return data.getvalue()
+
+
+def _file(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.size = 4
+    return info
+
+
+def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.linkname = kind, target
+    return info
+
+
+def _device(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type = tarfile.CHRTYPE
+    return info
+
+
+HOSTILE = {
+    "parent": [_file("../escaped.txt")],
+    "absolute": [_file("/tmp/lab-escaped-absolute.txt")],
+    "symlink out": [_link("out", "../../..")],
+    "hard link out": [_link("hard", "/etc/passwd", tarfile.LNKTYPE)],
+    "device": [_device("dev")],
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_archive_writes_nothing_outside(case: str, tmp_path: Path) -> None:
+    dest = tmp_path / "dest"
+    dest.mkdir()
+    blob = archive(*HOSTILE[case])
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
+        if case == "absolute":  # tarfile's filter makes the name relative: it lands inside dest
+            safe_extract(tar, dest)
+            assert (dest / "tmp" / "lab-escaped-absolute.txt").exists()
+        else:
+            with pytest.raises(UnsafeArchive, match="refusing"):
+                safe_extract(tar, dest)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar, pytest.raises(UnsafeArchive, match="refusing"):
+        check_members(tar.getmembers(), dest)  # the check older Pythons get
+    assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/lab-escaped-absolute.txt").exists()
+
+
+@pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no system python3")
+def test_on_a_python_without_tar_filters_the_same_archives_are_refused(tmp_path: Path) -> None:
+    """The remote flow's fetch and the engine source's unpack on the oldest Python `requires-python` allows."""
+    version = subprocess.run(
+        [OLD_PYTHON, "-c", "import tarfile; print(hasattr(tarfile, 'data_filter'))"],
+        capture_output=True,
+        text=True,
+        check=True,
+    ).stdout.strip()
+    for case, members in HOSTILE.items():
+        (tmp_path / f"{case}.tar").write_bytes(archive(*members))
+    (tmp_path / "good.tar").write_bytes(archive())
+    script = (
+        "import sys, tarfile, pathlib; from lab.safetar import safe_extract, UnsafeArchive\n"
+        "for f in sorted(pathlib.Path(sys.argv[1]).glob('*.tar')):\n"
+        "    d = f.with_suffix(''); d.mkdir()\n"
+        "    try:\n"
+        "        with tarfile.open(f) as t: safe_extract(t, d)\n"
+        "        print(f.stem, 'extracted ' + (d / 'ok.txt').read_text(), sep='\\t')\n"
+        "    except UnsafeArchive as e: print(f.stem, 'refused', sep='\\t')\n"
+    )
+    r = subprocess.run(
+        [OLD_PYTHON, "-c", script, str(tmp_path)],
+        capture_output=True,
+        text=True,
+        env={"PYTHONPATH": str(REPO)},
+        timeout=60,
+    )
+    assert r.returncode == 0, r.stderr
+    got = dict(line.split("\t") for line in r.stdout.splitlines())
+    assert got == {"good": "extracted fine", **{case: "refused" for case in HOSTILE}}, (version, got)
+    assert not (tmp_path / "escaped.txt").exists()
+
+
+@pytest.mark.parametrize("bad", [".", "..", "../x", "/etc", "a b", "2026-12-02_h_sweep_1a2b3c/../x", ""])
+def test_a_run_id_matches_its_grammar_before_it_becomes_a_path(bad: str) -> None:
+    with pytest.raises(RunError, match="is not a run id"):
+        check_run_id(bad, "--resume")
+    assert check_run_id("2026-12-02_nuc16_trace_replay_1a2b3c", "--resume") == "2026-12-02_nuc16_trace_replay_1a2b3c"
