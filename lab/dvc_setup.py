@@ -35,9 +35,20 @@ def dvc_setup(repo: Path, cache_dir: Path) -> list[str]:
     return done
 
 
+def changed_since_tracked(run_dir: Path) -> bool:
+    """No .dvc file yet, or a file in the folder newer than it."""
+    tracked = run_dir.with_name(run_dir.name + ".dvc")
+    if not tracked.exists():
+        return True
+    since = tracked.stat().st_mtime_ns
+    return any(f.stat().st_mtime_ns > since for f in run_dir.rglob("*") if f.is_file())
+
+
 def track_runs(runs_dir: Path, repo: Path, only: list[Path] | None = None) -> list[str]:
-    """`dvc add` every finished run folder (or those of `only`) that has no .dvc file yet (a running one is
-    left alone). DVC's repository lock refuses a second concurrent `dvc add`: callers in threads serialise."""
+    """`dvc add` every finished run folder (or those of `only`) that has no .dvc file yet, or whose content
+    changed after it was tracked (a resumed run: its push must ship the whole folder, not the partial one); a
+    running one is left alone. DVC's repository lock refuses a second concurrent `dvc add`: callers in threads
+    serialise."""
     from lab.catalog.ingest import IngestError, read_manifest, run_dirs
 
     todo = []
@@ -46,7 +57,7 @@ def track_runs(runs_dir: Path, repo: Path, only: list[Path] | None = None) -> li
             status = read_manifest(d).status
         except IngestError:
             continue
-        if status != "running" and not d.with_name(d.name + ".dvc").exists():
+        if status != "running" and changed_since_tracked(d):
             todo.append(str(d.resolve()))
     if todo:
         r = dvc("add", *todo, cwd=repo)

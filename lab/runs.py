@@ -14,11 +14,14 @@ crashed server) stays `status: incomplete` with the reason, and can be resumed.
 from __future__ import annotations
 
 import contextlib
+import fcntl
+import hashlib
 import json
 import os
 import re
 import secrets
 import signal
+import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -78,10 +81,23 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", s).strip("-") or "host"
 
 
-def _atomic_write(path: Path, text: str) -> None:
-    tmp = path.with_name(f".{path.name}.tmp")
-    tmp.write_text(text)
-    os.replace(tmp, path)
+def atomic_write(path: Path, text: str) -> None:
+    """Write `text` to `path` whole or not at all: a temp name of this writer's own, the file and then its
+    directory fsynced (a crash leaves the old file or the new one, never a torn or a lost one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with tmp.open("w") as fh:
+            fh.write(text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)
 
 
 class RunFolder:
@@ -127,7 +143,7 @@ class RunFolder:
         return Manifest.model_validate_json(self.manifest_path.read_text())
 
     def write_manifest(self, m: Manifest) -> None:
-        _atomic_write(self.manifest_path, m.model_dump_json(indent=2) + "\n")
+        atomic_write(self.manifest_path, m.model_dump_json(indent=2) + "\n")
 
     def update(self, **fields: Any) -> Manifest:
         if "params" in fields:
@@ -150,6 +166,30 @@ class RunFolder:
 
     def fail(self, reason: str) -> None:
         self.update(status="incomplete", reason=reason, finished_utc=utc_now())
+
+    @contextlib.contextmanager
+    def writer(self) -> Iterator[None]:
+        """Hold the run's one writer lock while it is measured: a second process resuming or appending to the
+        same run is refused, in one line naming the process that holds it. The kernel drops the lock when its
+        holder dies, however it dies. The lock file lives in this machine's temp directory, named after the run
+        folder's real path (every process and clone here finds the same one; the run folder stays as measured)."""
+        locks = Path(tempfile.gettempdir()) / f"prefill-lab-locks-{os.getuid()}"
+        locks.mkdir(exist_ok=True)
+        key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
+        fd = os.open(locks / f"{self.path.name}-{key}.lock", os.O_RDWR | os.O_CREAT, 0o644)
+        try:
+            try:
+                fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                holder = os.pread(fd, 64, 0).decode(errors="replace").strip() or "another process"
+                raise RunError(
+                    f"{self.path.name} is being written by process {holder}; wait for it or stop it"
+                ) from None
+            os.ftruncate(fd, 0)
+            os.pwrite(fd, f"{os.getpid()}\n".encode(), 0)
+            yield
+        finally:
+            os.close(fd)  # releases the lock
 
     def begin_resume(self) -> Manifest:
         m = self.manifest()
@@ -181,7 +221,7 @@ class RunFolder:
         return read_jsonl(path, schema, tolerate_torn_tail)
 
     def rewrite(self, table: str, rows: Iterable[BaseModel]) -> None:
-        _atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
+        atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
 
     def finished_points(
         self,

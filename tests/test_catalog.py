@@ -152,3 +152,26 @@ def test_export_speaks_llama_bench_where_the_columns_overlap(tmp_path: Path) -> 
         export_table(catalog, "nope", "csv")
     with pytest.raises(UsageError, match="--format is one of csv, jsonl, md"):
         export_table(catalog, "runs", "xml")
+
+
+def test_a_run_folder_without_a_manifest_is_skipped_with_a_warning(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A crash between a run folder's mkdir and its first write used to block every ingest."""
+    (runs / "2026-12-02_vm_sweep_abcdef" / "raw").mkdir(parents=True)
+    r = ingest(runs, tmp_path / "catalog")
+    assert (r.runs, r.in_figures) == (3, 2)
+    err = capsys.readouterr().err
+    assert "2026-12-02_vm_sweep_abcdef: skipped, no manifest.json" in err
+
+
+def test_the_shared_model_hash_memo_survives_a_torn_write(tmp_path: Path) -> None:
+    from lab.engine.source import file_sha256
+    from lab.experiments.protocol import model_sha256
+
+    model = tmp_path / "m.gguf"
+    model.write_bytes(b"GGUF" + bytes(100))
+    (tmp_path / "model-sha256.json").write_text('{"torn": "by another proc')  # a writer killed mid-write
+    assert model_sha256(model, tmp_path) == file_sha256(model)
+    assert json.loads((tmp_path / "model-sha256.json").read_text())  # rewritten whole
+    assert not list(tmp_path.glob(".model-sha256.json.*"))  # no temp left behind

@@ -40,8 +40,21 @@ def test_missing_model_is_one_line_and_creates_no_run(tmp_path: Path) -> None:
 
 def test_missing_projector_creates_no_run(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--images", "320x200",
-            "--mmproj", str(tmp_path / "no-mmproj.gguf"), "--runs-dir", str(runs))  # fmt: skip
+    r = lab(
+        "sweep",
+        "--Ls",
+        "256",
+        "--news",
+        "8",
+        "--reps",
+        "1",
+        "--images",
+        "320x200",
+        "--mmproj",
+        str(tmp_path / "no-mmproj.gguf"),
+        "--runs-dir",
+        str(runs),
+    )
     one_line_error(r, 1, "vision projector not found")
     assert not runs.exists() or not list(runs.iterdir()), list(runs.iterdir())
 
@@ -58,14 +71,30 @@ def test_server_that_cannot_start_is_one_line(tmp_path: Path) -> None:
         "256",
         "--news",
         "8",
-        "--reps",
-        "1",
         "--arms",
         "fake,genuine",
         "--model",
         str(bad),
         "--runs-dir",
         str(tmp_path),
+    )
+    one_line_error(r, 2, "unsupported GGUF version 0")  # without the estimate too: the fake op is checked first
+    assert not any(p.is_dir() for p in tmp_path.iterdir())
+    # a model the checks accept and a server that cannot start anyway: the run is left incomplete, saying why
+    env = {"LAB_SERVER__EXTRA_ARGS": '["--no-such-flag"]'}
+    r = lab(
+        "sweep",
+        "--Ls",
+        "256",
+        "--news",
+        "8",
+        "--reps",
+        "1",
+        "--arms",
+        "fake,genuine",
+        "--runs-dir",
+        str(tmp_path),
+        env=env,
     )
     one_line_error(r, 1, "llama-server exited")
     (run_dir,) = (p for p in tmp_path.iterdir() if p.is_dir())

@@ -50,6 +50,9 @@ def make_project(dst: Path) -> Path:
     (dst / ".dvc").mkdir()
     for name in ("config", ".gitignore"):
         shutil.copyfile(REPO / ".dvc" / name, dst / ".dvc" / name)
+    (dst / "catalog" / "runs").mkdir(parents=True)
+    for name in ("catalog/.gitignore", "catalog/runs/.gitignore", "catalog/runs/.gitkeep"):
+        shutil.copyfile(REPO / name, dst / name)
     sh(["git", "init", "-q", "-b", "main"], dst)
     sh(["git", "add", "-A"], dst)
     sh(["git", "commit", "-qm", "lab project"], dst)
@@ -154,3 +157,22 @@ def test_pull_a_colleagues_run_ssh_remote_with_host_key_check(origin: Path, tmp_
         assert tree_bytes(origin, "catalog/tables", "reports") == tree_bytes(b, "catalog/tables", "reports")
     finally:
         server.stop()
+
+
+def test_run_folders_stay_out_of_git_until_tracked_and_then_only_their_dvc_files(tmp_path: Path) -> None:
+    """`git add -A` between a run and `lab catalog track` used to commit the raw data into git."""
+    install_pth()
+    proj = make_project(tmp_path / "proj")
+    lab("replay", "exact", cwd=proj)
+    (run,) = [p for p in (proj / "catalog" / "runs").iterdir() if p.is_dir() and not p.name.startswith(".")]
+
+    def untracked() -> list[str]:
+        out = sh(["git", "status", "--porcelain", "--untracked-files=all", "catalog"], proj)
+        return sorted(line[3:] for line in out.splitlines())
+
+    assert untracked() == []  # the run folder exists, git does not see it
+    lab("catalog", "track", cwd=proj)
+    assert untracked() == [f"catalog/runs/{run.name}.dvc"], untracked()  # DVC sees it ignored already
+    sh(["git", "add", "-A"], proj)
+    staged = sh(["git", "diff", "--cached", "--name-only"], proj).split()
+    assert not [f for f in staged if f.startswith(f"catalog/runs/{run.name}/")], staged

@@ -19,13 +19,20 @@ pytestmark = pytest.mark.fast
 # a qwen35moe hybrid laid out like the reference model (40 layers, every 4th attends: 10 attention and 30
 # Gated-DeltaNet layers); head and state sizes are illustrative
 HYBRID = {
-    "general.architecture": "qwen35moe", "qwen35moe.block_count": 40, "qwen35moe.embedding_length": 2048,
-    "qwen35moe.attention.head_count": 16, "qwen35moe.attention.head_count_kv": 2,
-    "qwen35moe.attention.key_length": 256, "qwen35moe.attention.value_length": 256,
-    "qwen35moe.full_attention_interval": 4, "qwen35moe.rope.dimension_sections": [11, 11, 10, 0],
-    "qwen35moe.ssm.conv_kernel": 4, "qwen35moe.ssm.state_size": 128, "qwen35moe.ssm.group_count": 16,
+    "general.architecture": "qwen35moe",
+    "qwen35moe.block_count": 40,
+    "qwen35moe.embedding_length": 2048,
+    "qwen35moe.attention.head_count": 16,
+    "qwen35moe.attention.head_count_kv": 2,
+    "qwen35moe.attention.key_length": 256,
+    "qwen35moe.attention.value_length": 256,
+    "qwen35moe.full_attention_interval": 4,
+    "qwen35moe.rope.dimension_sections": [11, 11, 10, 0],
+    "qwen35moe.ssm.conv_kernel": 4,
+    "qwen35moe.ssm.state_size": 128,
+    "qwen35moe.ssm.group_count": 16,
     "qwen35moe.ssm.inner_size": 4096,
-}  # fmt: skip
+}
 
 
 def test_memory_shape_of_the_hybrid() -> None:
@@ -39,8 +46,13 @@ def test_memory_shape_of_the_hybrid() -> None:
 
 
 def test_memory_shape_of_other_layouts() -> None:
-    plain = {"general.architecture": "qwen3moe", "qwen3moe.block_count": 4, "qwen3moe.embedding_length": 256,
-             "qwen3moe.attention.head_count": 4, "qwen3moe.attention.head_count_kv": 2}  # fmt: skip
+    plain = {
+        "general.architecture": "qwen3moe",
+        "qwen3moe.block_count": 4,
+        "qwen3moe.embedding_length": 256,
+        "qwen3moe.attention.head_count": 4,
+        "qwen3moe.attention.head_count_kv": 2,
+    }
     s = memory_shape(plain)
     assert s is not None and (s.attention_layers, s.recurrent_layers, s.recurrent_bytes) == (4, 0, 0)
     assert s.kv_bytes_per_cell == 4 * 2 * (64 + 64) * 2 and s.cell_meta_bytes == 12
@@ -178,3 +190,20 @@ def test_older_arms_rows_read_as_the_sweep_in_one_process() -> None:
     assert (oldest.genuine.median_ms, oldest.plain.median_ms, oldest.where) == (10.0, 11.0, "inproc")
     stats["restore"] = ArmStats()
     assert InprocPoint(baseline=ArmStats(), **point, **stats).current().genuine.median_ms == 11.0
+
+
+def test_a_run_whose_arm_failed_on_every_sample_is_not_complete() -> None:
+    from lab.experiments.sweep import all_failed
+
+    good = inproc(300, rows("L300_n16", 300, 3, {"fake": 10.0, "genuine": 10.0}))
+    assert all_failed([good]) == ""
+    broken = rows("L300_n16", 300, 3, {"fake": 10.0, "genuine": 10.0})
+    broken = [
+        s.model_copy(update={"ok": False, "prompt_ms": None, "reason": "400: no fake-prefix op"})
+        if s.arm == "fake"
+        else s
+        for s in broken
+    ]
+    why = all_failed([good.model_copy(update={"L": 700}), inproc(300, broken)])
+    assert why == "" and all_failed([inproc(300, broken)]).startswith("every fake sample failed (inproc)")
+    assert "no fake-prefix op" in all_failed([inproc(300, broken)])

@@ -165,8 +165,21 @@ def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
     runs = tmp_path / "runs"
     r = lab("arms", "--Ls", "20000", "--news", "64", "--runs-dir", str(runs))
     assert r.returncode == 2 and "invalid settings" in r.stderr and "ctx_size" in r.stderr, r.stderr
-    r = lab("arms", "--model", str(iswa_model), "--Ls", "300", "--news", "16", "--runs-dir", str(runs))
-    assert r.returncode == 2 and "no fake-prefix op" in r.stderr.splitlines()[0], r.stderr
+    for where in ("inproc", "server"):  # a model the fake prefix cannot serve: refused before any run folder
+        r = lab(
+            "sweep",
+            "--where",
+            where,
+            "--model",
+            str(iswa_model),
+            "--Ls",
+            "300",
+            "--news",
+            "16",
+            "--runs-dir",
+            str(runs),
+        )
+        assert r.returncode == 2 and "no fake-prefix op" in r.stderr.splitlines()[0], r.stderr
     r = lab("sweep", "--where", "elsewhere", "--runs-dir", str(runs))
     assert r.returncode == 2 and "where" in r.stderr and "invalid settings" in r.stderr, r.stderr
     r = lab("arms", "--images", "320x200", "--runs-dir", str(runs))
@@ -177,8 +190,20 @@ def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
 def test_sigterm_leaves_it_incomplete_and_resume_finishes_it(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     # the later points take seconds (the plain genuine hit decodes L per rep): the SIGTERM lands while they run
-    cmd = [LAB, "arms", "--Ls", "300,2500,4000", "--news", "16", "--reps", "3", "--arms", "fake,genuine,plain",
-           "--runs-dir", str(runs)]  # fmt: skip
+    cmd = [
+        LAB,
+        "arms",
+        "--Ls",
+        "300,2500,4000",
+        "--news",
+        "16",
+        "--reps",
+        "3",
+        "--arms",
+        "fake,genuine,plain",
+        "--runs-dir",
+        str(runs),
+    ]
     interrupt_after_first_row(cmd, f"*/raw/{POINTS}.jsonl", runs, REPO)
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
     run = RunFolder.open(run_dir)

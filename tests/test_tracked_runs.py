@@ -39,7 +39,14 @@ def test_commands_take_the_ids_of_tracked_runs(tmp_path: Path) -> None:
     r = run_lab("sweep", "--resume", sweep.name, cwd=proj)  # the id, with its .dvc file beside it
     assert r.returncode == 0, r.stderr + r.stdout
     assert RunFolder.open(sweep).ready
+    dvc_file = sweep.with_name(sweep.name + ".dvc")
+    partial = dvc_file.read_text()
     replay = next(p for p in tracked if "replay_exact" in p.name)
+    replay_dvc = replay.with_name(replay.name + ".dvc").read_text()
+    lab("catalog", "track", cwd=proj)  # the resumed run is tracked again: a push ships it whole, not the part
+    assert dvc_file.read_text() != partial
+    assert replay.with_name(replay.name + ".dvc").read_text() == replay_dvc  # unchanged runs stay as they were
+    assert "up to date" in dvc("status", str(dvc_file), cwd=proj)
     r = run_lab("catalog", "show", replay.name, cwd=proj)
     assert r.returncode == 0 and "replay_exact (2 rows)" in r.stdout, r.stderr
     r = run_lab("compare", sweep.name, sweep.name[:-2], cwd=proj)  # an id and a unique prefix of it

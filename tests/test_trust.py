@@ -112,3 +112,28 @@ def test_a_run_id_matches_its_grammar_before_it_becomes_a_path(bad: str) -> None
     with pytest.raises(RunError, match="is not a run id"):
         check_run_id(bad, "--resume")
     assert check_run_id("2026-12-02_nuc16_trace_replay_1a2b3c", "--resume") == "2026-12-02_nuc16_trace_replay_1a2b3c"
+
+
+def test_a_second_writer_of_a_run_is_refused_naming_the_holder(tmp_path: Path) -> None:
+    """One writer per run folder: while this process holds a run, a real second `lab` process resuming it gets
+    one line naming this pid, and the run's files are as they were; the lock goes with its holder."""
+    import json
+    import os
+    import sys
+
+    from lab.runs import RunFolder
+
+    runs = tmp_path / "runs"
+    run = RunFolder.create(runs, "sweep", "h", {"sweep": {}})
+    run.fail("interrupted by SIGTERM")
+    before = {p.name: p.read_bytes() for p in run.path.rglob("*") if p.is_file()}
+    lab = [str(Path(sys.executable).parent / "lab"), "sweep", "--resume", run.path.name, "--runs-dir", str(runs)]
+    env = {**os.environ, "COLUMNS": "200"}
+    with run.writer():
+        r = subprocess.run(lab, capture_output=True, text=True, env=env, timeout=120)
+        assert r.returncode == 1, r.stdout + r.stderr
+        assert r.stderr.strip() == f"{run.path.name} is being written by process {os.getpid()}; wait for it or stop it"
+    assert {p.name: p.read_bytes() for p in run.path.rglob("*") if p.is_file()} == before
+    assert json.loads((run.path / "manifest.json").read_text())["status"] == "incomplete"
+    with run.writer():  # released: this process (or the next writer) takes it again
+        pass

@@ -7,6 +7,7 @@ from __future__ import annotations
 import json
 import os
 import shutil
+import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -101,10 +102,17 @@ def run_rows(run_dir: Path, experiment: str, name: str) -> list[dict[str, Any]]:
     return [r for s in SPECS if s.name == name and experiment in s.experiments for r in read_spec(run_dir, s)]
 
 
+def warn(line: str) -> None:
+    print(f"warning: {line}", file=sys.stderr)
+
+
 def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, Any]]]]:
     records: list[RunRecord] = []
     tables: dict[str, list[dict[str, Any]]] = {name: [] for name in SPEC_BY_NAME}
     for run_dir in run_dirs(runs_dir):
+        if not (run_dir / "manifest.json").exists():  # a crash between its mkdir and its first write
+            warn(f"{run_dir}: skipped, no manifest.json (a run that never started, or pulled only partly: dvc pull)")
+            continue
         m = read_manifest(run_dir)
         if m.run_id != run_dir.name:
             raise IngestError(f"{run_dir / 'manifest.json'}:1: run_id {m.run_id!r} does not match the folder name")

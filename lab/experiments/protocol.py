@@ -5,10 +5,12 @@ turn back into settings (`restore`, for resume), what it checks before anything 
 how it measures in an open run (`measure`, which returns the run's results). `run_experiment` does the rest
 the same way for all of them:
 
+    lock     a resumed run's one writer lock, held to the end       (a second writer is refused, by pid)
     resume?  settings = experiment.restore(settings, run)           (a resumed run keeps its own inputs)
     parts    engine build, model, its sha256                        (before any run folder exists)
     prepare  everything else that can be validated                  (a bad input creates nothing)
-    open     a new write-once run folder with its provenance, or the resumed one (same engine and model)
+    open     a new write-once run folder (its writer lock taken at once) with its provenance, or the resumed
+             one (same engine and model)
     measure  under the run's guard: an interruption or a failure leaves it `incomplete`, with the reason
     finish   results into the manifest (never into params), then `.ready`
 
@@ -18,6 +20,7 @@ runs that use the engine the engine's source, patch and flags and the model's pa
 
 from __future__ import annotations
 
+import contextlib
 import json
 from abc import ABC, abstractmethod
 from dataclasses import dataclass, field
@@ -34,7 +37,7 @@ from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.engine.source import file_sha256
 from lab.hostnoise import NoiseWindow, read_state
-from lab.runs import RunError, RunFolder
+from lab.runs import RunError, RunFolder, atomic_write
 from lab.settings import REPO_ROOT, Settings
 from lab.snapshot import snapshot_git, snapshot_host
 from lab.target import LocalTarget, Target
@@ -77,6 +80,9 @@ class Session:
         return self.parts.model
 
     def server(self, **overrides: Any) -> LlamaServer:
+        """A server on the run's settings; `extra_args` come after the user's server.extra_args, never instead."""
+        if "extra_args" in overrides:
+            overrides["extra_args"] = [*self.settings.server.extra_args, *overrides["extra_args"]]
         server_settings = self.settings.server.model_copy(update=overrides)
         srv = LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / "server.log")
         self.servers.append(srv)
@@ -123,12 +129,15 @@ def model_sha256(path: Path, cache_dir: Path) -> str:
     """sha256 of a model file, memoised by (path, size, mtime): a 20 GB GGUF is hashed once."""
     st = path.stat()
     memo_file = cache_dir / "model-sha256.json"
-    memo: dict[str, str] = json.loads(memo_file.read_text()) if memo_file.exists() else {}
+    try:  # shared by every clone and process on the machine: written whole (atomic_write), read forgivingly
+        memo: dict[str, str] = json.loads(memo_file.read_text()) if memo_file.exists() else {}
+    except (ValueError, OSError):
+        memo = {}  # a memo is only a memo: hash again
     key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
     if key not in memo:
         memo[key] = file_sha256(path)
         memo_file.parent.mkdir(parents=True, exist_ok=True)
-        memo_file.write_text(json.dumps(memo, indent=1))
+        atomic_write(memo_file, json.dumps(memo, indent=1))
     return memo[key]
 
 
@@ -157,7 +166,12 @@ def resolve_parts(settings: Settings, needs_engine: bool) -> Parts:
 
 
 def open_run(
-    settings: Settings, experiment: str, params: dict[str, Any], parts: Parts, resume: RunFolder | None = None
+    settings: Settings,
+    experiment: str,
+    params: dict[str, Any],
+    parts: Parts,
+    resume: RunFolder | None = None,
+    writer: contextlib.ExitStack | None = None,
 ) -> Session:
     """A new run folder with its provenance recorded, or `resume` reopened after checking it was measured with
     the same engine build and model."""
@@ -174,6 +188,8 @@ def open_run(
         resume.begin_resume()
         return Session(settings, resume, parts, resumed=True)
     run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
+    if writer is not None:  # held until the caller's run ends
+        writer.enter_context(run.writer())
     with run.guard():
         host = snapshot_host(parts.target, run.path / "host")
         engine_diff = engine_patch_text(parts.engine) if parts.engine is not None else None
@@ -192,6 +208,19 @@ def run_experiment(
 ) -> RunFolder:
     """Run (or resume) one experiment under the protocol above; returns its run folder."""
     console = console or Console()
+    with contextlib.ExitStack() as writer:
+        if resume is not None:  # one writer per run folder, from before its inputs are read
+            writer.enter_context(resume.writer())
+        return _run(experiment, settings, resume, console, writer)
+
+
+def _run(
+    experiment: Experiment,
+    settings: Settings,
+    resume: RunFolder | None,
+    console: Console,
+    writer: contextlib.ExitStack,
+) -> RunFolder:
     if resume is not None:
         m = resume.manifest()
         if m.experiment != experiment.name:
@@ -206,7 +235,7 @@ def run_experiment(
             ) from e
     parts = resolve_parts(settings, experiment.needs_engine)
     experiment.prepare(settings, parts)
-    sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume)
+    sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume, writer)
     console.print(f"run folder: {sess.run.path}", highlight=False)
     with sess.run.guard():
         window = watch_host(sess, console) if experiment.needs_engine else None

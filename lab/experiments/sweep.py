@@ -70,6 +70,19 @@ def done_points(run: RunFolder) -> dict[Hashable, SweepPoint]:
     return run.finished_points(POINTS, SweepPoint, [(SAMPLES, SweepSample), (TPS, PrefillTps)], point_key)
 
 
+def all_failed(points: list[SweepPoint]) -> str:
+    """Why a run is not complete although every point was measured: an arm that failed on every sample of a
+    place (a verdict against it would rest on nothing). Empty when none did."""
+    for where in ("inproc", "server"):
+        mine = [p for p in points if p.where == where]
+        for arm in ("baseline", "fake", "genuine", "plain"):
+            stats = [getattr(p, arm) for p in mine]
+            if stats and sum(a.n_failed for a in stats) and not sum(a.n_ok for a in stats):
+                note = next((d for p in mine for d in p.diagnostics if "failed sample" in d), "")
+                return f"every {arm} sample failed ({where}): {note or 'see the samples'}"
+    return ""
+
+
 def places(sw: SweepSettings) -> list[Where]:
     return ["inproc", "server"] if sw.where == "both" else [sw.where]
 
@@ -131,11 +144,13 @@ class Sweep(Experiment):
             self.projector = resolve_projector(settings)  # a missing projector leaves no run folder behind
             self.geometry = ImageGeometry.of_projector(self.projector)
         inproc = sw.where != "server"
-        if inproc or ("estimate" in sw.arms and sw.estimate_tool == "inproc"):  # checked before a run
-            # the fake op only where the driver fakes (an iSWA model can still give the server's estimate)
-            self.driver, self.n_vocab = prepare_driver(
-                parts.engine, settings, parts.model, self.driver_news(settings), fake=inproc, who="sweep"
-            )
+        # checked before a run folder exists: the model, the context, and the fake-prefix op of its memory type
+        # (a model the fake prefix cannot serve, e.g. with sliding-window layers, is refused here in one line)
+        driver, n_vocab = prepare_driver(
+            parts.engine, settings, parts.model, self.driver_news(settings), fake=True, who="sweep"
+        )
+        if inproc or ("estimate" in sw.arms and sw.estimate_tool == "inproc"):
+            self.driver, self.n_vocab = driver, n_vocab
         if inproc:
             self.shape = memory_shape(read_gguf_metadata(parts.model))
 
@@ -204,7 +219,7 @@ class Sweep(Experiment):
             self.summary = sweep_inproc.restore_summary(inproc_points, inproc_samples, fills, self.shape)
             (run.path / "raw" / f"{SUMMARY}.json").write_text(self.summary.model_dump_json(indent=2))
         self.took_s = time.monotonic() - started
-        return Outcome(results=plan_results(self.plan, self.took_s))
+        return Outcome(results=plan_results(self.plan, self.took_s), failed=all_failed(self.points))
 
     def start_driver(
         self,
