@@ -397,14 +397,17 @@ class Browser:
         context.route("**/*", route)
         page = context.new_page()
         errors: list[str] = []
+        dialogs: list[str] = []  # an alert() a page's data smuggled in
         page.on("console", lambda m: errors.append(m.text) if m.type == "error" else None)
         page.on("pageerror", lambda e: errors.append(str(e)))
+        page.on("dialog", lambda d: (dialogs.append(d.message), d.dismiss()))
         page.goto(path.as_uri())
         try:
             page.wait_for_selector(ready, timeout=10_000)
         except PlaywrightTimeout:
             raise AssertionError(f"{path.name}: no {ready}; blocked requests {blocked}, errors {errors}") from None
         result: dict[str, Any] = {"blocked": blocked, "errors": errors, **self.count(page)}
+        result["dialogs"], result["text"] = dialogs, page.inner_text("body")
         if interact is not None:
             result["after"] = interact(page)
         context.close()
@@ -734,3 +737,21 @@ def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser
     spec = (out / "agreement.html").read_text()
     assert f"verdicts vs the estimate {len(SWEEP_GRID)} undecided" in spec
     assert "turbo/boost is on: the clock moves" in (out / "index.html").read_text()
+
+
+def test_a_hostile_host_name_is_text_on_every_page_never_a_script(browser: Browser, tmp_path: Path) -> None:
+    """Host names (LAB_HOST_NAME, a host alias) and run ids reach the charts' specs inlined in <script>: a name
+    that closes the script must stay a name."""
+    payload = "x</script><script>alert(1)</script>"
+    root = tmp_path / "runs"
+    make_run(root, "sweep", payload, sweep_rows(1.0), params={"sweep": {"Ls": [64, 512, 2048], "news": [64, 256]}})
+    cat = tmp_path / "catalog"
+    ingest(root, cat)
+    out = tmp_path / "reports"
+    render_reports(cat, out, SETTINGS)
+    r = browser.open(out / "agreement.html")
+    assert r["dialogs"] == [] and r["errors"] == [] and r["symbols"] > 0, r
+    assert payload in (out / "agreement.html").read_text().replace("\\u003c", "<").replace("\\u003e", ">")
+    assert "<script>alert(1)" not in (out / "agreement.html").read_text()
+    index = browser.open(out / "index.html", ready="body")
+    assert index["dialogs"] == [] and payload in index["text"], index["text"][:500]

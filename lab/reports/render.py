@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import re
 from pathlib import Path
 
@@ -24,6 +25,15 @@ PAGE_CSS = """
 _SVG_REF = re.compile(r'(id="|url\(#)(clip|gradient_|pattern_)(\d+)')
 
 
+class ScriptSafeJSON(json.JSONEncoder):
+    """The chart's spec as it goes into the page's <script>: `<`, `>` and `&` as JSON escapes, so no string
+    from a run (a host name, a model name, a run id) can close the script or open markup. JSON readers, Vega
+    included, decode them back to the same characters."""
+
+    def encode(self, o: object) -> str:
+        return super().encode(o).replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
 def save_chart(chart: Chart, out_dir: Path, name: str, settings: ReportSettings) -> list[Path]:
     """`name`.html/.png/.svg for the formats in `settings.formats`, in that order; returns the paths written."""
     out_dir.mkdir(parents=True, exist_ok=True)
@@ -35,7 +45,8 @@ def save_chart(chart: Chart, out_dir: Path, name: str, settings: ReportSettings)
         path = out_dir / f"{name}.{fmt}"
         tmp = path.with_name(f".{path.name}.tmp")
         if fmt == "html":
-            chart.save(str(tmp), format="html", inline=True, embed_options=EMBED_OPTIONS)
+            json_kwds = {"cls": ScriptSafeJSON}
+            chart.save(str(tmp), format="html", inline=True, embed_options=EMBED_OPTIONS, json_kwds=json_kwds)
             tmp.write_text(tmp.read_text(encoding="utf-8").replace("</style>", PAGE_CSS + "  </style>", 1), "utf-8")
         elif fmt == "png":
             chart.save(str(tmp), format="png", scale_factor=settings.png_scale)
