@@ -88,6 +88,11 @@ _GGUF_SCALAR_FMT: dict[int, str] = {
 _GGUF_STRING = 8
 _GGUF_ARRAY = 9
 
+# Bounds no real GGUF comes near (a chat template is kilobytes, a vocabulary a few hundred thousand tokens): a
+# count or a length beyond them is a corrupt or hostile header, refused before anything is allocated for it
+MAX_STRING_BYTES = 1 << 26
+MAX_ARRAY_ITEMS = 1 << 26
+
 _U32 = struct.Struct("<I")
 _U64 = struct.Struct("<Q")
 _HEADER = struct.Struct("<4sIQQ")  # magic, version, n_tensors, n_kv
@@ -131,9 +136,17 @@ class _KVReader:
 
     def string(self) -> bytes:
         (n,) = _U64.unpack(self.take(8))
-        return self.take(n)
+        return self.take(self.bounded(n, 1, MAX_STRING_BYTES, "string"))
+
+    def bounded(self, count: int, item_bytes: int, most: int, what: str) -> int:
+        """`count` items of `item_bytes` each, checked against the bound and what is left of the file."""
+        left = len(self.buf) - self.pos + self.unread
+        if count > most or count * item_bytes > left:
+            raise ValueError(f"{self.path}: corrupt GGUF metadata: a {what} of {count:,} items, {left:,} bytes left")
+        return count
 
     def strings(self, count: int) -> list[bytes]:
+        self.bounded(count, 8, MAX_ARRAY_ITEMS, "string array")
         out: list[bytes] = []
         append, unpack = out.append, _U64.unpack_from
         for _ in range(count):
@@ -141,6 +154,8 @@ class _KVReader:
                 self._refill(8)
             buf, pos = self.buf, self.pos
             (n,) = unpack(buf, pos)
+            if n > MAX_STRING_BYTES:
+                raise ValueError(f"{self.path}: corrupt GGUF metadata: a string of {n:,} bytes")
             pos += 8
             if pos + n > len(buf):
                 self.pos = pos
@@ -151,6 +166,7 @@ class _KVReader:
         return out
 
     def scalars(self, vtype: int, count: int) -> list[Any]:
+        self.bounded(count, struct.calcsize(_GGUF_SCALAR_FMT[vtype]), MAX_ARRAY_ITEMS, "array")
         fmt = struct.Struct(f"<{count}{_GGUF_SCALAR_FMT[vtype]}")
         return list(fmt.unpack(self.take(fmt.size)))
 
@@ -174,7 +190,11 @@ def read_gguf_kv(path: Path) -> list[tuple[str, int, int | None, Any]]:
             raise ValueError(f"{path}: unsupported GGUF version {version}")
         out: list[tuple[str, int, int | None, Any]] = []
         for _ in range(n_kv):
-            key = r.string().decode("utf-8")
+            raw = r.string()
+            try:
+                key = raw.decode("utf-8")
+            except UnicodeDecodeError:
+                raise ValueError(f"{path}: corrupt GGUF metadata: a key that is not UTF-8 ({raw[:16]!r})") from None
             vtype = r.u32()
             if vtype == _GGUF_STRING:
                 out.append((key, vtype, None, r.string()))
