@@ -6,6 +6,7 @@ import os
 import shlex
 from pathlib import Path
 
+from lab.redact import diff_excludes, redact_text
 from lab.target import LocalTarget, Target
 
 # file name -> shell command; whatever a host cannot answer is recorded as such, never fatal
@@ -54,10 +55,12 @@ def snapshot_git(target: Target, repo: str | Path, dest: Path, engine_diff: str 
     else:
         commit = f"{revision} (image revision)" if revision else "unknown (not a git checkout)"
     status = target.run(f"{git} status --porcelain", timeout=60)
-    diff = target.run(f"{git} diff HEAD --no-color --no-ext-diff", timeout=60)
+    # secret files stay out of the recorded diff, and secret values in what is left are masked (lab.redact)
+    excludes = " ".join(shlex.quote(x) for x in diff_excludes())
+    diff = target.run(f"{git} diff HEAD --no-color --no-ext-diff -- . {excludes}", timeout=60)
     (dest / "commit.txt").write_text(commit + "\n")
     (dest / "status.txt").write_text(status.stdout if status.ok else f"unavailable ({status.exited})\n")
-    (dest / "git_diff.patch").write_text(diff.stdout if diff.ok else "")
+    (dest / "git_diff.patch").write_text(redact_text(diff.stdout) if diff.ok else "")
     if engine_diff is not None:
         (dest / "engine.patch").write_text(engine_diff)
     return {"commit": commit, "dirty": bool(diff.ok and diff.stdout.strip())}

@@ -137,3 +137,41 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_holder(tmp_path: Path) -
     assert json.loads((run.path / "manifest.json").read_text())["status"] == "incomplete"
     with run.writer():  # released: this process (or the next writer) takes it again
         pass
+
+
+def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path) -> None:
+    """A git_url with credentials, a DVC remote password in a tracked config, a tracked .env: none of them
+    reaches the run folder's git record or an error message."""
+    from lab.engine.source import SourceError, _run
+    from lab.redact import redact_text, redact_url
+    from lab.snapshot import snapshot_git
+    from lab.target import LocalTarget
+
+    assert (
+        redact_url("clone https://ann:hunter2@git.example/x.git failed") == "clone https://***@git.example/x.git failed"
+    )
+    assert redact_url("ssh://tok@host/x and http://host/y") == "ssh://***@host/x and http://host/y"
+    assert (
+        redact_text("  password = hunter2\n+token: abc\nurl = s3://bucket")
+        == "  password = ***\n+token: ***\nurl = s3://bucket"
+    )
+    with pytest.raises(SourceError) as e:
+        _run(["git", "clone", "--quiet", "https://ann:hunter2@127.0.0.1:9/x.git", str(tmp_path / "x")])
+    assert "hunter2" not in str(e.value) and "ann" not in str(e.value) and "***@127.0.0.1" in str(e.value)
+
+    repo = tmp_path / "repo"
+    (repo / ".dvc").mkdir(parents=True)
+    (repo / ".dvc" / "config").write_text("[core]\n    remote = r\n")
+    (repo / ".env").write_text("A=1\n")
+    (repo / "notes.txt").write_text("hello\n")
+    git = ["git", "-C", str(repo), "-c", "user.email=t@t", "-c", "user.name=t"]
+    subprocess.run(["git", "init", "-q", str(repo)], check=True)
+    subprocess.run([*git, "add", "-A"], check=True)
+    subprocess.run([*git, "commit", "-qm", "x"], check=True)
+    (repo / ".dvc" / "config").write_text("[core]\n    remote = r\n['remote \"r\"']\n    password = hunter2\n")
+    (repo / ".env").write_text("API_KEY=sk-live-123\n")
+    (repo / "notes.txt").write_text("hello\nremote: https://ann:hunter2@dvc.example/store\n")
+    got = snapshot_git(LocalTarget(), repo, tmp_path / "git")
+    diff = (tmp_path / "git" / "git_diff.patch").read_text()
+    assert got["dirty"] and "notes.txt" in diff and ".dvc/config" in diff, diff
+    assert "hunter2" not in diff and "sk-live-123" not in diff and ".env" not in diff, diff

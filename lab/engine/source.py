@@ -27,6 +27,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lab.errors import LabError
+from lab.redact import redact_url
 from lab.safetar import safe_extract
 from lab.settings import PIN_COMMIT, EngineSettings
 
@@ -99,7 +100,8 @@ def file_sha256(path: Path) -> str:
 def _run(cmd: list[str], cwd: Path | None = None) -> str:
     proc = subprocess.run(cmd, cwd=cwd, capture_output=True, text=True)
     if proc.returncode != 0:
-        raise SourceError(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+        said = redact_url(f"command failed ({proc.returncode}): {' '.join(cmd)}\n{proc.stderr.strip()}")
+        raise SourceError(said)
     return proc.stdout
 
 
@@ -203,7 +205,7 @@ def _pristine(settings: EngineSettings, cache_dir: Path, dest: Path) -> SourceIn
         shutil.rmtree(dest / ".git")
         return SourceInfo(
             mode=mode,
-            origin=settings.git_url,
+            origin=redact_url(settings.git_url),
             commit=commit,
             pinned=commit == PIN_COMMIT,
             note="" if commit == PIN_COMMIT else f"not the pin {PIN_COMMIT}",
