@@ -142,7 +142,9 @@ class _KVReader:
         """`count` items of `item_bytes` each, checked against the bound and what is left of the file."""
         left = len(self.buf) - self.pos + self.unread
         if count > most or count * item_bytes > left:
-            raise ValueError(f"{self.path}: corrupt GGUF metadata: a {what} of {count:,} items, {left:,} bytes left")
+            raise ValueError(
+                f"{self.path}: truncated or corrupt GGUF metadata: a {what} of {count:,} items, {left:,} bytes left"
+            )
         return count
 
     def strings(self, count: int) -> list[bytes]:
