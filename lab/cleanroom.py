@@ -18,14 +18,16 @@ from __future__ import annotations
 import contextlib
 import re
 import shlex
+import signal
 from collections.abc import Iterator
 from dataclasses import dataclass
+from types import FrameType
 from typing import Any
 
 from rich.console import Console
 
 from lab.errors import LabError
-from lab.runs import RunFolder
+from lab.runs import RunFolder, RunInterrupted
 from lab.target import Target
 
 MARK = "lab-clean-room:"
@@ -57,10 +59,40 @@ def hold(target: Target, room: CleanRoom | None, run: RunFolder) -> Iterator[Non
     try:
         yield
     finally:
-        again = target.run(room.start, timeout=300)
-        run.add_results(clean_room=room.record("lab", stop_rc=r.exited, start_rc=again.exited))
+        # the restart must happen whatever else arrives: a second Ctrl-C or SIGTERM during it is held until it
+        # is done, and the start command runs in its own session (the terminal's SIGINT does not reach it)
+        with deferred_signals() as later:
+            again = target.run(f"setsid -w sh -c {shlex.quote(room.start)}", timeout=300)
+            run.add_results(clean_room=room.record("lab", stop_rc=r.exited, start_rc=again.exited))
         if not again.ok:
             Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {room.start}")
+        if later:
+            raise RunInterrupted(f"interrupted by {later[0]} (the host's server was started again first)")
+
+
+@contextlib.contextmanager
+def deferred_signals() -> Iterator[list[str]]:
+    """SIGINT, SIGTERM and SIGHUP recorded, not acted on, for the body; the names of those that came."""
+    got: list[str] = []
+
+    def note(signum: int, frame: FrameType | None) -> None:
+        got.append(signal.Signals(signum).name)
+
+    old = {s: signal.signal(s, note) for s in (signal.SIGINT, signal.SIGTERM, signal.SIGHUP)}
+    try:
+        yield got
+    finally:
+        for s, h in old.items():
+            signal.signal(s, h)
+
+
+def restore_command(run: RunFolder) -> str:
+    """The start command a run's clean room recorded (to restore the host's server after a SIGKILL, which
+    no handler sees): one line to run by hand, or `lab host restore RUN`."""
+    room = run.manifest().results.get("clean_room") or {}
+    if not room.get("start"):
+        raise CleanRoomError(f"{run.path.name} held no clean room")
+    return str(room["start"])
 
 
 def wrap(cmd: str, room: CleanRoom) -> str:

@@ -6,6 +6,7 @@ Heavy modules are imported inside commands so `lab --help` stays instant.
 from __future__ import annotations
 
 import functools
+import subprocess
 import sys
 import time
 from pathlib import Path
@@ -116,6 +117,24 @@ def host_check(
         typer.secho(f"warning: {w}", fg="yellow")
     if not state.warnings and not figures.warnings:
         typer.echo("no warnings")
+
+
+@host_app.command("restore")
+def host_restore(
+    run: Annotated[str, typer.Argument(help="the run (id, prefix or folder) whose clean room stopped the server")],
+    runs_dir: RunsDir = None,
+) -> None:
+    """Start the host's server again with the start command a clean-room run recorded: after a SIGKILL of the
+    lab (no handler sees one, so nothing restarted it). Prints the command, then runs it here."""
+    from lab.cleanroom import restore_command
+    from lab.errors import LabError
+
+    s = _settings(runs_dir=runs_dir)
+    cmd = restore_command(_resolve(run, s.runs_dir))
+    typer.echo(f"$ {cmd}")
+    r = subprocess.run(["sh", "-c", cmd])
+    if r.returncode != 0:
+        raise LabError(f"the start command failed ({r.returncode}): {cmd}")
 
 
 @engine_app.command("build")

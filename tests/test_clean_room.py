@@ -99,3 +99,45 @@ def test_service_restarted_on_sigterm(service: Service, tmp_path: Path) -> None:
     m = RunFolder.open(run_dir).manifest()
     assert (m.status, m.reason) == ("incomplete", "interrupted by SIGTERM")
     assert m.results["clean_room"]["start_rc"] == 0
+
+
+def test_a_second_signal_during_the_restart_does_not_skip_it(service: Service, tmp_path: Path) -> None:
+    """Ctrl-C twice, or SIGTERM then SIGINT: the second lands while the start command runs; the service still
+    comes back, and the run still ends incomplete. After a SIGKILL (which no handler sees), one command
+    restores the service from what the run recorded."""
+    began = tmp_path / "restart-began"
+    slow_start = f"touch {began}; sleep 2; {service.start_cmd}"
+    cmd = profile(service, tmp_path / "runs")
+    cmd[cmd.index(service.start_cmd)] = slow_start
+    cmd[cmd.index("256")] = "100000"  # long enough to be interrupted
+    cmd[cmd.index("--chunk") + 1] = "512"
+    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
+    deadline = time.monotonic() + 120
+    while "stop" not in (service.events.read_text() if service.events.exists() else ""):
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.1)
+    time.sleep(1.0)
+    proc.send_signal(signal.SIGTERM)
+    while not began.exists():
+        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGINT)  # during the restart
+    proc.send_signal(signal.SIGTERM)
+    _, err = proc.communicate(timeout=60)
+    assert proc.returncode != 0 and "Traceback" not in err, err
+    assert service.log() == ["start", "stop", "start"] and service.running()
+    (run_dir,) = (tmp_path / "runs").iterdir()
+    m = RunFolder.open(run_dir).manifest()
+    assert m.status == "incomplete" and m.results["clean_room"]["start_rc"] == 0, m.reason
+    # a SIGKILL left it stopped: the recorded start command brings it back
+    subprocess.run(service.stop_cmd, shell=True, check=True)
+    assert not service.running()
+    r = subprocess.run(
+        [LAB, "host", "restore", run_dir.name, "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        timeout=60,
+    )
+    assert r.returncode == 0 and slow_start in r.stdout, r.stderr
+    assert service.running()
