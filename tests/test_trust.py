@@ -175,3 +175,23 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
     diff = (tmp_path / "git" / "git_diff.patch").read_text()
     assert got["dirty"] and "notes.txt" in diff and ".dvc/config" in diff, diff
     assert "hunter2" not in diff and "sk-live-123" not in diff and ".env" not in diff, diff
+
+
+def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> None:
+    """A killed instrument leaves a part whose last line is cut; merged and resumed twice, the dump still reads."""
+    from lab.experiments.profile import keep_complete_cycles, merge_part
+
+    dump, part = tmp_path / "profile.jsonl", tmp_path / "profile.part.jsonl"
+    meta = '{"kind": "meta"}\n'
+
+    def row(cycle: int, depth: int, mode: str) -> str:
+        return f'{{"kind": "{mode}", "cycle": {cycle}, "depth": {depth}, "ms": 1.0}}\n'
+
+    whole = "".join(row(0, d, m) for d in (0, 512) for m in ("timed", "fused"))
+    part.write_text(meta + whole + row(1, 0, "timed")[:20])  # killed mid-line in cycle 1
+    merge_part(dump, part)
+    assert keep_complete_cycles(dump, 2) == 1
+    part.write_text(meta + row(1, 0, "timed") + '{"kind": "wa')  # the resumed instrument, killed again
+    merge_part(dump, part)
+    assert keep_complete_cycles(dump, 2) == 1  # no "bad instrument line" in the middle
+    assert all(line.endswith("}") for line in dump.read_text().splitlines())

@@ -31,7 +31,7 @@ from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.peaks import measure_peaks
-from lab.runs import RunError, RunFolder
+from lab.runs import RunError, RunFolder, atomic_write
 from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
 from lab.stats import from_draws, linear_fit, median_interval, resamples
@@ -226,10 +226,13 @@ def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
 
 
 def merge_part(dump: Path, part: Path) -> None:
-    """Append what one instrument run wrote (`part`) to the run's dump; the dump keeps a single meta line."""
+    """Append what one instrument run wrote (`part`) to the run's dump, whole lines only (a killed instrument's
+    torn last line would otherwise sit in the middle of the dump once the resumed run appends after it and
+    block every later resume); the dump keeps a single meta line."""
     if not part.exists():
         return
     new = part.read_text()
+    new = new[: new.rfind("\n") + 1]
     if dump.exists() and dump.stat().st_size:
         new = new.split("\n", 1)[1] if "\n" in new else ""
     with dump.open("a") as fh:
@@ -260,9 +263,7 @@ def keep_complete_cycles(dump: Path, n_depths: int) -> int:
         done += 1
     # keep walls of complete cycles; a TIMED wall precedes its nodes, so also drop nodes past the last wall
     kept = [line for line, row in parsed if row["kind"] == "meta" or row.get("cycle", done) < done]
-    tmp = dump.with_suffix(".tmp")
-    tmp.write_text("".join(f"{line}\n" for line in kept))
-    tmp.replace(dump)
+    atomic_write(dump, "".join(f"{line}\n" for line in kept))
     return done
 
 
