@@ -82,8 +82,11 @@ def test_service_restarted_when_the_sweep_fails(service: Service, tmp_path: Path
     assert RunFolder.open(run_dir).manifest().status == "incomplete"
 
 
-def test_service_restarted_on_sigterm(service: Service, tmp_path: Path) -> None:
-    cmd = profile(service, tmp_path / "runs")
+def measuring_in_the_room(service: Service, runs: Path, start_cmd: str | None = None) -> subprocess.Popen[str]:
+    """A long profile in a clean room, returned once the service is stopped and the profile has begun."""
+    cmd = profile(service, runs)
+    if start_cmd is not None:
+        cmd[cmd.index(service.start_cmd)] = start_cmd
     cmd[cmd.index("256")] = "100000"  # long enough to be interrupted
     cmd[cmd.index("--chunk") + 1] = "512"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
@@ -92,6 +95,11 @@ def test_service_restarted_on_sigterm(service: Service, tmp_path: Path) -> None:
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.1)
     time.sleep(1.0)
+    return proc
+
+
+def test_service_restarted_on_sigterm(service: Service, tmp_path: Path) -> None:
+    proc = measuring_in_the_room(service, tmp_path / "runs")
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     assert service.log() == ["start", "stop", "start"] and service.running()
@@ -107,17 +115,9 @@ def test_a_second_signal_during_the_restart_does_not_skip_it(service: Service, t
     restores the service from what the run recorded."""
     began = tmp_path / "restart-began"
     slow_start = f"touch {began}; sleep 2; {service.start_cmd}"
-    cmd = profile(service, tmp_path / "runs")
-    cmd[cmd.index(service.start_cmd)] = slow_start
-    cmd[cmd.index("256")] = "100000"  # long enough to be interrupted
-    cmd[cmd.index("--chunk") + 1] = "512"
-    proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
-    deadline = time.monotonic() + 120
-    while "stop" not in (service.events.read_text() if service.events.exists() else ""):
-        assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
-        time.sleep(0.1)
-    time.sleep(1.0)
+    proc = measuring_in_the_room(service, tmp_path / "runs", slow_start)
     proc.send_signal(signal.SIGTERM)
+    deadline = time.monotonic() + 60
     while not began.exists():
         assert time.monotonic() < deadline and proc.poll() is None, proc.communicate()
         time.sleep(0.05)
