@@ -182,8 +182,9 @@ def engine_check(
     """Start the patched server and show the three arms (baseline, fake, genuine) once each."""
     from lab.engine.check import run_check
 
-    if not run_check(_settings(cache_dir, model=model), L=L, new=new):
-        typer.secho("the engine does not honour the n_fake_cached contract (see the table)", fg="red", err=True)
+    why = run_check(_settings(cache_dir, model=model), L=L, new=new)
+    if why:
+        typer.secho(f"the engine does not honour the n_fake_cached contract: {why}", fg="red", err=True)
         raise typer.Exit(1)
 
 

@@ -105,7 +105,8 @@ def test_server_that_cannot_start_is_one_line(tmp_path: Path) -> None:
 def test_engine_check_exits_1_when_the_contract_fails(iswa_model: Path) -> None:
     """The iSWA cache has no fake-prefix op: the server refuses n_fake_cached, and the check must say so."""
     r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(iswa_model))
-    one_line_error(r, 1, "does not honour the n_fake_cached contract")
+    one_line_error(r, 1, "does not honour the n_fake_cached contract: the fake arm")
+    assert "memory type" in r.stderr and "iswa" in r.stderr.lower(), r.stderr  # the reason, named
     assert "NO (http)" in r.stdout, r.stdout
 
 

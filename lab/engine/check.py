@@ -15,8 +15,9 @@ from lab.errors import UsageError
 from lab.settings import Settings
 
 
-def run_check(settings: Settings, L: int, new: int, console: Console | None = None) -> bool:
-    """One sample of each arm; True when every arm honoured the contract."""
+def run_check(settings: Settings, L: int, new: int, console: Console | None = None) -> str:
+    """One sample of each arm; why the contract was not honoured (the first failing arm and the memory type the
+    server resolved), or "" when every arm honoured it."""
     console = console or Console()
     if L + new >= settings.server.ctx_size:
         raise UsageError(f"--L {L} + --new {new} do not fit server.ctx_size {settings.server.ctx_size}")
@@ -47,4 +48,5 @@ def run_check(settings: Settings, L: int, new: int, console: Console | None = No
         f"resolved: memory={cfg.memory} n_ctx={cfg.n_ctx} flash_attn={cfg.flash_attn} "
         f"n_rs_seq={cfg.n_rs_seq} threads={cfg.threads}/{cfg.threads_batch}  log: {log}"
     )
-    return all(r.ok for r in results)
+    bad = next((r for r in results if not r.ok), None)
+    return "" if bad is None else f"the {bad.arm} arm: {bad.reason} (memory type {cfg.memory or 'unknown'})"
