@@ -6,6 +6,7 @@ Nothing outside the local runs folder is ever touched, and a run id from a flag 
 from __future__ import annotations
 
 import os
+import sys
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -17,18 +18,35 @@ from sshd import Sshd, alias, fab, fab_project, start_sshd
 
 pytestmark = pytest.mark.slow
 
-OTHER_PYTHON = Path("/root/.pyenv/versions/3.12.1/bin/python3")
+
+def other_python() -> tuple[Path, str] | None:
+    """A python3 the lab supports (3.11 and later) of another minor version than this one, and its cache tag."""
+    for minor in range(11, 15):
+        if minor == sys.version_info[1]:
+            continue
+        found = [
+            Path(f"/usr/bin/python3.{minor}"),
+            *sorted(Path.home().glob(f".pyenv/versions/3.{minor}.*/bin/python3")),
+        ]
+        for p in found:
+            if p.exists():
+                return p, f"cpython-3{minor}"
+    return None
+
+
 HOSTILE_LS = '#!/bin/sh\n/bin/ls "$@"\necho ../escape\necho /etc\necho .\n'
 
 
 @pytest.fixture(scope="module")
 def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    if not OTHER_PYTHON.exists():
-        pytest.skip(f"no second Python here ({OTHER_PYTHON})")
+    found = other_python()
+    if found is None:  # the remote flow's other-version path cannot be shown without one: a failure, not a skip
+        pytest.fail("no python3 of another version here (pyenv or /usr/bin/python3.X): install one to run this")
     base = tmp_path_factory.mktemp("odd")
     bin_dir = base / "bin"
     bin_dir.mkdir()
-    (bin_dir / "python3").symlink_to(OTHER_PYTHON)
+    (bin_dir / "python3").symlink_to(found[0])
+    (base / "tag").write_text(found[1])
     (bin_dir / "ls").write_text(HOSTILE_LS)
     os.chmod(bin_dir / "ls", 0o755)
     server = start_sshd(base, path_first=bin_dir)  # loopback: the host's package index is reachable
@@ -68,7 +86,8 @@ def test_a_host_with_another_python_and_an_odd_directory_name_measures(
         str(rdir),
     )
     assert r.returncode == 0, r.stdout + r.stderr
-    assert "python3 there is cpython-312" in r.stdout and "the host's package index" in r.stdout, r.stdout
+    tag = (host.home.parent / "tag").read_text()
+    assert f"python3 there is {tag}" in r.stdout and "the host's package index" in r.stdout, r.stdout
     local = project / r.stdout.strip().splitlines()[-1]
     run = RunFolder.open(local)
     assert run.ready and run.manifest().status == "complete" and "_nuc16_sweep_" in local.name

@@ -234,8 +234,12 @@ def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseM
     samples: list[BaseModel] = []
     for L, new in ((512, 64), (2048, 64), (512, 256), (2048, 256)):
         decode = new / (3000.0 * speed / (1 + L / 4096)) * 1e3
-        ms = {"baseline": (L + new) / (3000.0 * speed) * 1e3, "fake": decode, "genuine": decode * 1.01,
-              "plain": decode * 1.005}  # fmt: skip
+        ms = {
+            "baseline": (L + new) / (3000.0 * speed) * 1e3,
+            "fake": decode,
+            "genuine": decode * 1.01,
+            "plain": decode * 1.005,
+        }
         blob, prep, copy = 1044 * L + 430316, 0.3 * L / 1024, 0.15 * L / 1024
         stats = {a: ArmStats(median_ms=v, median_lo_ms=v * 0.97, median_hi_ms=v * 1.03, n_ok=3) for a, v in ms.items()}
         point = f"L{L}_n{new}"

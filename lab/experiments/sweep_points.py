@@ -239,19 +239,27 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
         est = None
     if p.estimate_verdict == "disagree" and est is not None and est.value > 1:
         if prompt_ns != [only_new]:
-            out.append(f"fake {est.fmt(pct=True)} vs the estimate, and prompt_n {prompt_ns} != only_new {only_new}: "
-                       "the only-new branch did not fire")  # fmt: skip
+            out.append(
+                f"fake {est.fmt(pct=True)} vs the estimate, and prompt_n {prompt_ns} != only_new {only_new}: "
+                "the only-new branch did not fire"
+            )
         else:
-            out.append(f"fake {est.fmt(pct=True)} vs the estimate although prompt_n == only_new: per-request "
-                       "server overhead (compare fake/genuine, which shares it)")  # fmt: skip
+            out.append(
+                f"fake {est.fmt(pct=True)} vs the estimate although prompt_n == only_new: per-request "
+                "server overhead (compare fake/genuine, which shares it)"
+            )
     if p.estimate_verdict == "disagree" and est is not None and est.value < 1:
-        out.append(f"fake {est.fmt(pct=True)} vs the estimate: check that both memory children report "
-                   f"seq_pos_max == L-1 (the hybrid takes the min) and that the attended KV is padded to "
-                   f"{p.n_kv_padded} >= L+new")  # fmt: skip
+        out.append(
+            f"fake {est.fmt(pct=True)} vs the estimate: check that both memory children report "
+            f"seq_pos_max == L-1 (the hybrid takes the min) and that the attended KV is padded to "
+            f"{p.n_kv_padded} >= L+new"
+        )
     if p.genuine_verdict == "disagree" and gen is not None:
-        out.append(f"fake {gen.fmt(pct=True)} vs the genuine hit: the fabricated prefix does not do the hit's work; "
-                   f"check prompt_n {prompt_ns} == {only_new}, both children's seq_pos_max == L-1, and the padded "
-                   f"n_kv {p.n_kv_padded}")  # fmt: skip
+        out.append(
+            f"fake {gen.fmt(pct=True)} vs the genuine hit: the fabricated prefix does not do the hit's work; "
+            f"check prompt_n {prompt_ns} == {only_new}, both children's seq_pos_max == L-1, and the padded "
+            f"n_kv {p.n_kv_padded}"
+        )
     checks = [("fake/genuine", gen, p.genuine_verdict), ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict)]
     if p.where == "server":  # in one process the estimate does not narrow with reps
         checks.append(("fake/estimate", est, p.estimate_verdict))
