@@ -172,6 +172,21 @@ def engine_info(
     Console().print(engine_table(info))
 
 
+@engine_app.command("prune")
+def engine_prune(source_mode: SourceMode = None, path: SourcePath = None, cache_dir: CacheDir = None) -> None:
+    """Remove the engine trees and builds of patch sets other than the current one (never one a run holds)."""
+    from lab.engine.build import prune_engines
+
+    s = _settings(cache_dir, {"source_mode": source_mode, "path": path})
+    removed, held = prune_engines(s.engine, s.cache_dir)
+    for p in removed:
+        typer.echo(f"removed {p}")
+    for p in held:
+        typer.echo(f"kept {p}: a running experiment or build holds it")
+    if not removed and not held:
+        typer.echo("nothing to prune: only the current patch set's engine is cached")
+
+
 @engine_app.command("check")
 def engine_check(
     L: Annotated[int, typer.Option("--L", help="fake prefix length")] = 1024,

@@ -1,11 +1,16 @@
 """CPU build of the patched llama.cpp, cached under a key of (source, patch bytes, flags).
 
-A repeated build with the same key is a stamp check (no cmake at all). A changed patch re-applies it in
-the same tree and rebuilds incrementally (make + ccache keep that quick).
+Each key has a build directory of its own beside its patched tree (`p-<patch sha>/build-<flavor>-<flags>`):
+a repeated build is a stamp check (no cmake at all), a changed patch or flag builds a new directory (ccache
+makes the unchanged files hits) and a stamped build is never built again, so a binary a running experiment
+uses never changes under it. A run holds its build `in_use` (a shared lock) to its end; `prune_engines`
+removes the other keys' trees only when nothing holds them.
 """
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -13,12 +18,23 @@ import re
 import shutil
 import subprocess
 import sys
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Literal, TextIO
 
 from pydantic import BaseModel
 
-from lab.engine.source import PreparedSource, SourceInfo, applied_diff, locked, prepare_source
+from lab.engine.source import (
+    PreparedSource,
+    SourceInfo,
+    applied_diff,
+    locked,
+    patch_files,
+    patched_root,
+    patches_sha256,
+    prepare_source,
+    source_id,
+)
 from lab.errors import LabError
 from lab.settings import EngineSettings
 
@@ -140,6 +156,15 @@ def build_engine(
 ) -> EngineInfo:
     if settings.prebuilt is not None:
         return prebuilt_engine(settings.prebuilt)
+    patch_sha256 = patches_sha256(patch_files(settings.patches_dir))
+    patched = patched_root(cache_dir / "engine" / source_id(settings), patch_sha256)
+    patched.parent.mkdir(parents=True, exist_ok=True)
+    with _in_use_lock(patched).open("a") as held:  # no prune while this key is prepared and built
+        fcntl.flock(held, fcntl.LOCK_SH)
+        return _build_key(settings, cache_dir, flavor, quiet)
+
+
+def _build_key(settings: EngineSettings, cache_dir: Path, flavor: Flavor, quiet: bool) -> EngineInfo:
     src = prepare_source(settings, cache_dir)
     flags = cmake_flags(settings, flavor, src.info.commit)
     build_dir = src.path.parent / f"build-{flavor}-{flags_key(flags)}"
@@ -224,3 +249,44 @@ def _build(
 
 def engine_info_json(info: EngineInfo) -> str:
     return json.dumps(json.loads(info.model_dump_json()), indent=2)
+
+
+@contextlib.contextmanager
+def in_use(engine: EngineInfo) -> Iterator[None]:
+    """Hold a build for the length of a run (a shared lock: any number of runs, no prune meanwhile)."""
+    if engine.build_dir == engine.source_dir:  # an engine bundle on a target host: never pruned
+        yield
+        return
+    with _in_use_lock(engine.build_dir.parent).open("a") as fh:
+        fcntl.flock(fh, fcntl.LOCK_SH)
+        if not (engine.build_dir / STAMP).exists():
+            raise BuildError(f"the engine build {engine.build_dir} was pruned meanwhile; run again to rebuild it")
+        yield
+
+
+def _in_use_lock(patched: Path) -> Path:
+    return patched.with_suffix(".in-use")
+
+
+def prune_engines(settings: EngineSettings, cache_dir: Path) -> tuple[list[Path], list[Path]]:
+    """Remove the patched trees and builds of every patch set but the current one (and a cache layout older
+    than per-patch trees). Returns (removed, kept because a run holds them)."""
+    root = cache_dir / "engine" / source_id(settings)
+    keep = patched_root(root, patches_sha256(patch_files(settings.patches_dir))).name
+    removed: list[Path] = []
+    held: list[Path] = []
+    if not root.is_dir():
+        return removed, held
+    for path in sorted(root.iterdir()):
+        old_layout = path.name == "src" or path.name.startswith("build-")
+        if not path.is_dir() or not (old_layout or (path.name.startswith("p-") and path.name != keep)):
+            continue
+        with _in_use_lock(path).open("a") as fh:
+            try:
+                fcntl.flock(fh, fcntl.LOCK_EX | fcntl.LOCK_NB)
+            except BlockingIOError:
+                held.append(path)
+                continue
+            shutil.rmtree(path)  # the lock file stays: a builder waiting on it must lock what the next prune locks
+            removed.append(path)
+    return removed, held

@@ -5,9 +5,14 @@ Three modes (chosen by settings, nothing probes the network):
   git    clone a URL and check out the pinned commit (what the container does on a connected host)
   path   copy of a checkout the user already has (their tree is never touched)
 
-The tree is a git repository whose first commit is the pristine source, so `git diff` is exactly the
-applied patch. Patches are re-applied when their bytes change; untouched files keep their mtimes, so
-the build stays incremental.
+The cache holds, per source, one pristine tree and one patched tree per patch set, each created once and
+never changed after (a second clone with other patches gets a tree of its own, so nothing a running
+experiment uses is rebuilt under it):
+
+    engine/<source id>/pristine/            git repository, one commit: the source as obtained
+    engine/<source id>/source.json          where it came from (SourceInfo)
+    engine/<source id>/p-<patch sha>/src/   a clone of pristine with the patches applied (`git diff` = them)
+    engine/<source id>/p-<patch sha>/build-<flavor>-<flags>/   its builds (lab.engine.build)
 """
 
 from __future__ import annotations
@@ -28,6 +33,7 @@ from pydantic import BaseModel
 
 from lab.errors import LabError
 from lab.redact import redact_url
+from lab.runs import atomic_write
 from lab.safetar import safe_extract
 from lab.settings import PIN_COMMIT, EngineSettings
 
@@ -241,19 +247,34 @@ def source_id(settings: EngineSettings) -> str:
 
 
 def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
-    """Pristine source (cached) with the current patches applied; idempotent and cheap when nothing changed."""
+    """The source with the current patches applied, in the tree of that patch set (created once, then reused)."""
     root = cache_dir / "engine" / source_id(settings)
-    tree = root / "src"
-    info_file = root / "source.json"
     patches = patch_files(settings.patches_dir)
     if not patches:
         raise SourceError(f"no *.patch in {settings.patches_dir}")
     want = patches_sha256(patches)
+    info = _pristine_tree(settings, cache_dir, root)
+    tree = patched_root(root, want) / "src"
+    with locked(tree.parent.with_suffix(".lock")):
+        if _patch_stamp(tree) != want:
+            _create_patched(root / "pristine", tree, patches, want, info)
+    return PreparedSource(path=tree, info=info, patch_sha256=want, patches=[p.name for p in patches])
 
+
+def patched_root(root: Path, patch_sha256: str) -> Path:
+    return root / f"p-{patch_sha256[:12]}"
+
+
+def _patch_stamp(tree: Path) -> str | None:
+    stamp = tree / ".git" / "lab-patch-sha256"
+    return stamp.read_text().strip() if stamp.exists() else None
+
+
+def _pristine_tree(settings: EngineSettings, cache_dir: Path, root: Path) -> SourceInfo:
+    """The pristine source as one git commit (obtained once per source id)."""
+    tree, info_file = root / "pristine", root / "source.json"
     with locked(root.parent / f"{root.name}.lock"):
         if not (tree / ".git").exists() or not info_file.exists():
-            if tree.exists():
-                shutil.rmtree(tree)
             root.mkdir(parents=True, exist_ok=True)
             staging = Path(tempfile.mkdtemp(dir=root, prefix="staging-"))
             try:
@@ -261,25 +282,32 @@ def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
                 _git(staging, "init", "--quiet")
                 _git(staging, "add", "-A")
                 _git(staging, "commit", "--quiet", "--no-verify", "-m", f"pristine: {info.origin} {info.commit}")
+                if tree.exists():
+                    shutil.rmtree(tree)
                 staging.replace(tree)
             finally:
                 shutil.rmtree(staging, ignore_errors=True)
-            info_file.write_text(info.model_dump_json(indent=2))
-        info = SourceInfo.model_validate_json(info_file.read_text())
+            atomic_write(info_file, info.model_dump_json(indent=2))
+        return SourceInfo.model_validate_json(info_file.read_text())
 
-        stamp = tree / ".git" / "lab-patch-sha256"
-        if not stamp.exists() or stamp.read_text().strip() != want:
-            stamp.unlink(missing_ok=True)
-            _git(tree, "checkout", "--quiet", "--", ".")
-            _git(tree, "clean", "-fdq")
-            for p in patches:
-                try:
-                    _git(tree, "apply", "--whitespace=nowarn", str(p))
-                except SourceError as e:
-                    raise SourceError(f"patch {p.name} does not apply to {info.origin}: {e}") from e
-            stamp.write_text(want + "\n")
 
-    return PreparedSource(path=tree, info=info, patch_sha256=want, patches=[p.name for p in patches])
+def _create_patched(pristine: Path, tree: Path, patches: list[Path], want: str, info: SourceInfo) -> None:
+    """A clone of the pristine tree with the patches applied, moved into place only once it is whole."""
+    tree.parent.mkdir(parents=True, exist_ok=True)
+    staging = Path(tempfile.mkdtemp(dir=tree.parent, prefix="staging-"))
+    try:
+        _run(["git", "clone", "--quiet", "--local", str(pristine), str(staging / "src")])
+        for p in patches:
+            try:
+                _git(staging / "src", "apply", "--whitespace=nowarn", str(p))
+            except SourceError as e:
+                raise SourceError(f"patch {p.name} does not apply to {info.origin}: {e}") from e
+        (staging / "src" / ".git" / "lab-patch-sha256").write_text(want + "\n")
+        if tree.exists():  # an earlier attempt's leftover, never stamped: no build used it
+            shutil.rmtree(tree)
+        (staging / "src").replace(tree)
+    finally:
+        shutil.rmtree(staging, ignore_errors=True)
 
 
 def applied_diff(tree: Path) -> str:

@@ -7,7 +7,8 @@ the same way for all of them:
 
     lock     a resumed run's one writer lock, held to the end       (a second writer is refused, by pid)
     resume?  settings = experiment.restore(settings, run)           (a resumed run keeps its own inputs)
-    parts    engine build, model, its sha256                        (before any run folder exists)
+    parts    engine build, model, its sha256                        (before any run folder exists; the build is
+             held in use to the end, so no prune removes it)
     prepare  everything else that can be validated                  (a bad input creates nothing)
     open     a new write-once run folder (its writer lock taken at once) with its provenance, or the resumed
              one (same engine and model)
@@ -32,7 +33,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lab import __version__
-from lab.engine.build import EngineInfo, build_engine, engine_patch_text
+from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
 from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.engine.source import file_sha256
@@ -234,6 +235,8 @@ def _run(
                 f"{resume.path.name}: its recorded params do not fit this lab's settings ({e!s:.300})"
             ) from e
     parts = resolve_parts(settings, experiment.needs_engine)
+    if parts.engine is not None:
+        writer.enter_context(in_use(parts.engine))
     experiment.prepare(settings, parts)
     sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume, writer)
     console.print(f"run folder: {sess.run.path}", highlight=False)
