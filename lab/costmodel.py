@@ -34,7 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.engine.gguf_io import TensorInfo, read_gguf_tensors
 from lab.engine.hparams import Hparams, HparamsError, model_hparams
+from lab.experiments.bands import WEIGHT_EXACT, weight_token
 from lab.schemas import BANDS, Band
 
 KNOWN_ARCHS = ("qwen35moe", "qwen3moe", "gemma3")
@@ -81,11 +83,16 @@ def attended_keys(L: int, chunk: int, window: int | None = None) -> int:
 class CostModel:
     h: Hparams
     chunk: int
+    band_bits: dict[Band, float] | None = None  # bits per weight of each band's matrices, from the tensor types
 
     def terms(self, L: int) -> list[Term]:
         """Every term of a chunk at depth L (per chunk, summed over the layers it applies to)."""
         h, c, E = self.h, self.chunk, self.h.n_embd
-        wb = h.weight_bits / 8
+        bits = self.band_bits or {}
+
+        def wb_of(band: Band) -> float:
+            return bits.get(band, h.weight_bits) / 8
+
         out: list[Term] = []
 
         def add(name: str, band: Band, kind: str, layers: int, flops: float, nbytes: float, formula: str) -> None:
@@ -100,7 +107,15 @@ class CostModel:
         for kind in ("attention", "sliding"):
             n = h.count(kind)
             keys = attended_keys(L, c, h.window if kind == "sliding" else None)
-            add(qkvo, "proj", kind, n, 2 * c * proj, proj * wb, "2 c E (h dq g + h_kv dk + h_kv dv) + 2 c h dv E")
+            add(
+                qkvo,
+                "proj",
+                kind,
+                n,
+                2 * c * proj,
+                proj * wb_of("proj"),
+                "2 c E (h dq g + h_kv dk + h_kv dv) + 2 c h dv E",
+            )
             add("attention RMS norm", "proj", kind, n, NORM_FLOPS * c * E, E * F32, "4 c E")
             add("QK^T, softmax, AV", "attn_core", kind, n, per_score * keys, keys * kv_row,
                 f"(2 h (dk + dv) + 4 h) keys, keys = {keys:,}")  # fmt: skip
@@ -108,8 +123,9 @@ class CostModel:
         in_proj = E * (conv_dim + inner + 2 * h.ssm_dt_rank) + inner * E
         state = h.ssm_d_state * inner  # value heads x dk x dv
         conv_state = max(h.ssm_d_conv - 1, 0) * conv_dim
-        add("QKV, gate, beta, alpha, output projections", "gdn", "recurrent", n_rec, 2 * c * in_proj, in_proj * wb,
-            "2 c E (conv_dim + d_inner + 2 n_v) + 2 c d_inner E")  # fmt: skip
+        gdn_formula = "2 c E (conv_dim + d_inner + 2 n_v) + 2 c d_inner E"
+        add("QKV, gate, beta, alpha, output projections", "gdn", "recurrent", n_rec, 2 * c * in_proj,
+            in_proj * wb_of("gdn"), gdn_formula)  # fmt: skip
         add("causal convolution", "gdn", "recurrent", n_rec, 2 * c * conv_dim * h.ssm_d_conv,
             conv_dim * h.ssm_d_conv * F32, "2 c conv_dim d_conv")  # fmt: skip
         add("delta-rule state update", "gdn", "recurrent", n_rec, 7 * c * state, 2 * (state + conv_state) * F32,
@@ -121,17 +137,33 @@ class CostModel:
             routed = 3 * E * h.n_ff_exp
             add("router", "ffn_moe", "all", n, 2 * c * E * h.n_expert, E * h.n_expert * F32, "2 c E n_expert")
             add("routed experts (gate, up, down)", "ffn_moe", "all", n, 2 * c * h.n_expert_used * routed,
-                touched * routed * wb, "2 c used 3 E n_ff_exp")  # fmt: skip
+                touched * routed * wb_of("ffn_moe"), "2 c used 3 E n_ff_exp")  # fmt: skip
             if h.n_ff_shexp:
                 add("shared expert and its gate", "ffn_moe", "all", n, 2 * c * (3 * E * h.n_ff_shexp + E),
-                    3 * E * h.n_ff_shexp * wb + E * F32, "2 c (3 E n_ff_shexp + E)")  # fmt: skip
+                    3 * E * h.n_ff_shexp * wb_of("ffn_moe") + E * F32, "2 c (3 E n_ff_shexp + E)")  # fmt: skip
         else:
-            add("dense FFN (gate, up, down)", "ffn_moe", "all", n, 2 * c * 3 * E * h.n_ff, 3 * E * h.n_ff * wb,
-                "2 c 3 E n_ff")  # fmt: skip
+            dense = 3 * E * h.n_ff
+            add(
+                "dense FFN (gate, up, down)",
+                "ffn_moe",
+                "all",
+                n,
+                2 * c * dense,
+                dense * wb_of("ffn_moe"),
+                "2 c 3 E n_ff",
+            )
         add("post-attention RMS norm", "ffn_moe", "all", n, NORM_FLOPS * c * E, E * F32, "4 c E")
         add("residual adds", "other", "all", n, 2 * c * E, 0, "2 c E")
-        add("LM head (last token)", "other", "model", 1, 2 * E * h.n_vocab, E * h.n_vocab * wb, "2 E n_vocab")
-        add("embedding rows", "other", "model", 1, 0, c * E * wb, "c E (read)")
+        add(
+            "LM head (last token)",
+            "other",
+            "model",
+            1,
+            2 * E * h.n_vocab,
+            E * h.n_vocab * wb_of("other"),
+            "2 E n_vocab",
+        )
+        add("embedding rows", "other", "model", 1, 0, c * E * wb_of("other"), "c E (read)")
         return out
 
     def bands(self, L: int) -> dict[Band, BandCost]:
@@ -168,6 +200,11 @@ class CostModel:
         return (self.bands(L + 1000)["attn_core"].flops - self.bands(L)["attn_core"].flops) / self.chunk
 
 
+def band_label(band: Band, h: Hparams) -> str:
+    """A band named for what it holds on this model: `ffn_moe` is a dense FFN on a model without experts."""
+    return "ffn (dense)" if band == "ffn_moe" and not h.n_expert else band
+
+
 def cost_model(h: Hparams, chunk: int) -> CostModel:
     if h.arch not in KNOWN_ARCHS:
         raise UnknownArchitecture(
@@ -177,7 +214,40 @@ def cost_model(h: Hparams, chunk: int) -> CostModel:
 
 
 def model_cost(path: Path, chunk: int) -> CostModel:
-    return cost_model(model_hparams(path), chunk)
+    """The cost model of a GGUF: its keys, and its tensor types where it holds tensors (a quantized file mixes
+    types: a Q4_K_M file keeps matrices whose width is no multiple of 256 in Q5_0, some in Q6_K or Q8_0)."""
+    m = cost_model(model_hparams(path), chunk)
+    bits = band_weight_bits(read_gguf_tensors(path))
+    return CostModel(m.h, chunk, bits) if bits else m
+
+
+# ggml type id -> bits per weight (block bytes x 8 / block size)
+GGML_BITS: dict[int, float] = {
+    0: 32, 1: 16, 2: 4.5, 3: 5, 6: 5.5, 7: 6, 8: 8.5, 9: 9, 10: 2.625, 11: 3.4375, 12: 4.5, 13: 5.5, 14: 6.5625,
+    15: 9.125, 16: 2.0625, 17: 2.3125, 18: 3.0625, 19: 1.5625, 20: 4.5, 21: 3.4375, 22: 2.5625, 23: 4.25, 24: 8,
+    25: 16, 26: 32, 27: 64, 28: 64, 29: 1.75, 30: 16, 34: 1.6875, 35: 2.0625,
+}  # fmt: skip
+ROUTERS = ("ffn_gate_inp", "ffn_gate_inp_shexp")  # counted at f32 on their own
+
+
+def band_weight_bits(tensors: list[TensorInfo]) -> dict[Band, float]:
+    """Each band's bits per weight: its matrices' bits averaged over their elements (a tensor of an unknown
+    type is left out); `other` holds the output matrix (the token embedding when the two are tied)."""
+    names = {t.name for t in tensors}
+    head = "output.weight" if "output.weight" in names else "token_embd.weight"
+    totals: dict[Band, list[float]] = {}
+    for t in tensors:
+        if len(t.dims) < 2 or t.ggml_type not in GGML_BITS:
+            continue
+        wt = weight_token(t.name)
+        band: Band | None = "other" if t.name == head else None
+        if wt is not None and wt[1] not in ROUTERS:
+            band = WEIGHT_EXACT.get(wt[1])
+        if band is not None:
+            acc = totals.setdefault(band, [0.0, 0.0])
+            acc[0] += t.elements * GGML_BITS[t.ggml_type]
+            acc[1] += t.elements
+    return {b: bits / n for b, (bits, n) in totals.items() if n}
 
 
 def cost_record(m: CostModel, depths: list[int]) -> dict[str, Any]:
@@ -186,6 +256,7 @@ def cost_record(m: CostModel, depths: list[int]) -> dict[str, Any]:
     h = m.h
     return {
         "arch": h.arch, "chunk": m.chunk, "file_type": h.file_type, "weight_bits": h.weight_bits,
+        "band_weight_bits": m.band_bits or {},
         "layers": {k: h.count(k) for k in ("attention", "sliding", "recurrent") if h.count(k)},
         "terms": [{"name": t.name, "band": t.band, "kind": t.kind, "layers": t.layers, "flops": t.flops,
                    "bytes": t.bytes, "formula": t.formula} for t in m.terms(depths[0])],

@@ -35,7 +35,18 @@ class HeadlineProfile(BaseModel):
     shares: dict[str, float]  # band -> share of the chunk's time at `depth`
     crossover: Interval | None = None
     crossover_note: str = ""
-    predicted_crossover: float | None = None
+    predicted_crossover: float | None = None  # from FLOPs
+    time_crossover: Interval | None = None  # predicted in time from the profile's own rates
+
+    @property
+    def crossover_text(self) -> str:
+        return self.crossover.fmt(digits=0) if self.crossover else self.crossover_note or "-"
+
+    @property
+    def predicted_text(self) -> str:
+        time = self.time_crossover.fmt(digits=0) if self.time_crossover else "-"
+        flops = "-" if self.predicted_crossover is None else f"{self.predicted_crossover:,.0f}"
+        return f"{time} in time, {flops} from FLOPs"
 
 
 def _median(a: ArmStats) -> Interval | None:
@@ -66,7 +77,7 @@ def profile_of(bands: list[BandDepth], summary: ProfileSummary, host: str, model
     return HeadlineProfile(
         host=host, model=model, run_id=run_id, depth=deepest, shares={b: at.get(b, 0.0) for b in BANDS},
         crossover=summary.crossover_ci, crossover_note=summary.crossover_note,
-        predicted_crossover=summary.predicted_crossover_depth,
+        predicted_crossover=summary.predicted_crossover_depth, time_crossover=summary.time_crossover_ci,
     )  # fmt: skip
 
 
@@ -83,9 +94,12 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
             out.append(f"the cache makes that step {s.speedup.fmt(digits=1)} times faster")
     for p in profiles[:1]:
         top = sorted(p.shares.items(), key=lambda kv: -kv[1])[:3]
-        cross = p.crossover.fmt(digits=0) if p.crossover else p.crossover_note or "-"
-        out.append(f"at depth {p.depth:,}: " + ", ".join(f"{b} {v:.0%}" for b, v in top)
-                   + f" of prefill time; attention overtakes the MoE FFN at depth {cross}")  # fmt: skip
+        shares = f"at depth {p.depth:,}: " + ", ".join(f"{b} {v:.0%}" for b, v in top) + " of prefill time; "
+        if p.crossover is None and p.crossover_note.startswith("not reached"):
+            out.append(f"{shares}attention has not overtaken the MoE FFN by depth {p.depth:,} (predicted: "
+                       f"{p.predicted_text})")  # fmt: skip
+        else:
+            out.append(f"{shares}attention overtakes the MoE FFN at depth {p.crossover_text}")
     return out
 
 

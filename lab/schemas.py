@@ -322,8 +322,10 @@ class ProfileSummary(BaseModel):
     """raw/profile_summary.json: the derived results of a profile run."""
 
     max_depth: int
-    crossover_depth: float | None = Field(description="attn_core overtakes ffn_moe (interpolated)")
-    crossover_note: str
+    crossover_depth: float | None = Field(
+        default=None, description="attn_core overtakes ffn_moe (interpolated); None: not reached by max_depth"
+    )
+    crossover_note: str = Field(description="the crossover as printed, or 'not reached by depth D'")
     attn_slope_ms_per_token_per_1k: float
     attn_intercept_ms_per_token: float
     attn_r2: float
@@ -354,6 +356,16 @@ class ProfileSummary(BaseModel):
     peak_gemm_gflops_ci: Interval | None = Field(default=None, description="this host's GEMM GFLOP/s (lab.peaks)")
     peak_copy_gbps_ci: Interval | None = Field(default=None, description="this host's memcpy GB/s (lab.peaks)")
     peak_gemm_shape: list[int] = Field(default_factory=list, description="(m, k, n) of the probed GEMM")
+    time_crossover_ci: Interval | None = Field(
+        default=None, description="predicted in time: attn_core ms/token = ffn_moe's, from this profile's rates"
+    )
+    time_crossover_note: str = Field(default="", description="why there is none, or how many resamples lack one")
+    band_gflops_ci: dict[str, Interval] = Field(
+        default_factory=dict, description="per band: GFLOP/s its counted FLOPs run at (lab.timemodel)"
+    )
+    attn_overhead_ms_ci: Interval | None = Field(
+        default=None, description="attn_core's per-token time that does not grow with depth (lab.timemodel)"
+    )
 
 
 # --- replay labs: exact values are kept as fraction strings ("57/2") beside their floats ---------

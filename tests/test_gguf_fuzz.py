@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.engine.gguf_io import read_gguf_metadata
+from lab.engine.gguf_io import read_gguf_metadata, read_gguf_tensors
 
 pytestmark = pytest.mark.engine
 
@@ -27,6 +27,7 @@ def outcome(path: Path, trace: bool = True) -> tuple[str, int]:
         tracemalloc.start()
     try:
         read_gguf_metadata(path)
+        read_gguf_tensors(path)  # the tensor table after the metadata (the cost model reads its types)
         result = "read"
     except ValueError as e:
         assert str(e).startswith(str(path)) and "\n" not in str(e), e

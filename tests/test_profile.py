@@ -19,7 +19,7 @@ import pytest
 from lab.costmodel import model_cost
 from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, summarize, too_wide
 from lab.runs import RunFolder
-from lab.schemas import BandDepth, Interval, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.stats import linear_fit
 
 pytestmark = pytest.mark.engine
@@ -112,7 +112,46 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
         assert b.gflops == pytest.approx(cost.flops / 128 / b.ms_per_token / 1e6)
         assert b.gflops_lo is not None and b.gflops_lo <= b.gflops <= (b.gflops_hi or 0)
         assert b.peak_share == pytest.approx(b.gflops / peak.value)
-    assert "predicted from FLOPs" in r.stdout and "achieved GFLOP/s by band" in r.stdout
+    assert "achieved GFLOP/s by band" in r.stdout
+    # a profile to 512 does not reach the crossover on the tiny model: said once, with the time prediction beside
+    assert summary.crossover_depth is None and summary.crossover_note == "not reached by depth 512"
+    assert "crossover: measured not reached by depth 512; predicted in time" in r.stdout
+    assert set(summary.band_gflops_ci) == set(BANDS) and summary.time_crossover_ci is not None
+    # `lab model cost --rates RUN`: the same fit (same rows, same resamples) applied to the model at any depth
+    c = subprocess.run(
+        [
+            LAB,
+            "model",
+            "cost",
+            str(run.manifest().model["path"]),
+            "--rates",
+            run.path.name,
+            "--runs-dir",
+            str(tmp_path),
+            "--depths",
+            "0,4096",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert c.returncode == 0, c.stderr
+    timed = json.loads(c.stdout)["time"]
+    assert timed["fitted_depths"] == depths and timed["crossover"] == (
+        summary.time_crossover_ci.model_dump() if summary.time_crossover_ci else None
+    )
+    at = {(x["depth"], x["band"]): x["ms_per_token"] for x in timed["at"]}
+    assert set(at) == {(d, b) for d in (0, 4096) for b in (*BANDS, "total")}
+    assert at[(4096, "attn_core")]["value"] > at[(0, "attn_core")]["value"]  # attention grows with depth
+    assert at[(4096, "ffn_moe")] == at[(0, "ffn_moe")]  # the FFN's FLOPs do not
+    bad = subprocess.run(
+        [LAB, "model", "cost", str(run.manifest().model["path"]), "--rates", "nope", "--runs-dir", str(tmp_path)],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert bad.returncode == 2 and bad.stderr.strip().startswith("--rates nope: no unique run"), bad.stderr
     print(f"parquet is {summary.dump_json_bytes / summary.dump_parquet_bytes:.1f}x smaller than the JSON dump")
     assert summary.dump_json_bytes >= 5 * summary.dump_parquet_bytes
 

@@ -20,10 +20,11 @@ from pydantic import BaseModel
 from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
 from lab.catalog.legacy import InprocPoint, InprocSample
-from lab.catalog.tables import table_path
+from lab.catalog.tables import load_table, table_path, unflatten
 from lab.costmodel import cost_model
 from lab.engine.hparams import hparams_of
 from lab.experiments.efficiency import annotate
+from lab.experiments.profile import summarize
 from lab.peaks import Peaks
 from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart
@@ -181,12 +182,13 @@ TINY_SHAPED = {
 }  # fmt: skip
 
 
-def profile_rows(scale: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
-    depths = [0, 512, 1024, 1536, 2048]
+def profile_rows(
+    scale: float, slope: float = 0.05, depths: tuple[int, ...] = (0, 512, 1024, 1536, 2048)
+) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
     bands: list[BaseModel] = []
     walls: list[BaseModel] = []
     for d in depths:
-        per = {"ffn_moe": 0.09, "attn_core": 0.01 + 0.05 * d / 1000, "proj": 0.015, "gdn": 0.09, "other": 0.012}
+        per = {"ffn_moe": 0.09, "attn_core": 0.01 + slope * d / 1000, "proj": 0.015, "gdn": 0.09, "other": 0.012}
         total = sum(per.values()) * scale
         fused = total * 512
         for b in BANDS:
@@ -759,3 +761,24 @@ def test_a_hostile_host_name_is_text_on_every_page_never_a_script(browser: Brows
     assert "<script>alert(1)" not in (out / "agreement.html").read_text()
     index = browser.open(out / "index.html", ready="body")
     assert index["dialogs"] == [] and payload in index["text"], index["text"][:500]
+
+
+def test_a_profile_that_never_reaches_the_crossover_is_stored_and_drawn_as_not_reached(tmp_path: Path) -> None:
+    """A short profile (attention still below the FFN at its deepest depth) is the normal case: its summary says
+    'not reached by depth D', the catalog reads it back, and every report renders with it."""
+    rows, _ = profile_rows(1.0, slope=0.01, depths=(0, 512, 1024))
+    bands = [r for r in rows["profile_bands"] if isinstance(r, BandDepth)]
+    summary = summarize(bands, {0: 0.1, 512: 0.1, 1024: 0.1})
+    assert summary.crossover_depth is None and summary.crossover_note == "not reached by depth 1024"
+    annotate(bands, summary, cost_model(hparams_of(TINY_SHAPED), 512), None)
+    root = tmp_path / "runs"
+    make_run(root, "profile", "host-a", rows, {"profile_summary": summary}, params={"profile": {"chunk": 512}})
+    cat = tmp_path / "catalog"
+    ingest(root, cat)
+    back = [unflatten(r, ProfileSummary) for r in load_table(cat, "profile_summary").to_dict("records")]
+    assert [r.crossover_depth for r in back] == [None] and back[0].crossover_note == "not reached by depth 1024"
+    out = tmp_path / "reports"
+    render_reports(cat, out, SETTINGS)
+    assert "not reached by depth 1024" in (out / "bands.svg").read_text()
+    index = (out / "index.html").read_text()
+    assert "not reached by depth 1024" in index and "predicted from FLOPs" in index

@@ -10,11 +10,13 @@ from __future__ import annotations
 
 import contextlib
 import importlib
+import math
 import os
 import struct
 import sys
 import tempfile
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from types import ModuleType
 from typing import IO, Any
@@ -180,12 +182,31 @@ def read_gguf_kv(path: Path) -> list[tuple[str, int, int | None, Any]]:
     Strings are returned as raw ``bytes`` (GGUFWriter accepts bytes for STRING values),
     so values round-trip exactly.  Only the header and the KV section are read.
     """
-    path = Path(path)
+    return _parse(Path(path), with_tensors=False)[0]
+
+
+@dataclass(frozen=True)
+class TensorInfo:
+    name: str
+    dims: tuple[int, ...]
+    ggml_type: int
+
+    @property
+    def elements(self) -> int:
+        return math.prod(self.dims)
+
+
+def read_gguf_tensors(path: Path) -> list[TensorInfo]:
+    """The tensor infos (name, shape, ggml type) that follow the metadata; no tensor data is read."""
+    return _parse(Path(path), with_tensors=True)[1]
+
+
+def _parse(path: Path, with_tensors: bool) -> tuple[list[tuple[str, int, int | None, Any]], list[TensorInfo]]:
     with path.open("rb") as f:
         r = _KVReader(f, path)
         if r.unread < _HEADER.size:
             raise ValueError(f"{path}: not a GGUF file")
-        magic, version, _n_tensors, n_kv = _HEADER.unpack(r.take(_HEADER.size))
+        magic, version, n_tensors, n_kv = _HEADER.unpack(r.take(_HEADER.size))
         if magic != b"GGUF":
             raise ValueError(f"{path}: not a GGUF file")
         if version not in (2, 3):
@@ -213,7 +234,18 @@ def read_gguf_kv(path: Path) -> list[tuple[str, int, int | None, Any]]:
                 out.append((key, vtype, None, r.scalars(vtype, 1)[0]))
             else:
                 raise ValueError(f"{path}: key {key}: unsupported value type {vtype}")
-    return out
+        tensors: list[TensorInfo] = []
+        if with_tensors:
+            for _ in range(r.bounded(n_tensors, 24, MAX_ARRAY_ITEMS, "tensor table")):
+                name = r.string().decode("utf-8", "replace")
+                n_dims = r.u32()
+                if not 1 <= n_dims <= 4:
+                    raise ValueError(f"{path}: corrupt GGUF tensor info: {name!r} has {n_dims} dimensions")
+                dims = struct.unpack(f"<{n_dims}Q", r.take(8 * n_dims))
+                ggml_type = r.u32()
+                r.take(8)  # the data offset
+                tensors.append(TensorInfo(name, tuple(int(d) for d in dims), ggml_type))
+    return out, tensors
 
 
 def _maybe_str(s: bytes) -> str | bytes:

@@ -28,6 +28,7 @@ from lab.engine.server import die_with_parent
 from lab.experiments.bands import Node, classify_all, resolve_layers
 from lab.experiments.efficiency import annotate, probe_shape
 from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.peaks import measure_peaks
@@ -35,9 +36,9 @@ from lab.runs import RunError, RunFolder, atomic_write
 from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
 from lab.stats import from_draws, linear_fit, median_interval, resamples
+from lab.timemodel import fit, predict
 
 WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
-BAND_CYCLES = "profile_band_cycles"
 NODES_PARQUET = "profile_nodes.parquet"
 
 
@@ -215,7 +216,9 @@ def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
     return ProfileSummary(
         max_depth=depths[-1] if depths else 0,
         crossover_depth=crossover,
-        crossover_note=f"{crossover:.0f}" if crossover is not None else f"none up to {depths[-1] if depths else 0}",
+        crossover_note=f"{crossover:.0f}"
+        if crossover is not None
+        else f"not reached by depth {depths[-1] if depths else 0}",
         attn_slope_ms_per_token_per_1k=slope * 1000,
         attn_intercept_ms_per_token=intercept,
         attn_r2=r2,
@@ -388,15 +391,17 @@ class Profile(Experiment):
                         summary.fused_vs_bench_ci[str(b.depth)] = Interval(
                             value=fused[b.depth] / b.avg_ms, lo=iv.lo / b.avg_ms, hi=iv.hi / b.avg_ms, n=iv.n
                         )
+        cycle_rows = band_cycles(cycle_cells(walls, nodes), p.chunk)
         if self.cost is not None:
             annotate(rows, summary, self.cost, peaks)
+            add_time_model(summary, cycle_rows, self.cost, run.path.name)
         else:
             summary.cost_model = self.no_cost
         summary.dump_json_bytes = dump.stat().st_size
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(WALLS, walls)
         run.rewrite(BANDS_TABLE, rows)
-        run.rewrite(BAND_CYCLES, band_cycles(cycle_cells(walls, nodes), p.chunk))
+        run.rewrite(BAND_CYCLES, cycle_rows)
         (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
         dump.unlink()  # the Parquet file and the walls table hold the same content
         self.rows, self.summary = rows, summary
@@ -446,10 +451,9 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
             _iv(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
             _iv(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
         )  # fmt: skip
-    cross = f"{s.crossover_note}" + (f" [{s.crossover_ci.lo:.0f}, {s.crossover_ci.hi:.0f}]" if s.crossover_ci else "")
     t.caption = (
-        f"crossover attn_core > ffn_moe: {cross}; attention slope {_iv(s.attn_slope_ci, digits=4)} ms/token per 1k "
-        f"depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
+        f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {_iv(s.attn_slope_ci, digits=4)} "
+        f"ms/token per 1k depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
     )
     return t
 
@@ -476,17 +480,49 @@ def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     return t
 
 
+def crossover_text(s: ProfileSummary) -> str:
+    """The measured crossover, its number once: `2658 [2567, 2729]`, or `not reached by depth 1024`."""
+    return s.crossover_ci.fmt(digits=0) if s.crossover_ci is not None else s.crossover_note
+
+
+def time_crossover_text(s: ProfileSummary) -> str:
+    if s.time_crossover_ci is None:
+        return s.time_crossover_note or "-"
+    note = f" ({s.time_crossover_note})" if s.time_crossover_note else ""
+    return s.time_crossover_ci.fmt(digits=0) + note
+
+
+def add_time_model(summary: ProfileSummary, rows: list[BandCycle], cost: CostModel, run_id: str) -> None:
+    """The profile's own rates (lab.timemodel) and the crossover in time they predict, into its summary."""
+    try:
+        pred = predict(fit(rows, cost, key=run_id), None, [], source=run_id, model=run_id)
+    except ValueError as e:  # fewer than two depths
+        summary.time_crossover_note = f"no time model: {e}"
+        return
+    summary.time_crossover_ci, summary.time_crossover_note = pred.crossover, pred.crossover_note
+    summary.band_gflops_ci = {b: r.gflops for b, r in pred.rates.items() if r.gflops is not None}
+    summary.attn_overhead_ms_ci = pred.rates["attn_core"].overhead_ms_per_token
+
+
 def prediction_lines(s: ProfileSummary) -> list[str]:
-    """The cost model's crossover and attention slope beside the measured ones."""
+    """The crossover predicted in time (this profile's rates) and from FLOPs beside the measured one, and the
+    attention slope."""
     if s.predicted_crossover_depth is None and s.attn_flops_per_token_per_1k is None:
         return [f"cost model: {s.cost_model}"] if s.cost_model else []
     out = []
     pred = s.predicted_crossover_depth
-    measured = f"{s.crossover_note}" + (f" {_iv(s.crossover_ci, digits=0)}" if s.crossover_ci else "")
-    line = f"crossover: measured {measured}, predicted from FLOPs {'none' if pred is None else f'{pred:.0f}'}"
+    line = (
+        f"crossover: measured {crossover_text(s)}; predicted in time {time_crossover_text(s)}; "
+        f"from FLOPs {'none' if pred is None else f'{pred:.0f}'}"
+    )
     if s.crossover_vs_predicted_ci is not None:
-        line += f" (measured / predicted {s.crossover_vs_predicted_ci.fmt()})"
+        line += f" (measured / FLOP prediction {s.crossover_vs_predicted_ci.fmt()})"
     out.append(line)
+    if s.band_gflops_ci:
+        rates = ", ".join(f"{b} {iv.fmt(digits=1)}" for b, iv in s.band_gflops_ci.items())
+        oh = s.attn_overhead_ms_ci
+        overhead = f"; attn_core's per-token overhead {oh.fmt(digits=4)} ms" if oh is not None else ""
+        out.append(f"rates (GFLOP/s on counted FLOPs): {rates}{overhead}")
     if s.attn_flops_per_token_per_1k is not None:
         line = f"attention slope: {s.attn_flops_per_token_per_1k / 1e6:.4g} MFLOP per token per 1k depth predicted"
         if s.predicted_attn_slope_ms_per_token_per_1k is not None:

@@ -12,10 +12,11 @@ from rich.table import Column, Table
 from lab.catalog.compare import CompareRow, Comparison
 from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record, run_rows
 from lab.catalog.tables import SPEC_BY_NAME, SPECS
-from lab.costmodel import CostModel
+from lab.costmodel import CostModel, band_label
 from lab.engine.build import EngineInfo
 from lab.headline import HeadlineProfile, HeadlineStep
 from lab.schemas import BANDS
+from lab.timemodel import TimePrediction
 
 
 def engine_table(info: EngineInfo) -> Table:
@@ -83,14 +84,20 @@ def cost_tables(m: CostModel, depths: list[int]) -> list[Any]:
     at every depth, then the predicted crossover and attention slope."""
     h, c = m.h, m.chunk
     kinds = ", ".join(f"{h.count(k)} {k}" for k in ("attention", "sliding", "recurrent") if h.count(k))
+    weights = f"{h.weight_bits:g} bits per weight"
+    if m.band_bits:
+        per = ", ".join(f"{band_label(b, h)} {m.band_bits[b]:.3g}" for b in BANDS if b in m.band_bits)
+        weights = f"{per} bits per weight, from the tensor types"
     head = (f"{h.arch}: {h.n_layer} layers ({kinds}), n_embd {h.n_embd}, vocab {h.n_vocab:,}, {h.file_type} "
-            f"({h.weight_bits:g} bits per weight); a chunk of {c} tokens")  # fmt: skip
+            f"({weights}); a chunk of {c} tokens")  # fmt: skip
     terms = Table("term", "band", "layers", "MFLOP/token", "MB/chunk", "formula (per layer)",
                   title=f"the terms of a chunk at depth {depths[0]}")  # fmt: skip
     for t in m.terms(depths[0]):
         terms.add_row(t.name, t.band, f"{t.layers} {t.kind}", f"{t.flops / c / 1e6:.4g}", f"{t.bytes / 1e6:.4g}",
                       t.formula)  # fmt: skip
-    bands = Table("depth", *BANDS, "total", title="MFLOP per token by band (FLOP per byte moved)")
+    bands = Table(
+        "depth", *(band_label(b, h) for b in BANDS), "total", title="MFLOP per token by band (FLOP per byte moved)"
+    )
     for d in depths:
         cost = m.bands(d)
         total = sum(x.flops for x in cost.values()) / c / 1e6
@@ -101,6 +108,34 @@ def cost_tables(m: CostModel, depths: list[int]) -> list[Any]:
             f"{'none' if cross is None else f'depth {cross:,.0f}'}; attention adds "
             f"{m.attn_flops_per_token_per_1k() / 1e6:.4g} MFLOP per token per 1,000 tokens of depth")  # fmt: skip
     return [head, terms, bands, tail]
+
+
+def time_tables(p: TimePrediction, m: CostModel) -> list[Any]:
+    """`lab model cost --rates`: each band's predicted ms/token [95% interval] at every depth, the rates they come
+    from, and the crossover in time beside the FLOP one."""
+    depths = sorted({r.depth for r in p.at})
+    names = [band_label(b, m.h) for b in BANDS]
+    t = Table("depth", *names, "total", title=f"predicted ms per token by band [95% interval], {p.model}")
+    for d in depths:
+        t.add_row(str(d), *(_iv(p.band_at(d, b), 4) for b in (*BANDS, "total")))
+    rates = ", ".join(
+        f"{b} {r.gflops.fmt(digits=1)} GFLOP/s" if r.gflops else f"{b} {_iv(r.overhead_ms_per_token, 4)} ms flat"
+        for b, r in p.rates.items()
+    )
+    oh = p.rates["attn_core"].overhead_ms_per_token if "attn_core" in p.rates else None
+    t.caption = f"rates from {p.source}: {rates}" + (
+        f" (+ attn_core {oh.fmt(digits=4)} ms/token that does not grow)"
+        if oh is not None and p.rates["attn_core"].gflops
+        else ""
+    )
+    cross = p.crossover.fmt(digits=0) if p.crossover else "none"
+    note = f" ({p.crossover_note})" if p.crossover_note else ""
+    flop = "none" if p.flop_crossover is None else f"{p.flop_crossover:,.0f}"
+    return [t, f"predicted crossover in time (attn_core ms/token = ffn_moe's): {cross}{note}; from FLOPs: {flop}"]
+
+
+def _iv(iv: Any, digits: int) -> str:
+    return "-" if iv is None else iv.fmt(digits=digits)
 
 
 def _ms(iv: Any) -> str:
@@ -122,8 +157,7 @@ def headline_tables(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) 
         t = Table("host", "model", "depth", *BANDS, "crossover (measured)", "predicted",
                   title="where a prefill chunk's time goes at the deepest profiled depth (newest profile)")  # fmt: skip
         for p in profiles:
-            cross = p.crossover.fmt(digits=0) if p.crossover else p.crossover_note or "-"
-            pred = "-" if p.predicted_crossover is None else f"{p.predicted_crossover:.0f}"
-            t.add_row(p.host, p.model, str(p.depth), *(f"{p.shares[b]:.0%}" for b in BANDS), cross, pred)
+            shares = (f"{p.shares[b]:.0%}" for b in BANDS)
+            t.add_row(p.host, p.model, str(p.depth), *shares, p.crossover_text, p.predicted_text)
         out.append(t)
     return out

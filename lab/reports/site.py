@@ -145,12 +145,11 @@ def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> lis
                 + "".join(f"<th>{b}</th>" for b in BANDS) + "<th>crossover (measured)</th><th>predicted</th>"
                 "</tr></thead>", "<tbody>"]  # fmt: skip
         for p in profiles:
-            cross = p.crossover.fmt(digits=0) if p.crossover else p.crossover_note or "-"
-            pred = "-" if p.predicted_crossover is None else f"{p.predicted_crossover:,.0f}"
             out.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in (p.host, p.model, f"{p.depth:,}"))
                        + "".join(f"<td>{p.shares[b]:.0%}</td>" for b in BANDS)
-                       + f"<td>{escape(cross)}</td><td>{pred}</td></tr>")  # fmt: skip
+                       + f"<td>{escape(p.crossover_text)}</td><td>{escape(p.predicted_text)}</td></tr>")  # fmt: skip
         out += ["</tbody>", "</table>", '<p class="muted">Share of a prefill chunk\'s time per band at the deepest '
-                "profiled depth, and the depth at which attention overtakes the MoE FFN (measured, and predicted "
-                "from FLOPs). The newest complete profile per host and model.</p>"]  # fmt: skip
+                "profiled depth, and the depth at which attention overtakes the MoE FFN (measured; predicted in time "
+                "from the profile's own per-band rates, and from FLOPs). The newest complete profile per host and "
+                "model.</p>"]  # fmt: skip
     return out

@@ -1,0 +1,47 @@
+"""A profile run's time model: its per-cycle band rows fitted against the cost model of the model it profiled
+(lab.timemodel), for `lab model cost --rates`, `lab sweep --plan --rates` and the held-out benchmark."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from lab.costmodel import CostModel, model_cost
+from lab.engine.hparams import HparamsError
+from lab.errors import UsageError
+from lab.runs import RunError, resolve_run
+from lab.schemas import BandCycle
+from lab.timemodel import TimeFit, TimePrediction, fit, predict
+
+BAND_CYCLES = "profile_band_cycles"
+
+
+def profile_fit(ref: str, runs_dir: Path, max_depth: int | None = None) -> tuple[TimeFit, str]:
+    """The time model of a complete profile run (id, unique prefix or folder), fitted on its depths up to
+    `max_depth` (all when None), and a line saying where it comes from."""
+    try:
+        run = resolve_run(ref, runs_dir)
+    except RunError as e:
+        raise UsageError(f"--rates {ref}: {e}") from e
+    m = run.manifest()
+    if m.experiment != "profile" or not run.ready:
+        raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
+    rows = run.read(BAND_CYCLES, BandCycle)
+    chunk = int(m.params["profile"]["chunk"])
+    model = Path(str(m.model.get("path", "")))
+    if not model.is_file():
+        raise UsageError(f"--rates {ref}: the profiled model {model} is not here (its FLOPs are counted from it)")
+    try:
+        cost = model_cost(model, chunk)
+        tf = fit(rows, cost, max_depth, key=run.path.name)
+    except (HparamsError, ValueError) as e:
+        raise UsageError(f"--rates {ref}: {e}") from e
+    upto = f"depths {tf.depths[0]}..{tf.depths[-1]}"
+    return tf, f"profile {run.path.name} ({model.name}, {upto}, {tf.cycles} cycles, chunk {chunk})"
+
+
+def predict_with_rates(model: Path, ref: str, runs_dir: Path, depths: list[int]) -> tuple[CostModel, TimePrediction]:
+    """`lab model cost MODEL --rates RUN`: the profile's rates applied to MODEL's FLOPs (at the chunk the rates
+    were measured with) at `depths`."""
+    tf, source = profile_fit(ref, runs_dir)
+    cost = model_cost(model, tf.flops.cost.chunk)
+    return cost, predict(tf, cost, depths, source, model.name)
