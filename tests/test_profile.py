@@ -50,7 +50,7 @@ def test_crossover_is_interpolated_and_fit_is_exact_on_a_line() -> None:
 
 def test_no_crossover_is_said_with_the_depth_reached() -> None:
     s = summarize(rows({0: flat(1.0), 512: flat(1.5)}), {0: 0.0, 512: 0.0})
-    assert s.crossover_depth is None and s.crossover_note == "none up to 512"
+    assert s.crossover_depth is None and s.crossover_note == "not reached by depth 512"
 
 
 def test_linear_fit() -> None:
