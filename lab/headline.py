@@ -96,8 +96,8 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
         top = sorted(p.shares.items(), key=lambda kv: -kv[1])[:3]
         shares = f"at depth {p.depth:,}: " + ", ".join(f"{b} {v:.0%}" for b, v in top) + " of prefill time; "
         if p.crossover is None and p.crossover_note.startswith("not reached"):
-            out.append(f"{shares}attention has not overtaken the MoE FFN by depth {p.depth:,} (predicted: "
-                       f"{p.predicted_text})")  # fmt: skip
+            not_yet = f"attention has not overtaken the MoE FFN by depth {p.depth:,} (predicted: {p.predicted_text})"
+            out.append(shares + not_yet)
         else:
             out.append(f"{shares}attention overtakes the MoE FFN at depth {p.crossover_text}")
     return out
