@@ -12,6 +12,10 @@ undecided), and whether the predicted interval covers the measured value. The ca
 FLOPs are equal and how far the two runs differ at the depths both measured (this host's run-to-run drift,
 which no interval of a single run contains).
 
+On a host whose CPU advertises AMX, the engine is built (once, cached beside the default build) without AMX:
+at the pinned commit ggml's AMX kernels die with an illegal instruction on quantized models on such VMs
+(llama-bench included), while the F16 tiny model never reaches them. --amx keeps AMX.
+
     .venv/bin/python benchmarks/cost_prediction.py [--models tiny,gemma3-270m-q4_k_m] [--short 1024] [--long 4096]
 """
 
@@ -34,6 +38,14 @@ from lab.stats import verdict
 from lab.timemodel import predict
 
 TOL = 0.15
+NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
+
+
+def advertises_amx() -> bool:
+    try:
+        return "amx_tile" in Path("/proc/cpuinfo").read_text()
+    except OSError:
+        return False
 
 
 def ratio(pred: Interval | None, meas: Interval | None) -> Interval | None:
@@ -57,10 +69,20 @@ def main() -> int:
     ap.add_argument("--long", type=int, default=4096)
     ap.add_argument("--cycles", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=512)
+    ap.add_argument("--amx", action="store_true", help="keep the default engine build on an AMX host")
+    ap.add_argument("--from-runs", type=Path, help="compare the profile runs of an earlier call again, measure nothing")
     args = ap.parse_args()
     console = Console(width=200)
+    if args.from_runs:
+        for name, runs in stored_pairs(args.from_runs).items():
+            console.print(comparison(name, runs[args.short], runs[args.long], args.from_runs, args.short, args.long))
+        return 0
     runs_dir = Path(tempfile.mkdtemp(prefix="cost-prediction-"))
     base = load_settings()
+    engine = {}
+    if advertises_amx() and not args.amx:
+        engine = {"extra_cmake_flags": [f"-DCMAKE_C_FLAGS={NO_AMX}", f"-DCMAKE_CXX_FLAGS={NO_AMX}"]}
+        console.print("this CPU advertises AMX: the engine is built without it (--amx keeps it)")
     for name in args.models.split(","):
         model = None if name == "tiny" else ensure_pretrained(name, base.cache_dir)
         runs = {}
@@ -72,11 +94,25 @@ def main() -> int:
                 "bench_check": False,
                 "peaks": False,
             }
-            settings = load_settings(model=model, runs_dir=runs_dir, profile=profile)
+            settings = load_settings(model=model, runs_dir=runs_dir, profile=profile, engine=engine)
             runs[depth] = run_profile(settings, console=Console(quiet=True)).path
         console.print(comparison(name, runs[args.short], runs[args.long], runs_dir, args.short, args.long))
     console.print(f"runs: {runs_dir}")
     return 0
+
+
+def stored_pairs(runs_dir: Path) -> dict[str, dict[int, Path]]:
+    """The complete profile runs of a runs folder by model file and max depth."""
+    from lab.runs import RunFolder
+
+    out: dict[str, dict[int, Path]] = {}
+    for folder in sorted(p for p in runs_dir.iterdir() if (p / "manifest.json").exists()):
+        run = RunFolder.open(folder)
+        m = run.manifest()
+        if m.experiment == "profile" and run.ready:
+            name = Path(str(m.model.get("path", "?"))).name
+            out.setdefault(name, {})[int(m.params["profile"]["max_depth"])] = folder
+    return out
 
 
 def comparison(name: str, short: Path, long: Path, runs_dir: Path, upto: int, depth: int) -> Table:

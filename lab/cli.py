@@ -336,6 +336,10 @@ def profile(
     peaks: Annotated[
         bool | None, typer.Option("--peaks/--no-peaks", help="probe this host's GEMM and memcpy peaks (about 2 s)")
     ] = None,
+    predict_depths: Annotated[
+        str | None,
+        typer.Option("--predict-depths", help="depths its own time model predicts ms/token at (8192,16384,32768)"),
+    ] = None,
     model: ModelOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
@@ -349,6 +353,7 @@ def profile(
         profile={
             "chunk": chunk, "max_depth": max_depth, "cycles": cycles, "max_cycles": max_cycles,
             "threads": threads, "threads_batch": threads_batch, "threadpool": threadpool, "peaks": peaks,
+            "predict_depths": _int_list(predict_depths),
             "clean_room_stop": clean_room[0] if clean_room else None,
             "clean_room_start": clean_room[1] if clean_room else None,
         },

@@ -7,10 +7,12 @@ depth) plus attention's, which grows with the depth the token attends over:
     ms per token at depth d  =  flat + slope * d / 1000
     ms to decode positions [d0, d1)  =  flat * (d1 - d0) + slope * (d1^2 - d0^2) / 2000
 
-The rates come from a rates file (`flat_ms_per_token`, `attn_ms_per_token_per_1k`), from a profile run of the
-same model and host (its attention fit and flat bands), or from a short calibration (a few chunks at two
-depths). The plan counts what each design decodes; process starts, model loads and HTTP round trips are not
-in it (a few seconds per run here), so it is a floor on a quiet host.
+The rates come from a rates file (`flat_ms_per_token`, `attn_ms_per_token_per_1k`), from a profile run (its time
+model, lab.timemodel, applied to the sweep's model: ms per token at depths up to the grid's deepest, a curve
+the plan integrates piecewise linearly, so a sliding-window model's attention levels off where it should),
+or from a short calibration (a few chunks at two depths). The plan counts what each design decodes; process
+starts, model loads and HTTP round trips are not in it (a few seconds per run here), so it is a floor on a
+quiet host.
 
 Two designs are planned side by side:
   per-rep prefill  the lab before cumulative fills: every rep prefills the baseline (L + new), the genuine hit's
@@ -23,6 +25,8 @@ Two designs are planned side by side:
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import json
 import re
 from collections.abc import Callable
@@ -45,10 +49,35 @@ class Rates(BaseModel):
     flat_ms_per_token: float = Field(gt=0)
     attn_ms_per_token_per_1k: float = Field(ge=0)
     source: str = ""
+    curve: list[tuple[float, float]] = Field(
+        default_factory=list,
+        description="(position, ms per token) from a time model, in position order; when set it replaces the line "
+        "(linear between points, and beyond the last along its last segment)",
+    )
+
+    def describe(self) -> str:
+        if self.curve:
+            (x0, y0), (x1, y1) = self.curve[0], self.curve[-1]
+            return f"{y0:.3f} ms/token at position {x0:,.0f} to {y1:.3f} at {x1:,.0f}"
+        return f"{self.flat_ms_per_token:.3f} ms/token + {self.attn_ms_per_token_per_1k:.4f} per 1k depth"
+
+    def per_token(self, p: float) -> float:
+        """ms to decode the token at position p."""
+        c = self.curve
+        if not c:
+            return self.flat_ms_per_token + self.attn_ms_per_token_per_1k * p / 1000
+        if len(c) == 1:
+            return c[0][1]
+        i = min(max(bisect.bisect_right([x for x, _ in c], p) - 1, 0), len(c) - 2)
+        (x0, y0), (x1, y1) = c[i], c[i + 1]
+        return y0 + (y1 - y0) * (p - x0) / (x1 - x0)
 
     def ms(self, d0: int, d1: int) -> float:
         """Decoding positions [d0, d1)."""
-        return self.flat_ms_per_token * (d1 - d0) + self.attn_ms_per_token_per_1k * (d1 * d1 - d0 * d0) / 2000
+        if not self.curve:
+            return self.flat_ms_per_token * (d1 - d0) + self.attn_ms_per_token_per_1k * (d1 * d1 - d0 * d0) / 2000
+        cuts = sorted({float(d0), float(d1), *(x for x, _ in self.curve if d0 < x < d1)})
+        return sum((b - a) * (self.per_token(a) + self.per_token(b)) / 2 for a, b in itertools.pairwise(cuts))
 
     def chunk(self, L: int, new: int) -> float:
         return self.ms(L, L + new)

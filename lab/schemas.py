@@ -318,6 +318,15 @@ class BandCycle(BaseModel):
     ms_per_token: float = Field(description="this cycle's TIMED share x its FUSED chunk ms / chunk")
 
 
+class BandAt(BaseModel):
+    """raw/profile_predicted.jsonl: a band's predicted ms/token at a depth, from a profile's own rates
+    (lab.timemodel); also what `lab model cost --rates` prints."""
+
+    depth: int
+    band: str = Field(description="a band, or total (all bands)")
+    ms_per_token: Interval
+
+
 class ProfileSummary(BaseModel):
     """raw/profile_summary.json: the derived results of a profile run."""
 

@@ -203,8 +203,18 @@ class ProfileSettings(Section):
         default=False, description="attach a persistent threadpool like llama-bench (llama-server attaches none)"
     )
     peaks: bool = Field(default=True, description="probe this host's GEMM and memcpy peaks in the same run")
+    predict_depths: list[int] = Field(
+        default=[8192, 16384, 32768], description="depths the run's own time model predicts each band's ms/token at"
+    )
     clean_room_stop: str | None = Field(default=None, description="shell command that stops the host's server")
     clean_room_start: str | None = Field(default=None, description="shell command that starts it again")
+
+    @field_validator("predict_depths")
+    @classmethod
+    def _depths(cls, v: list[int]) -> list[int]:
+        if any(d < 0 for d in v):
+            raise ValueError("depths are non-negative")
+        return sorted(set(v))
 
     @model_validator(mode="after")
     def _cycles(self) -> ProfileSettings:

@@ -13,23 +13,30 @@ harmless. A free intercept and slope per band was tried as well: from a profile 
 to 4096 on both the tiny hybrid and a pretrained sliding-window model (docs/cost-model.md).
 
 Applied to another model (`lab model cost OTHER --rates RUN`), the rates keep their GFLOP/s and an overhead
-scales with the count of the layers it occurs in; that transfer is an assumption the docs name. Intervals come
-from a bootstrap over the profile's cycles (a resample draws whole cycles), like every profile number: they say
-how well this profile pins the rates, not how another run, host or day would differ.
+scales with the count of the layers it occurs in; that transfer is an assumption the docs name.
+
+Intervals come from a bootstrap that draws whole cycles and, independently, the depths a rate's median is taken
+over. The cycles say how well this profile pins each rate; the depths say how far a band's rate moves across the
+depths it was fitted on, which is the model's own error (a constant rate per band). The intervals also reach to
+the rate's trend continued: the profile is fitted again on its depths up to D/2 (D its deepest), and measured /
+predicted at D (a band whose kernels grow more efficient with depth comes in under its prediction) is applied
+once per doubling of depth past the median fitted depth, the depth a median rate stands for. None of this says
+how another run, host or day would differ.
 """
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import defaultdict
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from dataclasses import dataclass
 from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
 from lab.costmodel import CostModel
-from lab.schemas import BANDS, Band, BandCycle, Interval
+from lab.schemas import BANDS, Band, BandAt, BandCycle, Interval
 from lab.stats import from_draws, resamples
 
 FLAT: tuple[Band, ...] = ("ffn_moe", "proj", "gdn", "other")
@@ -89,13 +96,19 @@ def predict_ms(p: Params, flops: FlopTable, depth: int, scale: Mapping[Band, flo
     return {b: p[b].overhead_ms * scale[b] + (f[b] / p[b].flop_per_ms if p[b].flop_per_ms else 0.0) for b in BANDS}
 
 
-def time_crossover(p: Params, flops: FlopTable, scale: Mapping[Band, float]) -> float | None:
+Trend = Callable[[int], Mapping[Band, float]]  # a factor per band at a depth (the rates' trend continued)
+
+
+def time_crossover(
+    p: Params, flops: FlopTable, scale: Mapping[Band, float], trend: Trend | None = None
+) -> float | None:
     """The depth at which attn_core's predicted ms/token reaches ffn_moe's (None when it never does up to LIMIT,
     e.g. when every attention layer has a window)."""
 
     def gap(d: int) -> float:
         m = predict_ms(p, flops, d, scale)
-        return m["attn_core"] - m["ffn_moe"]
+        f = trend(d) if trend else {"attn_core": 1.0, "ffn_moe": 1.0}
+        return m["attn_core"] * f["attn_core"] - m["ffn_moe"] * f["ffn_moe"]
 
     if gap(0) >= 0:
         return 0.0
@@ -116,12 +129,6 @@ class BandRate(BaseModel):
     overhead_ms_per_token: Interval | None = Field(default=None, description="the per-token time that does not grow")
 
 
-class BandAt(BaseModel):
-    depth: int
-    band: str = Field(description="a band, or total (all bands)")
-    ms_per_token: Interval
-
-
 class TimePrediction(BaseModel):
     """What a time model predicts for a model at some depths: the record `lab model cost --rates` prints and a
     profile's summary keeps (its own rates applied to its own model)."""
@@ -134,6 +141,11 @@ class TimePrediction(BaseModel):
     crossover: Interval | None = Field(default=None, description="attn_core ms/token = ffn_moe's (bootstrap)")
     crossover_note: str = Field(default="", description="why there is no crossover, or what share of draws had one")
     flop_crossover: float | None = Field(default=None, description="attn_core FLOPs = ffn_moe FLOPs")
+    trend: dict[str, float] = Field(
+        default_factory=dict,
+        description="per band, measured / predicted at the deepest fitted depth from the depths up to half of it; "
+        "the intervals reach to it, once per doubling past the median fitted depth",
+    )
 
     def band_at(self, depth: int, band: str) -> Interval | None:
         return next((r.ms_per_token for r in self.at if r.depth == depth and r.band == band), None)
@@ -148,6 +160,25 @@ class TimeFit:
     depths: list[int]
     cycles: int
     flops: FlopTable
+    trend: dict[Band, float]
+
+    def beyond(self, depth: int) -> dict[Band, float]:
+        """The trend's factor per band at `depth`: the trend once per doubling past the median fitted depth (the
+        depth a median rate stands for), 1 before it."""
+        middle = statistics.median_low(self.depths)
+        k = math.log2(depth / middle) if depth > middle > 0 else 0.0
+        return {b: self.trend[b] ** k for b in BANDS}
+
+
+def rate_trend(ms: Mapping[tuple[int, Band], float], flops: FlopTable, depths: list[int]) -> dict[Band, float]:
+    """Per band, measured / predicted at the deepest depth when the rates are fitted on the depths up to half of
+    it (1 where fewer than two depths are that shallow)."""
+    deepest = depths[-1]
+    half = [d for d in depths if d <= deepest / 2]
+    if len(half) < 2:
+        return dict.fromkeys(BANDS, 1.0)
+    pred = predict_ms(fit_params(ms, flops, half), flops, deepest, dict.fromkeys(BANDS, 1.0))
+    return {b: ms[(deepest, b)] / pred[b] if pred[b] > 0 and ms[(deepest, b)] > 0 else 1.0 for b in BANDS}
 
 
 def cycle_cells(rows: Iterable[BandCycle], max_depth: int | None) -> dict[tuple[int, Band, int], float]:
@@ -176,12 +207,15 @@ def fit(rows: Iterable[BandCycle], cost: CostModel, max_depth: int | None = None
                         by[(d, b)].append(cells[(d, b, c)])
         return {k: statistics.median(v) for k, v in by.items()}
 
-    point = fit_params(medians(cycles), flops, depths)
+    ms = medians(cycles)
+    point = fit_params(ms, flops, depths)
+    by_cycle = resamples(len(cycles), f"timemodel/{key}/{max_depth}", count=DRAWS)
+    by_depth = resamples(len(depths), f"timemodel/{key}/{max_depth}/depths", count=DRAWS)
     draws = [
-        fit_params(medians([cycles[i] for i in idx]), flops, depths)
-        for idx in resamples(len(cycles), f"timemodel/{key}/{max_depth}", count=DRAWS)
+        fit_params(medians([cycles[i] for i in ci]), flops, [depths[j] for j in dj])
+        for ci, dj in zip(by_cycle, by_depth, strict=True)
     ]
-    return TimeFit(point, draws, depths, len(cycles), flops)
+    return TimeFit(point, draws, depths, len(cycles), flops, rate_trend(ms, flops, depths))
 
 
 def predict(tf: TimeFit, target: CostModel | None, depths: list[int], source: str, model: str) -> TimePrediction:
@@ -192,13 +226,13 @@ def predict(tf: TimeFit, target: CostModel | None, depths: list[int], source: st
     n = tf.cycles
     at = []
     for d in depths:
-        point = predict_ms(tf.params, flops, d, scale)
-        reps = [predict_ms(p, flops, d, scale) for p in tf.draws]
-        for b in (*BANDS, "total"):
-            value = sum(point.values()) if b == "total" else point[b]  # type: ignore[index]
-            iv = from_draws(value, [sum(r.values()) if b == "total" else r[b] for r in reps], n)  # type: ignore[index]
+        point, f = with_total(predict_ms(tf.params, flops, d, scale)), with_total(tf.beyond(d))
+        reps = [with_total(predict_ms(p, flops, d, scale)) for p in tf.draws]
+        f["total"] = sum(point[b] * f[b] for b in BANDS) / point["total"] if point["total"] else 1.0
+        for b in point:
+            iv = from_draws(point[b], [r[b] for r in reps], n)
             if iv is not None:
-                at.append(BandAt(depth=d, band=b, ms_per_token=iv))
+                at.append(BandAt(depth=d, band=b, ms_per_token=widen(iv, f[b])))
     rates: dict[str, BandRate] = {}
     for b in BANDS:
         rate = tf.params[b].flop_per_ms
@@ -207,7 +241,13 @@ def predict(tf: TimeFit, target: CostModel | None, depths: list[int], source: st
         ov = from_draws(oh, [p[b].overhead_ms for p in tf.draws], n) if oh or not rate else None
         rates[b] = BandRate(gflops=gf, overhead_ms_per_token=ov)
     out = TimePrediction(
-        source=source, model=model, fitted_depths=tf.depths, rates=rates, at=at, flop_crossover=flops.cost.crossover()
+        source=source,
+        model=model,
+        fitted_depths=tf.depths,
+        rates=rates,
+        at=at,
+        flop_crossover=flops.cost.crossover(),
+        trend={b: round(t, 4) for b, t in tf.trend.items()},
     )
     point_x = time_crossover(tf.params, flops, scale)
     drawn = [time_crossover(p, flops, scale) for p in tf.draws]
@@ -218,6 +258,22 @@ def predict(tf: TimeFit, target: CostModel | None, depths: list[int], source: st
         )
     else:
         out.crossover = from_draws(point_x, reached, n)
+        trended = time_crossover(tf.params, flops, scale, tf.beyond)
+        if out.crossover is not None and point_x > 0:
+            out.crossover = widen(out.crossover, (trended if trended is not None else LIMIT) / point_x)
         if len(reached) < len(drawn):
             out.crossover_note = f"{len(drawn) - len(reached)} of {len(drawn)} resamples never cross"
     return out
+
+
+def with_total(per_band: Mapping[Band, float]) -> dict[str, float]:
+    out = {str(b): v for b, v in per_band.items()}
+    out["total"] = sum(per_band.values())
+    return out
+
+
+def widen(iv: Interval, factor: float) -> Interval:
+    """The interval reaching to the estimate's ends moved by `factor` too (the rates' trend continued)."""
+    if factor == 1.0:
+        return iv
+    return iv.model_copy(update={"lo": min(iv.lo, iv.lo * factor), "hi": max(iv.hi, iv.hi * factor)})

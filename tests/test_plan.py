@@ -28,6 +28,16 @@ def test_decoding_at_depth_is_flat_plus_attention_growing_with_depth() -> None:
     assert r.ms(0, 3000) == pytest.approx(r.ms(0, 1000) + r.ms(1000, 3000))  # a fill is the sum of its segments
 
 
+def test_a_time_model_curve_is_integrated_piecewise_linearly() -> None:
+    line = Rates(flat_ms_per_token=2.0, attn_ms_per_token_per_1k=0.5)
+    curve = Rates(flat_ms_per_token=2.0, attn_ms_per_token_per_1k=0.0, curve=[(0, 2.0), (1000, 2.5), (4000, 4.0)])
+    for d0, d1 in [(0, 1000), (0, 3000), (500, 2500), (3000, 6000)]:  # beyond the last point: its last segment
+        assert curve.ms(d0, d1) == pytest.approx(line.ms(d0, d1))
+    capped = Rates(flat_ms_per_token=2.0, attn_ms_per_token_per_1k=0.0, curve=[(0, 2.0), (1000, 3.0), (5000, 3.0)])
+    assert capped.chunk(2000, 100) == pytest.approx(capped.chunk(4000, 100)) == pytest.approx(300.0)  # levelled off
+    assert capped.ms(0, 5000) == pytest.approx(1000 * 2.5 + 4000 * 3.0)
+
+
 def test_the_reference_grid_in_both_designs() -> None:
     """The numbers the docs quote: prefilling per rep costs about 9,500 s a rep (31.8 h at 12 reps: llama-bench
     fills the depth once per call); the lab's design fits 12 reps in under 2 h through the server (one fill

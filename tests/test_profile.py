@@ -17,9 +17,9 @@ from typing import Any
 import pytest
 
 from lab.costmodel import model_cost
-from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, WALLS, summarize, too_wide
+from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, PREDICTED, WALLS, summarize, too_wide
 from lab.runs import RunFolder
-from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, BandAt, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.stats import linear_fit
 
 pytestmark = pytest.mark.engine
@@ -62,6 +62,7 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     import pyarrow.parquet as pq
 
     args = ["profile", "--chunk", "128", "--max-depth", "512", "--cycles", "2", "--runs-dir", str(tmp_path)]
+    args += ["--predict-depths", "4096,0"]
     r = subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=600)
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
@@ -144,7 +145,23 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     at = {(x["depth"], x["band"]): x["ms_per_token"] for x in timed["at"]}
     assert set(at) == {(d, b) for d in (0, 4096) for b in (*BANDS, "total")}
     assert at[(4096, "attn_core")]["value"] > at[(0, "attn_core")]["value"]  # attention grows with depth
-    assert at[(4096, "ffn_moe")] == at[(0, "ffn_moe")]  # the FFN's FLOPs do not
+    # the FFN's FLOPs do not: the same estimate, its interval reaching to the rate's trend at 4096
+    assert at[(4096, "ffn_moe")]["value"] == at[(0, "ffn_moe")]["value"]
+    assert at[(4096, "ffn_moe")]["lo"] <= at[(0, "ffn_moe")]["lo"] <= at[(0, "ffn_moe")]["hi"]
+    assert at[(0, "ffn_moe")]["hi"] <= at[(4096, "ffn_moe")]["hi"]
+    # the profile stored and printed the same predictions from its own rates (profile_predicted)
+    stored = {(x.depth, x.band): x.ms_per_token.model_dump() for x in run.read(PREDICTED, BandAt)}
+    assert stored == at and "predicted ms per token by band" in r.stdout
+    # `lab sweep --plan --rates RUN` plans from the same time model (measuring nothing)
+    before = sorted(tmp_path.iterdir())
+    p = subprocess.run(
+        [LAB, "sweep", "--plan", "--rates", run.path.name, "--runs-dir", str(tmp_path), "--Ls", "512,4096"],
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert p.returncode == 0 and f"time model of profile {run.path.name}" in p.stdout, p.stderr + p.stdout
+    assert sorted(tmp_path.iterdir()) == before  # no run folder
     bad = subprocess.run(
         [LAB, "model", "cost", str(run.manifest().model["path"]), "--rates", "nope", "--runs-dir", str(tmp_path)],
         capture_output=True,

@@ -5,6 +5,8 @@ another model scale the attention overhead with its attention layers."""
 
 from __future__ import annotations
 
+import math
+
 import pytest
 
 from lab.costmodel import CostModel, cost_model
@@ -104,6 +106,38 @@ def test_a_short_profile_predicts_deeper_depths_and_the_crossover_within_its_int
     assert pred.crossover.lo <= true_x <= pred.crossover.hi and pred.crossover.value == pytest.approx(true_x, rel=0.05)
     # and not where FLOPs meet: attention runs at 25 GFLOP/s here, the FFN at 60
     assert pred.flop_crossover is not None and pred.crossover.value < 0.6 * pred.flop_crossover
+
+
+def test_a_rate_that_grows_with_depth_is_predicted_conservatively_and_covered_by_its_trend() -> None:
+    """Attention's kernels here grow 8% faster per doubling of depth past 256: a profile to 512 predicts 2048 and
+    the crossover from its constant rate (too slow, too early), and its intervals reach to the trend continued."""
+    cost = cost_model(hparams_of(HYBRID), 512)
+    flops = FlopTable(cost)
+
+    def speedup(d: int) -> float:
+        return 1.08 ** max(0.0, math.log2(max(d, 1) / 256))
+
+    def truth(d: int) -> dict[str, float]:
+        m = predict_ms(TRUE, flops, d, SCALE)
+        return {**m, "attn_core": m["attn_core"] / speedup(d)}
+
+    rows = [
+        BandCycle(cycle=c, depth=d, band=b, timed_ms=0.0, ms_per_token=truth(d)[b] * (1 + 0.005 * (c - 1)))
+        for c in range(3)
+        for d in (0, 256, 512)
+        for b in BANDS
+    ]
+    tf = fit(rows, cost, key="trend")
+    assert tf.trend["attn_core"] < 0.97 and tf.trend["ffn_moe"] == pytest.approx(1.0, abs=0.01)
+    pred = predict(tf, None, [512, 2048], source="s", model="m")
+    want = truth(2048)["attn_core"]
+    iv = pred.band_at(2048, "attn_core")
+    assert iv is not None and iv.value > want * 1.05 and iv.lo <= want <= iv.hi, (iv, want)
+    inside = pred.band_at(512, "attn_core")  # inside the profile the depths drawn by the bootstrap cover it
+    assert inside is not None and inside.lo <= truth(512)["attn_core"] <= inside.hi
+    true_x = next(d for d in range(0, 1 << 16, 4) if truth(d)["attn_core"] >= truth(d)["ffn_moe"])
+    assert pred.crossover is not None and 512 < pred.crossover.value < true_x, (pred.crossover, true_x)
+    assert pred.crossover.lo <= true_x <= pred.crossover.hi, (pred.crossover, true_x)
 
 
 def test_window_capped_attention_never_crosses_and_says_why() -> None:

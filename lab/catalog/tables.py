@@ -18,6 +18,7 @@ from pydantic import BaseModel, Field
 from lab.catalog.legacy import InprocPoint, InprocSample
 from lab.schemas import (
     ArmsSummary,
+    BandAt,
     BandCycle,
     BandDepth,
     InprocFill,
@@ -69,6 +70,7 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("profile_bands", ("profile",), "profile_bands", BandDepth),
     TableSpec("profile_band_cycles", ("profile",), "profile_band_cycles", BandCycle, required=False),
     TableSpec("profile_summary", ("profile",), "profile_summary", ProfileSummary, single=True),
+    TableSpec("profile_predicted", ("profile",), "profile_predicted", BandAt, required=False),
     TableSpec("replay_exact", ("replay_exact",), "replay_exact", ReplayExactRow),
     TableSpec("replay_span", ("replay_span",), "replay_span", ReplaySpanRow),
     TableSpec("replay_cost", ("replay_cost",), "replay_cost", ReplayCostRow),

@@ -12,6 +12,7 @@ from rich.table import Table
 
 from lab.engine.imagegrid import ImageGeometry
 from lab.errors import UsageError
+from lab.experiments.profile_rates import BAND_CYCLES, plan_rates
 from lab.plan import (
     Plan,
     Rates,
@@ -66,19 +67,28 @@ def _both(server: Plan, inproc: Plan) -> Plan:
     return server.model_copy(update={"where": "both", "arms": arms})
 
 
-def resolve_rates(ref: str, runs_dir: Path) -> Rates:
-    """`ref`: a rates file (YAML/JSON), or a profile run (id, unique prefix, or folder) of the same model."""
+def resolve_rates(settings: Settings) -> Rates:
+    """sweep.rates: a rates file (YAML/JSON), or a profile run (id, unique prefix, or folder) whose time model is
+    applied to the sweep's model (a profile from before the time model: its flat bands and attention slope)."""
+    ref = settings.sweep.rates
+    assert ref is not None
     path = Path(ref)
     if path.is_file():
         return rates_from_file(path)
     try:
-        run = resolve_run(ref, runs_dir)
+        run = resolve_run(ref, settings.runs_dir)
     except RunError as e:
         raise UsageError(f"--rates {ref}: neither a rates file nor a run ({e})") from e
-    summary, bands = run.path / "raw" / "profile_summary.json", run.path / "raw" / "profile_bands.jsonl"
+    raw = run.path / "raw"
+    summary, bands = raw / "profile_summary.json", raw / "profile_bands.jsonl"
     if run.manifest().experiment != "profile" or not summary.exists() or not bands.exists():
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
-    return _profile_rates(summary, bands, run.path.name)
+    if not (raw / f"{BAND_CYCLES}.jsonl").exists():
+        return _profile_rates(summary, bands, run.path.name)
+    from lab.engine.models import resolve_model
+
+    deepest = max(settings.sweep.Ls) + max(settings.sweep.news)
+    return plan_rates(ref, settings.runs_dir, resolve_model(settings), deepest)
 
 
 def calibrate(settings: Settings) -> Rates:
@@ -115,10 +125,7 @@ def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float)
 
 def plan_table(old: Plan, new: Plan) -> Table:
     r = new.rates
-    t = Table(
-        title=f"plan: {new.points} points x {new.reps} reps ({new.where}); rates {r.flat_ms_per_token:.3f} "
-        f"ms/token + {r.attn_ms_per_token_per_1k:.4f} per 1k depth ({r.source})"
-    )
+    t = Table(title=f"plan: {new.points} points x {new.reps} reps ({new.where}); rates {r.describe()} ({r.source})")
     for c in ("arm", "what it decodes (this lab)", "this lab", "prefill per rep"):
         t.add_column(c, justify="left" if c.startswith(("arm", "what")) else "right")
     before = {a.arm: a.seconds for a in old.arms}
@@ -140,8 +147,7 @@ def plan_line(new: Plan, actual_s: float | None = None) -> str:
 
 def rates_for(settings: Settings) -> Rates:
     """sweep.rates when set, else a short calibration here."""
-    ref = settings.sweep.rates
-    return resolve_rates(ref, settings.runs_dir) if ref else calibrate(settings)
+    return resolve_rates(settings) if settings.sweep.rates else calibrate(settings)
 
 
 def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
@@ -161,14 +167,13 @@ def plan_of_run(settings: Settings, where: Where, fills: list[InprocFill], conso
     """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks."""
     chunks = [(f.L, f.new, f.ms) for f in fills if f.kind == "chunk" and f.new and f.ok]
     if settings.sweep.rates:
-        rates = resolve_rates(settings.sweep.rates, settings.runs_dir)
+        rates = resolve_rates(settings)
     elif len({L for L, _, _ in chunks}) >= 2:
         rates = rates_from_chunks(chunks, "this run's fill passes")
     else:
         return None
     new = plans(settings, rates, where)[1]
-    rate = f"{rates.flat_ms_per_token:.3f} ms/token + {rates.attn_ms_per_token_per_1k:.4f} per 1k depth"
-    console.print(f"plan: {plan_line(new)} ({rate}, from {rates.source})", highlight=False)
+    console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source})", highlight=False)
     return new
 
 

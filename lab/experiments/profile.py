@@ -32,13 +32,14 @@ from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.peaks import measure_peaks
+from lab.presenters import time_tables
 from lab.runs import RunError, RunFolder, atomic_write
 from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.settings import ProfileSettings, Settings
 from lab.stats import from_draws, linear_fit, median_interval, resamples
-from lab.timemodel import fit, predict
+from lab.timemodel import TimePrediction, fit, predict
 
-WALLS, BANDS_TABLE, BENCH = "profile_walls", "profile_bands", "prefill_tps"
+WALLS, BANDS_TABLE, BENCH, PREDICTED = "profile_walls", "profile_bands", "prefill_tps", "profile_predicted"
 NODES_PARQUET = "profile_nodes.parquet"
 
 
@@ -301,6 +302,7 @@ class Profile(Experiment):
         self.no_cost = ""  # why there is no cost model for this model
         self.rows: list[BandDepth] = []
         self.summary: ProfileSummary | None = None
+        self.prediction: TimePrediction | None = None
 
     def params(self, settings: Settings) -> dict[str, Any]:
         p = settings.profile
@@ -394,7 +396,10 @@ class Profile(Experiment):
         cycle_rows = band_cycles(cycle_cells(walls, nodes), p.chunk)
         if self.cost is not None:
             annotate(rows, summary, self.cost, peaks)
-            add_time_model(summary, cycle_rows, self.cost, run.path.name)
+            self.prediction = add_time_model(
+                summary, cycle_rows, self.cost, run.path.name, sess.model.name, p.predict_depths
+            )
+            run.rewrite(PREDICTED, self.prediction.at if self.prediction else [])
         else:
             summary.cost_model = self.no_cost
         summary.dump_json_bytes = dump.stat().st_size
@@ -412,6 +417,8 @@ class Profile(Experiment):
         console.print(profile_table(self.rows, self.summary))
         if any(r.gflops for r in self.rows):
             console.print(efficiency_table(self.rows, self.summary))
+        if self.prediction is not None and self.prediction.at and self.cost is not None:
+            console.print(time_tables(self.prediction, self.cost)[0])
         for line in prediction_lines(self.summary):
             console.print(line, highlight=False)
 
@@ -492,16 +499,22 @@ def time_crossover_text(s: ProfileSummary) -> str:
     return s.time_crossover_ci.fmt(digits=0) + note
 
 
-def add_time_model(summary: ProfileSummary, rows: list[BandCycle], cost: CostModel, run_id: str) -> None:
-    """The profile's own rates (lab.timemodel) and the crossover in time they predict, into its summary."""
+def add_time_model(
+    summary: ProfileSummary, rows: list[BandCycle], cost: CostModel, run_id: str, model: str, depths: list[int]
+) -> TimePrediction | None:
+    """The profile's own rates (lab.timemodel), the crossover in time they predict (into its summary) and each
+    band's ms/token at `depths` (returned: the run's profile_predicted table)."""
     try:
-        pred = predict(fit(rows, cost, key=run_id), None, [], source=run_id, model=run_id)
+        tf = fit(rows, cost, key=run_id)
     except ValueError as e:  # fewer than two depths
         summary.time_crossover_note = f"no time model: {e}"
-        return
+        return None
+    source = f"this run ({len(tf.depths)} depths to {tf.depths[-1]}, {tf.cycles} cycles)"
+    pred = predict(tf, None, depths, source=source, model=model)
     summary.time_crossover_ci, summary.time_crossover_note = pred.crossover, pred.crossover_note
     summary.band_gflops_ci = {b: r.gflops for b, r in pred.rates.items() if r.gflops is not None}
     summary.attn_overhead_ms_ci = pred.rates["attn_core"].overhead_ms_per_token
+    return pred
 
 
 def prediction_lines(s: ProfileSummary) -> list[str]:

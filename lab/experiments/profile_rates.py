@@ -8,6 +8,7 @@ from pathlib import Path
 from lab.costmodel import CostModel, model_cost
 from lab.engine.hparams import HparamsError
 from lab.errors import UsageError
+from lab.plan import Rates
 from lab.runs import RunError, resolve_run
 from lab.schemas import BandCycle
 from lab.timemodel import TimeFit, TimePrediction, fit, predict
@@ -45,3 +46,23 @@ def predict_with_rates(model: Path, ref: str, runs_dir: Path, depths: list[int])
     tf, source = profile_fit(ref, runs_dir)
     cost = model_cost(model, tf.flops.cost.chunk)
     return cost, predict(tf, cost, depths, source, model.name)
+
+
+def plan_rates(ref: str, runs_dir: Path, model: Path, deepest: int) -> Rates:
+    """`lab sweep --plan --rates RUN`: the profile's time model applied to the sweep's model, as ms per token at
+    positions up to `deepest` (a chunk's prediction stands at its middle position)."""
+    tf, source = profile_fit(ref, runs_dir)
+    try:
+        cost = model_cost(model, tf.flops.cost.chunk)
+    except HparamsError as e:
+        raise UsageError(f"--rates {ref}: the sweep's model {model.name}: {e}") from e
+    c = cost.chunk
+    step = max(c, -(-deepest // 32) // c * c)  # at most about 32 points, on the chunk grid the rates came from
+    depths = list(range(0, deepest + step, step))
+    pred = predict(tf, cost, depths, source, model.name)
+    curve = [(d + c / 2, iv.value) for d in depths if (iv := pred.band_at(d, "total")) is not None]
+    (x0, y0), (x1, y1) = curve[0], curve[-1]
+    slope = max(0.0, (y1 - y0) / (x1 - x0) * 1000) if x1 > x0 else 0.0
+    if tf.flops.cost.h != cost.h:
+        source += f", applied to {model.name}"
+    return Rates(flat_ms_per_token=y0, attn_ms_per_token_per_1k=slope, source=f"time model of {source}", curve=curve)

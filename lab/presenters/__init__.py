@@ -128,6 +128,11 @@ def time_tables(p: TimePrediction, m: CostModel) -> list[Any]:
         if oh is not None and p.rates["attn_core"].gflops
         else ""
     )
+    moved = {b: t for b, t in p.trend.items() if abs(t - 1) >= 0.005}
+    if moved:
+        t.caption += "; the rates' trend per doubling of depth, inside the intervals: " + ", ".join(
+            f"{b} x{x:.3f}" for b, x in moved.items()
+        )
     cross = p.crossover.fmt(digits=0) if p.crossover else "none"
     note = f" ({p.crossover_note})" if p.crossover_note else ""
     flop = "none" if p.flop_crossover is None else f"{p.flop_crossover:,.0f}"
