@@ -27,3 +27,13 @@ class UsageError(LabError):
     """A bad command-line option or setting (exit 2, like click's own usage errors)."""
 
     exit_code = 2
+
+
+def validation_line(e: Exception, root: str = "row", limit: int = 3) -> str:
+    """What is wrong with an input, in one line: a pydantic error as `field.path: message; ...` (its first
+    `limit` entries; `root` names an error of the whole input), any other error as it says."""
+    from pydantic import ValidationError
+
+    if not isinstance(e, ValidationError):
+        return str(e)
+    return "; ".join(f"{'.'.join(map(str, x['loc'])) or root}: {x['msg']}" for x in e.errors()[:limit])

@@ -31,13 +31,9 @@ def fill_values(fills: Iterable[InprocFill], L: int, new: int) -> tuple[list[flo
 
 def complete_fills(run: RunFolder, table: str, settings: Settings, news: list[int]) -> list[InprocFill]:
     """The fill passes a run holds, whole ones only (a pass is appended at once; a torn one is dropped)."""
-    rows = run.read(table, InprocFill, tolerate_torn_tail=True)
     need = len(settings.sweep.Ls) * (1 + len(news))
-    whole = {n for n in {f.fill_pass for f in rows} if sum(f.fill_pass == n for f in rows) == need}
-    kept = [f for f in rows if f.fill_pass in whole]
-    if len(kept) != len(rows):
-        run.rewrite(table, kept)
-    return kept
+    passes = run.keep_whole(table, InprocFill, lambda f: f.fill_pass, lambda _n, rows: len(rows) == need)
+    return [f for rows in passes.values() for f in rows]
 
 
 def fills_of(rows: list[dict[str, Any]]) -> list[InprocFill]:

@@ -8,11 +8,16 @@ reports/index.html.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from lab.schemas import BANDS, ArmStats, BandDepth, Interval, ProfileSummary, SweepPoint
+
+if TYPE_CHECKING:
+    from lab.catalog.tables import RunRecord
 
 
 class HeadlineStep(BaseModel):
@@ -103,62 +108,64 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
     return out
 
 
+def newest(records: Iterable[RunRecord], experiment: str) -> list[RunRecord]:
+    """The newest complete run of `experiment` per (host, model sha256), newest first: the one choice behind the
+    catalog's headline and `lab sweep`'s closing table."""
+    best: dict[tuple[str, str], RunRecord] = {}
+    mine = (r for r in records if r.experiment == experiment and r.in_figures)
+    for r in sorted(mine, key=lambda r: (r.started_utc, r.run_id)):
+        best[(r.host, r.model_sha256)] = r
+    return sorted(best.values(), key=lambda r: (r.started_utc, r.run_id), reverse=True)
+
+
 def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
     """The newest complete sweep and profile run per (host, model) in the catalog."""
-    from lab.catalog.tables import load_table, rows_at, unflatten
+    from lab.catalog.tables import RunRecord, load_table, rows_at, unflatten
 
     runs = load_table(catalog_dir, "runs")
     if runs.empty:
         return [], []
-    runs = runs[runs["in_figures"].astype(bool)].sort_values(["started_utc", "run_id"])
-    steps: list[HeadlineStep] = []
-    profiles: list[HeadlineProfile] = []
+    records = [unflatten(r, RunRecord) for r in runs.to_dict("records")]
     points, bands, summaries = (
         load_table(catalog_dir, t) for t in ("sweep_points", "profile_bands", "profile_summary")
     )
     points = rows_at(points, "server")  # the headline's step: through the server, as an agent pays it
-    for experiment in ("sweep", "profile"):
-        mine = runs[runs["experiment"] == experiment]
-        if experiment == "sweep":
-            mine = mine[mine["run_id"].isin(points["run_id"] if not points.empty else [])]
-        newest = mine.groupby(["host", "model_path"]).tail(1)
-        for _, r in newest.iloc[::-1].iterrows():
-            model = Path(str(r["model_path"])).name
-            if experiment == "sweep" and not points.empty:
-                rows = points[points["run_id"] == r["run_id"]].to_dict("records")
-                steps += steps_of([unflatten(x, SweepPoint) for x in rows], str(r["host"]), model, str(r["run_id"]))
-            elif experiment == "profile" and not bands.empty and not summaries.empty:
-                b = [unflatten(x, BandDepth) for x in bands[bands["run_id"] == r["run_id"]].to_dict("records")]
-                s = [
-                    unflatten(x, ProfileSummary)
-                    for x in summaries[summaries["run_id"] == r["run_id"]].to_dict("records")
-                ]
-                if b and s:
-                    profiles.append(profile_of(b, s[0], str(r["host"]), model, str(r["run_id"])))
+    steps: list[HeadlineStep] = []
+    measured = set(points["run_id"]) if not points.empty else set()
+    for r in newest((r for r in records if r.run_id in measured), "sweep"):
+        rows = points[points["run_id"] == r.run_id].to_dict("records")
+        steps += steps_of([unflatten(x, SweepPoint) for x in rows], r.host, Path(r.model_path).name, r.run_id)
+    profiles: list[HeadlineProfile] = []
+    if bands.empty or summaries.empty:
+        return steps, profiles
+    for r in newest(records, "profile"):
+        b = [unflatten(x, BandDepth) for x in bands[bands["run_id"] == r.run_id].to_dict("records")]
+        s = [unflatten(x, ProfileSummary) for x in summaries[summaries["run_id"] == r.run_id].to_dict("records")]
+        if b and s:
+            profiles.append(profile_of(b, s[0], r.host, Path(r.model_path).name, r.run_id))
     return steps, profiles
 
 
 def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
     """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
-    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs
+    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs, run_record
     from lab.catalog.tables import SPEC_BY_NAME, unflatten
 
-    found = []
+    records = []
     for d in run_dirs(runs_dir):
         try:
-            m = read_manifest(d)
+            records.append(run_record(d, read_manifest(d)))
         except IngestError:
             continue
-        if (m.experiment, m.status, m.host, m.model.get("sha256")) == ("profile", "complete", host, model_sha256):
-            found.append((m.started_utc, d, m))
-    if not found:
+    r = next((r for r in newest(records, "profile") if (r.host, r.model_sha256) == (host, model_sha256)), None)
+    if r is None:
         return None
-    _, d, m = max(found, key=lambda f: f[0])
+    d = runs_dir / r.path
     try:
-        bands = [unflatten(r, BandDepth) for r in read_spec(d, SPEC_BY_NAME["profile_bands"])]
-        summary = [unflatten(r, ProfileSummary) for r in read_spec(d, SPEC_BY_NAME["profile_summary"])]
+        bands = [unflatten(x, BandDepth) for x in read_spec(d, SPEC_BY_NAME["profile_bands"])]
+        summary = [unflatten(x, ProfileSummary) for x in read_spec(d, SPEC_BY_NAME["profile_summary"])]
     except IngestError:
         return None  # a damaged run is the catalog's to report, not the sweep's
     if not bands or not summary:
         return None
-    return profile_of(bands, summary[0], host, Path(str(m.model.get("path", ""))).name, m.run_id)
+    return profile_of(bands, summary[0], host, Path(r.model_path).name, r.run_id)

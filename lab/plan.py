@@ -36,7 +36,7 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
-from lab.errors import UsageError
+from lab.errors import UsageError, validation_line
 
 Design = Literal["per-rep prefill", "cumulative"]
 WARM_UP = 16  # tokens of the server's untimed warm-up request before each rep's arms
@@ -230,8 +230,7 @@ def rates_from_file(path: Path) -> Rates:
     try:
         return Rates.model_validate({"source": f"file {path}", **data})
     except ValidationError as e:
-        first = e.errors()[0]
-        raise UsageError(f"--rates {path}: {'.'.join(map(str, first['loc']))}: {first['msg']}") from e
+        raise UsageError(f"--rates {path}: {validation_line(e, limit=1)}") from e
 
 
 def rates_from_profile(summary_json: Path, bands_jsonl: Path, run_id: str) -> Rates:

@@ -26,11 +26,11 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal, TypeVar
+from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
-from lab.errors import LabError
+from lab.errors import LabError, validation_line
 
 Status = Literal["running", "incomplete", "complete"]
 Row = TypeVar("Row", bound=BaseModel)
@@ -191,10 +191,17 @@ class RunFolder:
         finally:
             os.close(fd)  # releases the lock
 
-    def begin_resume(self) -> Manifest:
+    def resumable(self, experiment: str) -> Manifest:
+        """The manifest of a run that `experiment` may resume: its own, and not complete (one line if not)."""
         m = self.manifest()
+        if m.experiment != experiment:
+            raise RunError(f"{self.path.name} is a {m.experiment} run, not {experiment}")
         if self.ready or m.status == "complete":
             raise RunError(f"{self.path.name} is complete; a complete run is never changed")
+        return m
+
+    def begin_resume(self, experiment: str) -> Manifest:
+        m = self.resumable(experiment)
         return self.update(status="running", reason="", resumed_utc=[*m.resumed_utc, utc_now()])
 
     # --- raw tables ---------------------------------------------------------------------------------
@@ -212,7 +219,12 @@ class RunFolder:
             fh.flush()
             os.fsync(fh.fileno())
 
-    def read(self, table: str, schema: type[Row], tolerate_torn_tail: bool = False) -> list[Row]:
+    @overload
+    def read(self, table: str, schema: type[Row], tolerate_torn_tail: bool = False) -> list[Row]: ...
+    @overload
+    def read(self, table: str, schema: None, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]: ...
+
+    def read(self, table: str, schema: type[Row] | None, tolerate_torn_tail: bool = False) -> list[Any]:
         """Rows of a table, validated. A bad row is an error naming file and line; a torn last line (a
         crash mid-write) is dropped only when asked to (when resuming)."""
         path = self.table_path(table)
@@ -220,25 +232,39 @@ class RunFolder:
             return []
         return read_jsonl(path, schema, tolerate_torn_tail)
 
-    def rewrite(self, table: str, rows: Iterable[BaseModel]) -> None:
-        atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
+    def rewrite(self, table: str, rows: Iterable[BaseModel | dict[str, Any]]) -> None:
+        atomic_write(self.table_path(table), "".join(_line(r) + "\n" for r in rows))
+
+    def keep_whole(
+        self,
+        table: str,
+        schema: type[Row] | None,
+        unit: Callable[[Any], Hashable],
+        whole: Callable[[Hashable, list[Any]], bool] = lambda _unit, _rows: True,
+    ) -> dict[Hashable, list[Any]]:
+        """The one resume path: a table's rows (a torn last line dropped), grouped into units of work by `unit`
+        (a sweep point, a trace step, a fill pass, a profile cycle); the units `whole` accepts are kept, the
+        table is rewritten atomically with only their rows, and they are returned. What an interrupted run
+        wrote of an unfinished unit is gone, so a resumed run neither measures a unit twice nor loses one."""
+        units: dict[Hashable, list[Any]] = {}
+        for r in self.read(table, schema, tolerate_torn_tail=True):
+            units.setdefault(unit(r), []).append(r)
+        kept = {k: rows for k, rows in units.items() if whole(k, rows)}
+        self.rewrite(table, [r for rows in kept.values() for r in rows])
+        return kept
 
     def finished_points(
         self,
         points: str,
         schema: type[Row],
         samples: Iterable[tuple[str, type[BaseModel]]],
-        key: Callable[[BaseModel], Hashable],
+        key: Callable[[Any], Hashable],
     ) -> dict[Hashable, Row]:
-        """Resume at point granularity (the sweep): a point's samples are appended, then its row. Returns the
-        finished points by `key`; rows of `samples` tables that belong to an unfinished point (a crash between
-        the two appends) and a torn last line are dropped and every table is rewritten atomically, so a resumed
-        run neither measures a point twice nor loses one."""
-        done: dict[Hashable, Row] = {key(p): p for p in self.read(points, schema, tolerate_torn_tail=True)}
+        """Units with a row of their own (a sweep point, a trace step): a unit's samples are appended, then its
+        row, so the finished units are those with a row; `samples` tables keep only their rows."""
+        done: dict[Hashable, Row] = {k: rows[-1] for k, rows in self.keep_whole(points, schema, key).items()}
         for table, sample_schema in samples:
-            rows = self.read(table, sample_schema, tolerate_torn_tail=True)
-            self.rewrite(table, [r for r in rows if key(r) in done])
-        self.rewrite(points, done.values())
+            self.keep_whole(table, sample_schema, key, lambda k, _rows: k in done)
         return done
 
     # --- interruption -------------------------------------------------------------------------------
@@ -263,27 +289,29 @@ class RunFolder:
                 signal.signal(s, h)
 
 
-def read_jsonl(path: Path, schema: type[Row], tolerate_torn_tail: bool = False) -> list[Row]:
-    rows: list[Row] = []
+def _line(row: BaseModel | dict[str, Any]) -> str:
+    return row.model_dump_json() if isinstance(row, BaseModel) else json.dumps(row, separators=(",", ":"))
+
+
+def read_jsonl(path: Path, schema: type[Row] | None, tolerate_torn_tail: bool = False) -> list[Any]:
+    """A JSON-lines file's rows, validated by `schema` (plain dicts when None); a bad line is an error naming
+    file and line, a torn last line (a writer killed mid-line) is dropped when `tolerate_torn_tail`."""
+    rows: list[Any] = []
     lines = path.read_text().split("\n")
     last = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
     for i, line in enumerate(lines[:last], start=1):
         if not line.strip():
             continue
         try:
-            rows.append(schema.model_validate(json.loads(line)))
+            row = json.loads(line)
+            rows.append(row if schema is None else schema.model_validate(row))
         except (json.JSONDecodeError, ValidationError) as e:
             torn = i == last and not (path.read_text().endswith("\n"))
             if torn and tolerate_torn_tail:
                 break
-            raise RunError(f"{path}:{i}: bad {schema.__name__} row: {_short(e)}") from e
+            what = "JSON" if schema is None else schema.__name__
+            raise RunError(f"{path}:{i}: bad {what} row: {validation_line(e)}") from e
     return rows
-
-
-def _short(e: Exception) -> str:
-    if isinstance(e, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, err['loc'])) or 'row'}: {err['msg']}" for err in e.errors()[:3])
-    return str(e)
 
 
 def resolve_run(ref: str | Path, root: Path) -> RunFolder:
@@ -295,14 +323,25 @@ def resolve_run(ref: str | Path, root: Path) -> RunFolder:
     name = str(ref).rstrip("/")
     if name.endswith(".dvc"):  # the tracked run's .dvc file names the run too
         name = name[: -len(".dvc")]
-    folders = [d for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")] if root.is_dir() else []
-    exact = [d for d in folders if d.name == Path(name).name]
-    matches = exact or sorted(d for d in folders if d.name.startswith(Path(name).name))
-    if not matches and root.is_dir():
+    folders = [d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")] if root.is_dir() else []
+    if root.is_dir() and not matching(Path(name).name, folders):
         tracked = sorted(f.name[: -len(".dvc")] for f in root.glob(f"{Path(name).name}*.dvc"))
         if len(tracked) == 1:
             raise RunError(f"run {tracked[0]} is tracked by DVC but not here yet: dvc pull {root / tracked[0]}.dvc")
-    if len(matches) != 1:
-        found = f"{len(matches)} match: {', '.join(d.name for d in matches[:5])}" if matches else "none matches"
-        raise RunError(f"no unique run {str(ref)!r} under {root} ({found})")
-    return RunFolder.open(matches[0])
+    return RunFolder.open(root / match_run_id(str(ref), folders, f"under {root}", Path(name).name))
+
+
+def matching(ref: str, ids: Iterable[str]) -> list[str]:
+    """The ids equal to `ref`, else those it is a prefix of."""
+    ids = list(ids)
+    return [i for i in ids if i == ref] or sorted(i for i in ids if i.startswith(ref))
+
+
+def match_run_id(ref: str, ids: Iterable[str], where: str, key: str | None = None) -> str:
+    """The one run id `ref` names among `ids` (itself, or a unique prefix of it); else a one-line RunError
+    saying how many matched (`key`: what is matched when it is not `ref` as given)."""
+    found = matching(ref if key is None else key, ids)
+    if len(found) != 1:
+        listed = f"{len(found)} match: {', '.join(found[:5])}" if found else "none matches"
+        raise RunError(f"no unique run {ref!r} {where} ({listed})")
+    return found[0]

@@ -30,7 +30,7 @@ from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart
 from lab.reports.data import figure_rows, runs_table
 from lab.reports.render import save_chart
-from lab.runs import RunFolder
+from lab.runs import RunError, RunFolder
 from lab.schemas import (
     ArmName,
     ArmsSummary,
@@ -637,7 +637,7 @@ def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]],
     profile = str(runs.loc[runs["experiment"] == "profile", "run_id"].iloc[0])
     with pytest.raises(CompareError, match="sweep run"):
         compare_catalog(catalog, sweep, profile)
-    with pytest.raises(CompareError, match="no unique run"):
+    with pytest.raises(RunError, match="no unique run 'nope' in the catalog"):  # resolved as runs.resolve_run does
         compare_catalog(catalog, "nope", sweep)
 
 

@@ -38,7 +38,7 @@ def test_complete_writes_ready_last_and_is_final(tmp_path: Path) -> None:
     run.complete()
     assert run.ready and run.manifest().status == "complete" and run.manifest().finished_utc
     with pytest.raises(RunError, match="complete"):
-        run.begin_resume()
+        run.begin_resume("sweep")
 
 
 def test_bad_row_is_rejected_with_file_and_line(tmp_path: Path) -> None:
@@ -64,8 +64,22 @@ def test_guard_marks_incomplete_with_reason(tmp_path: Path) -> None:
         _ = 1 / 0
     m = run.manifest()
     assert m.status == "incomplete" and "ZeroDivisionError" in m.reason
-    assert run.begin_resume().status == "running"
+    with pytest.raises(RunError, match="is a sweep run, not profile"):
+        run.begin_resume("profile")
+    assert run.begin_resume("sweep").status == "running"
     assert len(run.manifest().resumed_utc) == 1
+
+
+def test_resume_keeps_whole_units_only(tmp_path: Path) -> None:
+    """The one resume path: units whose rows are whole are kept, the rest (and a torn last line) go."""
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    run.append("prefill_tps", [tps(0), tps(0), tps(512)])
+    with run.table_path("prefill_tps").open("a") as fh:
+        fh.write('{"depth": 10')  # killed mid-line
+    kept = run.keep_whole("prefill_tps", PrefillTps, lambda r: r.depth, lambda _d, rows: len(rows) == 2)
+    assert list(kept) == [0] and [r.depth for r in run.read("prefill_tps", PrefillTps)] == [0, 0]
+    raw = run.keep_whole("prefill_tps", None, lambda r: r["depth"])  # plain JSON rows, every unit whole
+    assert list(raw) == [0] and len(raw[0]) == 2
 
 
 def test_guard_turns_sigterm_into_incomplete(tmp_path: Path) -> None:

@@ -180,8 +180,10 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
 def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> None:
     """A killed instrument leaves a part whose last line is cut; merged and resumed twice, the dump still reads."""
     from lab.experiments.profile import keep_complete_cycles, merge_part
+    from lab.runs import RunFolder
 
-    dump, part = tmp_path / "profile.jsonl", tmp_path / "profile.part.jsonl"
+    run = RunFolder.create(tmp_path, "profile", "host", {})
+    dump, part = run.table_path("profile"), run.path / "raw" / "profile.part.jsonl"
     meta = '{"kind": "meta"}\n'
 
     def row(cycle: int, depth: int, mode: str) -> str:
@@ -190,8 +192,8 @@ def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> N
     whole = "".join(row(0, d, m) for d in (0, 512) for m in ("timed", "fused"))
     part.write_text(meta + whole + row(1, 0, "timed")[:20])  # killed mid-line in cycle 1
     merge_part(dump, part)
-    assert keep_complete_cycles(dump, 2) == 1
+    assert keep_complete_cycles(run, 2) == 1
     part.write_text(meta + row(1, 0, "timed") + '{"kind": "wa')  # the resumed instrument, killed again
     merge_part(dump, part)
-    assert keep_complete_cycles(dump, 2) == 1  # no "bad instrument line" in the middle
+    assert keep_complete_cycles(run, 2) == 1  # no "bad JSON row" in the middle
     assert all(line.endswith("}") for line in dump.read_text().splitlines())

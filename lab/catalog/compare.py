@@ -14,6 +14,7 @@ from lab.catalog.ingest import read_manifest, run_rows
 from lab.catalog.tables import load_table
 from lab.errors import LabError
 from lab.fills import fill_values
+from lab.runs import match_run_id
 from lab.schemas import BANDS, InprocFill, Interval
 from lab.stats import geomean_ratio, unpaired_draws, unpaired_ratio
 
@@ -223,13 +224,7 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
     ids = [str(x) for x in runs["run_id"]] if len(runs) else []
     experiments = dict(zip(ids, (str(x) for x in runs["experiment"]), strict=True)) if ids else {}
 
-    def resolve(ref: str) -> str:
-        found = [i for i in ids if i == ref] or [i for i in ids if i.startswith(ref)]
-        if len(found) != 1:
-            raise CompareError(f"no unique run {ref!r} in the catalog ({len(found)} match)")
-        return found[0]
-
-    a, b = resolve(ref_a), resolve(ref_b)
+    a, b = (match_run_id(ref, ids, "in the catalog") for ref in (ref_a, ref_b))
     name = _check(experiments[a], experiments[b])
     kind = KINDS[name]
     tables = {name: load_table(catalog_dir, name) for name in (kind.table, *kind.samples)}

@@ -22,8 +22,8 @@ PROVENANCE = ("host", "engine_commit", "cpu_model", "model_path")
 
 
 def _threads(params_json: str) -> int | None:
-    params = json.loads(params_json or "{}")
-    threads = params.get("server", {}).get("threads", params.get("threads"))
+    params = json.loads(params_json or "{}")  # a profile's own thread count wins over the server's
+    threads = params.get("profile", {}).get("threads") or params.get("server", {}).get("threads", params.get("threads"))
     return int(threads) if isinstance(threads, int) else None
 
 

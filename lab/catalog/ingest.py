@@ -26,7 +26,7 @@ from lab.catalog.tables import (
     columns,
     flatten,
 )
-from lab.errors import LabError
+from lab.errors import LabError, validation_line
 from lab.runs import Manifest, RunError, read_jsonl
 
 
@@ -56,7 +56,7 @@ def read_manifest(run_dir: Path) -> Manifest:
     try:
         return Manifest.model_validate_json(path.read_text())
     except ValidationError as e:
-        raise IngestError(f"{path}:1: invalid manifest: {e}") from e
+        raise IngestError(f"{path}:1: invalid manifest: {validation_line(e, root='manifest')}") from e
 
 
 def run_record(run_dir: Path, m: Manifest) -> RunRecord:
@@ -87,13 +87,13 @@ def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
         return []
     schema = spec.legacy or spec.schema
     try:
-        rows = [schema.model_validate_json(path.read_text())] if spec.single else read_jsonl(path, schema)
+        rows: list[Any] = [schema.model_validate_json(path.read_text())] if spec.single else read_jsonl(path, schema)
     except ValidationError as e:
-        raise IngestError(f"{path}:1: {e}") from e
+        raise IngestError(f"{path}:1: bad {schema.__name__}: {validation_line(e)}") from e
     except RunError as e:  # read_jsonl names the file and line
         raise IngestError(str(e)) from e
     if spec.legacy is not None:
-        rows = [c for r in rows if (c := r.current()) is not None]  # type: ignore[attr-defined]
+        rows = [c for r in rows if (c := r.current()) is not None]
     return [{"run_id": run_dir.name, **flatten(r)} for r in rows]
 
 

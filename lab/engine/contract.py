@@ -208,3 +208,16 @@ class ContractClient:
     def died(self, r: ArmResult) -> bool:
         """After a failed sample: has the server died? A dropped connection gets a few seconds to show it."""
         return self.srv.died(dropped=r.kind == "transport")
+
+    def run_arm_alive(self, arm: Arm, step: Step, saved: str | None = None, what: str = "") -> ArmResult:
+        """`run_arm`, raising ServerDied when a failure was the server dying (`what`: the sample, for the
+        message): a failed arm is a row, a dead server ends the run (incomplete, resumable)."""
+        r = self.run_arm(arm, step, saved)
+        if not r.ok and self.died(r):
+            rc = self.srv.proc and self.srv.proc.returncode
+            raise ServerDied(f"llama-server died during {what or arm} (exit {rc}); see {self.srv.log_path}")
+        return r
+
+
+class ServerDied(LabError):
+    """The server process died under a request: the run stops, incomplete."""

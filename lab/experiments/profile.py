@@ -15,6 +15,7 @@ import shutil
 import statistics
 import subprocess
 from collections import defaultdict
+from collections.abc import Hashable
 from pathlib import Path
 from typing import Any
 
@@ -33,14 +34,15 @@ from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progre
 from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.peaks import measure_peaks
 from lab.presenters import time_tables
-from lab.runs import RunError, RunFolder, atomic_write
+from lab.runs import RunError, RunFolder
 from lab.schemas import BANDS, BandCycle, BandDepth, Interval, ProfileSummary, ProfileWall
-from lab.settings import ProfileSettings, Settings
+from lab.settings import Settings
 from lab.stats import from_draws, linear_fit, median_interval, resamples
 from lab.timemodel import TimePrediction, fit, predict
 
 WALLS, BANDS_TABLE, BENCH, PREDICTED = "profile_walls", "profile_bands", "prefill_tps", "profile_predicted"
 NODES_PARQUET = "profile_nodes.parquet"
+DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run measures (then Parquet)
 
 
 def node_table_schema() -> Any:
@@ -244,31 +246,16 @@ def merge_part(dump: Path, part: Path) -> None:
     part.unlink()
 
 
-def keep_complete_cycles(dump: Path, n_depths: int) -> int:
-    """Cut an interrupted instrument dump back to its complete cycles (both passes at every depth; a torn
-    last line is dropped) and return how many there are. Cycles are written in order, so they are 0..k-1."""
-    if not dump.exists():
+def keep_complete_cycles(run: RunFolder, n_depths: int) -> int:
+    """Cut an interrupted instrument dump back to its complete cycles (both passes at every depth, with their
+    nodes; the meta line stays) and return how many there are. Cycles are written in order: they are 0..k-1."""
+
+    def whole(cycle: Hashable, rows: list[dict[str, Any]]) -> bool:
+        return cycle is None or sum(r["kind"] in ("fused", "timed") for r in rows) == 2 * n_depths
+
+    if not run.table_path(DUMP).exists():
         return 0
-    lines = dump.read_text().splitlines()
-    parsed: list[tuple[str, dict[str, Any]]] = []
-    for i, line in enumerate(lines):
-        try:
-            parsed.append((line, json.loads(line)))
-        except json.JSONDecodeError as e:
-            if i == len(lines) - 1:
-                break  # torn tail of a killed writer
-            raise RunError(f"{dump}:{i + 1}: bad instrument line: {e}") from e
-    walls: dict[int, int] = defaultdict(int)
-    for _, row in parsed:
-        if row["kind"] in ("fused", "timed"):
-            walls[row["cycle"]] += 1
-    done = 0
-    while walls.get(done) == 2 * n_depths:
-        done += 1
-    # keep walls of complete cycles; a TIMED wall precedes its nodes, so also drop nodes past the last wall
-    kept = [line for line, row in parsed if row["kind"] == "meta" or row.get("cycle", done) < done]
-    atomic_write(dump, "".join(f"{line}\n" for line in kept))
-    return done
+    return sum(c is not None for c in run.keep_whole(DUMP, None, lambda r: r.get("cycle"), whole))
 
 
 def run_instrument(cmd: list[str], log_path: Path, console: Console, n_steps: int, done_steps: int) -> None:
@@ -295,6 +282,7 @@ class Profile(Experiment):
     """The per-node prefill profile: the instrument's cumulative depth sweep, sorted into bands."""
 
     name = "profile"
+    records = ("profile", "server", "model")
 
     def __init__(self) -> None:
         self.instrument: InstrumentInfo | None = None
@@ -304,26 +292,12 @@ class Profile(Experiment):
         self.summary: ProfileSummary | None = None
         self.prediction: TimePrediction | None = None
 
-    def params(self, settings: Settings) -> dict[str, Any]:
-        p = settings.profile
-        return {
-            "profile": p.model_dump(mode="json"),
-            "threads": p.threads or settings.server.threads,
-            "cpu_list": settings.server.cpu_list,
-            "model": str(settings.model) if settings.model else None,
-        }
-
-    def restore(self, settings: Settings, run: RunFolder) -> Settings:
-        params = run.manifest().params
-        return settings.model_copy(
-            update={
-                "profile": ProfileSettings.model_validate(params["profile"]),
-                "server": settings.server.model_copy(
-                    update={"threads": params["threads"], "cpu_list": params.get("cpu_list")}
-                ),
-                "model": Path(params["model"]) if params.get("model") else None,
-            }
-        )
+    def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
+        if "server" in params:
+            return settings
+        # a run from before profiles recorded the server section: its threads and pinning only
+        server = settings.server.model_copy(update={"threads": params["threads"], "cpu_list": params.get("cpu_list")})
+        return settings.model_copy(update={"server": server})
 
     def prepare(self, settings: Settings, parts: Parts) -> None:
         assert parts.engine is not None
@@ -341,11 +315,11 @@ class Profile(Experiment):
         threads = p.threads or settings.server.threads
         shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)
         (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
-        dump = run.path / "raw" / "profile.jsonl"
+        dump = run.table_path(DUMP)
         part = dump.with_suffix(".part.jsonl")
         merge_part(dump, part)  # left by a hard-killed run
         n_depths = p.max_depth // p.chunk + 1
-        done = keep_complete_cycles(dump, n_depths)
+        done = keep_complete_cycles(run, n_depths)
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
         with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
             want = p.cycles
@@ -363,7 +337,7 @@ class Profile(Experiment):
                                        done * 2 * n_depths)  # fmt: skip
                     finally:  # what the instrument wrote so far is kept for a resume
                         merge_part(dump, part)
-                    done = keep_complete_cycles(dump, n_depths)
+                    done = keep_complete_cycles(run, n_depths)
                 meta, walls, nodes = parse_dump(dump)
                 nodes = band_nodes(nodes)
                 rows, summary = derive(walls, nodes, p.chunk)

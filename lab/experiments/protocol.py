@@ -1,12 +1,13 @@
 """The experiment protocol every experiment follows (sweep, trace replay, profile, the replay labs).
 
-An experiment says what it is called, which settings are its inputs (`params`), how a run's recorded inputs
-turn back into settings (`restore`, for resume), what it checks before anything is created (`prepare`), and
+An experiment says what it is called, which settings sections are its inputs (`records`: the protocol records
+them as the run's params and puts them back on resume, one record for every experiment; `own_params` and
+`restore_own` for inputs that are not settings), what it checks before anything is created (`prepare`), and
 how it measures in an open run (`measure`, which returns the run's results). `run_experiment` does the rest
 the same way for all of them:
 
     lock     a resumed run's one writer lock, held to the end       (a second writer is refused, by pid)
-    resume?  settings = experiment.restore(settings, run)           (a resumed run keeps its own inputs)
+    resume?  settings = restore(experiment, settings, run)          (a resumed run keeps its own inputs)
     parts    engine build, model, its sha256                        (before any run folder exists; the build is
              held in use to the end, so no prune removes it)
     prepare  everything else that can be validated                  (a bad input creates nothing)
@@ -28,7 +29,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
 
-from pydantic import ValidationError
+from pydantic import BaseModel, TypeAdapter, ValidationError
 from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
@@ -106,14 +107,15 @@ class Experiment(ABC):
 
     name: str  # the manifest's `experiment`, and part of the run folder's name
     needs_engine: ClassVar[bool] = True
+    records: ClassVar[tuple[str, ...]] = ()  # the Settings fields that are this experiment's inputs
 
-    @abstractmethod
-    def params(self, settings: Settings) -> dict[str, Any]:
-        """The inputs this run records (JSON); `restore` must turn them back into the same settings."""
+    def own_params(self, settings: Settings) -> dict[str, Any]:
+        """Inputs that are not settings (a trace file, say), recorded beside the settings sections."""
+        return {}
 
-    @abstractmethod
-    def restore(self, settings: Settings, run: RunFolder) -> Settings:
-        """`settings` with the inputs `run` was started with (its manifest's params) put back, for resume."""
+    def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
+        """Put back what `own_params` recorded (and read older runs' params); the settings sections are back."""
+        return settings
 
     def prepare(self, settings: Settings, parts: Parts) -> None:  # noqa: B027 (optional hook)
         """Validate everything that can be validated before a run folder exists (raise a LabError)."""
@@ -153,6 +155,29 @@ def engine_record(engine: EngineInfo) -> dict[str, Any]:
     }
 
 
+def record_params(experiment: Experiment, settings: Settings) -> dict[str, Any]:
+    """A run's params: the settings fields the experiment records, as JSON, and its own inputs."""
+    out: dict[str, Any] = {}
+    for name in experiment.records:
+        value = getattr(settings, name)
+        out[name] = value.model_dump(mode="json") if isinstance(value, BaseModel) else value and str(value)
+    return out | experiment.own_params(settings)
+
+
+def restore(experiment: Experiment, settings: Settings, run: RunFolder) -> Settings:
+    """`settings` with the inputs `run` was started with put back (a field an older run did not record keeps
+    today's value)."""
+    params = run.manifest().params
+    update = {name: _field(name).validate_python(params[name]) for name in experiment.records if name in params}
+    return experiment.restore_own(settings.model_copy(update=update), params, run)
+
+
+def _field(name: str) -> TypeAdapter[Any]:
+    annotation = Settings.model_fields[name].annotation
+    assert annotation is not None
+    return TypeAdapter(annotation)
+
+
 def resolve_parts(settings: Settings, needs_engine: bool) -> Parts:
     """The target, and for engine experiments the built engine and the model (hashed), before any folder."""
     parts = Parts(target=LocalTarget(settings.host_name))
@@ -177,16 +202,14 @@ def open_run(
     """A new run folder with its provenance recorded, or `resume` reopened after checking it was measured with
     the same engine build and model."""
     if resume is not None:
-        m = resume.manifest()
-        if m.experiment != experiment:
-            raise RunError(f"{resume.path.name} is a {m.experiment} run, not {experiment}")
+        m = resume.resumable(experiment)
         if parts.engine is not None and (
             m.engine.get("patch_sha256") != parts.engine.patch_sha256 or m.engine.get("flags") != parts.engine.flags
         ):
             raise RunError(f"{resume.path.name} was measured with another engine build; start a new run")
         if parts.model is not None and m.model.get("sha256") != parts.model_record["sha256"]:
             raise RunError(f"{resume.path.name} was measured with another model ({m.model.get('path')})")
-        resume.begin_resume()
+        resume.begin_resume(experiment)
         return Session(settings, resume, parts, resumed=True)
     run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
     if writer is not None:  # held until the caller's run ends
@@ -223,13 +246,9 @@ def _run(
     writer: contextlib.ExitStack,
 ) -> RunFolder:
     if resume is not None:
-        m = resume.manifest()
-        if m.experiment != experiment.name:
-            raise RunError(f"{resume.path.name} is a {m.experiment} run, not {experiment.name}")
-        if resume.ready or m.status == "complete":
-            raise RunError(f"{resume.path.name} is complete; a complete run is never changed")
+        resume.resumable(experiment.name)  # before its inputs are read back
         try:
-            settings = experiment.restore(settings, resume)
+            settings = restore(experiment, settings, resume)
         except (ValidationError, KeyError, TypeError, ValueError) as e:
             raise RunError(
                 f"{resume.path.name}: its recorded params do not fit this lab's settings ({e!s:.300})"
@@ -238,7 +257,7 @@ def _run(
     if parts.engine is not None:
         writer.enter_context(in_use(parts.engine))
     experiment.prepare(settings, parts)
-    sess = open_run(settings, experiment.name, experiment.params(settings), parts, resume, writer)
+    sess = open_run(settings, experiment.name, record_params(experiment, settings), parts, resume, writer)
     console.print(f"run folder: {sess.run.path}", highlight=False)
     with sess.run.guard():
         window = watch_host(sess, console) if experiment.needs_engine else None

@@ -133,6 +133,7 @@ class ReplayLab(Experiment):
     so bad options never leave a run folder behind; `measure` writes it into the run."""
 
     needs_engine = False
+    records = ("replay",)
 
     def __init__(self, which: str) -> None:
         if which not in LABS:
@@ -140,13 +141,6 @@ class ReplayLab(Experiment):
         self.which = which
         self.name = f"replay_{which}"  # one experiment name per lab
         self.result: LabResult | None = None
-
-    def params(self, settings: Settings) -> dict[str, Any]:
-        return {"replay": settings.replay.model_dump(mode="json")}
-
-    def restore(self, settings: Settings, run: RunFolder) -> Settings:
-        replay = ReplaySettings.model_validate(run.manifest().params["replay"])
-        return settings.model_copy(update={"replay": replay})
 
     def prepare(self, settings: Settings, parts: Parts) -> None:
         try:

@@ -22,7 +22,6 @@ import shutil
 import time
 from collections.abc import Hashable
 from pathlib import Path
-from typing import Any
 
 from pydantic import BaseModel
 from rich.console import Console
@@ -56,7 +55,7 @@ from lab.presenters import headline_tables
 from lab.presenters.sweep import print_summary
 from lab.runs import RunFolder
 from lab.schemas import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample, Where
-from lab.settings import ServerSettings, Settings, SweepSettings
+from lab.settings import Settings, SweepSettings
 
 SAMPLES, POINTS, TPS, FILLS, SUMMARY = "samples", "points", "prefill_tps", "fills", "arms_summary"
 
@@ -92,6 +91,7 @@ class Sweep(Experiment):
     both at every point."""
 
     name = "sweep"
+    records = ("sweep", "server", "model", "mmproj")
 
     def __init__(self) -> None:
         self.projector: Path | None = None
@@ -103,25 +103,6 @@ class Sweep(Experiment):
         self.n_vocab = 0
         self.plan: Plan | None = None
         self.took_s = 0.0
-
-    def params(self, settings: Settings) -> dict[str, Any]:
-        return {
-            "sweep": settings.sweep.model_dump(mode="json"),
-            "server": settings.server.model_dump(mode="json"),
-            "model": str(settings.model) if settings.model else None,
-            "mmproj": str(settings.mmproj) if settings.mmproj else None,
-        }
-
-    def restore(self, settings: Settings, run: RunFolder) -> Settings:
-        params = run.manifest().params
-        return settings.model_copy(
-            update={
-                "sweep": SweepSettings.model_validate(params["sweep"]),
-                "server": ServerSettings.model_validate(params["server"]),
-                "model": Path(params["model"]) if params.get("model") else None,
-                "mmproj": Path(params["mmproj"]) if params.get("mmproj") else None,
-            }
-        )
 
     def driver_news(self, settings: Settings) -> list[int]:
         return sorted({only_new(p, self.geometry) for p in grid(settings.sweep)})

@@ -21,7 +21,6 @@ from collections.abc import Callable
 from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, text_step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
-from lab.errors import LabError
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.protocol import Session
 from lab.experiments.sweep_grid import GridPoint, only_new, point_seed, point_text_step
@@ -67,14 +66,7 @@ def measure_point(
     slots: list[Arm] = [a for a in ARMS if a in sw.arms]
 
     def run(arm: Arm, rep: int) -> ArmResult:
-        r = client.run_arm(arm, step, saved)
-        if not r.ok and client.died(r):
-            srv = client.srv
-            raise ServerCrashed(
-                f"llama-server died during {p.id} {arm} rep {rep} (exit "
-                f"{srv.proc and srv.proc.returncode}); see {srv.log_path}"
-            )
-        return r
+        return client.run_arm_alive(arm, step, saved, what=f"{p.id} {arm} rep {rep}")
 
     walls: dict[int, float] = {}
     for rep in range(sw.max_reps):
@@ -104,10 +96,6 @@ def measure_point(
     ]
     point.rep_s = median_interval(later or list(walls.values()), f"{p.id}/rep_s")
     return samples, tps, point
-
-
-class ServerCrashed(LabError):
-    pass
 
 
 def driver_estimate(driver: DriverSession, geometry: ImageGeometry | None) -> Estimate:

@@ -23,11 +23,11 @@ from lab.engine.media import filler_text, image_step
 from lab.engine.models import resolve_projector
 from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
-from lab.errors import LabError
+from lab.errors import LabError, validation_line
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
-from lab.runs import RunError, RunFolder, utc_now
+from lab.runs import RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
-from lab.settings import ServerSettings, Settings
+from lab.settings import Settings
 from lab.stats import median_interval
 
 STEPS, TASKS = "steps", "tasks"
@@ -48,7 +48,7 @@ def load_trace(path: Path) -> list[TraceStep]:
             step = TraceStep.model_validate(json.loads(line))
             step.prior_depth()
         except (json.JSONDecodeError, ValidationError, ValueError) as e:
-            raise TraceError(f"{path}:{i}: {_why(e)}") from e
+            raise TraceError(f"{path}:{i}: {validation_line(e, root='step')}") from e
         key = (step.task_id, step.step)
         if key in seen:
             raise TraceError(f"{path}:{i}: duplicate step {step.step} of task {step.task_id!r}")
@@ -57,12 +57,6 @@ def load_trace(path: Path) -> list[TraceStep]:
     if not steps:
         raise TraceError(f"{path}: no steps")
     return steps
-
-
-def _why(e: Exception) -> str:
-    if isinstance(e, ValidationError):
-        return "; ".join(f"{'.'.join(map(str, x['loc'])) or 'step'}: {x['msg']}" for x in e.errors()[:3])
-    return str(e)
 
 
 def check_replayable(steps: list[TraceStep], ctx_size: int, has_vision: bool, trace: Path) -> None:
@@ -221,11 +215,7 @@ def replay_step(
     s = step_for(client.srv, step, shots_dir, n_vocab, geom)
     results = []
     for _ in range(reps):
-        r = client.run_arm("fake", s)
-        if not r.ok and client.died(r):
-            srv = client.srv
-            raise RunError(f"llama-server died replaying {step.task_id} step {step.step}; see {srv.log_path}")
-        results.append(r)
+        results.append(client.run_arm_alive("fake", s, what=f"{step.task_id} step {step.step}"))
     bad = next((r for r in results if not r.ok), None)
     seconds = [r.timings.prompt_ms / 1e3 for r in results if r.ok and r.timings]
     iv = median_interval(seconds, key=f"{step.task_id}/{step.step}") if bad is None else None
@@ -279,6 +269,7 @@ class TraceReplay(Experiment):
     """Replay of a recorded agent trace, one fake-prefix request per step."""
 
     name = "trace_replay"
+    records = ("server", "model", "mmproj")
 
     def __init__(self, trace: Path | None, reps: int = 1) -> None:
         self.trace = trace
@@ -290,29 +281,15 @@ class TraceReplay(Experiment):
         self.results: list[TraceStepResult] = []
         self.tasks: list[TraceTaskResult] = []
 
-    def params(self, settings: Settings) -> dict[str, Any]:
+    def own_params(self, settings: Settings) -> dict[str, Any]:
         assert self.trace is not None
-        return {
-            "trace": str(self.trace.resolve()),
-            "n_steps": len(self.steps),
-            "reps": self.reps,
-            "server": settings.server.model_dump(mode="json"),
-            "model": str(settings.model) if settings.model else None,
-            "mmproj": str(settings.mmproj) if settings.mmproj else None,
-        }
+        return {"trace": str(self.trace.resolve()), "n_steps": len(self.steps), "reps": self.reps}
 
-    def restore(self, settings: Settings, run: RunFolder) -> Settings:
-        params = run.manifest().params
+    def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
         self.trace = run.path / "raw" / "trace.jsonl"  # the run's own copy: the original may have moved on
         self.reps = int(params.get("reps", 1))
         self.shots_dir = Path(params["trace"]).parent  # relative screenshots are relative to the original
-        return settings.model_copy(
-            update={
-                "server": ServerSettings.model_validate(params["server"]),
-                "model": Path(params["model"]) if params.get("model") else None,
-                "mmproj": Path(params["mmproj"]) if params.get("mmproj") else None,
-            }
-        )
+        return settings
 
     def prepare(self, settings: Settings, parts: Parts) -> None:
         """Refuse before anything starts: a bad trace line, screenshots without a projector or a broken
@@ -337,16 +314,15 @@ class TraceReplay(Experiment):
                 raise TraceError(f"{self.trace}: task {s.task_id!r} step {s.step}: screenshot {shot}: {e}") from e
 
     def measure(self, sess: Session, console: Console) -> Outcome:
-        run, settings = sess.run, sess.settings
+        run = sess.run
         assert self.trace is not None and self.shots_dir is not None
         if not sess.resumed:
             shutil.copyfile(self.trace, run.path / "raw" / "trace.jsonl")
         shots_dir = self.shots_dir
-        done = {(r.task_id, r.step): r for r in run.read(STEPS, TraceStepResult, tolerate_torn_tail=True)}
-        run.rewrite(STEPS, done.values())
+        done = run.finished_points(STEPS, TraceStepResult, [], lambda r: (r.task_id, r.step))
         todo = [s for s in self.steps if (s.task_id, s.step) not in done]
-        if todo:
-            extra = [*settings.server.extra_args, *(["--mmproj", str(self.projector)] if self.projector else [])]
+        if todo:  # Session.server puts the user's server.extra_args first
+            extra = ["--mmproj", str(self.projector)] if self.projector else []
             with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 client = ContractClient(srv)
