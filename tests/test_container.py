@@ -231,7 +231,7 @@ def test_compose_run_sweep_writes_a_run_folder(built: Built, tmp_path: Path) -> 
     not_owned = [p for p in [run, *run.rglob("*")] if p.lstat().st_uid != uid]
     assert not not_owned, f"written by another uid than the mapped {uid}: {not_owned[:5]}"
 
-    # the host's lab reads what the container wrote: every row validates against lab/schemas.py
+    # the host's lab reads what the container wrote: every row validates against lab/schemas/
     lab = str(Path(sys.executable).parent / "lab")
     ingest = subprocess.run(
         [lab, "catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(tmp_path / "catalog")],

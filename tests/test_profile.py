@@ -17,7 +17,8 @@ from typing import Any
 import pytest
 
 from lab.costmodel import model_cost
-from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, PREDICTED, WALLS, summarize, too_wide
+from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, PREDICTED, WALLS
+from lab.experiments.profile_derive import summarize, too_wide
 from lab.runs import RunFolder
 from lab.schemas import BANDS, BandAt, BandDepth, Interval, ProfileSummary, ProfileWall
 from lab.stats import linear_fit

@@ -171,7 +171,7 @@ def test_a_single_depth_is_refused() -> None:
 
 
 def test_the_crossover_line_prints_its_number_once() -> None:
-    from lab.experiments.profile import prediction_lines
+    from lab.presenters.profile import prediction_lines
     from lab.schemas import Interval, ProfileSummary
 
     s = ProfileSummary(

@@ -8,7 +8,6 @@ from pathlib import Path
 from typing import Any
 
 from rich.console import Console
-from rich.table import Table
 
 from lab.engine.imagegrid import ImageGeometry
 from lab.errors import UsageError
@@ -18,13 +17,13 @@ from lab.plan import (
     Rates,
     Where,
     fit_reps,
-    fmt_duration,
     parse_duration,
     plan,
     rates_from_chunks,
     rates_from_file,
 )
 from lab.plan import rates_from_profile as _profile_rates
+from lab.presenters.plan import plan_line, plan_table
 from lab.runs import RunError, resolve_run
 from lab.schemas import InprocFill
 from lab.settings import Settings
@@ -121,28 +120,6 @@ def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float)
         update={"max_reps": reps, "min_reps": min(settings.sweep.min_reps, reps), "reps": None}
     )
     return settings.model_copy(update={"sweep": sw})
-
-
-def plan_table(old: Plan, new: Plan) -> Table:
-    r = new.rates
-    t = Table(title=f"plan: {new.points} points x {new.reps} reps ({new.where}); rates {r.describe()} ({r.source})")
-    for c in ("arm", "what it decodes (this lab)", "this lab", "prefill per rep"):
-        t.add_column(c, justify="left" if c.startswith(("arm", "what")) else "right")
-    before = {a.arm: a.seconds for a in old.arms}
-    for a in new.arms:
-        t.add_row(a.arm, a.what, fmt_duration(a.seconds), fmt_duration(before[a.arm]) if a.arm in before else "-")
-    for arm, s in before.items():
-        if arm not in {a.arm for a in new.arms}:
-            t.add_row(arm, "(not measured by this lab's design)", "-", fmt_duration(s))
-    t.add_row("total", "", fmt_duration(new.total_s), fmt_duration(old.total_s), style="bold")
-    return t
-
-
-def plan_line(new: Plan, actual_s: float | None = None) -> str:
-    line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
-    if actual_s is not None:
-        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction)" if new.total_s else ""
-    return line
 
 
 def rates_for(settings: Settings) -> Rates:

@@ -35,7 +35,7 @@ from lab.engine.models import resolve_projector
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
-from lab.experiments.planning import plan_line, plan_of_run, plan_results
+from lab.experiments.planning import plan_of_run, plan_results
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, point_text_step, stream_tokens
 from lab.experiments.sweep_server import (
@@ -52,6 +52,7 @@ from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_comma
 from lab.instrument import InstrumentInfo
 from lab.plan import Plan
 from lab.presenters import headline_tables
+from lab.presenters.plan import plan_line
 from lab.presenters.sweep import print_summary
 from lab.runs import RunFolder
 from lab.schemas import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample, Where

@@ -15,7 +15,6 @@ from typing import Any
 
 from pydantic import ValidationError
 from rich.console import Console
-from rich.table import Table
 
 from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
 from lab.engine.imagegrid import TINY_GEOMETRY, ImageGeometry
@@ -25,6 +24,7 @@ from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
 from lab.errors import LabError, validation_line
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.presenters.trace import replay_table
 from lab.runs import RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
 from lab.settings import Settings
@@ -354,19 +354,3 @@ def run_replay(
     reps: int = 1,
 ) -> RunFolder:
     return run_experiment(TraceReplay(trace, reps), settings, resume, console)
-
-
-def replay_table(tasks: list[TraceTaskResult]) -> Table:
-    t = Table(title="trace replay: measured optimum prefill (fake prefix) and opt_wall per task")
-    for col in ("task", "steps", "failed", "opt prefill s", "baseline prefill s", "decode s", "exec s", "opt_wall s"):
-        t.add_column(col, justify="right")
-
-    def f(v: float | None) -> str:
-        return "-" if v is None else f"{v:.3f}"
-
-    for r in tasks:
-        t.add_row(
-            r.task_id, str(r.n_steps), str(r.n_failed), f(r.measured_opt_prefill_s), f(r.baseline_prefill_s),
-            f(r.baseline_decode_s), f(r.baseline_exec_s), f(r.opt_wall_s),
-        )  # fmt: skip
-    return t

@@ -1,0 +1,113 @@
+"""The profile's printers: the band table, achieved GFLOP/s, and the crossover and prediction lines, from its stored
+rows and summary."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary
+
+
+def _pm(value: float, lo: float | None, hi: float | None) -> str:
+    """`0.123 +-3%`: a value and its 95% interval's half-width, relative."""
+    if lo is None or hi is None or not value:
+        return f"{value:.3f}"
+    return f"{value:.3f} +-{(hi - lo) / 2 / value:.0%}"
+
+
+def _iv(iv: Interval | None, pct: bool = False, digits: int = 3) -> str:
+    return "-" if iv is None else iv.fmt(pct=pct, digits=digits)
+
+
+def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
+    t = Table(
+        title=f"prefill ms/token per band vs depth (TIMED share x FUSED chunk ms / chunk; +- the 95% interval over "
+        f"{s.cycles} cycles)"
+    )
+    t.add_column("depth", justify="right")
+    for b in BANDS:
+        t.add_column(b, justify="right")
+    t.add_column("TIMED/FUSED - 1", justify="right")
+    t.add_column("FUSED/bench", justify="right")
+    for depth in sorted({r.depth for r in rows}):
+        per = {r.band: r for r in rows if r.depth == depth}
+        gap = s.timed_vs_fused_gap_ci.get(str(depth))
+        bench = s.fused_vs_bench_ci.get(str(depth))
+        ratio = s.fused_vs_bench.get(str(depth))
+        t.add_row(
+            str(depth), *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
+            _iv(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
+            _iv(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
+        )  # fmt: skip
+    t.caption = (
+        f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {_iv(s.attn_slope_ci, digits=4)} "
+        f"ms/token per 1k depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
+    )
+    return t
+
+
+def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
+    """Achieved GFLOP/s per band and depth [95% interval] and its share of the probed GEMM peak."""
+    peak = s.peak_gemm_gflops_ci
+    t = Table(title="achieved GFLOP/s by band (predicted FLOPs / measured ms) [95% interval]"
+              + (f"; share of this host's GEMM peak {peak.fmt(digits=1)} GFLOP/s" if peak else ""))  # fmt: skip
+    t.add_column("depth", justify="right")
+    for b in BANDS:
+        t.add_column(b, justify="right")
+    for depth in sorted({r.depth for r in rows}):
+        per = {r.band: r for r in rows if r.depth == depth}
+        cells = []
+        for b in BANDS:
+            r = per.get(b)
+            if r is None or r.gflops is None:
+                cells.append("-")
+                continue
+            ci = f" [{r.gflops_lo:.1f}, {r.gflops_hi:.1f}]" if r.gflops_lo and r.gflops_hi else ""
+            cells.append(f"{r.gflops:.1f}{ci}" + (f" {r.peak_share:.0%}" if r.peak_share is not None else ""))
+        t.add_row(str(depth), *cells)
+    return t
+
+
+def crossover_text(s: ProfileSummary) -> str:
+    """The measured crossover, its number once: `2658 [2567, 2729]`, or `not reached by depth 1024`."""
+    return s.crossover_ci.fmt(digits=0) if s.crossover_ci is not None else s.crossover_note
+
+
+def time_crossover_text(s: ProfileSummary) -> str:
+    if s.time_crossover_ci is None:
+        return s.time_crossover_note or "-"
+    note = f" ({s.time_crossover_note})" if s.time_crossover_note else ""
+    return s.time_crossover_ci.fmt(digits=0) + note
+
+
+def prediction_lines(s: ProfileSummary) -> list[str]:
+    """The crossover predicted in time (this profile's rates) and from FLOPs beside the measured one, and the
+    attention slope."""
+    if s.predicted_crossover_depth is None and s.attn_flops_per_token_per_1k is None:
+        return [f"cost model: {s.cost_model}"] if s.cost_model else []
+    out = []
+    pred = s.predicted_crossover_depth
+    line = (
+        f"crossover: measured {crossover_text(s)}; predicted in time {time_crossover_text(s)}; "
+        f"from FLOPs {'none' if pred is None else f'{pred:.0f}'}"
+    )
+    if s.crossover_vs_predicted_ci is not None:
+        line += f" (measured / FLOP prediction {s.crossover_vs_predicted_ci.fmt()})"
+    out.append(line)
+    if s.band_gflops_ci:
+        rates = ", ".join(f"{b} {iv.fmt(digits=1)}" for b, iv in s.band_gflops_ci.items())
+        oh = s.attn_overhead_ms_ci
+        overhead = f"; attn_core's per-token overhead {oh.fmt(digits=4)} ms" if oh is not None else ""
+        out.append(f"rates (GFLOP/s on counted FLOPs): {rates}{overhead}")
+    if s.attn_flops_per_token_per_1k is not None:
+        line = f"attention slope: {s.attn_flops_per_token_per_1k / 1e6:.4g} MFLOP per token per 1k depth predicted"
+        if s.predicted_attn_slope_ms_per_token_per_1k is not None:
+            line += (f", {s.predicted_attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k at the rate ffn_moe "
+                     f"achieves; measured {_iv(s.attn_slope_ci, digits=4)}")  # fmt: skip
+        if s.attn_slope_vs_predicted_ci is not None:
+            line += f" (measured / predicted {s.attn_slope_vs_predicted_ci.fmt()})"
+        out.append(line)
+    if s.peak_copy_gbps_ci is not None and s.peak_gemm_gflops_ci is not None:
+        out.append(f"this host: GEMM {s.peak_gemm_gflops_ci.fmt(digits=1)} GFLOP/s at {tuple(s.peak_gemm_shape)}, "
+                   f"memcpy {s.peak_copy_gbps_ci.fmt(digits=2)} GB/s ({s.cost_model})")  # fmt: skip
+    return out

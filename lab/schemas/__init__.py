@@ -1,0 +1,37 @@
+"""One schema per table, shared by every writer (experiments) and reader (catalog, reports, compare): the
+shared pieces in `base`, then one module per experiment family. Import them from here."""
+
+from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, Verdict, Where, ggml_pad
+from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample
+from lab.schemas.trace import TraceStep, TraceStepResult, TraceTaskResult
+
+__all__ = [
+    "BANDS",
+    "KV_PAD",
+    "ArmName",
+    "ArmStats",
+    "ArmsSummary",
+    "Band",
+    "BandAt",
+    "BandCycle",
+    "BandDepth",
+    "InprocFill",
+    "Interval",
+    "PrefillTps",
+    "ProfileSummary",
+    "ProfileWall",
+    "ReplayCostRow",
+    "ReplayExactRow",
+    "ReplayRowWork",
+    "ReplaySpanRow",
+    "SweepPoint",
+    "SweepSample",
+    "TraceStep",
+    "TraceStepResult",
+    "TraceTaskResult",
+    "Verdict",
+    "Where",
+    "ggml_pad",
+]

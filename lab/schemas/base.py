@@ -1,0 +1,56 @@
+"""What every table shares: the arms, the verdicts, an interval, the bands, an arm's statistics.
+
+Units are in the field names. `L` counts prior KV cells (tokens) the new tokens attend over, not positions:
+for text the two are equal; an image's tokens outnumber its positions.
+"""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+ArmName = Literal["baseline", "fake", "genuine", "plain"]
+Where = Literal["server", "inproc"]  # through llama-server's HTTP API, or in one process with libllama (lab/inproc)
+Verdict = Literal["agree", "disagree", "undecided"]
+
+
+class Interval(BaseModel):
+    """A point estimate with its 95% interval (lab.stats), and how many samples (or pairs) it rests on."""
+
+    value: float
+    lo: float
+    hi: float
+    n: int = Field(ge=1)
+
+    @property
+    def half_width(self) -> float:
+        """Half the interval's width, relative to the estimate (0.03: +-3%)."""
+        return (self.hi - self.lo) / 2 / abs(self.value) if self.value else float("inf")
+
+    def fmt(self, pct: bool = False, digits: int = 3) -> str:
+        """`1.012 [0.998, 1.027]`, or with pct=True, as a change: `+1.2% [-0.2%, +2.7%]`."""
+        if pct:
+            return f"{self.value - 1:+.1%} [{self.lo - 1:+.1%}, {self.hi - 1:+.1%}]"
+        return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+
+# Where prefill time goes, per profiled graph node (lab.experiments.bands sorts nodes into these):
+Band = Literal["ffn_moe", "attn_core", "proj", "gdn", "other"]
+BANDS: tuple[Band, ...] = ("ffn_moe", "attn_core", "proj", "gdn", "other")
+
+KV_PAD = 256  # llama_kv_cache::get_n_kv pads the attended columns to a multiple of max(n_pad, 256)
+
+
+def ggml_pad(n: int, to: int = KV_PAD) -> int:
+    return (n + to - 1) // to * to
+
+
+class ArmStats(BaseModel):
+    median_ms: float | None = None
+    median_lo_ms: float | None = Field(default=None, description="the median's 95% interval, low end")
+    median_hi_ms: float | None = Field(default=None, description="the median's 95% interval, high end")
+    min_ms: float | None = None
+    max_ms: float | None = None
+    n_ok: int = 0
+    n_failed: int = 0

@@ -1,0 +1,107 @@
+"""The profile's rows: walls, bands per depth and per cycle, predicted bands, and the run's summary."""
+
+from __future__ import annotations
+
+from typing import Literal
+
+from pydantic import BaseModel, Field
+
+from lab.schemas.base import Interval
+
+
+class ProfileWall(BaseModel):
+    """raw/profile_walls.jsonl: llama_decode wall of one chunk at `depth` in one pass of one cycle."""
+
+    mode: Literal["fused", "timed"]
+    cycle: int
+    depth: int
+    ms: float
+
+
+class BandDepth(BaseModel):
+    """raw/profile_bands.jsonl: one band at one depth (medians over cycles)."""
+
+    depth: int
+    band: str
+    timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk")
+    share: float = Field(description="band / all bands, TIMED")
+    fused_chunk_ms: float = Field(description="FUSED llama_decode wall of the chunk")
+    ms_per_token: float = Field(description="share x fused_chunk_ms / chunk")
+    ms_per_token_lo: float | None = Field(default=None, description="its 95% interval (bootstrap over cycles)")
+    ms_per_token_hi: float | None = None
+    flops_per_token: float | None = Field(default=None, description="predicted from the GGUF (lab.costmodel)")
+    bytes_per_token: float | None = Field(default=None, description="predicted bytes moved per token")
+    intensity: float | None = Field(default=None, description="predicted FLOPs per byte moved")
+    gflops: float | None = Field(default=None, description="achieved: predicted FLOPs / measured ms")
+    gflops_lo: float | None = Field(default=None, description="its 95% interval (from the ms interval)")
+    gflops_hi: float | None = None
+    peak_share: float | None = Field(default=None, description="gflops / this host's GEMM GFLOP/s (probed)")
+
+
+class BandCycle(BaseModel):
+    """raw/profile_band_cycles.jsonl: one band at one depth in one cycle (the samples behind BandDepth)."""
+
+    cycle: int
+    depth: int
+    band: str
+    timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk, this cycle")
+    ms_per_token: float = Field(description="this cycle's TIMED share x its FUSED chunk ms / chunk")
+
+
+class BandAt(BaseModel):
+    """raw/profile_predicted.jsonl: a band's predicted ms/token at a depth, from a profile's own rates
+    (lab.timemodel); also what `lab model cost --rates` prints."""
+
+    depth: int
+    band: str = Field(description="a band, or total (all bands)")
+    ms_per_token: Interval
+
+
+class ProfileSummary(BaseModel):
+    """raw/profile_summary.json: the derived results of a profile run."""
+
+    max_depth: int
+    crossover_depth: float | None = Field(
+        default=None, description="attn_core overtakes ffn_moe (interpolated); None: not reached by max_depth"
+    )
+    crossover_note: str = Field(description="the crossover as printed, or 'not reached by depth D'")
+    attn_slope_ms_per_token_per_1k: float
+    attn_intercept_ms_per_token: float
+    attn_r2: float
+    flat_cv: dict[str, float]
+    timed_vs_fused_gap: dict[str, float] = Field(description="per depth: TIMED node sum / FUSED wall - 1")
+    timed_vs_fused_gap_mean: float
+    dump_json_bytes: int | None = None
+    dump_parquet_bytes: int | None = None
+    fused_vs_bench: dict[str, float] = Field(
+        default_factory=dict, description="per depth: FUSED chunk ms / llama-bench -p chunk -d depth ms"
+    )
+    cycles: int = Field(default=0, description="cycles the medians and the intervals rest on")
+    crossover_ci: Interval | None = Field(default=None, description="the crossover depth's 95% interval")
+    attn_slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth (bootstrap over cycles)")
+    attn_r2_ci: Interval | None = None
+    timed_vs_fused_gap_ci: dict[str, Interval] = Field(
+        default_factory=dict, description="per depth: TIMED node sum / FUSED wall (a ratio) and its interval"
+    )
+    fused_vs_bench_ci: dict[str, Interval] = Field(default_factory=dict, description="per depth (over cycles)")
+    cost_model: str = Field(default="", description="what the predictions come from, or why there are none")
+    predicted_crossover_depth: float | None = Field(default=None, description="attn_core FLOPs = ffn_moe FLOPs")
+    crossover_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted crossover")
+    attn_flops_per_token_per_1k: float | None = Field(default=None, description="predicted FLOP slope of attn_core")
+    predicted_attn_slope_ms_per_token_per_1k: float | None = Field(
+        default=None, description="the FLOP slope at the rate ffn_moe achieves (median over depths)"
+    )
+    attn_slope_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted slope")
+    peak_gemm_gflops_ci: Interval | None = Field(default=None, description="this host's GEMM GFLOP/s (lab.peaks)")
+    peak_copy_gbps_ci: Interval | None = Field(default=None, description="this host's memcpy GB/s (lab.peaks)")
+    peak_gemm_shape: list[int] = Field(default_factory=list, description="(m, k, n) of the probed GEMM")
+    time_crossover_ci: Interval | None = Field(
+        default=None, description="predicted in time: attn_core ms/token = ffn_moe's, from this profile's rates"
+    )
+    time_crossover_note: str = Field(default="", description="why there is none, or how many resamples lack one")
+    band_gflops_ci: dict[str, Interval] = Field(
+        default_factory=dict, description="per band: GFLOP/s its counted FLOPs run at (lab.timemodel)"
+    )
+    attn_overhead_ms_ci: Interval | None = Field(
+        default=None, description="attn_core's per-token time that does not grow with depth (lab.timemodel)"
+    )

@@ -1,0 +1,73 @@
+"""The trace replay's rows: a trace's steps, and per step and task what the replay measured."""
+
+from __future__ import annotations
+
+from pydantic import BaseModel, Field
+
+from lab.schemas.base import Interval
+
+
+class TraceStep(BaseModel):
+    """One recorded agent step (a line of a trace JSONL). Give the prior depth either as `L` or as
+    `depth` + `only_new` (then L = depth - only_new)."""
+
+    task_id: str
+    step: int = Field(ge=0)
+    L: int | None = Field(default=None, ge=0, description="prior KV cells (tokens) treated as cached")
+    depth: int | None = Field(default=None, ge=1, description="context length after this step's new tokens")
+    only_new: int | None = Field(default=None, ge=1, description="tokens this step appends")
+    new_text: str = Field(min_length=1)
+    screenshot: str | None = Field(default=None, description="path of the step's new screenshot (PNG)")
+    baseline_prefill_s: float | None = Field(default=None, ge=0)
+    baseline_decode_s: float | None = Field(default=None, ge=0)
+    baseline_exec_s: float | None = Field(default=None, ge=0)
+
+    def prior_depth(self) -> int:
+        if self.L is not None and self.depth is None:
+            return self.L
+        if self.L is None and self.depth is not None and self.only_new is not None:
+            if self.only_new > self.depth:
+                raise ValueError(f"only_new ({self.only_new}) > depth ({self.depth})")
+            return self.depth - self.only_new
+        raise ValueError("give either L, or depth and only_new")
+
+
+class TraceStepResult(BaseModel):
+    """raw/steps.jsonl: one replayed step."""
+
+    task_id: str
+    step: int
+    L: int
+    new_tokens: int
+    trace_only_new: int | None = None
+    ok: bool
+    reason: str = ""
+    measured_opt_prefill_s: float | None = Field(
+        default=None, description="prompt_ms / 1e3 of the fake request (the median when measured several times)"
+    )
+    measured_ci: Interval | None = Field(default=None, description="its 95% interval (seconds), from two reps on")
+    reps: int = Field(default=1, description="times the step was measured")
+    fake_ms: float | None = None
+    cache_n: int | None = None
+    prompt_n: int | None = None
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    screenshot: str | None = None
+    image_tokens: int | None = Field(default=None, description="prompt tokens of the screenshot (incl. markers)")
+    encode_ms: float | None = Field(default=None, description="vision encode ms (server log); inside prompt_ms")
+    t_utc: str
+
+
+class TraceTaskResult(BaseModel):
+    """raw/tasks.jsonl: per task, opt_wall = measured_opt_prefill + baseline_decode + baseline_exec."""
+
+    task_id: str
+    n_steps: int
+    n_failed: int
+    measured_opt_prefill_s: float
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    opt_wall_s: float | None = None
+    baseline_wall_s: float | None = None
