@@ -13,7 +13,7 @@ import altair as alt
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import MUTED, Chart, empty_chart, newest_run_picker, title
+from lab.reports.style import Chart, empty_chart, info_panel, newest_run_picker, title
 from lab.settings import ReportSettings
 
 TITLE = "In one process: what the new tokens cost after each way of having the prefix"
@@ -88,13 +88,7 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
     panels = [per_new, restore]
     info = _info_frame(catalog_dir, runs)
     if not info.empty:
-        panels.append(
-            alt.Chart(info)
-            .mark_text(align="left", baseline="top", lineBreak="\n", fontSize=12, color=MUTED)
-            .encode(x=alt.value(0), y=alt.value(0), text="info:N")
-            .transform_filter(keep)
-            .properties(width=width, height=50, view=alt.ViewConfig(stroke=None))
-        )
+        panels.append(info_panel(info, keep, width, 50))
     return (
         alt.vconcat(*panels, spacing=28)
         .add_params(param)

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import MUTED, Chart, empty_chart, newest_run_picker, title
+from lab.reports.style import MUTED, Chart, empty_chart, info_panel, newest_run_picker, title
 from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
@@ -106,13 +106,7 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
     )
     panels = [top]
     if not info.empty:
-        panels.append(
-            alt.Chart(info)
-            .mark_text(align="left", baseline="top", lineBreak="\n", fontSize=12, color=MUTED)
-            .encode(x=alt.value(0), y=alt.value(0), text="info:N")
-            .transform_filter(keep)
-            .properties(width=width, height=34, view=alt.ViewConfig(stroke=None))
-        )
+        panels.append(info_panel(info, keep, width, 34))
     gaps = _gap_frame(summary)
     if not gaps.empty:
         line = (

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import altair as alt
@@ -69,3 +70,44 @@ def newest_run_picker(
     drawn = drawn[drawn["run_id"].isin(rows["run_id"])].reset_index(drop=True)
     default = newest_run(drawn, experiment) or str(rows["run_id"].iloc[-1])
     return drawn, run_param(name, prompt, drawn, default), run_filter(name)
+
+
+def error_bars(df: pd.DataFrame, lo: str, hi: str, y_scale: Any, color: Any, param: str) -> Chart:
+    """Vertical rules from `lo` to `hi` at each point's estimate (rows without an interval draw none)."""
+    return (
+        alt.Chart(df)
+        .mark_rule(strokeWidth=1.5, opacity=0.7)
+        .encode(x="opt_prefill_ms:Q", y=alt.Y(f"{lo}:Q", scale=y_scale), y2=f"{hi}:Q", color=color)
+        .transform_filter(f"isValid(datum.{lo}) && isValid(datum.{hi})")
+        .transform_filter(run_filter(param, allow_all=True))
+    )
+
+
+def extent(df: pd.DataFrame, columns: list[str]) -> tuple[float, float]:
+    """Log-axis domain around the positive values of `columns`, with a margin."""
+    values = pd.concat([df[c] for c in columns]).astype(float)
+    values = values[values > 0]
+    if values.empty:
+        return 1.0, 10.0
+    return float(values.min()) / 1.15, float(values.max()) * 1.15
+
+
+def log_axis(lo: float, hi: float) -> alt.Axis:
+    """Ticks at 1, 2, 3 and 5 times the powers of ten inside [lo, hi]: readable labels on a short log axis."""
+    ticks: list[float] = []
+    exp = math.floor(math.log10(lo))
+    while 10.0**exp <= hi:
+        ticks += [m * 10.0**exp for m in (1, 2, 3, 5) if lo <= m * 10.0**exp <= hi]
+        exp += 1
+    return alt.Axis(values=ticks, format=",~g", grid=True)
+
+
+def info_panel(info: pd.DataFrame, keep: str, width: int, height: int) -> Chart:
+    """The provenance lines under a chart, for the run the picker shows."""
+    return (
+        alt.Chart(info)
+        .mark_text(align="left", baseline="top", lineBreak="\n", fontSize=12, color=MUTED)
+        .encode(x=alt.value(0), y=alt.value(0), text="info:N")
+        .transform_filter(keep)
+        .properties(width=width, height=height, view=alt.ViewConfig(stroke=None))
+    )
