@@ -69,21 +69,35 @@ def _inverse(iv: Interval | None) -> Interval | None:
 
 def steps_of(points: list[SweepPoint], host: str, model: str, run_id: str) -> list[HeadlineStep]:
     return [
-        HeadlineStep(host=host, model=model, run_id=run_id, L=p.L, new=p.new, image=p.image,
-                     cached_ms=_median(p.fake), reprefill_ms=_median(p.baseline),
-                     speedup=_inverse(p.fake_vs_baseline_ci))
+        HeadlineStep(
+            host=host,
+            model=model,
+            run_id=run_id,
+            L=p.L,
+            new=p.new,
+            image=p.image,
+            cached_ms=_median(p.fake),
+            reprefill_ms=_median(p.baseline),
+            speedup=_inverse(p.fake_vs_baseline_ci),
+        )
         for p in sorted(points, key=lambda p: (p.image or "", p.L, p.new))
-    ]  # fmt: skip
+    ]
 
 
 def profile_of(bands: list[BandDepth], summary: ProfileSummary, host: str, model: str, run_id: str) -> HeadlineProfile:
     deepest = max(r.depth for r in bands)
     at = {r.band: r.share for r in bands if r.depth == deepest}
     return HeadlineProfile(
-        host=host, model=model, run_id=run_id, depth=deepest, shares={b: at.get(b, 0.0) for b in BANDS},
-        crossover=summary.crossover_ci, crossover_note=summary.crossover_note,
-        predicted_crossover=summary.predicted_crossover_depth, time_crossover=summary.time_crossover_ci,
-    )  # fmt: skip
+        host=host,
+        model=model,
+        run_id=run_id,
+        depth=deepest,
+        shares={b: at.get(b, 0.0) for b in BANDS},
+        crossover=summary.crossover_ci,
+        crossover_note=summary.crossover_note,
+        predicted_crossover=summary.predicted_crossover_depth,
+        time_crossover=summary.time_crossover_ci,
+    )
 
 
 def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[str]:
@@ -92,9 +106,11 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
     text = [s for s in steps if s.image is None and s.cached_ms and s.reprefill_ms]
     if text:
         s = max(text, key=lambda s: (s.L, -s.new))
-        out.append(f"{s.host} / {s.model}: a {s.new}-token step after {s.L:,} cached tokens costs "
-                   f"{s.cached_ms.fmt(digits=1) if s.cached_ms else '-'} ms with the cache, "
-                   f"{s.reprefill_ms.fmt(digits=1) if s.reprefill_ms else '-'} ms re-prefilled")  # fmt: skip
+        out.append(
+            f"{s.host} / {s.model}: a {s.new}-token step after {s.L:,} cached tokens costs "
+            f"{s.cached_ms.fmt(digits=1) if s.cached_ms else '-'} ms with the cache, "
+            f"{s.reprefill_ms.fmt(digits=1) if s.reprefill_ms else '-'} ms re-prefilled"
+        )
         if s.speedup:
             out.append(f"the cache makes that step {s.speedup.fmt(digits=1)} times faster")
     for p in profiles[:1]:

@@ -68,8 +68,15 @@ def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "") -> ArmStats
     iv = median_interval(ms, key)
     if iv is None:
         return ArmStats(n_failed=n_failed)
-    return ArmStats(median_ms=iv.value, median_lo_ms=iv.lo, median_hi_ms=iv.hi, min_ms=min(ms), max_ms=max(ms),
-                    n_ok=len(ms), n_failed=n_failed)  # fmt: skip
+    return ArmStats(
+        median_ms=iv.value,
+        median_lo_ms=iv.lo,
+        median_hi_ms=iv.hi,
+        min_ms=min(ms),
+        max_ms=max(ms),
+        n_ok=len(ms),
+        n_failed=n_failed,
+    )
 
 
 def paired_values(a: Mapping[int, float], b: Mapping[int, float]) -> list[float]:

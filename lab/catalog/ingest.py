@@ -64,19 +64,33 @@ def run_record(run_dir: Path, m: Manifest) -> RunRecord:
     source = eng.get("source", {})
     nodes = run_dir / "raw" / "profile_nodes.parquet"
     return RunRecord(
-        run_id=m.run_id, experiment=m.experiment, host=m.host, status=m.status, reason=m.reason,
-        started_utc=m.started_utc, finished_utc=m.finished_utc, resumed=len(m.resumed_utc),
+        run_id=m.run_id,
+        experiment=m.experiment,
+        host=m.host,
+        status=m.status,
+        reason=m.reason,
+        started_utc=m.started_utc,
+        finished_utc=m.finished_utc,
+        resumed=len(m.resumed_utc),
         in_figures=m.status == "complete",
-        cpu_model=host.get("Model name", ""), cpus=host.get("CPU(s)", ""), kernel=host.get("uname", ""),
-        engine_commit=source.get("commit", ""), engine_origin=source.get("origin", ""),
-        engine_pinned=source.get("pinned"), patch_sha256=eng.get("patch_sha256", ""),
-        model_path=m.model.get("path", ""), model_sha256=m.model.get("sha256", ""),
-        lab_commit=m.lab.get("commit", ""), lab_dirty=m.lab.get("dirty"),
-        noise_warnings="; ".join([*m.results.get("host_state", {}).get("warnings", []),
-                                  *m.results.get("host_noise", {}).get("warnings", [])]),
-        params_json=json.dumps(m.params, sort_keys=True), path=run_dir.name,
+        cpu_model=host.get("Model name", ""),
+        cpus=host.get("CPU(s)", ""),
+        kernel=host.get("uname", ""),
+        engine_commit=source.get("commit", ""),
+        engine_origin=source.get("origin", ""),
+        engine_pinned=source.get("pinned"),
+        patch_sha256=eng.get("patch_sha256", ""),
+        model_path=m.model.get("path", ""),
+        model_sha256=m.model.get("sha256", ""),
+        lab_commit=m.lab.get("commit", ""),
+        lab_dirty=m.lab.get("dirty"),
+        noise_warnings="; ".join(
+            [*m.results.get("host_state", {}).get("warnings", []), *m.results.get("host_noise", {}).get("warnings", [])]
+        ),
+        params_json=json.dumps(m.params, sort_keys=True),
+        path=run_dir.name,
         nodes_path=f"{run_dir.name}/raw/{nodes.name}" if nodes.exists() else "",
-    )  # fmt: skip
+    )
 
 
 def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:

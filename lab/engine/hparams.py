@@ -22,7 +22,8 @@ GATED_Q = ("qwen35moe", "qwen35", "qwen3next")  # one Q projection that outputs 
 SHARED_EXPERT = ("qwen35moe", "qwen3next")
 GEMMA3_SWA_PATTERN = 6  # llama.cpp's default for gemma3 when the file does not say
 
-# llama_ftype -> (name, nominal bits per weight of its base type; mixes keep a few tensors wider)
+# llama_ftype -> (name, nominal bits per weight of its base type; mixes keep a few tensors wider); a table, so
+# the formatter leaves it in rows (fmt: skip)
 FILE_TYPES: dict[int, tuple[str, float]] = {
     0: ("F32", 32), 1: ("F16", 16), 2: ("Q4_0", 4.5), 3: ("Q4_1", 5), 7: ("Q8_0", 8.5), 8: ("Q5_0", 5.5),
     9: ("Q5_1", 6), 10: ("Q2_K", 2.625), 11: ("Q3_K_S", 3.4375), 12: ("Q3_K_M", 3.4375), 13: ("Q3_K_L", 3.4375),
@@ -112,17 +113,31 @@ def hparams_of(meta: dict[str, Any]) -> Hparams:
     name, bits = FILE_TYPES.get(int(ftype), (f"file type {ftype}", 16.0))
     n_expert = int(key("expert_count", 0))
     return Hparams(
-        arch=arch, n_layer=n_layer, n_embd=n_embd, n_head=n_head, n_head_kv=n_head_kv, head_k=head_k,
-        head_v=head_v, n_vocab=n_vocab, kinds=kinds, window=int(window) if window is not None else None,
-        gated_q=arch in GATED_Q, n_expert=n_expert, n_expert_used=int(key("expert_used_count", 0)),
+        arch=arch,
+        n_layer=n_layer,
+        n_embd=n_embd,
+        n_head=n_head,
+        n_head_kv=n_head_kv,
+        head_k=head_k,
+        head_v=head_v,
+        n_vocab=n_vocab,
+        kinds=kinds,
+        window=int(window) if window is not None else None,
+        gated_q=arch in GATED_Q,
+        n_expert=n_expert,
+        n_expert_used=int(key("expert_used_count", 0)),
         n_ff_exp=int(key("expert_feed_forward_length", 0)),
         n_ff_shexp=int(key("expert_shared_feed_forward_length", 0)) if arch in SHARED_EXPERT else 0,
         n_ff=0 if n_expert else per_layer(key("feed_forward_length", 0)),
-        ssm_d_conv=int(key("ssm.conv_kernel", 0)), ssm_d_state=int(key("ssm.state_size", 0)),
-        ssm_n_group=int(key("ssm.group_count", 0)), ssm_dt_rank=int(key("ssm.time_step_rank", 0)),
-        ssm_d_inner=int(key("ssm.inner_size", 0)), mrope=key("rope.dimension_sections") is not None,
-        file_type=name, weight_bits=bits,
-    )  # fmt: skip
+        ssm_d_conv=int(key("ssm.conv_kernel", 0)),
+        ssm_d_state=int(key("ssm.state_size", 0)),
+        ssm_n_group=int(key("ssm.group_count", 0)),
+        ssm_dt_rank=int(key("ssm.time_step_rank", 0)),
+        ssm_d_inner=int(key("ssm.inner_size", 0)),
+        mrope=key("rope.dimension_sections") is not None,
+        file_type=name,
+        weight_bits=bits,
+    )
 
 
 def model_hparams(path: Path) -> Hparams:

@@ -19,7 +19,7 @@ from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
 from lab.errors import LabError
 
-WORDS = (
+WORDS = (  # a word list, many to a line (fmt: skip)
     " the", " of", " and", " to", " in", " is", " that", " for", " it", " with", " as", " was", " on", " be",
     " at", " by", " this", " had", " not", " are", " but", " from", " or", " have", " an", " they", " which",
 )  # fmt: skip
@@ -67,8 +67,9 @@ def image_step(
     """L tokens of text (`prefix_text`), the screenshot, then `new_text`. The new part a fake or genuine-hit
     request decodes is derived from the projector's grid, not assumed: nx*ny + 2 markers + the text's tokens."""
     new = geom.tokens(*size)[0] + len(srv.tokenize(new_text))
-    return Step(L=L, new=new, prompt=media_prompt(srv, prefix_text, [png], new_text), prefix=prefix_text,
-                has_image=True)  # fmt: skip
+    return Step(
+        L=L, new=new, prompt=media_prompt(srv, prefix_text, [png], new_text), prefix=prefix_text, has_image=True
+    )
 
 
 def synthetic_image_step(

@@ -49,8 +49,11 @@ def memory_shape(meta: dict[str, Any]) -> MemoryShape | None:
     n_recurrent = h.count("recurrent")
     conv = max(h.ssm_d_conv - 1, 0) * h.conv_dim
     return MemoryShape(
-        arch=h.arch, n_layer=h.n_layer, attention_layers=h.count("attention"), recurrent_layers=n_recurrent,
+        arch=h.arch,
+        n_layer=h.n_layer,
+        attention_layers=h.count("attention"),
+        recurrent_layers=n_recurrent,
         kv_bytes_per_cell=h.count("attention") * h.n_head_kv * (h.head_k + h.head_v) * F16,
         cell_meta_bytes=12 + (8 if h.mrope else 0),  # M-RoPE cells also store a 2-D position
         recurrent_bytes=n_recurrent * (conv + h.ssm_d_state * h.ssm_d_inner) * F32,
-    )  # fmt: skip
+    )

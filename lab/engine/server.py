@@ -124,7 +124,7 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
     extra = list(settings.extra_args) + list(extra)
     # --no-mmproj also drops an explicit --mmproj (common_params_handle_models), so leave it out then
     mmproj = "--mmproj" in extra or "-mm" in extra
-    args = [
+    args = [  # argv as flag-value pairs (fmt: skip)
         "--host", "127.0.0.1",
         "--port", str(port),
         "--model", str(model),

@@ -141,7 +141,7 @@ def fetch_sdist(version: str, downloads: Path) -> tuple[Path, SdistPin]:
     if not archive.exists():
         downloads.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=downloads) as tmp:
-            _run(
+            _run(  # argv as flag-value pairs (fmt: skip)
                 [
                     sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
                     f"llama-cpp-python=={version}", "-d", tmp,

@@ -30,7 +30,7 @@ def bench_command(
     cpu_list: str | None = None,
 ) -> str:
     batching = ["-b", str(ubatch), "-ub", str(ubatch)] if ubatch else []
-    args = [
+    args = [  # argv as flag-value pairs (fmt: skip)
         *taskset(cpu_list), str(engine.bench), "-m", str(model),
         "-p", ",".join(map(str, sorted(set(chunks)))), "-n", "0",
         "-d", ",".join(map(str, sorted(set(depths)))),

@@ -94,13 +94,22 @@ class Profile(Experiment):
                     if done and want == p.cycles:  # an interrupted run, resumed
                         console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
                     cmd = instrument_command(
-                        inst, sess.model, part, chunk=p.chunk, max_depth=p.max_depth, cycles=want, threads=threads,
-                        threads_batch=p.threads_batch or threads, threadpool=p.threadpool, first_cycle=done,
+                        inst,
+                        sess.model,
+                        part,
+                        chunk=p.chunk,
+                        max_depth=p.max_depth,
+                        cycles=want,
+                        threads=threads,
+                        threads_batch=p.threads_batch or threads,
+                        threadpool=p.threadpool,
+                        first_cycle=done,
                         cpu_list=settings.server.cpu_list,
-                    )  # fmt: skip
+                    )
                     try:
-                        run_instrument(cmd, run.path / "logs" / "instrument.log", console, want * 2 * n_depths,
-                                       done * 2 * n_depths)  # fmt: skip
+                        run_instrument(
+                            cmd, run.path / "logs" / "instrument.log", console, want * 2 * n_depths, done * 2 * n_depths
+                        )
                     finally:  # what the instrument wrote so far is kept for a resume
                         merge_part(dump, part)
                     done = keep_complete_cycles(run, n_depths)
@@ -120,15 +129,24 @@ class Profile(Experiment):
             if p.bench_check:
                 with console.status("cross-checking FUSED chunk times with llama-bench ..."):
                     bench = measure_prefill_tps(
-                        sess.target, sess.engine, sess.model, [p.chunk], sorted({w.depth for w in walls}), p.cycles,
-                        threads, "auto", run.path / "logs" / "llama-bench.log", cpu_list=settings.server.cpu_list,
-                    )  # fmt: skip
+                        sess.target,
+                        sess.engine,
+                        sess.model,
+                        [p.chunk],
+                        sorted({w.depth for w in walls}),
+                        p.cycles,
+                        threads,
+                        "auto",
+                        run.path / "logs" / "llama-bench.log",
+                        cpu_list=settings.server.cpu_list,
+                    )
                 run.rewrite(BENCH, bench)
                 fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
                 summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
                 for b in bench:  # the FUSED side's interval over cycles, against llama-bench's mean
-                    iv = median_interval([w.ms for w in walls if w.mode == "fused" and w.depth == b.depth],
-                                         key=f"fused/{b.depth}")  # fmt: skip
+                    iv = median_interval(
+                        [w.ms for w in walls if w.mode == "fused" and w.depth == b.depth], key=f"fused/{b.depth}"
+                    )
                     if iv is not None and b.avg_ms > 0:
                         summary.fused_vs_bench_ci[str(b.depth)] = Interval(
                             value=fused[b.depth] / b.avg_ms, lo=iv.lo / b.avg_ms, hi=iv.hi / b.avg_ms, n=iv.n

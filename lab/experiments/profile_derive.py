@@ -62,8 +62,15 @@ def band_cycles(cells: Cells, chunk: int) -> list[BandCycle]:
         total = sum(band_ms[(depth, b, c)] for b in BANDS)
         for b in BANDS:
             share = band_ms[(depth, b, c)] / total if total else 0.0
-            out.append(BandCycle(cycle=c, depth=depth, band=b, timed_ms=band_ms[(depth, b, c)],
-                                 ms_per_token=share * fused[(depth, c)] / chunk))  # fmt: skip
+            out.append(
+                BandCycle(
+                    cycle=c,
+                    depth=depth,
+                    band=b,
+                    timed_ms=band_ms[(depth, b, c)],
+                    ms_per_token=share * fused[(depth, c)] / chunk,
+                )
+            )
     return out
 
 
@@ -81,10 +88,14 @@ def derive_for(cells: Cells, cycles: list[int], chunk: int) -> tuple[list[BandDe
             share = per_band[b] / total if total else 0.0
             rows.append(
                 BandDepth(
-                    depth=depth, band=b, timed_ms=per_band[b], share=share,
-                    fused_chunk_ms=fused_ms, ms_per_token=share * fused_ms / chunk,
+                    depth=depth,
+                    band=b,
+                    timed_ms=per_band[b],
+                    share=share,
+                    fused_chunk_ms=fused_ms,
+                    ms_per_token=share * fused_ms / chunk,
                 )
-            )  # fmt: skip
+            )
     return rows, gaps
 
 

@@ -22,7 +22,7 @@ DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run meas
 def node_table_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema(
+    return pa.schema(  # one column per line pair is a table (fmt: skip)
         [
             ("cycle", pa.int16()), ("depth", pa.int32()), ("name", pa.string()), ("op", pa.string()),
             ("src0", pa.string()), ("layer", pa.int16()), ("band", pa.string()),

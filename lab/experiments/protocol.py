@@ -186,8 +186,10 @@ def resolve_parts(settings: Settings, needs_engine: bool) -> Parts:
         parts.model = resolve_model(settings)
         st = parts.model.stat()
         parts.model_record = {
-            "path": str(parts.model), "sha256": model_sha256(parts.model, settings.cache_dir), "size": st.st_size,
-        }  # fmt: skip
+            "path": str(parts.model),
+            "sha256": model_sha256(parts.model, settings.cache_dir),
+            "size": st.st_size,
+        }
     return parts
 
 

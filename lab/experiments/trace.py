@@ -222,15 +222,27 @@ def replay_step(
     t = results[-1].timings
     png = resolve_shot(step.screenshot, shots_dir).read_bytes() if step.screenshot else None
     return TraceStepResult(
-        task_id=step.task_id, step=step.step, L=s.L, new_tokens=s.new, trace_only_new=step.only_new,
-        ok=bad is None, reason=bad.reason if bad else "", measured_opt_prefill_s=iv.value if iv else None,
-        measured_ci=iv if iv and iv.n > 1 else None, reps=len(seconds),
-        fake_ms=t.fake_ms if t else None, cache_n=t.cache_n if t else None, prompt_n=t.prompt_n if t else None,
-        baseline_prefill_s=step.baseline_prefill_s, baseline_decode_s=step.baseline_decode_s,
-        baseline_exec_s=step.baseline_exec_s, screenshot=step.screenshot,
-        image_tokens=geom.tokens(*png_size(png))[0] if png and geom else None, encode_ms=results[-1].encode_ms,
+        task_id=step.task_id,
+        step=step.step,
+        L=s.L,
+        new_tokens=s.new,
+        trace_only_new=step.only_new,
+        ok=bad is None,
+        reason=bad.reason if bad else "",
+        measured_opt_prefill_s=iv.value if iv else None,
+        measured_ci=iv if iv and iv.n > 1 else None,
+        reps=len(seconds),
+        fake_ms=t.fake_ms if t else None,
+        cache_n=t.cache_n if t else None,
+        prompt_n=t.prompt_n if t else None,
+        baseline_prefill_s=step.baseline_prefill_s,
+        baseline_decode_s=step.baseline_decode_s,
+        baseline_exec_s=step.baseline_exec_s,
+        screenshot=step.screenshot,
+        image_tokens=geom.tokens(*png_size(png))[0] if png and geom else None,
+        encode_ms=results[-1].encode_ms,
         t_utc=utc_now(),
-    )  # fmt: skip
+    )
 
 
 def task_results(results: list[TraceStepResult]) -> list[TraceTaskResult]:

@@ -35,10 +35,11 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
         bench = s.fused_vs_bench_ci.get(str(depth))
         ratio = s.fused_vs_bench.get(str(depth))
         t.add_row(
-            str(depth), *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
+            str(depth),
+            *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
             _iv(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
             _iv(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
-        )  # fmt: skip
+        )
     t.caption = (
         f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {_iv(s.attn_slope_ci, digits=4)} "
         f"ms/token per 1k depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
@@ -49,8 +50,10 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
 def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     """Achieved GFLOP/s per band and depth [95% interval] and its share of the probed GEMM peak."""
     peak = s.peak_gemm_gflops_ci
-    t = Table(title="achieved GFLOP/s by band (predicted FLOPs / measured ms) [95% interval]"
-              + (f"; share of this host's GEMM peak {peak.fmt(digits=1)} GFLOP/s" if peak else ""))  # fmt: skip
+    t = Table(
+        title="achieved GFLOP/s by band (predicted FLOPs / measured ms) [95% interval]"
+        + (f"; share of this host's GEMM peak {peak.fmt(digits=1)} GFLOP/s" if peak else "")
+    )
     t.add_column("depth", justify="right")
     for b in BANDS:
         t.add_column(b, justify="right")
@@ -102,12 +105,16 @@ def prediction_lines(s: ProfileSummary) -> list[str]:
     if s.attn_flops_per_token_per_1k is not None:
         line = f"attention slope: {s.attn_flops_per_token_per_1k / 1e6:.4g} MFLOP per token per 1k depth predicted"
         if s.predicted_attn_slope_ms_per_token_per_1k is not None:
-            line += (f", {s.predicted_attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k at the rate ffn_moe "
-                     f"achieves; measured {_iv(s.attn_slope_ci, digits=4)}")  # fmt: skip
+            line += (
+                f", {s.predicted_attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k at the rate ffn_moe "
+                f"achieves; measured {_iv(s.attn_slope_ci, digits=4)}"
+            )
         if s.attn_slope_vs_predicted_ci is not None:
             line += f" (measured / predicted {s.attn_slope_vs_predicted_ci.fmt()})"
         out.append(line)
     if s.peak_copy_gbps_ci is not None and s.peak_gemm_gflops_ci is not None:
-        out.append(f"this host: GEMM {s.peak_gemm_gflops_ci.fmt(digits=1)} GFLOP/s at {tuple(s.peak_gemm_shape)}, "
-                   f"memcpy {s.peak_copy_gbps_ci.fmt(digits=2)} GB/s ({s.cost_model})")  # fmt: skip
+        out.append(
+            f"this host: GEMM {s.peak_gemm_gflops_ci.fmt(digits=1)} GFLOP/s at {tuple(s.peak_gemm_shape)}, "
+            f"memcpy {s.peak_copy_gbps_ci.fmt(digits=2)} GB/s ({s.cost_model})"
+        )
     return out

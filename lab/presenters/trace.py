@@ -17,7 +17,13 @@ def replay_table(tasks: list[TraceTaskResult]) -> Table:
 
     for r in tasks:
         t.add_row(
-            r.task_id, str(r.n_steps), str(r.n_failed), f(r.measured_opt_prefill_s), f(r.baseline_prefill_s),
-            f(r.baseline_decode_s), f(r.baseline_exec_s), f(r.opt_wall_s),
-        )  # fmt: skip
+            r.task_id,
+            str(r.n_steps),
+            str(r.n_failed),
+            f(r.measured_opt_prefill_s),
+            f(r.baseline_prefill_s),
+            f(r.baseline_decode_s),
+            f(r.baseline_exec_s),
+            f(r.opt_wall_s),
+        )
     return t

@@ -70,9 +70,14 @@ def make_bundle(
 
 
 def _assemble(
-    engine: EngineInfo, cache_dir: Path, model: Path | None, projector: Path | None, tools: list[Path], key: str,
+    engine: EngineInfo,
+    cache_dir: Path,
+    model: Path | None,
+    projector: Path | None,
+    tools: list[Path],
+    key: str,
     out: Path,
-) -> None:  # fmt: skip
+) -> None:
     wheel = build_wheel(cache_dir / "bundles" / "staging" / "wheel")
     tmp = cache_dir / "bundles" / f".{key}.tmp"
     shutil.rmtree(tmp, ignore_errors=True)
@@ -87,9 +92,15 @@ def _assemble(
             (tmp / "models").mkdir(exist_ok=True)
             shutil.copyfile(m, tmp / "models" / m.name)
     git = snapshot_git(LocalTarget(), REPO_ROOT, tmp / "lab-git")
-    meta = {"key": key, "wheel": wheel.name, "model": model.name if model else None, "lab_git": git,
-            "mmproj": projector.name if projector else None,
-            "engine_patch_sha256": engine.patch_sha256, "engine_commit": engine.source.commit}  # fmt: skip
+    meta = {
+        "key": key,
+        "wheel": wheel.name,
+        "model": model.name if model else None,
+        "lab_git": git,
+        "mmproj": projector.name if projector else None,
+        "engine_patch_sha256": engine.patch_sha256,
+        "engine_commit": engine.source.commit,
+    }
     (tmp / "bundle.json").write_text(json.dumps(meta, indent=2) + "\n")
     shutil.rmtree(out, ignore_errors=True)
     tmp.rename(out)

@@ -65,12 +65,16 @@ def explain(e: BaseException, host: str) -> str | None:
     import paramiko
 
     if isinstance(e, paramiko.BadHostKeyException):
-        return (f"{host}: the host key CHANGED (expected {e.expected_key.get_base64()[:16]}..., got "
-                f"{e.key.get_base64()[:16]}...). Refusing. If the host was reinstalled, verify the new "
-                "fingerprint out of band and replace its known_hosts line.")  # fmt: skip
+        return (
+            f"{host}: the host key CHANGED (expected {e.expected_key.get_base64()[:16]}..., got "
+            f"{e.key.get_base64()[:16]}...). Refusing. If the host was reinstalled, verify the new "
+            "fingerprint out of band and replace its known_hosts line."
+        )
     if isinstance(e, paramiko.SSHException) and "not found in known_hosts" in str(e):
-        return (f"{host}: unknown host key ({e}). Refusing. To trust it: ssh-keyscan the host into "
-                "known_hosts and compare the fingerprint (ssh-keygen -lf) out of band.")  # fmt: skip
+        return (
+            f"{host}: unknown host key ({e}). Refusing. To trust it: ssh-keyscan the host into "
+            "known_hosts and compare the fingerprint (ssh-keygen -lf) out of band."
+        )
     return None
 
 

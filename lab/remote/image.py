@@ -44,8 +44,12 @@ def local_image(name: str) -> ImageRef | None:
     config = info.get("Config") or {}
     env = dict(e.split("=", 1) for e in config.get("Env") or [] if "=" in e)
     labels = config.get("Labels") or {}
-    return ImageRef(name, info["Id"], labels.get("org.opencontainers.image.revision", "unknown"),
-                    env.get("LAB_ENGINE__NATIVE", "true").lower() == "true")  # fmt: skip
+    return ImageRef(
+        name,
+        info["Id"],
+        labels.get("org.opencontainers.image.revision", "unknown"),
+        env.get("LAB_ENGINE__NATIVE", "true").lower() == "true",
+    )
 
 
 def docker(docker_host: str | None) -> str:
@@ -69,8 +73,10 @@ def push_image(t: SshTarget, ref: ImageRef, docker_host: str | None, console: Co
         console.print(f"{t.name}: image {ref.name} ({ref.id[7:19]}) already there")
         return
     if ref.native:
-        console.print(f"[yellow]{t.name}: {ref.name} has an engine built with -march=native of the machine that "
-                      "built it; on a different CPU build it with LAB_ENGINE__NATIVE=false[/yellow]")  # fmt: skip
+        console.print(
+            f"[yellow]{t.name}: {ref.name} has an engine built with -march=native of the machine that "
+            "built it; on a different CPU build it with LAB_ENGINE__NATIVE=false[/yellow]"
+        )
     console.print(f"{t.name}: docker save {ref.name} | docker load ({ref.id[7:19]}) ...")
     save = subprocess.Popen(["docker", "save", ref.name], stdout=subprocess.PIPE, stderr=subprocess.PIPE)
     assert save.stdout is not None

@@ -91,8 +91,10 @@ def wheelhouse_on_host(t: SshTarget, settings: Settings, remote_dir: str, consol
     come from, pip's index arguments): the wheelhouse with no index, or the host's own package index."""
     there = t.run("python3 -c 'import sys, platform; print(sys.implementation.cache_tag, platform.machine())'")
     if there.stdout.strip() != python_tag():
-        console.print(f"{t.name}: python3 there is {there.stdout.strip() or 'missing'}, here {python_tag()}: "
-                      "its pip resolves the dependencies from its own package index")  # fmt: skip
+        console.print(
+            f"{t.name}: python3 there is {there.stdout.strip() or 'missing'}, here {python_tag()}: "
+            "its pip resolves the dependencies from its own package index"
+        )
         return "the host's package index", ""
     key, local = make_wheelhouse(settings.cache_dir)
     dest = f"{remote_dir}/wheelhouse/{key}"
@@ -174,9 +176,14 @@ class Deployment:
 
 
 def deploy(
-    t: SshTarget, settings: Settings, remote_dir: str, console: Console, via: str = "auto",
-    image: str = IMAGE, docker_host: str | None = None,
-) -> Deployment:  # fmt: skip
+    t: SshTarget,
+    settings: Settings,
+    remote_dir: str,
+    console: Console,
+    via: str = "auto",
+    image: str = IMAGE,
+    docker_host: str | None = None,
+) -> Deployment:
     """Push the pinned build: the container image when asked (or, with `auto`, when this machine has the image
     and the host has Docker), otherwise the bundle."""
     if via not in ("auto", "bundle", "docker"):
@@ -197,9 +204,17 @@ def deploy(
 
 
 def run_remote(
-    t: SshTarget, settings: Settings, remote_dir: str, args: list[str], console: Console, resume: str | None = None,
-    via: str = "auto", image: str = IMAGE, docker_host: str | None = None, room: CleanRoom | None = None,
-) -> RemoteResult:  # fmt: skip
+    t: SshTarget,
+    settings: Settings,
+    remote_dir: str,
+    args: list[str],
+    console: Console,
+    resume: str | None = None,
+    via: str = "auto",
+    image: str = IMAGE,
+    docker_host: str | None = None,
+    room: CleanRoom | None = None,
+) -> RemoteResult:
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
     A clean room is held by the host's shell around the whole command, from the bundle and the image alike
     (lab.cleanroom.wrap); its record lands in the fetched run's results."""

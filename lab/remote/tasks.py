@@ -75,7 +75,7 @@ def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> str
     return str(dest)
 
 
-VIA = {
+VIA = {  # one help line per task (fmt: skip)
     "via": "auto (the image if this machine has it and the host has Docker, else the bundle) | docker | bundle",
     "image": f"container image to push (default {IMAGE})", "docker_host": "DOCKER_HOST on the host (default: its own)",
     "remote_dir": f"lab directory on the host (default {REMOTE_DIR})",
@@ -109,8 +109,12 @@ def _measure(c: Any, args: list[str], own: dict[str, Any]) -> str:
     resume = own.get("resume")
     if resume is not None:
         args = args[:1]  # a resumed run keeps its own params
-    res = _guarded(c, lambda t: run_remote(t, settings, own["remote_dir"], args, console, resume, own["via"],
-                                           own["image"], own["docker_host"]))  # fmt: skip
+    res = _guarded(
+        c,
+        lambda t: run_remote(
+            t, settings, own["remote_dir"], args, console, resume, own["via"], own["image"], own["docker_host"]
+        ),
+    )
     return _finish(res, settings, console)
 
 
@@ -123,30 +127,43 @@ def _profile(c: Any, args: list[str], own: dict[str, Any]) -> str:
     if resume is not None:
         args = args[:1]
     room = CleanRoom(stop, start) if stop is not None and start is not None else None
-    res = _guarded(c, lambda t: run_remote(t, settings, own["remote_dir"], args, console, resume, own["via"],
-                                           own["image"], own["docker_host"], room))  # fmt: skip
+    res = _guarded(
+        c,
+        lambda t: run_remote(
+            t, settings, own["remote_dir"], args, console, resume, own["via"], own["image"], own["docker_host"], room
+        ),
+    )
     return _finish(res, settings, console)
 
 
 measure = forwarding_task(
-    "sweep", "measure",
+    "sweep",
+    "measure",
     "Run the fake-prefix sweep (`lab sweep`, same options) on the host and fetch the run folder into catalog/runs/ "
     "(and dvc add it).",
-    {**RESUME, **VIA_OPTS}, _measure,
-)  # fmt: skip
+    {**RESUME, **VIA_OPTS},
+    _measure,
+)
 
 profile = forwarding_task(
-    "profile", "profile",
+    "profile",
+    "profile",
     "Run the per-node profile (`lab profile`, same options) on the host, optionally in a clean room held by the "
     "host's shell, and fetch the run folder.",
-    {"clean_room_stop": (None, "command that stops the host's server"),
-     "clean_room_start": (None, "command that starts it again (always run)"), **RESUME, **VIA_OPTS},
+    {
+        "clean_room_stop": (None, "command that stops the host's server"),
+        "clean_room_start": (None, "command that starts it again (always run)"),
+        **RESUME,
+        **VIA_OPTS,
+    },
     _profile,
-)  # fmt: skip
+)
 
 arms = forwarding_task(
-    "arms", "arms",
+    "arms",
+    "arms",
     "Run the sweep in one process (`lab arms` = `lab sweep --where inproc`, same options: no server in the "
     "numbers) on the host with the bundled driver, and fetch the run folder.",
-    {**RESUME, **VIA_OPTS}, _measure,
-)  # fmt: skip
+    {**RESUME, **VIA_OPTS},
+    _measure,
+)

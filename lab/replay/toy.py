@@ -27,10 +27,7 @@ def prefill(inputs: Sequence[Num], depth: int, window: int, shared: bool) -> Pre
     for _ in range(depth):
         kv = boundary if shared else hidden
         caches.append(kv[-window:])
-        hidden = [
-            value + mean(kv[max(0, i - window + 1) : i + 1])
-            for i, value in enumerate(hidden)
-        ]  # fmt: skip
+        hidden = [value + mean(kv[max(0, i - window + 1) : i + 1]) for i, value in enumerate(hidden)]
     return Prefill(hidden, caches)
 
 

@@ -42,11 +42,17 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
     drawn, param, keep = newest_run_picker(PARAM, "run ", None, runs, points)
     arms = _arm_frame(points)
     L_x = alt.X("L:Q", title="L (cached tokens)", scale=alt.Scale(type="log", nice=False))
-    arm_color = alt.Color("arm:N", title="arm", sort=list(ARMS.values()),
-                          scale=alt.Scale(domain=list(ARMS.values()), range=COLORS))  # fmt: skip
-    tips = [alt.Tooltip("arm:N"), alt.Tooltip("L:Q"), alt.Tooltip("new:Q"),
-            alt.Tooltip("ms:Q", title="median ms", format=".2f"), alt.Tooltip("ci:N", title="95% interval"),
-            alt.Tooltip("n:Q", title="samples")]  # fmt: skip
+    arm_color = alt.Color(
+        "arm:N", title="arm", sort=list(ARMS.values()), scale=alt.Scale(domain=list(ARMS.values()), range=COLORS)
+    )
+    tips = [
+        alt.Tooltip("arm:N"),
+        alt.Tooltip("L:Q"),
+        alt.Tooltip("new:Q"),
+        alt.Tooltip("ms:Q", title="median ms", format=".2f"),
+        alt.Tooltip("ci:N", title="95% interval"),
+        alt.Tooltip("n:Q", title="samples"),
+    ]
     line = (
         alt.Chart()
         .mark_line(point=True)
@@ -65,26 +71,45 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
         title=title("decode ms of the new tokens", "bars: 95% interval of the median; log scales"),
     )
     cost = _cost_frame(points)
-    series = alt.Color("series:N", title="cache read", sort=list(COST.values()),
-                       scale=alt.Scale(domain=list(COST.values()), range=["#54a24b", "#9d9da1"]))  # fmt: skip
-    cost_tips = [alt.Tooltip("series:N"), alt.Tooltip("L:Q"), alt.Tooltip("new:Q"),
-                 alt.Tooltip("ms:Q", title="median ms", format=".3f"), alt.Tooltip("ci:N", title="95% interval"),
-                 alt.Tooltip("blob_mb:Q", title="state blob MB", format=".2f"),
-                 alt.Tooltip("gbps:Q", title="GB/s", format=".2f")]  # fmt: skip
-    cost_line = alt.Chart().mark_line(point=True).encode(
-        x=alt.X("L:Q", title="L (cached tokens)"), y=alt.Y("ms:Q", title="ms"), color=series, detail="new:N",
-        tooltip=cost_tips,
-    )  # fmt: skip
+    series = alt.Color(
+        "series:N",
+        title="cache read",
+        sort=list(COST.values()),
+        scale=alt.Scale(domain=list(COST.values()), range=["#54a24b", "#9d9da1"]),
+    )
+    cost_tips = [
+        alt.Tooltip("series:N"),
+        alt.Tooltip("L:Q"),
+        alt.Tooltip("new:Q"),
+        alt.Tooltip("ms:Q", title="median ms", format=".3f"),
+        alt.Tooltip("ci:N", title="95% interval"),
+        alt.Tooltip("blob_mb:Q", title="state blob MB", format=".2f"),
+        alt.Tooltip("gbps:Q", title="GB/s", format=".2f"),
+    ]
+    cost_line = (
+        alt.Chart()
+        .mark_line(point=True)
+        .encode(
+            x=alt.X("L:Q", title="L (cached tokens)"),
+            y=alt.Y("ms:Q", title="ms"),
+            color=series,
+            detail="new:N",
+            tooltip=cost_tips,
+        )
+    )
     cost_bars = alt.Chart().mark_rule(strokeWidth=2).encode(x="L:Q", y="lo:Q", y2="hi:Q", color=series)
     restore = (
         alt.layer(cost_bars, cost_line, data=cost)
         .transform_filter(keep)
         .properties(
-            width=width, height=max(160, height // 2),
-            title=title("the genuine hit's cache read vs L",
-                        "the depth-L state blob read back per step, against a plain memcpy of as many bytes"),
+            width=width,
+            height=max(160, height // 2),
+            title=title(
+                "the genuine hit's cache read vs L",
+                "the depth-L state blob read back per step, against a plain memcpy of as many bytes",
+            ),
         )
-    )  # fmt: skip
+    )
     panels = [per_new, restore]
     info = _info_frame(catalog_dir, runs)
     if not info.empty:
@@ -110,8 +135,19 @@ def _arm_frame(points: pd.DataFrame) -> pd.DataFrame:
             if ms is None or pd.isna(ms):
                 continue
             lo, hi = r.get(f"{arm}_median_lo_ms"), r.get(f"{arm}_median_hi_ms")
-            rows.append({"run_id": r["run_id"], "L": int(r["L"]), "new": int(r["new"]), "arm": label, "ms": float(ms),
-                         "lo": lo, "hi": hi, "ci": _ci(lo, hi), "n": int(r[f"{arm}_n_ok"])})  # fmt: skip
+            rows.append(
+                {
+                    "run_id": r["run_id"],
+                    "L": int(r["L"]),
+                    "new": int(r["new"]),
+                    "arm": label,
+                    "ms": float(ms),
+                    "lo": lo,
+                    "hi": hi,
+                    "ci": _ci(lo, hi),
+                    "n": int(r[f"{arm}_n_ok"]),
+                }
+            )
     return pd.DataFrame(rows, columns=["run_id", "L", "new", "arm", "ms", "lo", "hi", "ci", "n"])
 
 
@@ -124,9 +160,20 @@ def _cost_frame(points: pd.DataFrame) -> pd.DataFrame:
             if ms is None or pd.isna(ms) or blob is None or pd.isna(blob):
                 continue
             lo, hi = r.get(f"{column}_lo"), r.get(f"{column}_hi")
-            rows.append({"run_id": r["run_id"], "L": int(r["L"]), "new": int(r["new"]), "series": label,
-                         "ms": float(ms), "lo": lo, "hi": hi, "ci": _ci(lo, hi), "blob_mb": float(blob) / 1e6,
-                         "gbps": float(blob) / float(ms) / 1e6 if ms else None})  # fmt: skip
+            rows.append(
+                {
+                    "run_id": r["run_id"],
+                    "L": int(r["L"]),
+                    "new": int(r["new"]),
+                    "series": label,
+                    "ms": float(ms),
+                    "lo": lo,
+                    "hi": hi,
+                    "ci": _ci(lo, hi),
+                    "blob_mb": float(blob) / 1e6,
+                    "gbps": float(blob) / float(ms) / 1e6 if ms else None,
+                }
+            )
     return pd.DataFrame(rows, columns=["run_id", "L", "new", "series", "ms", "lo", "hi", "ci", "blob_mb", "gbps"])
 
 
@@ -141,8 +188,9 @@ def _info_frame(catalog_dir: Path, runs: pd.DataFrame) -> pd.DataFrame:
         if pd.notna(r.get("bytes_per_cell")):
             first += f"  ·  state blob {r['bytes_per_cell']:,.0f} B per cell + {r['fixed_bytes']:,.0f} B fixed"
             if pd.notna(r.get("predicted_bytes_per_cell")):
-                first += (f" (the GGUF predicts {r['predicted_bytes_per_cell']:,.0f} + "
-                          f"{r['predicted_fixed_bytes']:,.0f})")  # fmt: skip
+                first += (
+                    f" (the GGUF predicts {r['predicted_bytes_per_cell']:,.0f} + {r['predicted_fixed_bytes']:,.0f})"
+                )
         second = ""
         v, lo, hi = (r.get(f"restore_vs_memcpy_ci_{k}") for k in ("value", "lo", "hi"))
         if v is not None and pd.notna(v):

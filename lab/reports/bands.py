@@ -137,13 +137,19 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
                 alt.Chart(gaps)
                 .mark_area(opacity=0.18)
                 .encode(
-                    x=depth_x, y="lo:Q", y2="hi:Q",
-                    color=alt.Color("series:N", sort=[GAP, BENCH], legend=None,
-                                    scale=alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"])),
+                    x=depth_x,
+                    y="lo:Q",
+                    y2="hi:Q",
+                    color=alt.Color(
+                        "series:N",
+                        sort=[GAP, BENCH],
+                        legend=None,
+                        scale=alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"]),
+                    ),
                 )
                 .transform_filter("isValid(datum.lo) && isValid(datum.hi)")
                 .transform_filter(keep)
-            )  # fmt: skip
+            )
             check_layers.insert(1, band)
         panels.append(
             alt.layer(*check_layers).properties(
@@ -213,8 +219,16 @@ def _gap_frame(summary: pd.DataFrame) -> pd.DataFrame:
             cis = json.loads(ci_text) if isinstance(ci_text, str) and ci_text else {}  # intervals of the ratios
             for depth, value in sorted(mapping.items(), key=lambda kv: int(kv[0])):
                 iv = cis.get(depth) or {}
-                rows.append({"run_id": r["run_id"], "depth": int(depth), "series": series, "value": value - shift,
-                             "lo": iv["lo"] - 1 if iv else None, "hi": iv["hi"] - 1 if iv else None})  # fmt: skip
+                rows.append(
+                    {
+                        "run_id": r["run_id"],
+                        "depth": int(depth),
+                        "series": series,
+                        "value": value - shift,
+                        "lo": iv["lo"] - 1 if iv else None,
+                        "hi": iv["hi"] - 1 if iv else None,
+                    }
+                )
     return pd.DataFrame(rows, columns=["run_id", "depth", "series", "value", "lo", "hi"])
 
 

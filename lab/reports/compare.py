@@ -89,11 +89,18 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
 def _frame(c: Comparison) -> pd.DataFrame:
     """Long rows (keys..., metric, a, b, ratio) where both runs have a value."""
     rows = [
-        {**dict(zip(c.keys, r.key, strict=True)), "metric": r.metric, "a": r.a, "b": r.b, "ratio": r.ratio,
-         "significant": r.significant is not False, "ci": r.ci.fmt() if r.ci else "no samples"}
+        {
+            **dict(zip(c.keys, r.key, strict=True)),
+            "metric": r.metric,
+            "a": r.a,
+            "b": r.b,
+            "ratio": r.ratio,
+            "significant": r.significant is not False,
+            "ci": r.ci.fmt() if r.ci else "no samples",
+        }
         for r in c.rows
         if r.a is not None and r.b is not None and r.a > 0 and r.b > 0
-    ]  # fmt: skip
+    ]
     if not rows:
         raise CompareError(f"{c.run_a} and {c.run_b} share no points")
     return pd.DataFrame(rows)

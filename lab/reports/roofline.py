@@ -26,31 +26,39 @@ def roofline_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettin
     if bands.empty or "gflops" not in bands.columns or bands["gflops"].isna().all():
         return empty_chart(
             TITLE,
-            ["No complete profile run with a cost model in the catalog yet.",
-             "Run `lab profile` on a model the cost model knows, then `dvc repro` (or `lab report`)."],
-            width, height,
-        )  # fmt: skip
+            [
+                "No complete profile run with a cost model in the catalog yet.",
+                "Run `lab profile` on a model the cost model knows, then `dvc repro` (or `lab report`).",
+            ],
+            width,
+            height,
+        )
     bands = bands[bands["gflops"].notna() & bands["intensity"].notna()].copy()
     drawn, param, keep = newest_run_picker(PARAM, "profile run ", "profile", runs, bands)
     roofs = _roof_frame(figure_rows(catalog_dir, "profile_summary", runs, keys=[]), bands)
-    x = alt.X("intensity:Q", title="arithmetic intensity (FLOP per byte moved, predicted)",
-              scale=alt.Scale(type="log"))  # fmt: skip
+    x = alt.X("intensity:Q", title="arithmetic intensity (FLOP per byte moved, predicted)", scale=alt.Scale(type="log"))
     y = alt.Y("gflops:Q", title="GFLOP/s (predicted FLOPs / measured ms)", scale=alt.Scale(type="log"))
     color = alt.Color("band:N", sort=list(BANDS), scale=alt.Scale(domain=list(BANDS), scheme="tableau10"))
     points = (
         alt.Chart(bands)
         .mark_point(filled=True, size=70, opacity=0.85)
         .encode(
-            x=x, y=y, color=color, shape=alt.Shape("band:N", sort=list(BANDS), legend=None),
-            tooltip=[alt.Tooltip("band:N"), alt.Tooltip("depth:Q", title="depth (tokens)"),
-                     alt.Tooltip("gflops:Q", title="GFLOP/s", format=".2f"),
-                     alt.Tooltip("gflops_lo:Q", title="95% low", format=".2f"),
-                     alt.Tooltip("gflops_hi:Q", title="95% high", format=".2f"),
-                     alt.Tooltip("peak_share:Q", title="of the GEMM peak", format=".1%"),
-                     alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3g")],
+            x=x,
+            y=y,
+            color=color,
+            shape=alt.Shape("band:N", sort=list(BANDS), legend=None),
+            tooltip=[
+                alt.Tooltip("band:N"),
+                alt.Tooltip("depth:Q", title="depth (tokens)"),
+                alt.Tooltip("gflops:Q", title="GFLOP/s", format=".2f"),
+                alt.Tooltip("gflops_lo:Q", title="95% low", format=".2f"),
+                alt.Tooltip("gflops_hi:Q", title="95% high", format=".2f"),
+                alt.Tooltip("peak_share:Q", title="of the GEMM peak", format=".1%"),
+                alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3g"),
+            ],
         )
         .transform_filter(keep)
-    )  # fmt: skip
+    )
     bars = (
         alt.Chart(bands)
         .mark_rule(strokeWidth=1.5, opacity=0.6)
@@ -64,19 +72,22 @@ def roofline_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettin
             0,
             alt.Chart(roofs)
             .mark_line(color=MUTED, strokeWidth=2)
-            .encode(x="intensity:Q", y="gflops:Q", detail="run_id:N",
-                    tooltip=[alt.Tooltip("roof:N", title="roof")])
+            .encode(x="intensity:Q", y="gflops:Q", detail="run_id:N", tooltip=[alt.Tooltip("roof:N", title="roof")])
             .transform_filter(keep),
-        )  # fmt: skip
+        )
     return (
         alt.layer(*layers)
         .add_params(param)
         .properties(
-            width=width, height=height,
-            title=title(TITLE, f"{len(drawn)} profile run(s) with predictions; each point a band at one depth; "
-                        "grey: min(GEMM peak, intensity x memcpy bandwidth)"),
+            width=width,
+            height=height,
+            title=title(
+                TITLE,
+                f"{len(drawn)} profile run(s) with predictions; each point a band at one depth; "
+                "grey: min(GEMM peak, intensity x memcpy bandwidth)",
+            ),
         )
-    )  # fmt: skip
+    )
 
 
 def _roof_frame(summary: pd.DataFrame, bands: pd.DataFrame) -> pd.DataFrame:

@@ -124,32 +124,55 @@ def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> lis
     goes at the deepest profiled depth."""
     out = ['<h2 id="headline">The answer</h2>']
     if not steps and not profiles:
-        return [*out, '<p class="muted">No complete sweep or profile run yet: run <code>lab sweep</code> and '
-                "<code>lab profile</code>, then <code>dvc repro</code>.</p>"]  # fmt: skip
+        return [
+            *out,
+            '<p class="muted">No complete sweep or profile run yet: run <code>lab sweep</code> and '
+            "<code>lab profile</code>, then <code>dvc repro</code>.</p>",
+        ]
     out += ["<p>" + "<br>".join(escape(line) for line in summary_lines(steps, profiles)) + "</p>"]
     if steps:
-        out += ['<table class="headline">', "<thead><tr><th>host</th><th>model</th><th>L (cached tokens)</th>"
-                "<th>new tokens</th><th>with the cache (ms)</th><th>re-prefilled (ms)</th><th>speedup</th>"
-                "</tr></thead>", "<tbody>"]  # fmt: skip
+        out += [
+            '<table class="headline">',
+            "<thead><tr><th>host</th><th>model</th><th>L (cached tokens)</th>"
+            "<th>new tokens</th><th>with the cache (ms)</th><th>re-prefilled (ms)</th><th>speedup</th>"
+            "</tr></thead>",
+            "<tbody>",
+        ]
         for s in steps:
             new = f"{s.new} + {s.image} screenshot" if s.image else str(s.new)
             cells = "".join(f"<td>{escape(c)}</td>" for c in (s.host, s.model, f"{s.L:,}", new))
             ivs = "".join(f"<td>{_iv(iv)}</td>" for iv in (s.cached_ms, s.reprefill_ms, s.speedup))
             out.append(f"<tr>{cells}{ivs}</tr>")
-        out += ["</tbody>", "</table>", '<p class="muted">Medians with their 95% interval; with the cache: the fake '
-                "prefix (the first L tokens cached); re-prefilled: the baseline (all L + new tokens prefilled); "
-                "speedup: re-prefilled / with the cache, paired by rep. The newest complete sweep per host and "
-                "model.</p>"]  # fmt: skip
+        out += [
+            "</tbody>",
+            "</table>",
+            '<p class="muted">Medians with their 95% interval; with the cache: the fake '
+            "prefix (the first L tokens cached); re-prefilled: the baseline (all L + new tokens prefilled); "
+            "speedup: re-prefilled / with the cache, paired by rep. The newest complete sweep per host and "
+            "model.</p>",
+        ]
     if profiles:
-        out += ['<table class="headline">', "<thead><tr><th>host</th><th>model</th><th>depth</th>"
-                + "".join(f"<th>{b}</th>" for b in BANDS) + "<th>crossover (measured)</th><th>predicted</th>"
-                "</tr></thead>", "<tbody>"]  # fmt: skip
+        out += [
+            '<table class="headline">',
+            "<thead><tr><th>host</th><th>model</th><th>depth</th>"
+            + "".join(f"<th>{b}</th>" for b in BANDS)
+            + "<th>crossover (measured)</th><th>predicted</th>"
+            "</tr></thead>",
+            "<tbody>",
+        ]
         for p in profiles:
-            out.append("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in (p.host, p.model, f"{p.depth:,}"))
-                       + "".join(f"<td>{p.shares[b]:.0%}</td>" for b in BANDS)
-                       + f"<td>{escape(p.crossover_text)}</td><td>{escape(p.predicted_text)}</td></tr>")  # fmt: skip
-        out += ["</tbody>", "</table>", '<p class="muted">Share of a prefill chunk\'s time per band at the deepest '
-                "profiled depth, and the depth at which attention overtakes the MoE FFN (measured; predicted in time "
-                "from the profile's own per-band rates, and from FLOPs). The newest complete profile per host and "
-                "model.</p>"]  # fmt: skip
+            out.append(
+                "<tr>"
+                + "".join(f"<td>{escape(c)}</td>" for c in (p.host, p.model, f"{p.depth:,}"))
+                + "".join(f"<td>{p.shares[b]:.0%}</td>" for b in BANDS)
+                + f"<td>{escape(p.crossover_text)}</td><td>{escape(p.predicted_text)}</td></tr>"
+            )
+        out += [
+            "</tbody>",
+            "</table>",
+            '<p class="muted">Share of a prefill chunk\'s time per band at the deepest '
+            "profiled depth, and the depth at which attention overtakes the MoE FFN (measured; predicted in time "
+            "from the profile's own per-band rates, and from FLOPs). The newest complete profile per host and "
+            "model.</p>",
+        ]
     return out
