@@ -20,6 +20,7 @@ from lab.experiments.sweep_points import decided, summarize_point
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
 from lab.settings import SweepSettings
+from lab.stats import verdict
 
 pytestmark = pytest.mark.engine
 
@@ -105,7 +106,7 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         assert ci.value - 1 == pytest.approx(p.fake_vs_genuine) and p.reps == 2
         assert p.fake_vs_estimate_ci is not None and p.fake_vs_baseline_ci is not None
         assert p.fake.median_lo_ms is not None and p.fake.median_lo_ms <= p.fake.median_ms <= p.fake.median_hi_ms
-        assert p.genuine_verdict in ("agree", "disagree", "undecided")
+        assert p.genuine_verdict == verdict(p.fake_vs_genuine_ci, SweepSettings().tolerance)  # from the interval
         assert p.n_kv_padded == (p.L + 32 + 255) // 256 * 256
         assert p.measurable == (p.L >= 256)
     assert any("below the 256-column floor" in d for d in points[0].diagnostics)
