@@ -92,7 +92,8 @@ RUN umask 0000 \
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} +
 
 # 6. The compiled tools, linked against the engine: the cb_eval instrument (lab profile) and the in-process
-# arms driver (lab arms).
+# arms driver (lab arms), with the header they share (lab/native/labtool.h, also in their build key).
+COPY lab/native/ lab/native/
 COPY lab/instrument/ lab/instrument/
 COPY lab/inproc/ lab/inproc/
 RUN umask 0000 \

@@ -69,10 +69,12 @@ test-fast: $(VENV)/.installed
 test-engine: setup
 	$(VENV)/bin/pytest -q -m "fast or engine"
 
+# the C++ tools (lab/**/*.cpp, lab/**/*.h) against .clang-format, with clang-format from the dev extras
 lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/clang-format --dry-run --Werror $$(find lab -name '*.cpp' -o -name '*.h' | sort)
 
 bench: setup
 	$(PY) benchmarks/engine_fake_vs_genuine.py

@@ -63,3 +63,30 @@ def test_early_layers_copy_what_their_steps_import() -> None:
             assert not missing, f"a Dockerfile step imports {sorted(imported)} but its layers lack {missing}"
             checked += 1
     assert checked >= 3, "the engine, model and instrument steps were not found"
+
+
+def test_the_tools_layer_copies_their_sources_and_the_header_they_share() -> None:
+    """The step that compiles the C++ tools (lab.instrument, lab.inproc) needs their .cpp files and every lab
+    header they include (lab/native, on their -I path) in the layers before it."""
+    from lab.instrument import NATIVE
+
+    text = (REPO / "Dockerfile").read_text().replace("\\\n", " ")
+    copied: set[Path] = set()
+    for line in text.splitlines():
+        line = line.strip()
+        if line.startswith("COPY lab/ lab/"):
+            break
+        if line.startswith("COPY lab/"):
+            for src in line.split()[1:-1]:
+                path = REPO / src
+                copied |= {f for f in path.rglob("*") if f.is_file()} if path.is_dir() else {path}
+        if line.startswith("RUN") and "build_instrument" in line and "build_driver" in line:
+            sources = {REPO / "lab/instrument/profile_prefill.cpp", REPO / "lab/inproc/arms.cpp"}
+            assert sources <= copied, f"the tools' step lacks {sorted(map(str, sources - copied))}"
+            for source in sources:
+                for name in re.findall(r'^#include "([^"]+)"', source.read_text(), flags=re.M):
+                    header = NATIVE.resolve() / name
+                    if header.exists():  # else an engine header (llama.h, ggml.h)
+                        assert header in copied, f"{source.name} includes {name}, not copied before its build"
+            return
+    raise AssertionError("the step that compiles the C++ tools was not found")

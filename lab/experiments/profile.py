@@ -30,7 +30,7 @@ from lab.experiments.profile_dump import (
 )
 from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, run_experiment
-from lab.instrument import SOURCE, InstrumentInfo, build_instrument, instrument_command
+from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.peaks import measure_peaks
 from lab.presenters import time_tables
 from lab.presenters.profile import efficiency_table, prediction_lines, profile_table
@@ -79,7 +79,8 @@ class Profile(Experiment):
         assert inst is not None
         p = settings.profile
         threads = p.threads or settings.server.threads
-        shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)
+        for src in (SOURCE, *HEADERS):  # what measured: the instrument's source (with the shared header) and build
+            shutil.copyfile(src, run.path / "raw" / src.name)
         (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
         dump = run.table_path(DUMP)
         part = dump.with_suffix(".part.jsonl")

@@ -49,7 +49,7 @@ from lab.experiments.sweep_server import (
 from lab.fills import complete_fills, run_fills
 from lab.headline import newest_profile, steps_of, summary_lines
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
-from lab.instrument import InstrumentInfo
+from lab.instrument import HEADERS, InstrumentInfo
 from lab.plan import Plan
 from lab.presenters import headline_tables
 from lab.presenters.plan import plan_line
@@ -216,7 +216,8 @@ class Sweep(Experiment):
         and the depth-L states its genuine arm and the estimate restore), then the plan from their chunks."""
         assert self.driver is not None
         run, logs, sw = sess.run, sess.run.path / "logs", sess.settings.sweep
-        shutil.copyfile(SOURCE, run.path / "raw" / SOURCE.name)  # what measured: the driver's source and build
+        for src in (SOURCE, *HEADERS):  # what measured: the driver's source (with the shared header) and build
+            shutil.copyfile(src, run.path / "raw" / src.name)
         (run.path / "raw" / "inproc_driver.json").write_text(self.driver.model_dump_json(indent=2))
         file = logs / "inproc_tokens.txt"
         file.write_text(" ".join(map(str, tokens)) + "\n")

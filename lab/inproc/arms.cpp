@@ -24,16 +24,15 @@
 // Every arm starts from llama_memory_seq_rm of the whole sequence. After fake, genuine and plain the sequence's
 // max position must be L-1 (the hybrid reports the lower of its two children), else the sample fails with the
 // reason. Threads, batch and flash attention are the server's (-t, -tb, --ubatch, --flash-attn); like
-// llama-server, no threadpool is attached. Tokens come from --tokens FILE (whitespace-separated ids), else a
-// seeded filler. The first line on stdout is {"kind":"meta",...}.
+// llama-server, no threadpool is attached unless --threadpool asks for one as llama-bench does. Tokens come from
+// --tokens FILE (whitespace-separated ids), else a seeded filler. The first line on stdout is {"kind":"meta",...}.
+// The model, the context, the threadpool, the filler and the shared options are the profiler's too
+// (lab/native/labtool.h).
 // Bad startup input (L + new beyond the context, a memory type without the fake op, bad token ids) exits 2 with
 // one line on stderr; --check stops after those checks. A bad command answers {"kind":"error","reason":..}.
-#include "ggml-backend.h"
-#include "ggml-cpu.h"
-#include "llama.h"
+#include "labtool.h"
 
 #include <algorithm>
-#include <chrono>
 #include <cstdint>
 #include <cstdio>
 #include <cstdlib>
@@ -43,14 +42,14 @@
 #include <map>
 #include <sstream>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
-double now_ms() {
-    using clock = std::chrono::steady_clock;
-    return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
-}
+using labtool::fail;
+using labtool::json_str;
+using labtool::now_ms;
 
 std::vector<std::string> split(const std::string & s, char sep) {
     std::vector<std::string> out;
@@ -73,69 +72,41 @@ std::vector<int> ints(const std::string & s) {
 }
 
 struct Args {
-    std::string model;
+    labtool::CommonArgs common;  // n_ctx 0: the grid's largest L + new
     std::string tokens;
-    std::string flash_attn = "auto";
     std::vector<int> Ls{512};
     std::vector<int> news{64};
-    int n_ctx = 0;
     int ubatch = 512;
-    int threads = 2;
-    int threads_batch = 0;
-    uint64_t seed = 1;
     bool check = false;
     bool fake = true;  // --no-fake: the memory type need not support the fake op
-    bool threadpool = false;  // --threadpool: a persistent polling threadpool, as llama-bench attaches
 };
-
-[[noreturn]] void fail(const std::string & why) {
-    fprintf(stderr, "%s\n", why.c_str());
-    exit(2);
-}
 
 Args parse(int argc, char ** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string k = argv[i];
-        auto val = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                fail("option " + k + " needs a value");
-            }
-            return argv[++i];
-        };
-        if (k == "--model") {
-            a.model = val();
+    labtool::ArgReader r(
+        argc, argv,
+        "usage: lab-inproc-arms --model M [--Ls 512,2048] [--news 64] [--tokens FILE] [--check] < commands");
+    while (r.next()) {
+        const std::string & k = r.key();
+        if (r.common(a.common)) {
+            continue;
         } else if (k == "--Ls") {
-            a.Ls = ints(val());
+            a.Ls = ints(r.value());
         } else if (k == "--news") {
-            a.news = ints(val());
-        } else if (k == "--n-ctx") {
-            a.n_ctx = std::atoi(val().c_str());
+            a.news = ints(r.value());
         } else if (k == "--ubatch") {
-            a.ubatch = std::atoi(val().c_str());
-        } else if (k == "-t" || k == "--threads") {
-            a.threads = std::atoi(val().c_str());
-        } else if (k == "-tb" || k == "--threads-batch") {
-            a.threads_batch = std::atoi(val().c_str());
+            a.ubatch = r.int_value(1);
         } else if (k == "--tokens") {
-            a.tokens = val();
-        } else if (k == "--flash-attn") {
-            a.flash_attn = val();
+            a.tokens = r.value();
         } else if (k == "--check") {
             a.check = true;
         } else if (k == "--no-fake") {
             a.fake = false;
-        } else if (k == "--threadpool") {
-            a.threadpool = true;
-        } else if (k == "--seed") {
-            a.seed = std::strtoull(val().c_str(), nullptr, 10);
         } else {
-            fail("unknown option " + k);
+            r.unknown();
         }
     }
-    if (a.model.empty()) {
-        fail("usage: lab-inproc-arms --model M [--Ls 512,2048] [--news 64] [--tokens FILE] [--check] < commands");
-    }
+    r.finish(a.common);
     int need = 0;
     for (int L : a.Ls) {
         for (int n : a.news) {
@@ -145,17 +116,12 @@ Args parse(int argc, char ** argv) {
             need = std::max(need, L + n);
         }
     }
-    if (a.n_ctx <= 0) {
-        a.n_ctx = need;
+    if (a.common.n_ctx == 0) {
+        a.common.n_ctx = need;
     }
-    if (need > a.n_ctx) {
-        fail("L + new = " + std::to_string(need) + " does not fit the context (" + std::to_string(a.n_ctx) + ")");
-    }
-    if (a.threads < 1 || a.ubatch < 1 || a.threads_batch < 0) {
-        fail("--threads, --threads-batch and --ubatch must be positive");
-    }
-    if (a.flash_attn != "on" && a.flash_attn != "off" && a.flash_attn != "auto") {
-        fail("--flash-attn is on, off or auto, not " + a.flash_attn);
+    if (need > a.common.n_ctx) {
+        fail("L + new = " + std::to_string(need) + " does not fit the context (" + std::to_string(a.common.n_ctx) +
+             ")");
     }
     std::sort(a.Ls.begin(), a.Ls.end());
     a.Ls.erase(std::unique(a.Ls.begin(), a.Ls.end()), a.Ls.end());
@@ -184,41 +150,6 @@ std::vector<llama_token> read_tokens(const std::string & path, int need, int n_v
     return out;
 }
 
-std::vector<llama_token> seeded_filler(int n, uint64_t seed, int n_vocab) {
-    std::vector<llama_token> out((size_t) n);
-    uint64_t x = seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    const int lo = std::min(1000, n_vocab / 2), hi = std::max(lo + 1, (int) (n_vocab * 0.98));
-    for (auto & t : out) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        t = lo + (int) ((x >> 33) % (uint64_t) (hi - lo));
-    }
-    return out;
-}
-
-void quiet_log(ggml_log_level level, const char * text, void *) {
-    if (level >= GGML_LOG_LEVEL_ERROR) {
-        fputs(text, stderr);
-    }
-}
-
-// JSON string contents: quotes, backslashes and control characters escaped
-std::string json_escape(const std::string & s) {
-    std::string out;
-    for (const char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if ((unsigned char) c < 0x20) {
-            char buf[8];
-            snprintf(buf, sizeof buf, "\\u%04x", (unsigned) c);
-            out += buf;
-        } else {
-            out += c;
-        }
-    }
-    return out;
-}
-
 struct Sample {
     bool ok = true;
     std::string reason;
@@ -231,46 +162,48 @@ struct Sample {
 
 class Driver {
   public:
-    Driver(llama_context * ctx, std::vector<llama_token> tokens, const Args & args) :
-        ctx_(ctx),
-        mem_(llama_get_memory(ctx)),
+    Driver(labtool::Engine & engine, std::vector<llama_token> tokens, const Args & args) :
+        ctx_(engine.ctx),
+        mem_(engine.memory()),
         tokens_(std::move(tokens)),
         args_(args),
-        batch_(llama_batch_init(args.ubatch, 0, 1)) {}
+        batch_(args.ubatch) {}
 
-    ~Driver() { llama_batch_free(batch_); }
+    // the arms by name, each with how it brings the sequence to where its timed decode starts
+    static bool known_arm(const std::string & arm) { return arms().count(arm) == 1; }
+
+    static std::string arm_names() {
+        std::string out;
+        for (const auto & [name, prep] : arms()) {
+            out += (out.empty() ? "" : ", ") + name;
+        }
+        return out;
+    }
 
     void fill(int pass) {
         llama_memory_seq_rm(mem_, 0, -1, -1);
         int pos = 0;
         for (const int L : args_.Ls) {
-            double t0 = now_ms();
+            const double t0 = now_ms();
             if (!decode(pos, L)) {
                 return error("decoding the stream from " + std::to_string(pos) + " to " + std::to_string(L) +
                              " failed");
             }
             const double ms = now_ms() - t0;
-            t0 = now_ms();
-            std::vector<uint8_t> & blob = blobs_[L];
-            blob.resize(llama_state_seq_get_size_ext(ctx_, 0, LLAMA_STATE_SEQ_FLAGS_NONE));
-            if (llama_state_seq_get_data_ext(ctx_, blob.data(), blob.size(), 0, LLAMA_STATE_SEQ_FLAGS_NONE) == 0) {
-                blobs_.erase(L);
+            const double t1 = now_ms();
+            if (!capture(L)) {
                 return error("llama_state_seq_get_data_ext returned 0 at L=" + std::to_string(L));
             }
-            const double capture_ms = now_ms() - t0;
+            const double capture_ms = now_ms() - t1;
             printf("{\"kind\":\"fill\",\"pass\":%d,\"L\":%d,\"from\":%d,\"ms\":%.4f,\"capture_ms\":%.4f,"
                    "\"blob_bytes\":%zu}\n",
-                   pass, L, pos, ms, capture_ms, blob.size());
+                   pass, L, pos, ms, capture_ms, blobs_[L].size());
             for (const int n_new : args_.news) {
                 Sample s;
                 restore(L, s);
-                if (s.ok) {
-                    t0 = now_ms();
-                    s.ok = decode(L, L + n_new);
-                    s.decode_ms = now_ms() - t0;
-                }
-                printf("{\"kind\":\"chunk\",\"pass\":%d,\"L\":%d,\"new\":%d,\"ok\":%s,\"reason\":\"%s\",\"ms\":%.4f}\n",
-                       pass, L, n_new, s.ok ? "true" : "false", json_escape(s.reason).c_str(), s.decode_ms);
+                time_new(L, L + n_new, s);
+                printf("{\"kind\":\"chunk\",\"pass\":%d,\"L\":%d,\"new\":%d,\"ok\":%s,\"reason\":%s,\"ms\":%.4f}\n",
+                       pass, L, n_new, s.ok ? "true" : "false", json_str(s.reason).c_str(), s.decode_ms);
             }
             Sample back;  // continue the stream from depth L
             restore(L, back);
@@ -281,73 +214,100 @@ class Driver {
         }
     }
 
-    void rep(int L, int n_new, int rep, const std::vector<std::string> & arms) {
-        for (const auto & arm : arms) {
+    void rep(int L, int n_new, int rep, const std::vector<std::string> & names) {
+        for (const auto & arm : names) {
             llama_memory_seq_rm(mem_, 0, -1, -1);
             Sample s;
-            int from = L;
-            if (arm == "baseline") {
-                from = 0;
-            } else if (arm == "fake") {
-                fake(L, s);
-            } else if (arm == "genuine") {
-                restore(L, s);
-            } else if (arm == "plain") {
-                s.ok = decode(0, L);
-                s.reason = s.ok ? "" : "decoding the genuine prefix failed";
-            } else if (arm == "warmup") {
-                restore(L, s);  // then the same chunk: wakes this process's threads, caches and buffers
-            }
+            const int from = (this->*arms().at(arm))(L, s);
             s.pos_max = (int) llama_memory_seq_pos_max(mem_, 0);
             if (s.ok && from == L && s.pos_max != L - 1) {
                 s.ok = false;
                 s.reason = "the sequence's max position is " + std::to_string(s.pos_max) + ", not L-1";
             }
-            if (s.ok) {
-                const double t0 = now_ms();
-                s.ok = decode(from, L + n_new);
-                s.decode_ms = now_ms() - t0;
-                s.reason = s.ok ? "" : "llama_decode failed";
-            }
+            time_new(from, L + n_new, s);
             if (s.ok && arm == "genuine") {
                 yardstick(L, s);
             }
-            printf("{\"kind\":\"sample\",\"L\":%d,\"new\":%d,\"arm\":\"%s\",\"rep\":%d,\"ok\":%s,\"reason\":\"%s\","
+            printf("{\"kind\":\"sample\",\"L\":%d,\"new\":%d,\"arm\":%s,\"rep\":%d,\"ok\":%s,\"reason\":%s,"
                    "\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"copy_ms\":%.4f,\"blob_bytes\":%zu,\"pos_max\":%d}\n",
-                   L, n_new, arm.c_str(), rep, s.ok ? "true" : "false", json_escape(s.reason).c_str(), s.decode_ms,
-                   s.prep_ms, s.copy_ms, s.blob_bytes, s.pos_max);
+                   L, n_new, json_str(arm).c_str(), rep, s.ok ? "true" : "false", json_str(s.reason).c_str(),
+                   s.decode_ms, s.prep_ms, s.copy_ms, s.blob_bytes, s.pos_max);
         }
     }
 
-    void error(const std::string & why) {
-        printf("{\"kind\":\"error\",\"reason\":\"%s\"}\n", json_escape(why).c_str());
-    }
+    void error(const std::string & why) { printf("{\"kind\":\"error\",\"reason\":%s}\n", json_str(why).c_str()); }
 
   private:
+    using Prep = int (Driver::*)(int L, Sample & s);  // the position the timed decode starts from
+
+    static const std::map<std::string, Prep> & arms() {
+        static const std::map<std::string, Prep> table = {
+            {"baseline", &Driver::prep_baseline}, {"fake", &Driver::prep_fake},     {"genuine", &Driver::prep_genuine},
+            {"plain", &Driver::prep_plain},       {"warmup", &Driver::prep_warmup},
+        };
+        return table;
+    }
+
+    // baseline: L + new decoded from an empty sequence, timed whole
+    int prep_baseline(int, Sample &) { return 0; }
+
+    // fake: llama_memory_seq_fake_prefix(L) (prep_ms)
+    int prep_fake(int L, Sample & s) {
+        const double t0 = now_ms();
+        s.ok = llama_memory_seq_fake_prefix(mem_, 0, (uint32_t) L);
+        s.prep_ms = now_ms() - t0;
+        s.reason = s.ok ? "" : "llama_memory_seq_fake_prefix refused (no room?)";
+        return L;
+    }
+
+    // genuine: the depth-L state of the last fill restored (prep_ms: the cache read); rep adds the yardstick
+    int prep_genuine(int L, Sample & s) {
+        restore(L, s);
+        return L;
+    }
+
+    // plain: L decoded (untimed): the genuine hit without a saved state
+    int prep_plain(int L, Sample & s) {
+        s.ok = decode(0, L);
+        s.reason = s.ok ? "" : "decoding the genuine prefix failed";
+        return L;
+    }
+
+    // warmup: as genuine, then the same chunk: wakes this process's threads, caches and buffers
+    int prep_warmup(int L, Sample & s) { return prep_genuine(L, s); }
+
+    // tokens[from, to) timed, unless the preparation failed
+    void time_new(int from, int to, Sample & s) {
+        if (!s.ok) {
+            return;
+        }
+        const double t0 = now_ms();
+        s.ok = decode(from, to);
+        s.decode_ms = now_ms() - t0;
+        s.reason = s.ok ? "" : "llama_decode failed";
+    }
+
     // decode tokens[p0, p1) at their own positions, in ubatch-sized batches; false on a decode error
     bool decode(int p0, int p1) {
         for (int start = p0; start < p1; start += args_.ubatch) {
             const int n = std::min(args_.ubatch, p1 - start);
-            batch_.n_tokens = n;
-            for (int i = 0; i < n; ++i) {
-                batch_.token[i] = tokens_[start + i];
-                batch_.pos[i] = start + i;
-                batch_.n_seq_id[i] = 1;
-                batch_.seq_id[i][0] = 0;
-                batch_.logits[i] = start + i == p1 - 1;
-            }
-            if (llama_decode(ctx_, batch_) != 0) {
+            labtool::fill_batch(batch_.b, tokens_, start, n, start + n == p1);
+            if (llama_decode(ctx_, batch_.b) != 0) {
                 return false;
             }
         }
         return true;
     }
 
-    void fake(int L, Sample & s) {
-        const double t0 = now_ms();
-        s.ok = llama_memory_seq_fake_prefix(mem_, 0, (uint32_t) L);
-        s.prep_ms = now_ms() - t0;
-        s.reason = s.ok ? "" : "llama_memory_seq_fake_prefix refused (no room?)";
+    // the really decoded depth-L state as a blob (flags 0: attention KV and recurrent state); false on failure
+    bool capture(int L) {
+        std::vector<uint8_t> & blob = blobs_[L];
+        blob.resize(llama_state_seq_get_size_ext(ctx_, 0, LLAMA_STATE_SEQ_FLAGS_NONE));
+        if (llama_state_seq_get_data_ext(ctx_, blob.data(), blob.size(), 0, LLAMA_STATE_SEQ_FLAGS_NONE) == 0) {
+            blobs_.erase(L);
+            return false;
+        }
+        return true;
     }
 
     // the sequence back to the really decoded depth-L state of the last fill (prep_ms: the cache read)
@@ -381,7 +341,7 @@ class Driver {
     llama_memory_t mem_;
     std::vector<llama_token> tokens_;
     const Args & args_;
-    llama_batch batch_;
+    labtool::Batch batch_;
     std::map<int, std::vector<uint8_t>> blobs_;
     std::vector<uint8_t> copy_;
     volatile uint8_t sink_ = 0;
@@ -405,13 +365,10 @@ bool serve_one(Driver & d, const Args & args, const std::string & line) {
     } else if (words[0] == "rep" && words.size() == 5) {
         const int L = std::atoi(words[1].c_str()), n_new = std::atoi(words[2].c_str());
         const std::vector<std::string> arms = split(words[4], ',');
-        const bool known = std::all_of(arms.begin(), arms.end(), [](const std::string & a) {
-            return a == "baseline" || a == "fake" || a == "genuine" || a == "plain" || a == "warmup";
-        });
         if (!in_grid(args.Ls, L) || !in_grid(args.news, n_new)) {
             d.error("(" + words[1] + ", " + words[2] + ") is not a point of this driver's grid");
-        } else if (!known || arms.empty()) {
-            d.error("unknown arm in " + words[4] + " (baseline, fake, genuine, plain, warmup)");
+        } else if (arms.empty() || !std::all_of(arms.begin(), arms.end(), Driver::known_arm)) {
+            d.error("unknown arm in " + words[4] + " (" + Driver::arm_names() + ")");
         } else if (!args.fake && std::find(arms.begin(), arms.end(), "fake") != arms.end()) {
             d.error("started with --no-fake: no fake arm");
         } else {
@@ -423,75 +380,37 @@ bool serve_one(Driver & d, const Args & args, const std::string & line) {
     return true;
 }
 
+void write_meta(const Args & args, const labtool::Engine & engine) {
+    printf("{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,\"flash_attn\":%s,"
+           "\"n_vocab\":%d,\"tokens\":%s,\"threadpool\":%s}\n",
+           args.common.n_ctx, args.ubatch, args.common.threads, args.common.threads_batch,
+           json_str(args.common.flash_attn).c_str(), engine.n_vocab(),
+           json_str(args.tokens.empty() ? "seeded filler" : "given").c_str(),
+           engine.has_threadpool() ? "true" : "false");
+    fflush(stdout);
+}
+
 }  // namespace
 
 int main(int argc, char ** argv) {
     const Args args = parse(argc, argv);
-    llama_log_set(quiet_log, nullptr);
-    llama_backend_init();
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
-    mp.progress_callback = [](float, void *) { return true; };  // no loading dots on stderr
-    llama_model * model = llama_model_load_from_file(args.model.c_str(), mp);
-    if (!model) {
-        fail("failed to load the model " + args.model);
-    }
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) args.n_ctx;
-    cp.n_batch = (uint32_t) args.ubatch;
-    cp.n_ubatch = (uint32_t) args.ubatch;
-    cp.n_seq_max = 1;
-    cp.n_threads = args.threads;
-    cp.n_threads_batch = args.threads_batch > 0 ? args.threads_batch : args.threads;
-    cp.flash_attn_type = args.flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                         : args.flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
-    cp.no_perf = true;
-    llama_context * ctx = llama_init_from_model(model, cp);
-    if (!ctx) {
-        fail("failed to create a context of " + std::to_string(args.n_ctx) + " tokens");
-    }
-    // No threadpool by default, like llama-server: ggml-cpu starts and joins its workers on every graph compute.
-    // --threadpool attaches a persistent polling one, as llama-bench does (to compare the two like for like).
-    ggml_backend_reg_t cpu = ggml_backend_dev_backend_reg(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
-    using tp_new_t = decltype(ggml_threadpool_new);
-    using tp_free_t = decltype(ggml_threadpool_free);
-    auto * tp_new = (tp_new_t *) ggml_backend_reg_get_proc_address(cpu, "ggml_threadpool_new");
-    auto * tp_free = (tp_free_t *) ggml_backend_reg_get_proc_address(cpu, "ggml_threadpool_free");
-    ggml_threadpool * tp = nullptr;
-    if (args.threadpool) {
-        if (!tp_new || !tp_free) {
-            fail("--threadpool: this build's CPU backend exports no threadpool");
-        }
-        ggml_threadpool_params tpp = ggml_threadpool_params_default((int) cp.n_threads_batch);
-        tp = tp_new(&tpp);
-        llama_attach_threadpool(ctx, tp, tp);
-    }
-    if (args.fake && !llama_memory_seq_fake_prefix(llama_get_memory(ctx), 0, 0)) {
+    labtool::Engine engine(args.common, args.common.n_ctx, args.ubatch);
+    if (args.fake && !llama_memory_seq_fake_prefix(engine.memory(), 0, 0)) {
         fail("this model's memory type has no fake-prefix op (an iSWA cache?): drop the fake arm");
     }
-    const int n_vocab = llama_vocab_n_tokens(llama_model_get_vocab(model));
     const int need = args.Ls.back() + args.news.back();
-    std::vector<llama_token> tokens = args.tokens.empty() ? seeded_filler(need, args.seed, n_vocab)
-                                                          : read_tokens(args.tokens, need, n_vocab);
-    if (!args.check) {  // --check: the inputs, the model, the context and the arms are fine; measure nothing
-        printf("{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,"
-               "\"flash_attn\":\"%s\",\"n_vocab\":%d,\"tokens\":\"%s\",\"threadpool\":%s}\n",
-               args.n_ctx, args.ubatch, args.threads, (int) cp.n_threads_batch, args.flash_attn.c_str(), n_vocab,
-               args.tokens.empty() ? "seeded filler" : "given", args.threadpool ? "true" : "false");
+    std::vector<llama_token> tokens = args.tokens.empty()
+                                          ? labtool::filler_tokens(need, args.common.seed, engine.n_vocab())
+                                          : read_tokens(args.tokens, need, engine.n_vocab());
+    if (args.check) {
+        return 0;  // the inputs, the model, the context and the arms are fine; measure nothing
+    }
+    write_meta(args, engine);
+    Driver driver(engine, std::move(tokens), args);
+    std::string line;
+    while (std::getline(std::cin, line) && serve_one(driver, args, line)) {
+        printf("{\"kind\":\"done\"}\n");
         fflush(stdout);
-        Driver d(ctx, std::move(tokens), args);
-        std::string line;
-        while (std::getline(std::cin, line) && serve_one(d, args, line)) {
-            printf("{\"kind\":\"done\"}\n");
-            fflush(stdout);
-        }
     }
-    llama_free(ctx);
-    if (tp) {
-        tp_free(tp);
-    }
-    llama_model_free(model);
-    llama_backend_free();
     return 0;
 }

@@ -1,5 +1,6 @@
 """The per-node prefill profiler: a small C++ program linked against the engine's libllama
-(`profile_prefill.cpp`), built and cached by the lab like the engine."""
+(`profile_prefill.cpp`), built and cached by the lab like the engine. It and the in-process arms driver
+(lab/inproc) share the header lab/native/labtool.h: part of every tool's build key."""
 
 from __future__ import annotations
 
@@ -18,12 +19,15 @@ from lab.errors import LabError
 
 SOURCE = Path(__file__).with_name("profile_prefill.cpp")
 BINARY = "lab-profile-prefill"
+NATIVE = Path(__file__).parent.parent / "native"  # the C++ tools' shared header: on their -I path, in their key
+HEADERS = (NATIVE / "labtool.h",)
 
 
 class InstrumentInfo(BaseModel):
     binary: Path
     source: Path
     source_sha256: str
+    headers_sha256: str = ""  # the shared headers (HEADERS): one digest over their names and bytes
     compile_cmd: list[str]
     engine_patch_sha256: str
 
@@ -36,27 +40,44 @@ def compile_command(engine: EngineInfo, out: Path, source: Path = SOURCE) -> lis
     cxx = shutil.which("g++") or shutil.which("c++") or "c++"
     return [
         cxx, "-std=c++17", "-O2", "-Wall", "-Wextra",
-        f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
+        f"-I{NATIVE}", f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
         str(source), "-o", str(out),
         f"-L{engine.lib_dir}", "-lllama", "-lggml", "-lggml-base",
         f"-Wl,-rpath,$ORIGIN:{engine.lib_dir}",  # $ORIGIN: the copy inside an engine bundle finds its libs
     ]  # fmt: skip
 
 
+def headers_sha256() -> str:
+    """One digest over the shared headers (names and bytes): a header change is a new build of every tool."""
+    h = hashlib.sha256()
+    for header in HEADERS:
+        h.update(header.name.encode() + b"\0" + header.read_bytes() + b"\0")
+    return h.hexdigest()
+
+
+def tool_key(engine: EngineInfo, source: Path) -> str:
+    """The build cache key of a tool: its source, the shared headers and the engine build."""
+    src_sha = hashlib.sha256(source.read_bytes()).hexdigest()
+    parts = f"{src_sha}|{headers_sha256()}|{engine.build_dir}|{engine.patch_sha256}|{engine.flags}"
+    return hashlib.sha256(parts.encode()).hexdigest()
+
+
 def build_tool(engine: EngineInfo, cache_dir: Path, source: Path, binary_name: str) -> InstrumentInfo:
-    """Compile a C++ tool that links the engine's libllama, once per (its source, engine build); a repeat is a
-    stamp check. An engine bundle (a prebuilt engine on a target host) carries the compiled tool: used as is."""
+    """Compile a C++ tool that links the engine's libllama, once per (its source, the shared headers, engine
+    build); a repeat is a stamp check. An engine bundle (a prebuilt engine on a target host) carries the compiled
+    tool: used as is."""
+    src_sha = hashlib.sha256(source.read_bytes()).hexdigest()
     bundled = engine.lib_dir / binary_name
     if engine.build_dir == engine.source_dir and bundled.exists():
         return InstrumentInfo(
             binary=bundled,
             source=source,
-            source_sha256=hashlib.sha256(source.read_bytes()).hexdigest(),
+            source_sha256=src_sha,
+            headers_sha256=headers_sha256(),
             compile_cmd=["(prebuilt in the engine bundle)"],
             engine_patch_sha256=engine.patch_sha256,
         )
-    src_sha = hashlib.sha256(source.read_bytes()).hexdigest()
-    key = hashlib.sha256(f"{src_sha}|{engine.build_dir}|{engine.patch_sha256}|{engine.flags}".encode()).hexdigest()
+    key = tool_key(engine, source)
     out_dir = cache_dir / "instrument" / key[:16]
     binary = out_dir / binary_name
     stamp = out_dir / f"{binary_name}.json"
@@ -69,7 +90,7 @@ def build_tool(engine: EngineInfo, cache_dir: Path, source: Path, binary_name: s
         if proc.returncode != 0:
             raise InstrumentBuildError(f"compiling {source.name} failed:\n{proc.stderr[-3000:]}")
         info = InstrumentInfo(
-            binary=binary, source=source, source_sha256=src_sha, compile_cmd=cmd,
+            binary=binary, source=source, source_sha256=src_sha, headers_sha256=headers_sha256(), compile_cmd=cmd,
             engine_patch_sha256=engine.patch_sha256,
         )  # fmt: skip
         stamp.write_text(json.dumps(json.loads(info.model_dump_json()), indent=2))

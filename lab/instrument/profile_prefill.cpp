@@ -10,27 +10,23 @@
 //   {"kind":"fused","cycle":k,"depth":d,"ms":x}
 //   {"kind":"timed","cycle":k,"depth":d,"ms":x}                       (llama_decode wall in TIMED mode)
 //   {"kind":"node","cycle":k,"depth":d,"name":..,"op":..,"src0":..,"ne":[..],"ms":x,"calls":n}
-#include "ggml-backend.h"
-#include "ggml-cpu.h"
-#include "ggml.h"
-#include "llama.h"
+// and a line `progress cycle=k pass=fused|timed depth=d ms=x` on stderr per chunk. The model, the context, the
+// threadpool (--threadpool: lab/native/labtool.h's Engine), the filler and the options -t, -tb, --n-ctx, --seed,
+// --flash-attn are those of the in-process arms driver (lab/inproc/arms.cpp). Bad input exits 2 with one line.
+#include "labtool.h"
 
-#include <algorithm>
-#include <chrono>
 #include <cinttypes>
 #include <cstdio>
-#include <cstdlib>
-#include <cstring>
 #include <map>
 #include <string>
+#include <utility>
 #include <vector>
 
 namespace {
 
-double now_ms() {
-    using clock = std::chrono::steady_clock;
-    return std::chrono::duration<double, std::milli>(clock::now().time_since_epoch()).count();
-}
+using labtool::fail;
+using labtool::json_str;
+using labtool::now_ms;
 
 struct NodeAcc {
     std::string op;
@@ -70,253 +66,152 @@ bool cb_eval(ggml_tensor * t, bool ask, void * user) {
     return true;
 }
 
-std::string json_str(const std::string & s) {
-    std::string out = "\"";
-    for (char c : s) {
-        if (c == '"' || c == '\\') {
-            out += '\\';
-            out += c;
-        } else if (static_cast<unsigned char>(c) < 0x20) {
-            char buf[8];
-            snprintf(buf, sizeof(buf), "\\u%04x", c);
-            out += buf;
-        } else {
-            out += c;
-        }
-    }
-    return out + "\"";
-}
-
 struct Args {
-    std::string model;
+    labtool::CommonArgs common;  // n_ctx 0: max_depth + chunk
     std::string out;
-    int n_ctx = 0;
     int chunk = 512;
     int max_depth = 4096;
     int cycles = 3;
     int first_cycle = 0;  // resume: cycles [first_cycle, cycles) are run
     int warmup = 1;
-    int threads = 2;
-    int threads_batch = 0;
-    uint64_t seed = 1;
-    std::string flash_attn = "auto";
-    bool threadpool = false;
 };
-
-[[noreturn]] void usage(const char * argv0) {
-    fprintf(stderr,
-            "usage: %s --model M --out F [--chunk 512] [--max-depth 4096] [--cycles 3] [-t 2] [-tb N]\n"
-            "          [--n-ctx N] [--seed 1] [--flash-attn auto|on|off] [--warmup 1] [--threadpool]\n"
-            "          [--first-cycle K]   (resume: run cycles K..cycles-1)\n",
-            argv0);
-    exit(2);
-}
 
 Args parse(int argc, char ** argv) {
     Args a;
-    for (int i = 1; i < argc; ++i) {
-        const std::string k = argv[i];
-        auto val = [&]() -> std::string {
-            if (i + 1 >= argc) {
-                usage(argv[0]);
-            }
-            return argv[++i];
-        };
-        if (k == "--model" || k == "-m") {
-            a.model = val();
+    labtool::ArgReader r(argc, argv,
+                         "usage: lab-profile-prefill --model M --out F [--chunk 512] [--max-depth 4096] [--cycles 3]"
+                         " [-t 2] [-tb N] [--n-ctx N] [--seed 1] [--flash-attn auto|on|off] [--warmup 1]"
+                         " [--threadpool] [--first-cycle K (resume: run cycles K..cycles-1)]");
+    while (r.next()) {
+        const std::string & k = r.key();
+        if (r.common(a.common)) {
+            continue;
         } else if (k == "--out" || k == "-o") {
-            a.out = val();
+            a.out = r.value();
         } else if (k == "--chunk") {
-            a.chunk = std::atoi(val().c_str());
+            a.chunk = r.int_value(1);
         } else if (k == "--max-depth") {
-            a.max_depth = std::atoi(val().c_str());
+            a.max_depth = r.int_value(0);
         } else if (k == "--cycles") {
-            a.cycles = std::atoi(val().c_str());
-        } else if (k == "-t" || k == "--threads") {
-            a.threads = std::atoi(val().c_str());
-        } else if (k == "-tb" || k == "--threads-batch") {
-            a.threads_batch = std::atoi(val().c_str());
-        } else if (k == "--n-ctx") {
-            a.n_ctx = std::atoi(val().c_str());
+            a.cycles = r.int_value(1);
         } else if (k == "--warmup") {
-            a.warmup = std::atoi(val().c_str());
-        } else if (k == "--seed") {
-            a.seed = std::strtoull(val().c_str(), nullptr, 10);
+            a.warmup = r.int_value(0);
         } else if (k == "--first-cycle") {
-            a.first_cycle = std::atoi(val().c_str());
-        } else if (k == "--threadpool") {
-            a.threadpool = true;
-        } else if (k == "--flash-attn") {
-            a.flash_attn = val();
+            a.first_cycle = r.int_value(0);
         } else {
-            usage(argv[0]);
+            r.unknown();
         }
     }
-    if (a.model.empty() || a.out.empty() || a.chunk < 1 || a.max_depth < 0 || a.cycles < 1 || a.threads < 1 ||
-        a.first_cycle < 0 || a.first_cycle >= a.cycles) {
-        usage(argv[0]);
+    r.finish(a.common);
+    if (a.out.empty()) {
+        r.usage();
     }
-    if (a.threads_batch < 1) {
-        a.threads_batch = a.threads;
+    if (a.first_cycle >= a.cycles) {
+        fail("--first-cycle " + std::to_string(a.first_cycle) + " leaves none of " + std::to_string(a.cycles) +
+             " cycles to run");
     }
-    if (a.n_ctx <= 0) {
-        a.n_ctx = a.max_depth + a.chunk;
+    if (a.common.n_ctx == 0) {
+        a.common.n_ctx = a.max_depth + a.chunk;
     }
     return a;
 }
 
-// chunk c of the filler: positions [c*chunk, (c+1)*chunk), logits for the last token only
-void fill_chunk(llama_batch & batch, const std::vector<llama_token> & tokens, int c, int chunk) {
-    batch.n_tokens = chunk;
-    for (int i = 0; i < chunk; ++i) {
-        batch.token[i] = tokens[(size_t) c * chunk + i];
-        batch.pos[i] = c * chunk + i;
-        batch.n_seq_id[i] = 1;
-        batch.seq_id[i][0] = 0;
-        batch.logits[i] = i == chunk - 1;
+// One profile: the engine (its context evaluates through cb_eval), the filler stream of every depth, the dump.
+class Profiler {
+  public:
+    explicit Profiler(const Args & args) :
+        args_(args),
+        engine_(args.common, args.common.n_ctx, args.chunk, cb_eval, &cbd_),
+        n_chunks_(args.max_depth / args.chunk + 1),
+        tokens_(labtool::filler_tokens(n_chunks_ * args.chunk, args.common.seed, engine_.n_vocab())),
+        batch_(args.chunk),
+        out_(fopen(args.out.c_str(), "w")) {
+        if (!out_) {
+            fail("cannot write " + args.out);
+        }
     }
-}
 
-void quiet_log(ggml_log_level level, const char * text, void *) {
-    if (level >= GGML_LOG_LEVEL_WARN) {
-        fputs(text, stderr);
+    ~Profiler() { fclose(out_); }
+
+    Profiler(const Profiler &) = delete;
+    Profiler & operator=(const Profiler &) = delete;
+
+    void write_meta() {
+        fprintf(out_,
+                "{\"kind\":\"meta\",\"n_vocab\":%d,\"n_layer\":%d,\"chunk\":%d,\"max_depth\":%d,\"cycles\":%d,"
+                "\"threads\":%d,\"threads_batch\":%d,\"threadpool\":%s,\"n_ctx\":%d,\"flash_attn\":%s,"
+                "\"system_info\":%s}\n",
+                engine_.n_vocab(), llama_model_n_layer(engine_.model), args_.chunk, (n_chunks_ - 1) * args_.chunk,
+                args_.cycles, args_.common.threads, args_.common.threads_batch,
+                engine_.has_threadpool() ? "true" : "false", args_.common.n_ctx,
+                json_str(args_.common.flash_attn).c_str(), json_str(llama_print_system_info()).c_str());
     }
-}
+
+    // untimed chunks at depth 0, so one-time costs (weight repacking, first allocations) stay out of depth 0
+    void warm_up() {
+        for (int w = 0; w < args_.warmup; ++w) {
+            if (decode_chunk(0) != 0) {
+                fail("warm-up decode failed");
+            }
+            llama_memory_clear(engine_.memory(), true);
+        }
+    }
+
+    // one pass over every depth from an empty memory: its wall per chunk, and (timed) the chunk's nodes
+    void run_pass(int cycle, bool timed) {
+        const char * pass = timed ? "timed" : "fused";
+        llama_memory_clear(engine_.memory(), true);
+        for (int c = 0; c < n_chunks_; ++c) {
+            const int depth = c * args_.chunk;
+            cbd_.timed = timed;
+            cbd_.acc.clear();
+            const double t0 = now_ms();
+            const int rc = decode_chunk(c);
+            const double ms = now_ms() - t0;
+            cbd_.timed = false;
+            if (rc != 0) {
+                fail("llama_decode failed (" + std::to_string(rc) + ") at depth " + std::to_string(depth));
+            }
+            fprintf(out_, "{\"kind\":%s,\"cycle\":%d,\"depth\":%d,\"ms\":%.6f}\n", json_str(pass).c_str(), cycle, depth,
+                    ms);
+            for (const auto & [key, a] : cbd_.acc) {
+                fprintf(out_,
+                        "{\"kind\":\"node\",\"cycle\":%d,\"depth\":%d,\"name\":%s,\"op\":%s,\"src0\":%s,"
+                        "\"ne\":[%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "],\"ms\":%.6f,\"calls\":%d}\n",
+                        cycle, depth, json_str(key.first).c_str(), json_str(a.op).c_str(), json_str(a.src0).c_str(),
+                        a.ne[0], a.ne[1], a.ne[2], a.ne[3], a.ms, a.calls);
+            }
+            fflush(out_);
+            fprintf(stderr, "progress cycle=%d pass=%s depth=%d ms=%.3f\n", cycle, pass, depth, ms);
+        }
+    }
+
+  private:
+    // chunk c of the filler: positions [c*chunk, (c+1)*chunk), logits for the last token only
+    int decode_chunk(int c) {
+        labtool::fill_batch(batch_.b, tokens_, c * args_.chunk, args_.chunk, true);
+        return llama_decode(engine_.ctx, batch_.b);
+    }
+
+    const Args & args_;
+    CbData cbd_;
+    labtool::Engine engine_;
+    const int n_chunks_;
+    const std::vector<llama_token> tokens_;
+    labtool::Batch batch_;
+    FILE * out_;
+};
 
 }  // namespace
 
 int main(int argc, char ** argv) {
     const Args args = parse(argc, argv);
-    llama_log_set(quiet_log, nullptr);
-    llama_backend_init();
-
-    llama_model_params mp = llama_model_default_params();
-    mp.n_gpu_layers = 0;
-    llama_model * model = llama_model_load_from_file(args.model.c_str(), mp);
-    if (!model) {
-        fprintf(stderr, "failed to load %s\n", args.model.c_str());
-        return 1;
-    }
-    const llama_vocab * vocab = llama_model_get_vocab(model);
-    const int n_vocab = llama_vocab_n_tokens(vocab);
-
-    CbData cbd;
-    llama_context_params cp = llama_context_default_params();
-    cp.n_ctx = (uint32_t) args.n_ctx;
-    cp.n_batch = (uint32_t) args.chunk;
-    cp.n_ubatch = (uint32_t) args.chunk;
-    cp.n_seq_max = 1;
-    cp.n_threads = args.threads;
-    cp.n_threads_batch = args.threads_batch;
-    cp.cb_eval = cb_eval;
-    cp.cb_eval_user_data = &cbd;
-    cp.no_perf = true;
-    cp.flash_attn_type = args.flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
-                         : args.flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
-                                                    : LLAMA_FLASH_ATTN_TYPE_AUTO;
-    llama_context * ctx = llama_init_from_model(model, cp);
-    if (!ctx) {
-        fprintf(stderr, "failed to create the context\n");
-        return 1;
-    }
-
-    // By default no threadpool is attached, like llama-server at the pin: ggml-cpu then starts and joins its
-    // worker threads on every graph compute. --threadpool attaches a persistent polling one, like llama-bench.
-    ggml_backend_reg_t cpu_reg = ggml_backend_dev_backend_reg(ggml_backend_dev_by_type(GGML_BACKEND_DEVICE_TYPE_CPU));
-    auto * threadpool_new = (decltype(ggml_threadpool_new) *) ggml_backend_reg_get_proc_address(cpu_reg, "ggml_threadpool_new");
-    auto * threadpool_free = (decltype(ggml_threadpool_free) *) ggml_backend_reg_get_proc_address(cpu_reg, "ggml_threadpool_free");
-    ggml_threadpool * tp = nullptr;
-    ggml_threadpool * tp_batch = nullptr;
-    if (args.threadpool && threadpool_new && threadpool_free) {
-        ggml_threadpool_params tpp = ggml_threadpool_params_default(args.threads);
-        tp = threadpool_new(&tpp);
-        if (args.threads_batch != args.threads) {
-            ggml_threadpool_params tppb = ggml_threadpool_params_default(args.threads_batch);
-            tp_batch = threadpool_new(&tppb);
-        }
-        llama_attach_threadpool(ctx, tp, tp_batch);
-    }
-
-    FILE * out = fopen(args.out.c_str(), "w");
-    if (!out) {
-        fprintf(stderr, "cannot write %s\n", args.out.c_str());
-        return 1;
-    }
-
-    // deterministic filler ids spread across the ordinary vocabulary (MoE routing resembles text)
-    const int n_chunks = args.max_depth / args.chunk + 1;
-    const int lo = 1000;
-    const int hi = std::max(lo + 1, (int) (n_vocab * 0.98));
-    std::vector<llama_token> tokens((size_t) n_chunks * args.chunk);
-    uint64_t x = args.seed * 6364136223846793005ULL + 1442695040888963407ULL;
-    for (auto & t : tokens) {
-        x = x * 6364136223846793005ULL + 1442695040888963407ULL;
-        t = lo + (llama_token) ((x >> 33) % (uint64_t) (hi - lo));
-    }
-
-    fprintf(out,
-            "{\"kind\":\"meta\",\"n_vocab\":%d,\"n_layer\":%d,\"chunk\":%d,\"max_depth\":%d,\"cycles\":%d,"
-            "\"threads\":%d,\"threads_batch\":%d,\"threadpool\":%s,\"n_ctx\":%d,\"flash_attn\":%s,\"system_info\":%s}\n",
-            n_vocab, llama_model_n_layer(model), args.chunk, (n_chunks - 1) * args.chunk, args.cycles, args.threads,
-            args.threads_batch, tp ? "true" : "false", args.n_ctx, json_str(args.flash_attn).c_str(), json_str(llama_print_system_info()).c_str());
-
-    llama_batch batch = llama_batch_init(args.chunk, 0, 1);
-    llama_memory_t mem = llama_get_memory(ctx);
-
-    // warm-up: one untimed chunk, so one-time costs (weight repacking, first allocations) stay out of depth 0
-    for (int w = 0; w < args.warmup; ++w) {
-        fill_chunk(batch, tokens, 0, args.chunk);
-        if (llama_decode(ctx, batch) != 0) {
-            fprintf(stderr, "warm-up decode failed\n");
-            return 1;
-        }
-        llama_memory_clear(mem, true);
-    }
-
+    Profiler profiler(args);
+    profiler.write_meta();
+    profiler.warm_up();
     for (int cycle = args.first_cycle; cycle < args.cycles; ++cycle) {
-        for (int pass = 0; pass < 2; ++pass) {
-            const bool timed = pass == 1;
-            llama_memory_clear(mem, true);
-            for (int c = 0; c < n_chunks; ++c) {
-                fill_chunk(batch, tokens, c, args.chunk);
-                cbd.timed = timed;
-                cbd.acc.clear();
-                const double t0 = now_ms();
-                const int rc = llama_decode(ctx, batch);
-                const double ms = now_ms() - t0;
-                cbd.timed = false;
-                if (rc != 0) {
-                    fprintf(stderr, "llama_decode failed (%d) at depth %d\n", rc, c * args.chunk);
-                    return 1;
-                }
-                const int depth = c * args.chunk;
-                fprintf(out, "{\"kind\":\"%s\",\"cycle\":%d,\"depth\":%d,\"ms\":%.6f}\n", timed ? "timed" : "fused",
-                        cycle, depth, ms);
-                for (const auto & [key, a] : cbd.acc) {
-                    const std::string & name = key.first;
-                    fprintf(out,
-                            "{\"kind\":\"node\",\"cycle\":%d,\"depth\":%d,\"name\":%s,\"op\":%s,\"src0\":%s,"
-                            "\"ne\":[%" PRId64 ",%" PRId64 ",%" PRId64 ",%" PRId64 "],\"ms\":%.6f,\"calls\":%d}\n",
-                            cycle, depth, json_str(name).c_str(), json_str(a.op).c_str(), json_str(a.src0).c_str(),
-                            a.ne[0], a.ne[1], a.ne[2], a.ne[3], a.ms, a.calls);
-                }
-                fflush(out);
-                fprintf(stderr, "progress cycle=%d pass=%s depth=%d ms=%.3f\n", cycle, timed ? "timed" : "fused",
-                        depth, ms);
-            }
-        }
+        profiler.run_pass(cycle, false);  // FUSED
+        profiler.run_pass(cycle, true);   // TIMED
     }
-
-    llama_batch_free(batch);
-    fclose(out);
-    llama_free(ctx);
-    if (tp_batch) {
-        threadpool_free(tp_batch);
-    }
-    if (tp) {
-        threadpool_free(tp);
-    }
-    llama_model_free(model);
-    llama_backend_free();
     return 0;
 }
