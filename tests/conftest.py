@@ -1,8 +1,9 @@
 """Shared fixtures: the real patched engine (assertions on), the real tiny model, real servers.
 
-Tiers (every test module carries one marker; `make test` runs them all, `make test-fast` only `fast`):
-  fast    no server, no engine build: pure Python, run folders, catalog, reports (seconds)
+Tiers (every test carries exactly one; `make test` runs them all, `make test-fast` only `fast`):
+  fast    no server, no engine build, no browser: pure Python, run folders, catalog, rendered report files
   engine  the real patched llama-server / instrument / llama-bench on the tiny model
+  browser a real headless Chromium opens the reports
   slow    containers, target hosts over SSH, DVC SSH remotes, other llama.cpp versions, own-cache rebuilds
 
 Tests never read the developer's params.yaml or LAB_* environment (`isolated_config`), and never rebuild or
@@ -27,13 +28,17 @@ from lab.engine.source import PreparedSource, prepare_source
 from lab.engine.tinyarchs import TinyModelSpec
 from lab.settings import ServerSettings, Settings, load_settings
 
-TIERS = ("fast", "engine", "slow")
+TIERS = ("fast", "engine", "browser", "slow")
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
-    untiered = [item.nodeid for item in items if not any(item.get_closest_marker(t) for t in TIERS)]
-    if untiered:
-        raise pytest.UsageError(f"tests without a tier marker ({', '.join(TIERS)}): {', '.join(untiered[:5])}")
+    wrong = [
+        f"{item.nodeid} ({', '.join(tiers) or 'none'})"
+        for item in items
+        if len(tiers := sorted({m.name for m in item.iter_markers() if m.name in TIERS})) != 1
+    ]
+    if wrong:
+        raise pytest.UsageError(f"tests need exactly one tier marker ({', '.join(TIERS)}): {', '.join(wrong[:5])}")
 
 
 @pytest.fixture(scope="session", autouse=True)

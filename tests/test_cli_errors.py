@@ -11,9 +11,6 @@ from pathlib import Path
 
 import pytest
 
-from lab.engine.source import PreparedSource
-from lab.settings import Settings
-
 pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
@@ -129,40 +126,3 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
     one_line_error(lab("sweep", "--Ls", "20000", "--runs-dir", str(tmp_path)), 2, "invalid settings")
     one_line_error(lab("engine", "build", "--flavor", "debugx"), 2, "--flavor must be release or assert")
     assert not list(tmp_path.iterdir())
-
-
-@pytest.mark.slow
-def test_build_failure_is_one_line_with_the_log_tail(
-    settings: Settings, source: PreparedSource, tmp_path: Path
-) -> None:
-    """A failing engine build (here: cmake cannot find the compiler) in a cache of its own."""
-    cache = tmp_path / "cache"
-    (cache / "downloads").mkdir(parents=True)
-    for archive in (settings.cache_dir / "downloads").glob("*.tar.gz"):
-        (cache / "downloads" / archive.name).symlink_to(archive)
-    env = {"LAB_ENGINE__EXTRA_CMAKE_FLAGS": '["-DCMAKE_C_COMPILER=/nonexistent/cc"]'}
-    r = lab("engine", "build", "--cache-dir", str(cache), env=env)
-    progress, *rest = r.stderr.strip().splitlines()
-    assert progress.startswith("engine release: configuring (full log: ") and "lab-build.log" in progress
-    one_line_error(subprocess.CompletedProcess(r.args, r.returncode, r.stdout, "\n".join(rest)), 1, "cmake failed")
-    assert "lab-build.log" in rest[0] and len(rest) > 1  # the log's tail below the red line
-
-
-@pytest.mark.fast
-def test_an_unknown_setting_is_refused_by_name_with_the_closest_one(tmp_path: Path) -> None:
-    """A typo in params.yaml or a LAB_* variable used to change nothing and say nothing."""
-    params = tmp_path / "params.yaml"
-    params.write_text("sweep:\n  max_rep: 30\n")
-    runs = str(tmp_path / "runs")
-    r = lab("sweep", "--runs-dir", runs, env={"LAB_PARAMS_FILE": str(params)})
-    one_line_error(r, 2, "unknown setting sweep.max_rep")
-    assert "did you mean sweep.max_reps?" in r.stderr and len(r.stderr.strip().splitlines()) == 1
-    r = lab("sweep", "--runs-dir", runs, env={"LAB_SWEEP__MAXREPS": "30"})
-    one_line_error(r, 2, "unknown setting sweep.maxreps")
-    r = lab("sweep", "--runs-dir", runs, env={"LAB_SERVR__THREADS": "3"})
-    one_line_error(r, 2, "unknown setting LAB_SERVR__THREADS")
-    assert "did you mean LAB_SERVER__THREADS?" in r.stderr
-    params.write_text("server:\n  extra_args: ['--port=9999']\n")
-    r = lab("sweep", "--runs-dir", runs, env={"LAB_PARAMS_FILE": str(params)})
-    one_line_error(r, 2, "--port is set by the lab")
-    assert not (tmp_path / "runs").exists()

@@ -20,7 +20,10 @@ from pathlib import Path
 import pytest
 
 from lab.engine.build import STAMP, BuildError, EngineInfo, build_engine, in_use, prune_engines
+from lab.engine.source import PreparedSource
 from lab.settings import EngineSettings, Settings
+
+from test_cli_errors import lab, one_line_error
 
 LAB = str(Path(sys.executable).parent / "lab")
 
@@ -190,3 +193,20 @@ def test_changed_patch_builds_its_own_tree(settings: Settings, tmp_path: Path) -
     log = original.build_dir / "lab-build.log"
     size = log.stat().st_size
     assert build_engine(settings.engine, cache) == original and log.stat().st_size == size
+
+
+@pytest.mark.slow
+def test_build_failure_is_one_line_with_the_log_tail(
+    settings: Settings, source: PreparedSource, tmp_path: Path
+) -> None:
+    """A failing engine build (here: cmake cannot find the compiler) in a cache of its own."""
+    cache = tmp_path / "cache"
+    (cache / "downloads").mkdir(parents=True)
+    for archive in (settings.cache_dir / "downloads").glob("*.tar.gz"):
+        (cache / "downloads" / archive.name).symlink_to(archive)
+    env = {"LAB_ENGINE__EXTRA_CMAKE_FLAGS": '["-DCMAKE_C_COMPILER=/nonexistent/cc"]'}
+    r = lab("engine", "build", "--cache-dir", str(cache), env=env)
+    progress, *rest = r.stderr.strip().splitlines()
+    assert progress.startswith("engine release: configuring (full log: ") and "lab-build.log" in progress
+    one_line_error(subprocess.CompletedProcess(r.args, r.returncode, r.stdout, "\n".join(rest)), 1, "cmake failed")
+    assert "lab-build.log" in rest[0] and len(rest) > 1  # the log's tail below the red line

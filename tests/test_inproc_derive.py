@@ -207,3 +207,11 @@ def test_a_run_whose_arm_failed_on_every_sample_is_not_complete() -> None:
     why = all_failed([good.model_copy(update={"L": 700}), inproc(300, broken)])
     assert why == "" and all_failed([inproc(300, broken)]).startswith("every fake sample failed (inproc)")
     assert "no fake-prefix op" in all_failed([inproc(300, broken)])
+
+
+def test_llama_bench_keeps_every_reps_sample() -> None:
+    from lab.experiments.prefill_tps import parse_bench_jsonl
+
+    line = '{"n_prompt": 64, "n_gen": 0, "n_depth": 512, "avg_ns": 2e6, "stddev_ns": 1e5, "avg_ts": 32000,'
+    (row,) = parse_bench_jsonl(line + ' "samples_ns": [1900000, 2100000]}\ngarbage\n')
+    assert (row.depth, row.chunk, row.reps, row.samples_ms) == (512, 64, 2, [1.9, 2.1])

@@ -49,8 +49,6 @@ from lab.schemas import (
 )
 from lab.settings import ReportSettings
 
-pytestmark = pytest.mark.fast
-
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")
 CHARTS = ("agreement", "bands", "roofline", "arms", "replay")
@@ -447,6 +445,7 @@ def browser() -> Iterator[Browser]:
 # --- tests ------------------------------------------------------------------------------------------------
 
 
+@pytest.mark.fast
 def test_render_writes_every_chart_and_format(reports: tuple[Path, list[Path]]) -> None:
     out, paths = reports
     expected = [out / f"{name}.{fmt}" for name in CHARTS for fmt in ("html", "png", "svg")] + [out / "index.html"]
@@ -458,6 +457,7 @@ def test_render_writes_every_chart_and_format(reports: tuple[Path, list[Path]]) 
     assert (out / "agreement.png").read_bytes()[:8] == b"\x89PNG\r\n\x1a\n"
 
 
+@pytest.mark.browser
 def test_agreement_draws_complete_runs_and_the_dropdown_filters(
     reports: tuple[Path, list[Path]], browser: Browser, catalog: Path
 ) -> None:
@@ -480,6 +480,7 @@ def test_agreement_draws_complete_runs_and_the_dropdown_filters(
     assert r["areas"] == 1 and r["lines"] == 2  # the tolerance band and both y = x lines
 
 
+@pytest.mark.browser
 def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
     out, _ = reports
     profiles = [str(r) for r in runs_table(catalog).query("experiment == 'profile'")["run_id"]]
@@ -505,6 +506,7 @@ def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], bro
     assert replay["texts"] >= 2 * 6 + 4 * 6
 
 
+@pytest.mark.browser
 def test_bands_mark_the_predicted_crossover_and_the_roofline_places_every_band(
     reports: tuple[Path, list[Path]], browser: Browser
 ) -> None:
@@ -521,6 +523,7 @@ def test_bands_mark_the_predicted_crossover_and_the_roofline_places_every_band(
     assert roof["rules"] == 5 * 5  # each point's interval
 
 
+@pytest.mark.browser
 def test_the_index_opens_with_the_answer(reports: tuple[Path, list[Path]], browser: Browser) -> None:
     out, _ = reports
 
@@ -539,6 +542,7 @@ def test_the_index_opens_with_the_answer(reports: tuple[Path, list[Path]], brows
     assert "2,048" in got["text"]  # L of the deepest point, with its interval beside it
 
 
+@pytest.mark.browser
 def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
     out, _ = reports
     arms_runs = [str(r) for r in runs_table(catalog).query("experiment == 'arms'")["run_id"]]
@@ -560,6 +564,7 @@ def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: 
     assert r["after"] == [(4 * 2 + 2 * 2, 4 * 4 + 2 * 4, True)] * len(arms_runs), r["after"]
 
 
+@pytest.mark.browser
 def test_empty_catalog_renders_an_explanatory_state(empty_reports: Path, browser: Browser) -> None:
     for name in CHARTS:
         r = browser.open(empty_reports / f"{name}.html")
@@ -584,6 +589,7 @@ class _Links(HTMLParser):
                 self.targets.append(value)
 
 
+@pytest.mark.fast
 def test_index_links_resolve_and_lists_provenance(reports: tuple[Path, list[Path]], catalog: Path) -> None:
     out, _ = reports
     html = (out / "index.html").read_text()
@@ -599,6 +605,7 @@ def test_index_links_resolve_and_lists_provenance(reports: tuple[Path, list[Path
     assert "<code>465b1f0e7</code>" in html and f"<code>{'a5d6' * 3}</code>" in html  # the patch sha, short
 
 
+@pytest.mark.fast
 def test_same_catalog_renders_byte_identical(runs_dir: Path, reports: tuple[Path, list[Path]], tmp_path: Path) -> None:
     _, paths = reports
     clone = tmp_path / "clone-b" / "catalog"
@@ -609,6 +616,7 @@ def test_same_catalog_renders_byte_identical(runs_dir: Path, reports: tuple[Path
         assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two renders of the same runs"
 
 
+@pytest.mark.fast
 def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
     """Even if a table held rows of an incomplete run, the charts would not take them."""
     cat = tmp_path / "catalog"
@@ -623,6 +631,7 @@ def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
     assert dead not in set(drawn["run_id"]) and len(drawn) == len(pts)
 
 
+@pytest.mark.browser
 def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]], browser: Browser) -> None:
     out, _ = reports
     runs = runs_table(catalog).query("in_figures")
@@ -641,6 +650,7 @@ def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]],
         compare_catalog(catalog, "nope", sweep)
 
 
+@pytest.mark.browser
 def test_agreement_marks_image_steps_and_splits_encode_from_lm(
     image_catalog: Path, browser: Browser, tmp_path: Path
 ) -> None:
@@ -699,6 +709,7 @@ def test_agreement_marks_image_steps_and_splits_encode_from_lm(
         assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two renders of the same catalog"
 
 
+@pytest.mark.browser
 def test_agreement_reads_catalogs_without_image_columns(catalog: Path, browser: Browser, tmp_path: Path) -> None:
     """A catalog ingested before the image columns existed draws exactly as one whose steps are all text."""
     old = tmp_path / "old" / "catalog"
@@ -719,6 +730,7 @@ def test_agreement_reads_catalogs_without_image_columns(catalog: Path, browser: 
     assert "vision encode" not in html[0].read_text()
 
 
+@pytest.mark.browser
 def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser: Browser, tmp_path: Path) -> None:
     """A sweep with intervals: every arm's median gets an error bar, the verdicts are counted in the subtitle;
     the run's host-noise warnings are listed on the index."""
@@ -745,6 +757,7 @@ def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser
     assert "turbo/boost is on: the clock moves" in (out / "index.html").read_text()
 
 
+@pytest.mark.browser
 def test_a_hostile_host_name_is_text_on_every_page_never_a_script(browser: Browser, tmp_path: Path) -> None:
     """Host names (LAB_HOST_NAME, a host alias) and run ids reach the charts' specs inlined in <script>: a name
     that closes the script must stay a name."""
@@ -763,6 +776,7 @@ def test_a_hostile_host_name_is_text_on_every_page_never_a_script(browser: Brows
     assert index["dialogs"] == [] and payload in index["text"], index["text"][:500]
 
 
+@pytest.mark.fast
 def test_a_profile_that_never_reaches_the_crossover_is_stored_and_drawn_as_not_reached(tmp_path: Path) -> None:
     """A short profile (attention still below the FFN at its deepest depth) is the normal case: its summary says
     'not reached by depth D', the catalog reads it back, and every report renders with it."""

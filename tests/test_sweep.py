@@ -275,12 +275,3 @@ def test_plan_without_rates_calibrates_here_and_measures_nothing(tmp_path: Path)
     r = lab("arms", "--plan", "--budget", "0s", "--Ls", "512,1024", "--news", "16", "--runs-dir", str(runs))
     assert r.returncode == 2 and "one rep of this grid already takes about" in r.stderr, r.stderr + r.stdout
     assert not runs.exists()
-
-
-@pytest.mark.fast
-def test_llama_bench_keeps_every_reps_sample() -> None:
-    from lab.experiments.prefill_tps import parse_bench_jsonl
-
-    line = '{"n_prompt": 64, "n_gen": 0, "n_depth": 512, "avg_ns": 2e6, "stddev_ns": 1e5, "avg_ts": 32000,'
-    (row,) = parse_bench_jsonl(line + ' "samples_ns": [1900000, 2100000]}\ngarbage\n')
-    assert (row.depth, row.chunk, row.reps, row.samples_ms) == (512, 64, 2, [1.9, 2.1])

@@ -14,6 +14,8 @@ import pytest
 from lab.runs import RunError, check_run_id
 from lab.safetar import UnsafeArchive, check_members, safe_extract
 
+from test_cli_errors import lab, one_line_error
+
 pytestmark = pytest.mark.fast
 
 REPO = Path(__file__).resolve().parent.parent
@@ -197,3 +199,22 @@ def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> N
     merge_part(dump, part)
     assert keep_complete_cycles(run, 2) == 1  # no "bad JSON row" in the middle
     assert all(line.endswith("}") for line in dump.read_text().splitlines())
+
+
+def test_an_unknown_setting_is_refused_by_name_with_the_closest_one(tmp_path: Path) -> None:
+    """A typo in params.yaml or a LAB_* variable used to change nothing and say nothing."""
+    params = tmp_path / "params.yaml"
+    params.write_text("sweep:\n  max_rep: 30\n")
+    runs = str(tmp_path / "runs")
+    r = lab("sweep", "--runs-dir", runs, env={"LAB_PARAMS_FILE": str(params)})
+    one_line_error(r, 2, "unknown setting sweep.max_rep")
+    assert "did you mean sweep.max_reps?" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    r = lab("sweep", "--runs-dir", runs, env={"LAB_SWEEP__MAXREPS": "30"})
+    one_line_error(r, 2, "unknown setting sweep.maxreps")
+    r = lab("sweep", "--runs-dir", runs, env={"LAB_SERVR__THREADS": "3"})
+    one_line_error(r, 2, "unknown setting LAB_SERVR__THREADS")
+    assert "did you mean LAB_SERVER__THREADS?" in r.stderr
+    params.write_text("server:\n  extra_args: ['--port=9999']\n")
+    r = lab("sweep", "--runs-dir", runs, env={"LAB_PARAMS_FILE": str(params)})
+    one_line_error(r, 2, "--port is set by the lab")
+    assert not (tmp_path / "runs").exists()
