@@ -19,7 +19,8 @@ import contextlib
 import re
 import shlex
 import signal
-from collections.abc import Iterator
+import subprocess
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from types import FrameType
 from typing import Any
@@ -93,6 +94,16 @@ def restore_command(run: RunFolder) -> str:
     if not room.get("start"):
         raise CleanRoomError(f"{run.path.name} held no clean room")
     return str(room["start"])
+
+
+def restore(run: RunFolder, announce: Callable[[str], None]) -> None:
+    """`lab host restore RUN`: run the start command `run`'s clean room recorded, here, after `announce`-ing it
+    (`$ <command>`); its failure is a CleanRoomError."""
+    cmd = restore_command(run)
+    announce(f"$ {cmd}")
+    r = subprocess.run(["sh", "-c", cmd])
+    if r.returncode != 0:
+        raise CleanRoomError(f"the start command failed ({r.returncode}): {cmd}")
 
 
 def wrap(cmd: str, room: CleanRoom) -> str:

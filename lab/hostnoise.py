@@ -230,3 +230,22 @@ def proc_ctx_switches(pid: int) -> dict[str, int]:
 
 def state_record(s: HostState) -> dict[str, Any]:
     return s.model_dump(mode="json")
+
+
+@dataclass(frozen=True)
+class HostCheck:
+    """What `lab host check` prints: the state, one line per fact, then the window's figures; the warnings."""
+
+    lines: list[str]
+    warnings: list[str]
+
+
+def check_host(target: Target, seconds: float) -> HostCheck:
+    """The host's state through `target`, then this machine sampled for `seconds`."""
+    state = read_state(target)
+    facts = {k: v for k, v in state.model_dump().items() if k != "warnings"}
+    lines = [f"{k:>12}: {v if v not in ('', [], None) else '-'}" for k, v in facts.items()]
+    window = NoiseWindow(period=min(1.0, seconds)).start()
+    time.sleep(seconds)
+    figures = window.stop()
+    return HostCheck([*lines, f"{'window':>12}: {figures.line()}"], [*state.warnings, *figures.warnings])

@@ -96,6 +96,14 @@ class Comparison:
         """Geometric-mean rows significantly slower than 1 + pct/100 (their interval's low end is above it)."""
         return [r for r in self.summary if r.ci is not None and r.ci.lo > 1 + pct / 100]
 
+    def slowdown_report(self, pct: float) -> list[str]:
+        """`lab compare --fail-above PCT`: one line per significant slowdown (none: B is not slower)."""
+        return [
+            f"significant slowdown: {r.metric} geomean B/A {r.ci.fmt()} > {1 + pct / 100:.3f}"
+            for r in self.slowdowns(pct)
+            if r.ci is not None
+        ]
+
 
 def _value(v: Any) -> Any:
     return None if v is None or v != v else v  # NaN (a catalog's missing value) is None

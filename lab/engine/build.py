@@ -20,7 +20,7 @@ import subprocess
 import sys
 from collections.abc import Iterator
 from pathlib import Path
-from typing import Literal, TextIO
+from typing import Literal, TextIO, cast, get_args
 
 from pydantic import BaseModel
 
@@ -35,7 +35,7 @@ from lab.engine.source import (
     prepare_source,
     source_id,
 )
-from lab.errors import LabError
+from lab.errors import LabError, UsageError
 from lab.settings import EngineSettings
 
 Flavor = Literal["release", "assert"]
@@ -62,6 +62,13 @@ class EngineInfo(BaseModel):
 
 class BuildError(LabError):
     pass
+
+
+def check_flavor(flavor: str) -> Flavor:
+    """`--flavor` as a Flavor; anything else is a UsageError."""
+    if flavor not in get_args(Flavor):
+        raise UsageError(f"--flavor must be release or assert, got {flavor!r}")
+    return cast(Flavor, flavor)
 
 
 def cmake_flags(settings: EngineSettings, flavor: Flavor, commit: str) -> list[str]:

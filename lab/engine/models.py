@@ -13,7 +13,7 @@ from lab.engine.source import PreparedSource, file_sha256, prepare_source
 from lab.engine.tinyarchs import TinyModelSpec
 from lab.engine.tinymodel import write_tiny_model
 from lab.engine.tinyvision import TinyVisionSpec, write_tiny_projector
-from lab.errors import LabError
+from lab.errors import LabError, UsageError
 from lab.settings import Settings
 
 VOCAB_REL = Path("models") / "ggml-vocab-qwen35.gguf"
@@ -77,6 +77,21 @@ def ensure_tiny_projector(
     if not out.exists():
         write_tiny_projector(out, spec, gguf_py_dir=source.path / "gguf-py")
     return out
+
+
+def ensure_tiny(settings: Settings, arch: str, seed: int, vision: bool) -> list[Path]:
+    """`lab model tiny`: the tiny model of `arch` and `seed` (a bad pair is a UsageError before anything is
+    prepared), written once into the cache, then with `vision` its projector; their paths in that order."""
+    spec = TinyModelSpec(arch=arch, seed=seed)
+    try:
+        spec.validate()
+    except ValueError as e:
+        raise UsageError(f"--arch/--seed: {e}") from e
+    src = prepare_source(settings.engine, settings.cache_dir)
+    paths = [ensure_tiny_model(settings.cache_dir, src, spec)]
+    if vision:
+        paths.append(ensure_tiny_projector(settings.cache_dir, src, text=spec))
+    return paths
 
 
 def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path:

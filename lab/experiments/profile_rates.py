@@ -1,11 +1,15 @@
 """A profile run's time model: its per-cycle band rows fitted against the cost model of the model it profiled
-(lab.timemodel), for `lab model cost --rates`, `lab sweep --plan --rates` and the held-out benchmark."""
+(lab.timemodel), for `lab model cost` (with --rates), `lab sweep --plan --rates` and the held-out benchmark."""
 
 from __future__ import annotations
 
+import json
+from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
-from lab.costmodel import CostModel, model_cost
+from lab.costmodel import CostModel, cost_record, model_cost
 from lab.engine.hparams import HparamsError
 from lab.errors import UsageError
 from lab.plan import Rates
@@ -46,6 +50,46 @@ def predict_with_rates(model: Path, ref: str, runs_dir: Path, depths: list[int])
     tf, source = profile_fit(ref, runs_dir)
     cost = model_cost(model, tf.flops.cost.chunk)
     return cost, predict(tf, cost, depths, source, model.name)
+
+
+@dataclass(frozen=True)
+class CostReport:
+    """What `lab model cost` prints: the cost model at `depths`, and the time model's prediction with --rates."""
+
+    model: CostModel
+    depths: list[int]
+    timed: TimePrediction | None = None
+
+    def json(self) -> str:
+        record = cost_record(self.model, self.depths)
+        if self.timed is not None:
+            record["time"] = self.timed.model_dump(mode="json")
+        return json.dumps(record, indent=2)
+
+    def parts(self) -> list[Any]:
+        """The tables and lines, in order (rich printables)."""
+        from lab.presenters import cost_tables, time_tables
+
+        timed = time_tables(self.timed, self.model) if self.timed else []
+        return cost_tables(self.model, self.depths) + timed
+
+
+def cost_report(
+    model: Path, depths: list[int], chunk: int | None, rates: str | None, runs_dir: Callable[[], Path]
+) -> CostReport:
+    """`lab model cost MODEL`: FLOPs and bytes per band of a `chunk`-token prefill chunk (default 512) at each of
+    `depths`; with `rates` (a profile run in `runs_dir()`, asked for only then), at the chunk the rates were
+    measured with, and each band's predicted ms/token. Bad options and files are UsageErrors."""
+    if (chunk is not None and chunk < 1) or any(d < 0 for d in depths):
+        raise UsageError("--chunk must be positive and --depths non-negative")
+    if not model.is_file():
+        raise UsageError(f"{model}: {'a directory, not a GGUF file' if model.is_dir() else 'no such file'}")
+    if rates is None:
+        return CostReport(model_cost(model, chunk or 512), depths)
+    cost, timed = predict_with_rates(model, rates, runs_dir(), depths)
+    if chunk is not None and chunk != cost.chunk:
+        raise UsageError(f"--chunk {chunk}: the rates of {rates} were measured with chunks of {cost.chunk}")
+    return CostReport(cost, depths, timed)
 
 
 def plan_rates(ref: str, runs_dir: Path, model: Path, deepest: int) -> Rates:

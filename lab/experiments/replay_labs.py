@@ -164,3 +164,12 @@ def run_replay_lab(settings: Settings, which: str, console: Console | None = Non
     run = run_experiment(lab, settings, console=console)
     assert lab.result is not None
     return run, lab.result
+
+
+def lab_output(run: RunFolder, result: LabResult, as_json: bool) -> str:
+    """What `lab replay ...` prints: the tables then the run folder, or (--json) one document with the run
+    folder under 'run', whether every check held, the summary and the rows of each table."""
+    if not as_json:
+        return f"{result.text}\n{run.path}"
+    tables = {k: [r.model_dump(mode="json") for r in rows] for k, rows in result.tables.items()}
+    return json.dumps({"run": str(run.path), "ok": result.ok, "summary": result.summary, **tables}, indent=2)

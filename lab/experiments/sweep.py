@@ -47,11 +47,11 @@ from lab.experiments.sweep_server import (
     no_estimate,
 )
 from lab.fills import complete_fills, run_fills
-from lab.headline import newest_profile, steps_of, summary_lines
+from lab.headline import newest_profile, steps_of
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
 from lab.plan import Plan
-from lab.presenters import headline_tables
+from lab.presenters import print_headline
 from lab.presenters.plan import plan_line
 from lab.presenters.sweep import print_summary
 from lab.runs import RunFolder
@@ -264,11 +264,7 @@ class Sweep(Experiment):
         server = [p for p in self.points if p.where == "server"]
         steps = steps_of(server, host, sess.model.name, sess.run.path.name)
         profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
-        profiles = [profile] if profile else []
-        for t in headline_tables(steps, profiles):
-            console.print(t)
-        for line in summary_lines(steps, profiles):
-            console.print(line, highlight=False)
+        print_headline(console, steps, [profile] if profile else [])
 
 
 def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:

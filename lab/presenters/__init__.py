@@ -1,5 +1,6 @@
 """What the CLI prints, apart from the experiments' own tables: engine info, the run listing, one run's
-provenance and a comparison. Each takes the library's records and returns a printable (rich) or text."""
+provenance, a comparison, the cost model and the headline. Each takes the library's records and returns a
+printable (rich) or text; `print_headline` prints the headline itself, wherever it is printed."""
 
 from __future__ import annotations
 
@@ -7,6 +8,7 @@ import json
 from pathlib import Path
 from typing import Any
 
+from rich.console import Console
 from rich.table import Column, Table
 
 from lab.catalog.compare import CompareRow, Comparison
@@ -14,7 +16,7 @@ from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record,
 from lab.catalog.tables import SPEC_BY_NAME, SPECS
 from lab.costmodel import CostModel, band_label
 from lab.engine.build import EngineInfo
-from lab.headline import HeadlineProfile, HeadlineStep
+from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
 from lab.schemas import BANDS
 from lab.timemodel import TimePrediction
 
@@ -166,3 +168,14 @@ def headline_tables(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) 
             t.add_row(p.host, p.model, str(p.depth), *shares, p.crossover_text, p.predicted_text)
         out.append(t)
     return out
+
+
+def print_headline(
+    console: Console, steps: list[HeadlineStep], profiles: list[HeadlineProfile], empty: str | None = None
+) -> None:
+    """The answer (`lab catalog headline`, the end of `lab sweep`): its tables, then its lines in words (`empty`
+    when there are none)."""
+    for t in headline_tables(steps, profiles):
+        console.print(t)
+    for line in summary_lines(steps, profiles) or ([empty] if empty else []):
+        console.print(line, highlight=False)

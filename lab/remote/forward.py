@@ -1,5 +1,5 @@
 """fab tasks forward the lab's own options: a task's options are read from the `lab` command it runs on the
-host (the Typer CLI), so every option is declared once, in lab/cli.py, and `fab -H nuc16 measure --help`
+host (the Typer CLI), so every option is declared once, in lab/cli/, and `fab -H nuc16 measure --help`
 lists the same options as `lab sweep --help` (less those that only make sense here)."""
 
 from __future__ import annotations

@@ -1,0 +1,118 @@
+"""What every command module shares: the app class with the error policy, the settings loader, the run
+resolver, the list parsers, and every option more than one command takes (or more than one meaning of a
+flag), declared once here.
+
+Heavy modules are imported inside the helpers and commands so `lab --help` stays instant.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+
+class LabApp(typer.Typer):
+    """The error policy: a LabError (anything a user can cause) is one red line and exit 1 (2 for a bad option),
+    with its details below; anything else is a bug in the lab and keeps its traceback."""
+
+    def __call__(self, *args: Any, **kwargs: Any) -> Any:
+        from lab.errors import LabError
+
+        try:
+            return super().__call__(*args, **kwargs)
+        except LabError as e:
+            typer.secho(e.headline, fg="red", err=True)
+            if e.details:
+                typer.echo(e.details, err=True)
+            sys.exit(e.exit_code)
+
+
+def group(help: str) -> typer.Typer:
+    """A command group (`lab engine ...`): without a command it prints its help."""
+    return typer.Typer(no_args_is_help=True, help=help)
+
+
+def settings_for(cache_dir: Path | None = None, engine: dict[str, Any] | None = None, **kw: Any) -> Any:
+    """The settings with these flags on top (None: not given); a bad key or value is a UsageError naming it."""
+    from pydantic import ValidationError
+
+    from lab.errors import UsageError, validation_line
+    from lab.settings import load_settings, unknown_key
+
+    try:
+        return load_settings(cache_dir=cache_dir, engine=engine or {}, **kw)
+    except ValidationError as e:  # names the offending key
+        if (line := unknown_key(e)) is not None:
+            raise UsageError(line) from e
+        raise UsageError(f"invalid settings: {validation_line(e, root='settings', limit=1)}\n{e}") from e
+
+
+def resolve(ref: str | None, runs_dir: Path) -> Any:
+    """The run folder `ref` names (id, unique prefix or path), None without one."""
+    from lab.runs import resolve_run
+
+    return resolve_run(ref, runs_dir) if ref else None
+
+
+def str_list(v: str | None) -> list[str] | None:
+    return None if v is None else [x.strip() for x in v.split(",") if x.strip()]
+
+
+def int_list(v: str | None) -> list[int] | None:
+    if v is None:
+        return None
+    from lab.errors import UsageError
+
+    try:
+        return [int(x) for x in v.split(",") if x.strip()]
+    except ValueError as e:
+        raise UsageError(f"expected comma-separated integers, got {v!r}") from e
+
+
+# --- where things are ---------------------------------------------------------------------------------------
+CacheDir = Annotated[Path | None, typer.Option("--cache-dir", help="sources, builds, models")]
+RunsDir = Annotated[Path | None, typer.Option("--runs-dir")]
+CatalogDir = Annotated[Path | None, typer.Option("--catalog-dir", help="default: catalog/")]
+ReportsDir = Annotated[Path | None, typer.Option("--reports-dir", help="default: reports/")]
+SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | git | path")]
+SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.cpp checkout (mode path)")]
+FlavorOpt = Annotated[str, typer.Option("--flavor", help="release | assert (asserts on, for tests)")]
+
+# --- what is measured, and how the engine runs -------------------------------------------------------------
+ModelOpt = Annotated[Path | None, typer.Option("--model", help="GGUF to measure (default: the tiny synthetic model)")]
+Mmproj = Annotated[Path | None, typer.Option("--mmproj", help="vision projector (default: the tiny one)")]
+Seed = Annotated[int, typer.Option("--seed")]
+Threads = Annotated[
+    int | None, typer.Option("--threads", "-t", help="CPU threads (llama.cpp -t; default server.threads)")
+]
+ThreadsBatch = Annotated[int | None, typer.Option("--threads-batch", "-tb", help="batch threads (-tb)")]
+CtxSize = Annotated[int | None, typer.Option("--ctx-size", "-c", help="context size of the server (-c)")]
+# --max-depth: a profile's deepest probe (unset: profile.max_depth), or the deepest step of a synthetic trace
+ProbeMaxDepth = Annotated[int | None, typer.Option("--max-depth", help="deepest probe")]
+TraceMaxDepth = Annotated[int, typer.Option("--max-depth", min=2)]
+
+# --- a run ---------------------------------------------------------------------------------------------------
+Resume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")]
+ReplayResume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")]
+AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
+
+# --- the sweep (and `lab arms`) ------------------------------------------------------------------------------
+LsOpt = Annotated[str | None, typer.Option("--Ls", help="cached prefix lengths, e.g. 512,2048,6000 (sweep.Ls)")]
+NewsOpt = Annotated[str | None, typer.Option("--news", help="new tokens per step, e.g. 64,256 (sweep.news)")]
+RepsOpt = Annotated[int | None, typer.Option("--reps", help="fixed reps per point (sets min = max)")]
+MinReps = Annotated[int | None, typer.Option("--min-reps", help="reps every point gets (default 5)")]
+MaxReps = Annotated[int | None, typer.Option("--max-reps", help="reps a point may get to decide")]
+BaselineReps = Annotated[
+    int | None, typer.Option("--baseline-reps", help="at most this many baseline samples per point")
+]
+FillPasses = Annotated[
+    int | None, typer.Option("--fill-passes", help="cumulative fill passes (the baseline and the states)")
+]
+PlanOpt = Annotated[bool, typer.Option("--plan", help="print the predicted wall time per arm and measure nothing")]
+RatesOpt = Annotated[
+    str | None, typer.Option("--rates", help="the plan's rates: a rates file or a profile run (default: calibrate)")
+]
+BudgetOpt = Annotated[str | None, typer.Option("--budget", help="choose max reps to fit this wall time, e.g. 30m")]

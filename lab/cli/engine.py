@@ -1,0 +1,85 @@
+"""`lab engine build|info|prune|check`: the patched llama.cpp engine."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lab.cli.common import CacheDir, FlavorOpt, ModelOpt, SourceMode, SourcePath, group, settings_for
+
+app = group("the patched llama.cpp engine")
+
+
+def _built(flavor: str, source_mode: str | None, path: Path | None, cache_dir: Path | None, quiet: bool) -> Any:
+    """The engine of this flavor for these source flags, built (or found built) now."""
+    from lab.engine.build import build_engine, check_flavor
+
+    s = settings_for(cache_dir, {"source_mode": source_mode, "path": path})
+    return build_engine(s.engine, s.cache_dir, flavor=check_flavor(flavor), quiet=quiet)
+
+
+@app.command("build")
+def engine_build(
+    flavor: FlavorOpt = "release",
+    source_mode: SourceMode = None,
+    path: SourcePath = None,
+    cache_dir: CacheDir = None,
+    quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+) -> None:
+    """Obtain llama.cpp at the pin, apply patches/, build it (cached: a repeat is a no-op)."""
+    typer.echo(f"{_built(flavor, source_mode, path, cache_dir, quiet).server}")
+
+
+@app.command("info")
+def engine_info(
+    flavor: FlavorOpt = "release",
+    as_json: Annotated[bool, typer.Option("--json")] = False,
+    source_mode: SourceMode = None,
+    path: SourcePath = None,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Where the built engine is, which source and patch it came from, and its flags."""
+    from lab.engine.build import engine_info_json
+
+    built = _built(flavor, source_mode, path, cache_dir, quiet=True)
+    if as_json:
+        typer.echo(engine_info_json(built))
+        return
+    from rich.console import Console
+
+    from lab.presenters import engine_table
+
+    Console().print(engine_table(built))
+
+
+@app.command("prune")
+def engine_prune(source_mode: SourceMode = None, path: SourcePath = None, cache_dir: CacheDir = None) -> None:
+    """Remove the engine trees and builds of patch sets other than the current one (never one a run holds)."""
+    from lab.engine.build import prune_engines
+
+    s = settings_for(cache_dir, {"source_mode": source_mode, "path": path})
+    removed, held = prune_engines(s.engine, s.cache_dir)
+    for p in removed:
+        typer.echo(f"removed {p}")
+    for p in held:
+        typer.echo(f"kept {p}: a running experiment or build holds it")
+    if not removed and not held:
+        typer.echo("nothing to prune: only the current patch set's engine is cached")
+
+
+@app.command("check")
+def engine_check(
+    L: Annotated[int, typer.Option("--L", help="fake prefix length")] = 1024,
+    new: Annotated[int, typer.Option("--new", help="new tokens")] = 64,
+    model: ModelOpt = None,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Start the patched server and show the three arms (baseline, fake, genuine) once each."""
+    from lab.engine.check import run_check
+
+    why = run_check(settings_for(cache_dir, model=model), L=L, new=new)
+    if why:
+        typer.secho(f"the engine does not honour the n_fake_cached contract: {why}", fg="red", err=True)
+        raise typer.Exit(1)

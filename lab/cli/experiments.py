@@ -1,0 +1,163 @@
+"""`lab sweep`, `lab arms` (the sweep in one process) and `lab profile`: the measurements on the engine."""
+
+from __future__ import annotations
+
+import functools
+from typing import Annotated, Any
+
+import typer
+
+from lab.cli.common import (
+    BaselineReps,
+    BudgetOpt,
+    CtxSize,
+    FillPasses,
+    LsOpt,
+    MaxReps,
+    MinReps,
+    Mmproj,
+    ModelOpt,
+    NewsOpt,
+    PlanOpt,
+    ProbeMaxDepth,
+    RatesOpt,
+    RepsOpt,
+    Resume,
+    RunsDir,
+    Threads,
+    ThreadsBatch,
+    int_list,
+    resolve,
+    settings_for,
+    str_list,
+)
+
+
+def sweep(
+    Ls: LsOpt = None,
+    news: NewsOpt = None,
+    images: Annotated[
+        str | None, typer.Option("--images", help="screenshot axis: none and/or WxH, e.g. none,320x200,640x400")
+    ] = None,
+    mmproj: Mmproj = None,
+    reps: RepsOpt = None,
+    min_reps: MinReps = None,
+    max_reps: MaxReps = None,
+    target: Annotated[
+        float | None, typer.Option("--target", help="stop at this fake/genuine half-width, e.g. 0.03")
+    ] = None,
+    arms: Annotated[
+        str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,plain,estimate")
+    ] = None,
+    where: Annotated[
+        str | None,
+        typer.Option("--where", help="server | inproc (one process, libllama) | both (each point in both places)"),
+    ] = None,
+    baseline_reps: BaselineReps = None,
+    fill_passes: FillPasses = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
+    runs_dir: RunsDir = None,
+    resume: Resume = None,
+    plan: PlanOpt = False,
+    rates: RatesOpt = None,
+    budget: BudgetOpt = None,
+) -> None:
+    """Live sweep over L x new: fake prefix and genuine hit, against opt_prefill = new / prefill_tps(L).
+
+    Each point gets interleaved reps until its verdicts (fake vs genuine, fake vs estimate: agree, disagree or
+    undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps.
+    A rep costs its new tokens: the genuine hit restores a saved depth-L state, the estimate is the in-process
+    chunk at depth L, the baseline comes from cumulative fill passes (add `baseline` to --arms for direct reps;
+    `plain` adds a genuine hit that prefills L per rep, the restore's proof). --where inproc measures the same
+    grid in one process with libllama (no server in the numbers; the cache read is timed against a memcpy),
+    --where both at every point in both places (server / in-process per arm: the server's own share).
+    --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
+    from rich.console import Console
+
+    from lab.experiments.planning import plan_first
+    from lab.experiments.sweep import run_sweep
+
+    s = settings_for(
+        model=model,
+        runs_dir=runs_dir,
+        mmproj=mmproj,
+        sweep={
+            "Ls": int_list(Ls),
+            "news": int_list(news),
+            "reps": reps,
+            "images": str_list(images),
+            "min_reps": min_reps,
+            "max_reps": max_reps,
+            "target": target,
+            "arms": str_list(arms),
+            "baseline_reps": baseline_reps,
+            "fill_passes": fill_passes,
+            "rates": rates,
+            "where": where,
+        },
+        server={"threads": threads, "ctx_size": ctx_size},
+    )
+    if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, Console())) is None:
+        return
+    typer.echo(str(run_sweep(s, resume=resolve(resume, s.runs_dir)).path))
+
+
+@functools.wraps(sweep)
+def arms(**options: Any) -> None:  # the sweep's options and help; --where inproc unless given
+    sweep(**{**options, "where": options.get("where") or "inproc"})
+
+
+ARMS_HELP = "The sweep in one process, no server: `lab sweep --where inproc` (--where both: also through the server)."
+
+
+def profile(
+    chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
+    max_depth: ProbeMaxDepth = None,
+    cycles: Annotated[int | None, typer.Option("--cycles", help="cycles (median per depth)")] = None,
+    max_cycles: Annotated[
+        int | None, typer.Option("--max-cycles", help="more cycles, up to this, while the intervals are wide")
+    ] = None,
+    threads: Threads = None,
+    threads_batch: ThreadsBatch = None,
+    clean_room: Annotated[
+        tuple[str, str] | None,
+        typer.Option("--clean-room", metavar="STOP START", help="stop the host's server first, always restart it"),
+    ] = None,
+    threadpool: Annotated[
+        bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
+    ] = None,
+    peaks: Annotated[
+        bool | None, typer.Option("--peaks/--no-peaks", help="probe this host's GEMM and memcpy peaks (about 2 s)")
+    ] = None,
+    predict_depths: Annotated[
+        str | None,
+        typer.Option("--predict-depths", help="depths its own time model predicts ms/token at (8192,16384,32768)"),
+    ] = None,
+    model: ModelOpt = None,
+    runs_dir: RunsDir = None,
+    resume: Resume = None,
+) -> None:
+    """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
+    from lab.experiments.profile import run_profile
+
+    stop, start = clean_room or (None, None)
+    s = settings_for(
+        model=model,
+        runs_dir=runs_dir,
+        profile={
+            "chunk": chunk,
+            "max_depth": max_depth,
+            "cycles": cycles,
+            "max_cycles": max_cycles,
+            "threads": threads,
+            "threads_batch": threads_batch,
+            "threadpool": threadpool,
+            "peaks": peaks,
+            "predict_depths": int_list(predict_depths),
+            "clean_room_stop": stop,
+            "clean_room_start": start,
+        },
+    )
+    typer.echo(str(run_profile(s, resume=resolve(resume, s.runs_dir)).path))

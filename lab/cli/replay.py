@@ -1,0 +1,78 @@
+"""`lab replay exact|span|cost`: the replay labs (pure Python, no engine), each landing in a run folder."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated, Any
+
+import typer
+
+from lab.cli.common import AsJson, RunsDir, group, int_list, settings_for
+
+app = group("replay labs: exact and approximate reconstruction of a cached state by replaying inputs")
+
+
+def _run(which: str, replay: dict[str, Any], runs_dir: Path | None, as_json: bool) -> None:
+    """Run one lab with these `replay.*` settings, print its tables (or JSON), exit 1 when a check failed."""
+    from rich.console import Console
+
+    from lab.experiments.replay_labs import lab_output, run_replay_lab
+
+    s = settings_for(runs_dir=runs_dir, replay=replay)
+    run, result = run_replay_lab(s, which, Console(stderr=True, quiet=as_json))
+    typer.echo(lab_output(run, result, as_json))
+    if not result.ok:
+        raise typer.Exit(1)
+
+
+@app.command("exact")
+def replay_exact(
+    window: Annotated[int | None, typer.Option("--window", help="W, positions each layer reads")] = None,
+    depth: Annotated[int | None, typer.Option("--depth", help="D, layers")] = None,
+    length: Annotated[int | None, typer.Option("--length", help="N: inputs 1..N")] = None,
+    keep: Annotated[int | None, typer.Option("--keep", help="K: replay the last K inputs")] = None,
+    next_input: Annotated[str | None, typer.Option("--next", help="the decode step's input (default N+1)")] = None,
+    as_json: AsJson = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """Full prefill vs replay of the last K inputs, shared vs per-layer KV, then one decode step."""
+    replay = {"window": window, "depth": depth, "length": length, "keep": keep, "next_input": next_input}
+    _run("exact", replay, runs_dir, as_json)
+
+
+@app.command("span")
+def replay_span(
+    windows: Annotated[str | None, typer.Option("--windows", help="e.g. 2,3,4")] = None,
+    depths: Annotated[str | None, typer.Option("--depths", help="e.g. 1,2,3")] = None,
+    as_json: AsJson = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """Replay span R = W + (D-1)(W-1) of D layers of window W, checked on every 0/1 input two longer than R."""
+    _run("span", {"span_windows": int_list(windows), "span_depths": int_list(depths)}, runs_dir, as_json)
+
+
+@app.command("cost")
+def replay_cost(
+    window: Annotated[int | None, typer.Option("--window", help="SWA window of the example table")] = None,
+    keep: Annotated[int | None, typer.Option("--keep", help="keep count of the example table")] = None,
+    producer: Annotated[int | None, typer.Option("--producer-layers")] = None,
+    consumer: Annotated[int | None, typer.Option("--consumer-layers")] = None,
+    row_keep: Annotated[int | None, typer.Option("--row-keep", help="keep count of the row-work table")] = None,
+    lengths: Annotated[str | None, typer.Option("--lengths", help="e.g. 64,1024,16384")] = None,
+    chunked_length: Annotated[int | None, typer.Option("--chunked-length", help="prompt of the chunk example")] = None,
+    chunk: Annotated[int | None, typer.Option("--chunk", help="chunk size of the chunk example")] = None,
+    as_json: AsJson = False,
+    runs_dir: RunsDir = None,
+) -> None:
+    """Consumer rows and SWA pairs for off / mask / compact replay, checked against pair enumeration."""
+    replay = {
+        "cost_window": window,
+        "cost_keep": keep,
+        "producer_layers": producer,
+        "consumer_layers": consumer,
+        "row_keep": row_keep,
+        "lengths": int_list(lengths),
+        "chunked_length": chunked_length,
+        "chunk": chunk,
+    }
+    _run("cost", replay, runs_dir, as_json)

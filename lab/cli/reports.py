@@ -1,0 +1,61 @@
+"""`lab report`, `lab compare` and `lab dvc-setup`: what is drawn from the catalog, and where it is kept."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lab.cli.common import CatalogDir, RunsDir, resolve, settings_for
+
+
+def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Option("--out")] = None) -> None:
+    """Render the reports from the catalog tables: index.html (opening with the answer), agreement, bands,
+    roofline, arms and replay charts."""
+    from lab.reports import render_reports
+
+    s = settings_for(catalog_dir=catalog_dir, reports_dir=out)
+    paths = render_reports(s.catalog_dir, s.reports_dir, s.report)
+    typer.echo(f"{len(paths)} files in {s.reports_dir}; open {s.reports_dir / 'index.html'}")
+
+
+def compare(
+    run_a: Annotated[str, typer.Argument(help="baseline run (id or path)")],
+    run_b: Annotated[str, typer.Argument(help="run to compare with it")],
+    as_report: Annotated[bool, typer.Option("--report", help="also write compare_<a>_vs_<b>.* to reports/")] = False,
+    fail_above: Annotated[
+        float | None,
+        typer.Option("--fail-above", metavar="PCT", help="exit 1 when B is significantly slower than A by PCT %"),
+    ] = None,
+    runs_dir: RunsDir = None,
+) -> None:
+    """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
+    runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
+    from rich.console import Console
+
+    from lab.catalog.compare import compare_runs
+    from lab.presenters import compare_table
+
+    s = settings_for(runs_dir=runs_dir)
+    c = compare_runs(resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path)
+    Console().print(compare_table(c))
+    if as_report:
+        from lab.reports import render_compare
+
+        for p in render_compare(c, s.reports_dir, s.report):
+            typer.echo(str(p))
+    slow = c.slowdown_report(fail_above) if fail_above is not None else []
+    for line in slow:
+        typer.secho(line, fg="red", err=True)
+    if slow:
+        raise typer.Exit(1)
+
+
+def dvc_setup_cmd() -> None:
+    """Configure DVC for this clone: SSH host-key verification, analytics off, local site cache."""
+    from lab.dvc_setup import dvc_setup
+    from lab.settings import REPO_ROOT
+
+    for line in dvc_setup(REPO_ROOT, settings_for().cache_dir):
+        typer.echo(line)

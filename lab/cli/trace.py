@@ -1,0 +1,60 @@
+"""`lab trace synth|replay`: agent traces (JSONL of recorded steps), written and replayed with a fake prefix."""
+
+from __future__ import annotations
+
+from pathlib import Path
+from typing import Annotated
+
+import typer
+
+from lab.cli.common import (
+    CtxSize,
+    ModelOpt,
+    ReplayResume,
+    RunsDir,
+    Seed,
+    Threads,
+    TraceMaxDepth,
+    group,
+    resolve,
+    settings_for,
+)
+
+app = group("agent traces (JSONL of recorded steps)")
+
+
+@app.command("synth")
+def trace_synth(
+    out: Annotated[Path, typer.Option("--out", "-o", help="trace JSONL to write")] = Path("trace.jsonl"),
+    tasks: Annotated[int, typer.Option("--tasks", min=1)] = 3,
+    steps: Annotated[int, typer.Option("--steps", min=1)] = 6,
+    start_depth: Annotated[int, typer.Option("--start-depth", min=1)] = 1024,
+    max_depth: TraceMaxDepth = 12000,
+    seed: Seed = 0,
+    screenshots: Annotated[
+        bool, typer.Option("--screenshots", help="each step also appends a generated screenshot (next to --out)")
+    ] = False,
+) -> None:
+    """Write a synthetic but plausible agent trace (deterministic from the seed)."""
+    from lab.experiments.trace import synth_trace, write_trace
+
+    shots = out.parent / f"{out.stem}_screenshots" if screenshots else None
+    write_trace(synth_trace(tasks, steps, seed, start_depth, max_depth, shots), out)
+    typer.echo(str(out))
+
+
+@app.command("replay")
+def trace_replay(
+    trace: Annotated[Path | None, typer.Argument(help="trace JSONL (lab.schemas.TraceStep per line)")] = None,
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
+    runs_dir: RunsDir = None,
+    resume: ReplayResume = None,
+    reps: Annotated[int, typer.Option("--reps", min=1, help="measure each step this often (median + interval)")] = 1,
+) -> None:
+    """Replay each recorded agent step with a fake prefix: measured_opt_prefill_s per step, opt_wall per task."""
+    from lab.experiments.trace import run_replay
+
+    s = settings_for(model=model, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
+    typer.echo(str(run_replay(s, trace, resume=resolve(resume, s.runs_dir), reps=reps).path))
