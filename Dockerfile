@@ -80,12 +80,12 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} +
 
 # 5. The tiny model and its vision projector (deterministic; keyed by the writers' sources).
-COPY lab/engine/models.py lab/engine/gguf_io.py lab/engine/tinymodel.py lab/engine/tinyarchs.py \
-     lab/engine/tinyvocab.py lab/engine/tinyemit.py lab/engine/tinyvision.py lab/engine/
+COPY lab/models/__init__.py lab/models/resolve.py lab/models/gguf_io.py lab/models/tinymodel.py \
+     lab/models/tinyarchs.py lab/models/tinyvocab.py lab/models/tinyemit.py lab/models/tinyvision.py lab/models/
 RUN umask 0000 \
  && python -c 'if 1: \
       from lab.settings import load_settings; from lab.engine.source import prepare_source; \
-      from lab.engine.models import ensure_tiny_model, ensure_tiny_projector; \
+      from lab.models.resolve import ensure_tiny_model, ensure_tiny_projector; \
       s = load_settings(); src = prepare_source(s.engine, s.cache_dir); \
       print(ensure_tiny_model(s.cache_dir, src)); print(ensure_tiny_projector(s.cache_dir, src))' \
  && find "$LAB_CACHE_DIR" -type d ! -perm -0777 -exec chmod 0777 {} + \

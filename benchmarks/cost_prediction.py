@@ -1,6 +1,6 @@
 """Held-out checks of the time model: a profile that stops early predicts what a longer one measures.
 
-Per model (--models: `tiny`, the embedded tiny qwen35moe, and names of lab.engine.pretrained, default
+Per model (--models: `tiny`, the embedded tiny qwen35moe, and names of lab.models.pretrained, default
 gemma3-270m-q4_k_m: a pretrained quantized GGUF the lab did not write, from the package index), two profile runs
 in a runs folder of their own, one after the other: to --short (default 1024) and to --long (4096), --cycles
 cycles of --chunk-token chunks each. The long run measures the crossover in time and each band's ms/token at
@@ -29,9 +29,9 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lab.engine.pretrained import ensure_pretrained
 from lab.experiments.profile import BANDS_TABLE, run_profile
 from lab.experiments.profile_rates import profile_fit
+from lab.models.pretrained import ensure_pretrained
 from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary
 from lab.settings import load_settings
 from lab.stats import verdict

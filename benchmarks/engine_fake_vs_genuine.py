@@ -20,8 +20,8 @@ from rich.table import Table
 
 from lab.engine.build import build_engine
 from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
-from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
+from lab.models.resolve import resolve_model
 from lab.schemas import Interval
 from lab.settings import ServerSettings, load_settings
 from lab.stats import median_interval, paired_ratio

@@ -27,11 +27,11 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.build import build_engine
-from lab.engine.models import resolve_model
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.profile_derive import band_nodes
 from lab.experiments.profile_dump import parse_dump, write_parquet
 from lab.instrument import build_instrument, instrument_command
+from lab.models.resolve import resolve_model
 from lab.schemas import Interval
 from lab.settings import load_settings
 from lab.stats import median_interval, verdict

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.engine.gguf_io import TensorInfo, read_gguf_tensors
-from lab.engine.hparams import Hparams, HparamsError, model_hparams
 from lab.experiments.bands import WEIGHT_EXACT, weight_token
+from lab.models.gguf_io import TensorInfo, read_gguf_tensors
+from lab.models.hparams import Hparams, HparamsError, model_hparams
 from lab.schemas import BANDS, Band
 
 KNOWN_ARCHS = ("qwen35moe", "qwen3moe", "gemma3")

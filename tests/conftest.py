@@ -22,10 +22,10 @@ from pathlib import Path
 import pytest
 
 from lab.engine.build import EngineInfo, build_engine
-from lab.engine.models import ensure_tiny_model
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource, prepare_source
-from lab.engine.tinyarchs import TinyModelSpec
+from lab.models.resolve import ensure_tiny_model
+from lab.models.tinyarchs import TinyModelSpec
 from lab.settings import ServerSettings, Settings, load_settings
 
 TIERS = ("fast", "engine", "browser", "slow")

@@ -13,7 +13,7 @@ from typing import Any
 import pytest
 
 from lab.costmodel import attended_keys, cost_model
-from lab.engine.hparams import hparams_of
+from lab.models.hparams import hparams_of
 
 pytestmark = pytest.mark.fast
 

@@ -13,10 +13,10 @@ import pytest
 from lab.engine.build import EngineInfo
 from lab.engine.imagegrid import TINY_GEOMETRY
 from lab.engine.media import data_url, filler_text, media_prompt
-from lab.engine.models import ensure_tiny_projector
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource
+from lab.models.resolve import ensure_tiny_projector
 from lab.settings import Settings
 
 from conftest import server_settings

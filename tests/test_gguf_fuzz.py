@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.engine.gguf_io import read_gguf_metadata, read_gguf_tensors
+from lab.models.gguf_io import read_gguf_metadata, read_gguf_tensors
 
 pytestmark = pytest.mark.engine
 

@@ -6,11 +6,11 @@ from __future__ import annotations
 
 import pytest
 
-from lab.engine.memshape import MemoryShape, memory_shape
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_inproc import rep_arms, restore_summary
 from lab.experiments.sweep_points import decided, summarize_point
 from lab.fills import fill_values
+from lab.models.memshape import MemoryShape, memory_shape
 from lab.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
 from lab.settings import SweepSettings
 

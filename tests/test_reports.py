@@ -22,9 +22,9 @@ from lab.catalog.ingest import ingest
 from lab.catalog.legacy import InprocPoint, InprocSample
 from lab.catalog.tables import load_table, table_path, unflatten
 from lab.costmodel import cost_model
-from lab.engine.hparams import hparams_of
 from lab.experiments.efficiency import annotate
 from lab.experiments.profile_derive import summarize
+from lab.models.hparams import hparams_of
 from lab.peaks import Peaks
 from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart

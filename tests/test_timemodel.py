@@ -10,7 +10,7 @@ import math
 import pytest
 
 from lab.costmodel import CostModel, cost_model
-from lab.engine.hparams import hparams_of
+from lab.models.hparams import hparams_of
 from lab.schemas import BANDS, BandCycle
 from lab.timemodel import BandTime, FlopTable, fit, predict, predict_ms, time_crossover
 

@@ -1,4 +1,4 @@
-"""Tests for lab.engine.tinymodel (deterministic random-weight GGUF models) and its GGUF metadata reader."""
+"""Tests for lab.models.tinymodel (deterministic random-weight GGUF models) and its GGUF metadata reader."""
 
 from __future__ import annotations
 
@@ -12,12 +12,12 @@ from typing import Any
 import numpy as np
 import pytest
 
-from lab.engine.gguf_io import read_gguf_kv, read_gguf_metadata
-from lab.engine.models import VOCAB_REL
 from lab.engine.source import PreparedSource
-from lab.engine.tinyarchs import GEMMA3_SLIDING_WINDOW, SUPPORTED_ARCHS, TinyModelSpec
-from lab.engine.tinymodel import write_tiny_model
-from lab.engine.tinyvocab import QWEN_ADDED_TOKENS
+from lab.models.gguf_io import read_gguf_kv, read_gguf_metadata
+from lab.models.resolve import VOCAB_REL
+from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW, SUPPORTED_ARCHS, TinyModelSpec
+from lab.models.tinymodel import write_tiny_model
+from lab.models.tinyvocab import QWEN_ADDED_TOKENS
 
 N_VOCAB = 151936
 

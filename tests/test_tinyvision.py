@@ -1,4 +1,4 @@
-"""The tiny qwen3vl projector (lab.engine.tinyvision) against the real patched llama-server (asserts on)."""
+"""The tiny qwen3vl projector (lab.models.tinyvision) against the real patched llama-server (asserts on)."""
 
 from __future__ import annotations
 
@@ -15,13 +15,13 @@ import pytest
 
 from lab.engine.build import EngineInfo
 from lab.engine.imagegrid import ImageGeometry, ProjectorError
-from lab.engine.models import ModelError, ensure_tiny_projector
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, server_args
 from lab.engine.source import PreparedSource
-from lab.engine.tinyarchs import TinyModelSpec
-from lab.engine.tinyvision import TinyVisionSpec, write_tiny_projector
-from lab.engine.tinyvocab import QWEN_ADDED_TOKENS
+from lab.models.resolve import ModelError, ensure_tiny_projector
+from lab.models.tinyarchs import TinyModelSpec
+from lab.models.tinyvision import TinyVisionSpec, write_tiny_projector
+from lab.models.tinyvocab import QWEN_ADDED_TOKENS
 from lab.settings import Settings
 
 from conftest import ServerFactory, server_settings

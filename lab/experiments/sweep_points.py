@@ -8,9 +8,9 @@ import statistics
 
 from lab.engine.contract import ARMS, ArmResult
 from lab.engine.imagegrid import ImageGeometry
-from lab.engine.memshape import MemoryShape
 from lab.experiments.sweep_grid import GridPoint, image_counts
 from lab.fills import fill_values
+from lab.models.memshape import MemoryShape
 from lab.runs import utc_now
 from lab.schemas import (
     KV_PAD,
@@ -230,7 +230,7 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
     if p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes / p.predicted_blob_bytes - 1) > 0.01:
         out.append(
             f"the state blob is {p.blob_bytes:,} B, the GGUF predicts {p.predicted_blob_bytes:,} B: a KV type other "
-            "than f16 (-ctk/-ctv), or a layout lab.engine.memshape does not model"
+            "than f16 (-ctk/-ctv), or a layout lab.models.memshape does not model"
         )
     only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
     prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})

@@ -19,11 +19,11 @@ from rich.console import Console
 from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
 from lab.engine.imagegrid import TINY_GEOMETRY, ImageGeometry
 from lab.engine.media import filler_text, image_step
-from lab.engine.models import resolve_projector
 from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
 from lab.errors import LabError, validation_line
 from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.models.resolve import resolve_projector
 from lab.presenters.trace import replay_table
 from lab.runs import RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult

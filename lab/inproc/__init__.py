@@ -206,7 +206,7 @@ def prepare_driver(
 ) -> tuple[InstrumentInfo, int]:
     """Build the driver and run its startup checks (the model, the context, the fake op) before any run folder
     exists; returns it and the model's vocabulary size (from the GGUF, as the driver and the server see it)."""
-    from lab.engine.gguf_io import read_gguf_metadata
+    from lab.models.gguf_io import read_gguf_metadata
 
     driver = build_driver(engine, settings.cache_dir)  # a compile error creates no run
     try:

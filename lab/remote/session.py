@@ -19,10 +19,10 @@ from rich.console import Console
 
 from lab.cleanroom import CleanRoom, parse, wrap
 from lab.engine.build import build_engine
-from lab.engine.models import resolve_model, resolve_projector
 from lab.errors import UsageError
 from lab.inproc import build_driver
 from lab.instrument import build_instrument
+from lab.models.resolve import resolve_model, resolve_projector
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
 from lab.remote.connect import RemoteError, SshTarget, sh
 from lab.remote.image import (

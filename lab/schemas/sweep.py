@@ -114,7 +114,7 @@ class SweepPoint(BaseModel):
     restore_prep_ci: Interval | None = Field(default=None, description="inproc: ms of set_data_ext, the cache read")
     memcpy_ci: Interval | None = Field(default=None, description="inproc: ms of a plain memcpy of the blob's bytes")
     blob_bytes: int | None = None
-    predicted_blob_bytes: int | None = Field(default=None, description="from the GGUF (lab.engine.memshape)")
+    predicted_blob_bytes: int | None = Field(default=None, description="from the GGUF (lab.models.memshape)")
     restore_gbps_ci: Interval | None = Field(default=None, description="blob bytes / restore ms, GB/s")
     memcpy_gbps_ci: Interval | None = Field(default=None, description="blob bytes / memcpy ms, GB/s")
     restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired")

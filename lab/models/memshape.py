@@ -13,7 +13,7 @@ from __future__ import annotations
 from dataclasses import dataclass
 from typing import Any
 
-from lab.engine.hparams import HparamsError, hparams_of
+from lab.models.hparams import HparamsError, hparams_of
 
 F16, F32 = 2, 4
 
@@ -39,7 +39,7 @@ class MemoryShape:
 
 def memory_shape(meta: dict[str, Any]) -> MemoryShape | None:
     """The shape of a model's sequence memory; None where the layout is not modelled here (sliding-window
-    attention keeps only a window of cells; layouts lab.engine.hparams does not read)."""
+    attention keeps only a window of cells; layouts lab.models.hparams does not read)."""
     try:
         h = hparams_of(meta)
     except HparamsError:

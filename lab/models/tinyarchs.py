@@ -24,7 +24,7 @@ Supported architectures (``TinyModelSpec.arch``):
 Output embedding is tied to the token embedding (no ``output.weight``) for all
 archs, which keeps the file small (the F16 embedding dominates its size).
 
-Weights are N(0, 0.02) (norms 1 + N(0, 0.02)); :mod:`lab.engine.tinyemit` then overwrites a
+Weights are N(0, 0.02) (norms 1 + N(0, 0.02)); :mod:`lab.models.tinyemit` then overwrites a
 few of them deterministically.
 """
 

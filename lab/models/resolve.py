@@ -8,12 +8,12 @@ from dataclasses import asdict
 from pathlib import Path
 from types import ModuleType
 
-from lab.engine import gguf_io, tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab
 from lab.engine.source import PreparedSource, file_sha256, prepare_source
-from lab.engine.tinyarchs import TinyModelSpec
-from lab.engine.tinymodel import write_tiny_model
-from lab.engine.tinyvision import TinyVisionSpec, write_tiny_projector
 from lab.errors import LabError, UsageError
+from lab.models import gguf_io, tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab
+from lab.models.tinyarchs import TinyModelSpec
+from lab.models.tinymodel import write_tiny_model
+from lab.models.tinyvision import TinyVisionSpec, write_tiny_projector
 from lab.settings import Settings
 
 VOCAB_REL = Path("models") / "ggml-vocab-qwen35.gguf"

@@ -1,5 +1,5 @@
 """A model's hyperparameters from its GGUF metadata keys alone (no tensor is read; a file holding the keys and
-no tensor data is enough): what the sequence memory (lab.engine.memshape) and the cost model
+no tensor data is enough): what the sequence memory (lab.models.memshape) and the cost model
 (lab.costmodel) are computed from.
 
 Layer kinds: `attention` (full attention over every cached key), `sliding` (attention over a window of the
@@ -12,8 +12,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from lab.engine.gguf_io import read_gguf_metadata
 from lab.errors import UsageError
+from lab.models.gguf_io import read_gguf_metadata
 
 LayerKind = Literal["attention", "sliding", "recurrent"]
 # hybrids whose every `full_attention_interval`-th layer is attention and the others Gated-DeltaNet

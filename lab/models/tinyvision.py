@@ -28,8 +28,8 @@ from typing import Any
 
 import numpy as np
 
-from lab.engine.gguf_io import atomic_gguf, import_gguf
-from lab.engine.tinyarchs import F32, Tensors
+from lab.models.gguf_io import atomic_gguf, import_gguf
+from lab.models.tinyarchs import F32, Tensors
 
 PROJECTOR_TYPE = "qwen3vl_merger"
 #: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).
