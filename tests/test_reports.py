@@ -28,7 +28,7 @@ from lab.models.hparams import hparams_of
 from lab.peaks import Peaks
 from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart
-from lab.reports.data import figure_rows, runs_table
+from lab.reports.data import catalog_runs, figure_rows
 from lab.reports.render import save_chart
 from lab.runs import RunError, RunFolder
 from lab.schemas import (
@@ -373,7 +373,7 @@ def image_catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def render_agreement(catalog_dir: Path, out: Path) -> list[Path]:
-    return save_chart(agreement_chart(catalog_dir, runs_table(catalog_dir), SETTINGS), out, "agreement", SETTINGS)
+    return save_chart(agreement_chart(catalog_dir, catalog_runs(catalog_dir), SETTINGS), out, "agreement", SETTINGS)
 
 
 # --- the browser ---------------------------------------------------------------------------------------
@@ -462,7 +462,7 @@ def test_agreement_draws_complete_runs_and_the_dropdown_filters(
     reports: tuple[Path, list[Path]], browser: Browser, catalog: Path
 ) -> None:
     out, _ = reports
-    drawn = runs_table(catalog).query("experiment == 'sweep' and in_figures")
+    drawn = catalog_runs(catalog).query("experiment == 'sweep' and in_figures")
     assert len(drawn) == 2  # the incomplete sweep run is not drawn
     one = str(drawn["run_id"].iloc[0])
 
@@ -483,7 +483,7 @@ def test_agreement_draws_complete_runs_and_the_dropdown_filters(
 @pytest.mark.browser
 def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
     out, _ = reports
-    profiles = [str(r) for r in runs_table(catalog).query("experiment == 'profile'")["run_id"]]
+    profiles = [str(r) for r in catalog_runs(catalog).query("experiment == 'profile'")["run_id"]]
 
     def pick_each_run(page: Any) -> list[tuple[int, bool]]:
         seen = []
@@ -545,7 +545,7 @@ def test_the_index_opens_with_the_answer(reports: tuple[Path, list[Path]], brows
 @pytest.mark.browser
 def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
     out, _ = reports
-    arms_runs = [str(r) for r in runs_table(catalog).query("experiment == 'arms'")["run_id"]]
+    arms_runs = [str(r) for r in catalog_runs(catalog).query("experiment == 'arms'")["run_id"]]
 
     def pick_each_run(page: Any) -> list[tuple[int, int, bool]]:
         seen = []
@@ -598,7 +598,7 @@ def test_index_links_resolve_and_lists_provenance(reports: tuple[Path, list[Path
     assert {f"{c}.html" for c in CHARTS} <= set(parser.targets)
     for target in parser.targets:
         assert "://" not in target and (out / target).is_file(), target
-    runs = runs_table(catalog)
+    runs = catalog_runs(catalog)
     for _, r in runs.iterrows():
         assert r["run_id"] in html and r["cpu_model"] in html
     assert html.count("not drawn</span>") == 1  # the incomplete sweep run
@@ -623,7 +623,7 @@ def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
     (cat / "tables").mkdir(parents=True)
     for name in ("runs", "sweep_points"):
         table_path(cat, name).write_bytes(table_path(catalog, name).read_bytes())
-    runs = runs_table(cat)
+    runs = catalog_runs(cat)
     dead = str(runs.loc[~runs["in_figures"], "run_id"].iloc[0])
     pts = pd.read_parquet(table_path(cat, "sweep_points"))
     pd.concat([pts, pts.head(2).assign(run_id=dead)]).to_parquet(table_path(cat, "sweep_points"))
@@ -634,7 +634,7 @@ def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
 @pytest.mark.browser
 def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]], browser: Browser) -> None:
     out, _ = reports
-    runs = runs_table(catalog).query("in_figures")
+    runs = catalog_runs(catalog).query("in_figures")
     for experiment, cells in (("sweep", 4 * len(SWEEP_GRID)), ("profile", 5 * (len(BANDS) + 1)), ("arms", 5 * 4)):
         a, b = (str(x) for x in runs.loc[runs["experiment"] == experiment, "run_id"])
         paths = render_compare(compare_catalog(catalog, a, b), out, SETTINGS)
@@ -656,7 +656,7 @@ def test_agreement_marks_image_steps_and_splits_encode_from_lm(
 ) -> None:
     paths = render_agreement(image_catalog, tmp_path / "a")
     assert [p.name for p in paths] == ["agreement.html", "agreement.png", "agreement.svg"]
-    drawn = runs_table(image_catalog).query("experiment == 'sweep' and in_figures")
+    drawn = catalog_runs(image_catalog).query("experiment == 'sweep' and in_figures")
     with_images, text_only = (str(r) for r in drawn["run_id"])
 
     def marks(page: Any) -> dict[str, Any]:
@@ -719,7 +719,7 @@ def test_agreement_reads_catalogs_without_image_columns(catalog: Path, browser: 
     pts = pd.read_parquet(table_path(old, "sweep_points"))
     assert set(IMAGE_COLUMNS) <= set(pts.columns) and pts["image"].isna().all()
     pts.drop(columns=IMAGE_COLUMNS).to_parquet(table_path(old, "sweep_points"))
-    runs = runs_table(catalog)
+    runs = catalog_runs(catalog)
     assert agreement_chart(old, runs, SETTINGS).to_json() == agreement_chart(catalog, runs, SETTINGS).to_json()
     html = save_chart(
         agreement_chart(old, runs, SETTINGS), tmp_path / "out", "agreement", ReportSettings(formats=["html"])

@@ -17,7 +17,7 @@ from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
 from lab.experiments.sweep import FILLS, POINTS, SAMPLES, SUMMARY
 from lab.reports.arms import arms_chart
-from lab.reports.data import runs_table
+from lab.reports.data import catalog_runs
 from lab.runs import RunFolder
 from lab.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample
 from lab.settings import ReportSettings
@@ -156,7 +156,7 @@ def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:
     }
     assert all(r.ratio == 1 and r.ci is not None and r.ci.lo <= 1 <= r.ci.hi for r in c.rows), c.rows
     assert compare_catalog(catalog, both_run.path.name, both_run.path.name).rows == c.rows
-    spec = arms_chart(catalog, runs_table(catalog), ReportSettings()).to_dict()
+    spec = arms_chart(catalog, catalog_runs(catalog), ReportSettings()).to_dict()
     text = json.dumps(spec)
     assert "plain genuine hit" in text and "memcpy of the same bytes" in text and both_run.path.name in text
 

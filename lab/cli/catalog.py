@@ -28,9 +28,9 @@ def catalog_ls(runs_dir: RunsDir = None) -> None:
     """List run folders: id, experiment, host, engine commit, status."""
     from rich.console import Console
 
-    from lab.presenters import runs_table
+    from lab.presenters import runs_listing
 
-    Console().print(runs_table(settings_for(runs_dir=runs_dir).runs_dir))
+    Console().print(runs_listing(settings_for(runs_dir=runs_dir).runs_dir))
 
 
 @app.command("show")

@@ -28,7 +28,7 @@ from lab.experiments.profile_dump import (
     write_parquet,
 )
 from lab.experiments.profile_rates import BAND_CYCLES
-from lab.experiments.protocol import Experiment, Outcome, Parts, Session, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.models.hparams import HparamsError
 from lab.peaks import measure_peaks
@@ -65,7 +65,7 @@ class Profile(Experiment):
         server = settings.server.model_copy(update={"threads": params["threads"], "cpu_list": params.get("cpu_list")})
         return settings.model_copy(update={"server": server})
 
-    def prepare(self, settings: Settings, parts: Parts) -> None:
+    def prepare(self, settings: Settings, parts: RunParts) -> None:
         assert parts.engine is not None
         self.instrument = build_instrument(parts.engine, settings.cache_dir)  # a compile error creates no run
         assert parts.model is not None
@@ -74,7 +74,7 @@ class Profile(Experiment):
         except HparamsError as e:
             self.no_cost = f"no prediction: {e}"
 
-    def measure(self, sess: Session, console: Console) -> Outcome:
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
         settings, run, inst = sess.settings, sess.run, self.instrument
         assert inst is not None
         p = settings.profile
@@ -171,7 +171,7 @@ class Profile(Experiment):
         self.rows, self.summary = rows, summary
         return Outcome(results={"instrument_meta": meta})
 
-    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
+    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
         assert self.summary is not None
         console.print(profile_table(self.rows, self.summary))
         if any(r.gflops for r in self.rows):

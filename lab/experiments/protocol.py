@@ -46,7 +46,7 @@ from lab.target import LocalTarget, Target
 
 
 @dataclass
-class Parts:
+class RunParts:
     """What a measurement runs with, resolved before a run folder exists."""
 
     target: Target
@@ -56,12 +56,12 @@ class Parts:
 
 
 @dataclass
-class Session:
+class OpenRun:
     """An open run and the parts it measures with."""
 
     settings: Settings
     run: RunFolder
-    parts: Parts
+    parts: RunParts
     resumed: bool = False
     servers: list[LlamaServer] = field(default_factory=list)  # started for this run (their ctx switches count)
 
@@ -96,10 +96,10 @@ class Session:
 
 @dataclass
 class Outcome:
-    """What `measure` returns: the results for the manifest, and why the run failed if a check failed."""
+    """What `measure` returns: the results for the manifest, and why the run failed ('' when it did not)."""
 
     results: dict[str, Any] = field(default_factory=dict)
-    failed: str = ""
+    failure: str = ""
 
 
 class Experiment(ABC):
@@ -117,14 +117,14 @@ class Experiment(ABC):
         """Put back what `own_params` recorded (and read older runs' params); the settings sections are back."""
         return settings
 
-    def prepare(self, settings: Settings, parts: Parts) -> None:  # noqa: B027 (optional hook)
+    def prepare(self, settings: Settings, parts: RunParts) -> None:  # noqa: B027 (optional hook)
         """Validate everything that can be validated before a run folder exists (raise a LabError)."""
 
     @abstractmethod
-    def measure(self, sess: Session, console: Console) -> Outcome:
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
         """The work, in the open run; raise to leave the run incomplete."""
 
-    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:  # noqa: B027 (optional hook)
+    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:  # noqa: B027 (optional hook)
         """Print what the run found (after it is complete or failed)."""
 
 
@@ -178,9 +178,9 @@ def _field(name: str) -> TypeAdapter[Any]:
     return TypeAdapter(annotation)
 
 
-def resolve_parts(settings: Settings, needs_engine: bool) -> Parts:
+def resolve_parts(settings: Settings, needs_engine: bool) -> RunParts:
     """The target, and for engine experiments the built engine and the model (hashed), before any folder."""
-    parts = Parts(target=LocalTarget(settings.host_name))
+    parts = RunParts(target=LocalTarget(settings.host_name))
     if needs_engine:
         parts.engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
         parts.model = resolve_model(settings)
@@ -197,10 +197,10 @@ def open_run(
     settings: Settings,
     experiment: str,
     params: dict[str, Any],
-    parts: Parts,
+    parts: RunParts,
     resume: RunFolder | None = None,
     writer: contextlib.ExitStack | None = None,
-) -> Session:
+) -> OpenRun:
     """A new run folder with its provenance recorded, or `resume` reopened after checking it was measured with
     the same engine build and model."""
     if resume is not None:
@@ -212,7 +212,7 @@ def open_run(
         if parts.model is not None and m.model.get("sha256") != parts.model_record["sha256"]:
             raise RunError(f"{resume.path.name} was measured with another model ({m.model.get('path')})")
         resume.begin_resume(experiment)
-        return Session(settings, resume, parts, resumed=True)
+        return OpenRun(settings, resume, parts, resumed=True)
     run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
     if writer is not None:  # held until the caller's run ends
         writer.enter_context(run.writer())
@@ -226,7 +226,7 @@ def open_run(
             host_summary=host,
             lab={"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"]},
         )
-    return Session(settings, run, parts)
+    return OpenRun(settings, run, parts)
 
 
 def run_experiment(
@@ -275,15 +275,15 @@ def _run(
             for w in figures.warnings:
                 console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
         sess.run.add_results(**outcome.results)
-        if outcome.failed:
-            sess.run.fail(outcome.failed)
+        if outcome.failure:
+            sess.run.fail(outcome.failure)
         else:
             sess.run.complete()
     experiment.present(sess, outcome, console)
     return sess.run
 
 
-def watch_host(sess: Session, console: Console) -> NoiseWindow:
+def watch_host(sess: OpenRun, console: Console) -> NoiseWindow:
     """Record and print what on this host can disturb the measurement, then sample it over the run."""
     state = read_state(sess.target)
     sess.run.add_results(host_state=state.model_dump(mode="json"))

@@ -13,7 +13,7 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from lab.errors import UsageError
-from lab.experiments.protocol import Experiment, Outcome, Parts, Session, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
 from lab.replay import cost, span, tables, toy
 from lab.runs import RunFolder
 from lab.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
@@ -142,20 +142,20 @@ class ReplayLab(Experiment):
         self.name = f"replay_{which}"  # one experiment name per lab
         self.result: LabResult | None = None
 
-    def prepare(self, settings: Settings, parts: Parts) -> None:
+    def prepare(self, settings: Settings, parts: RunParts) -> None:
         try:
             self.result = LABS[self.which](settings.replay)
         except (ValueError, ArithmeticError) as e:
             raise UsageError(f"replay {self.which}: {e}") from e
 
-    def measure(self, sess: Session, console: Console) -> Outcome:
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
         result = self.result
         assert result is not None
         for name, rows in result.tables.items():
             sess.run.rewrite(name, rows)
         (sess.run.path / "raw" / "tables.txt").write_text(result.text + "\n")
         (sess.run.path / "raw" / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
-        return Outcome(failed="" if result.ok else "a replay check failed; see raw/tables.txt")
+        return Outcome(failure="" if result.ok else "a replay check failed; see raw/tables.txt")
 
 
 def run_replay_lab(settings: Settings, which: str, console: Console | None = None) -> tuple[RunFolder, LabResult]:

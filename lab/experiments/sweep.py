@@ -33,7 +33,7 @@ from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
 from lab.experiments.planning import plan_of_run, plan_results
-from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, point_text_step, stream_tokens
 from lab.experiments.sweep_server import (
     Estimate,
@@ -117,7 +117,7 @@ class Sweep(Experiment):
             if (where, p.id) not in done and not (where == "inproc" and p.image)
         ]
 
-    def prepare(self, settings: Settings, parts: Parts) -> None:
+    def prepare(self, settings: Settings, parts: RunParts) -> None:
         assert parts.engine is not None and parts.model is not None
         sw = settings.sweep
         if sw.where == "inproc" and sw.images != ["none"]:
@@ -136,7 +136,7 @@ class Sweep(Experiment):
         if inproc:
             self.shape = memory_shape(read_gguf_metadata(parts.model))
 
-    def measure(self, sess: Session, console: Console) -> Outcome:
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
         settings, run = sess.settings, sess.run
         sw = settings.sweep
         started = time.monotonic()
@@ -201,11 +201,11 @@ class Sweep(Experiment):
             self.summary = sweep_inproc.restore_summary(inproc_points, inproc_samples, fills, self.shape)
             (run.path / "raw" / f"{SUMMARY}.json").write_text(self.summary.model_dump_json(indent=2))
         self.took_s = time.monotonic() - started
-        return Outcome(results=plan_results(self.plan, self.took_s), failed=all_failed(self.points))
+        return Outcome(results=plan_results(self.plan, self.took_s), failure=all_failed(self.points))
 
     def start_driver(
         self,
-        sess: Session,
+        sess: OpenRun,
         stack: contextlib.ExitStack,
         tokens: list[int],
         news: list[int],
@@ -232,7 +232,7 @@ class Sweep(Experiment):
         return driver
 
     def start_server(
-        self, sess: Session, stack: contextlib.ExitStack, console: Console
+        self, sess: OpenRun, stack: contextlib.ExitStack, console: Console
     ) -> tuple[ContractClient, SavedStates | None]:
         """llama-server for the run, with a slot-save directory for the genuine arm's saved depth-L states."""
         sw = sess.settings.sweep
@@ -247,7 +247,7 @@ class Sweep(Experiment):
         restore = slots and "genuine" in sw.arms and sw.genuine_prefix == "restore"
         return client, SavedStates(client, console) if restore else None
 
-    def estimate(self, sess: Session, driver: DriverSession | None) -> Estimate:
+    def estimate(self, sess: OpenRun, driver: DriverSession | None) -> Estimate:
         sw = sess.settings.sweep
         if "estimate" not in sw.arms or "server" not in places(sw):
             return no_estimate
@@ -255,7 +255,7 @@ class Sweep(Experiment):
             return driver_estimate(driver, self.geometry)
         return bench_estimate(sess, self.geometry)
 
-    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
+    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
         print_summary(console, self.points, self.summary)
         if self.plan is not None:
             console.print(plan_line(self.plan, self.took_s), highlight=False)

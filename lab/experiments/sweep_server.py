@@ -22,7 +22,7 @@ from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, text_step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
 from lab.experiments.prefill_tps import measure_prefill_tps
-from lab.experiments.protocol import Session
+from lab.experiments.protocol import OpenRun
 from lab.experiments.sweep_grid import GridPoint, only_new, point_seed, point_text_step
 from lab.experiments.sweep_points import decided, sample_row, summarize_point
 from lab.inproc import DriverError, DriverSession
@@ -128,7 +128,7 @@ def no_estimate(p: GridPoint, rep: int) -> PrefillTps:
     raise AssertionError("this sweep measures no estimate")
 
 
-def bench_estimate(sess: Session, geometry: ImageGeometry | None) -> Estimate:
+def bench_estimate(sess: OpenRun, geometry: ImageGeometry | None) -> Estimate:
     """sweep.estimate_tool = llama-bench: one `llama-bench -p only_new -d L -r bench_reps` call per estimate
     sample, which fills the depth once per call (the slow way, kept to compare against)."""
 
@@ -138,7 +138,7 @@ def bench_estimate(sess: Session, geometry: ImageGeometry | None) -> Estimate:
     return estimate
 
 
-def bench_check(sess: Session, p: GridPoint) -> list[PrefillTps]:
+def bench_check(sess: OpenRun, p: GridPoint) -> list[PrefillTps]:
     """llama-bench's own chunk at depth L, once, at the grid's two smallest L for its smallest new (text points;
     one depth fill per call): the independent cross-check shown beside the estimate."""
     sw = sess.settings.sweep
@@ -149,7 +149,7 @@ def bench_check(sess: Session, p: GridPoint) -> list[PrefillTps]:
     return [llama_bench(sess, p.new, p.L).model_copy(update={"point": p.id, "rep": None})]
 
 
-def llama_bench(sess: Session, chunk: int, depth: int) -> PrefillTps:
+def llama_bench(sess: OpenRun, chunk: int, depth: int) -> PrefillTps:
     """`llama-bench -p chunk -d depth -r sweep.bench_reps` on the run's build, model and threads."""
     sw, srv = sess.settings.sweep, sess.settings.server
     log = sess.run.path / "logs" / "llama-bench.log"

@@ -22,7 +22,7 @@ from lab.engine.media import filler_text, image_step
 from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer
 from lab.errors import LabError, validation_line
-from lab.experiments.protocol import Experiment, Outcome, Parts, Session, progress_bar, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.resolve import resolve_projector
 from lab.presenters.trace import replay_table
 from lab.runs import RunFolder, utc_now
@@ -303,7 +303,7 @@ class TraceReplay(Experiment):
         self.shots_dir = Path(params["trace"]).parent  # relative screenshots are relative to the original
         return settings
 
-    def prepare(self, settings: Settings, parts: Parts) -> None:
+    def prepare(self, settings: Settings, parts: RunParts) -> None:
         """Refuse before anything starts: a bad trace line, screenshots without a projector or a broken
         screenshot, depths beyond the context."""
         if self.trace is None:
@@ -325,7 +325,7 @@ class TraceReplay(Experiment):
             except (OSError, ValueError) as e:
                 raise TraceError(f"{self.trace}: task {s.task_id!r} step {s.step}: screenshot {shot}: {e}") from e
 
-    def measure(self, sess: Session, console: Console) -> Outcome:
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run
         assert self.trace is not None and self.shots_dir is not None
         if not sess.resumed:
@@ -333,7 +333,7 @@ class TraceReplay(Experiment):
         shots_dir = self.shots_dir
         done = run.finished_points(STEPS, TraceStepResult, [], lambda r: (r.task_id, r.step))
         todo = [s for s in self.steps if (s.task_id, s.step) not in done]
-        if todo:  # Session.server puts the user's server.extra_args first
+        if todo:  # OpenRun.server puts the user's server.extra_args first
             extra = ["--mmproj", str(self.projector)] if self.projector else []
             with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
@@ -351,7 +351,7 @@ class TraceReplay(Experiment):
         run.rewrite(TASKS, self.tasks)
         return Outcome()
 
-    def present(self, sess: Session, outcome: Outcome, console: Console) -> None:
+    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
         console.print(replay_table(self.tasks))
         for r in self.results:
             if not r.ok:

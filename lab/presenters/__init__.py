@@ -17,7 +17,7 @@ from lab.catalog.tables import SPEC_BY_NAME, SPECS
 from lab.costmodel import CostModel, band_label
 from lab.engine.build import EngineInfo
 from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
-from lab.schemas import BANDS
+from lab.schemas import BANDS, cell
 from lab.timemodel import TimePrediction
 
 
@@ -28,7 +28,7 @@ def engine_table(info: EngineInfo) -> Table:
     return t
 
 
-def runs_table(runs_dir: Path) -> Table:
+def runs_listing(runs_dir: Path) -> Table:
     """Every run folder: id, experiment, host, engine commit, status (an unreadable one says why)."""
     t = Table("experiment", "host", "engine", "status", "started (UTC)")
     t.columns.insert(0, Column("run", no_wrap=True))
@@ -119,9 +119,9 @@ def time_tables(p: TimePrediction, m: CostModel) -> list[Any]:
     names = [band_label(b, m.h) for b in BANDS]
     t = Table("depth", *names, "total", title=f"predicted ms per token by band [95% interval], {p.model}")
     for d in depths:
-        t.add_row(str(d), *(_iv(p.band_at(d, b), 4) for b in (*BANDS, "total")))
+        t.add_row(str(d), *(cell(p.band_at(d, b), 4) for b in (*BANDS, "total")))
     rates = ", ".join(
-        f"{b} {r.gflops.fmt(digits=1)} GFLOP/s" if r.gflops else f"{b} {_iv(r.overhead_ms_per_token, 4)} ms flat"
+        f"{b} {r.gflops.fmt(digits=1)} GFLOP/s" if r.gflops else f"{b} {cell(r.overhead_ms_per_token, 4)} ms flat"
         for b, r in p.rates.items()
     )
     oh = p.rates["attn_core"].overhead_ms_per_token if "attn_core" in p.rates else None
@@ -141,14 +141,6 @@ def time_tables(p: TimePrediction, m: CostModel) -> list[Any]:
     return [t, f"predicted crossover in time (attn_core ms/token = ffn_moe's): {cross}{note}; from FLOPs: {flop}"]
 
 
-def _iv(iv: Any, digits: int) -> str:
-    return "-" if iv is None else iv.fmt(digits=digits)
-
-
-def _ms(iv: Any) -> str:
-    return "-" if iv is None else iv.fmt(digits=1)
-
-
 def headline_tables(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[Table]:
     """The answer per host and model: the step with the cache, re-prefilled, the speedup; where time goes."""
     out = []
@@ -158,7 +150,7 @@ def headline_tables(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) 
                   "(baseline); medians and speedup [95% interval]")  # fmt: skip
         for s in steps:
             new = f"{s.new} + {s.image}" if s.image else str(s.new)
-            t.add_row(s.host, s.model, str(s.L), new, _ms(s.cached_ms), _ms(s.reprefill_ms), _ms(s.speedup))
+            t.add_row(s.host, s.model, str(s.L), new, cell(s.cached_ms, 1), cell(s.reprefill_ms, 1), cell(s.speedup, 1))
         out.append(t)
     if profiles:
         t = Table("host", "model", "depth", *BANDS, "crossover (measured)", "predicted",

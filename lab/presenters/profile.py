@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary
+from lab.schemas import BANDS, BandDepth, ProfileSummary, cell
 
 
 def _pm(value: float, lo: float | None, hi: float | None) -> str:
@@ -13,10 +13,6 @@ def _pm(value: float, lo: float | None, hi: float | None) -> str:
     if lo is None or hi is None or not value:
         return f"{value:.3f}"
     return f"{value:.3f} +-{(hi - lo) / 2 / value:.0%}"
-
-
-def _iv(iv: Interval | None, pct: bool = False, digits: int = 3) -> str:
-    return "-" if iv is None else iv.fmt(pct=pct, digits=digits)
 
 
 def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
@@ -37,12 +33,12 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
         t.add_row(
             str(depth),
             *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
-            _iv(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
-            _iv(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
+            cell(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
+            cell(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
         )
     t.caption = (
-        f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {_iv(s.attn_slope_ci, digits=4)} "
-        f"ms/token per 1k depth, R^2 {_iv(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
+        f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {cell(s.attn_slope_ci, digits=4)} "
+        f"ms/token per 1k depth, R^2 {cell(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
     )
     return t
 
@@ -107,7 +103,7 @@ def prediction_lines(s: ProfileSummary) -> list[str]:
         if s.predicted_attn_slope_ms_per_token_per_1k is not None:
             line += (
                 f", {s.predicted_attn_slope_ms_per_token_per_1k:.4f} ms/token per 1k at the rate ffn_moe "
-                f"achieves; measured {_iv(s.attn_slope_ci, digits=4)}"
+                f"achieves; measured {cell(s.attn_slope_ci, digits=4)}"
             )
         if s.attn_slope_vs_predicted_ci is not None:
             line += f" (measured / predicted {s.attn_slope_vs_predicted_ci.fmt()})"

@@ -6,12 +6,12 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
-from lab.schemas import ArmsSummary, ArmStats, Interval, SweepPoint, Where
+from lab.schemas import ArmsSummary, ArmStats, Interval, SweepPoint, Where, cell
 
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
 
 
-def _ms(v: float | None) -> str:
+def ms_text(v: float | None) -> str:
     return "-" if v is None else f"{v:.1f}"
 
 
@@ -27,7 +27,7 @@ def arm_cell(a: ArmStats) -> str:
 def _est(p: SweepPoint) -> str:
     iv = p.estimate_ci
     if p.opt_prefill_ms is None or iv is None or iv.n < 2:
-        return _ms(p.opt_prefill_ms)
+        return ms_text(p.opt_prefill_ms)
     return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]"
 
 
@@ -35,14 +35,6 @@ def _ratio(iv: Interval | None, v: str | None = None) -> str:
     if iv is None:
         return "-"
     return iv.fmt(pct=True) + (f" [{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]" if v else "")
-
-
-def _iv(iv: Interval | None, digits: int = 2, pct: bool = False) -> str:
-    if iv is None:
-        return "-"
-    if pct:
-        return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
-    return iv.fmt(digits=digits) if iv.n > 1 else f"{iv.value:.{digits}f}"
 
 
 TITLES: dict[Where, str] = {
@@ -86,7 +78,7 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     for col in cols:
         t.add_column(col, justify="right")
     for p in points:
-        enc = p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else _ms(p.encode_ms)
+        enc = p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else ms_text(p.encode_ms)
         t.add_row(
             str(p.L),
             str(p.new),
@@ -101,12 +93,16 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
             _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
             *((_ratio(p.genuine_vs_plain_ci, p.plain_verdict),) if plain else ()),
             *(
-                (_iv(p.restore_prep_ci), _ratio(p.restore_step_vs_genuine_ci), _iv(p.cache_read_share_ci, pct=True))
+                (
+                    cell(p.restore_prep_ci, 2),
+                    _ratio(p.restore_step_vs_genuine_ci),
+                    cell(p.cache_read_share_ci, share=True),
+                )
                 if inproc
                 else ()
             ),
-            *((_iv(p.vs_inproc.get("fake"), 3), _iv(p.vs_inproc.get("genuine"), 3)) if share else ()),
-            _iv(p.rep_s, 3),
+            *((cell(p.vs_inproc.get("fake"), 3), cell(p.vs_inproc.get("genuine"), 3)) if share else ()),
+            cell(p.rep_s, 3),
             str(p.reps),
             f"[{notes[p.point]}]" if p.point in notes else "",
         )
@@ -128,19 +124,19 @@ def restore_lines(points: list[SweepPoint], s: ArmsSummary) -> list[str]:
     top = max((p for p in points if p.restore_prep_ci is not None), key=lambda p: p.L, default=None)
     if s.restore_vs_memcpy_ci is not None and s.restore_gbps_ci is not None and s.memcpy_gbps_ci is not None:
         line = (
-            f"the cache read runs at {_iv(s.restore_vs_memcpy_ci, pct=True)} of memcpy bandwidth "
-            f"({_iv(s.restore_gbps_ci)} GB/s vs {_iv(s.memcpy_gbps_ci)} GB/s)"
+            f"the cache read runs at {cell(s.restore_vs_memcpy_ci, share=True)} of memcpy bandwidth "
+            f"({cell(s.restore_gbps_ci, 2)} GB/s vs {cell(s.memcpy_gbps_ci, 2)} GB/s)"
         )
         if top is not None and top.restore_prep_ci is not None and top.blob_bytes:
             line += (
-                f" and costs {_iv(top.restore_prep_ci)} ms at L={top.L} ({top.blob_bytes / 1e6:.1f} MB), "
-                f"{_iv(top.cache_read_share_ci, pct=True)} of its step at new={top.new}"
+                f" and costs {cell(top.restore_prep_ci, 2)} ms at L={top.L} ({top.blob_bytes / 1e6:.1f} MB), "
+                f"{cell(top.cache_read_share_ci, share=True)} of its step at new={top.new}"
             )
         out.append(line)
     if s.fill_passes:
         out.append(
             f"{s.fill_passes} cumulative fill pass(es) to depth {max(p.L for p in points)} + new: "
-            f"{s.fill_s:.1f} s in all; then one rep costs {_iv(s.rep_s_ci, 3)} s (its new tokens)"
+            f"{s.fill_s:.1f} s in all; then one rep costs {cell(s.rep_s_ci, 3)} s (its new tokens)"
         )
     if s.fake_vs_genuine_ci is not None:
         out.append(f"fake/genuine over every point's reps: {s.fake_vs_genuine_ci.fmt(pct=True)}")

@@ -24,11 +24,11 @@ def render_reports(catalog_dir: Path, out_dir: Path, settings: ReportSettings) -
     tables are empty. The same catalog always gives byte-identical files."""
     from lab.headline import catalog_headline
     from lab.reports.charts import CHARTS
-    from lab.reports.data import runs_table
+    from lab.reports.data import catalog_runs
     from lab.reports.render import save_chart
     from lab.reports.site import write_index
 
-    runs = runs_table(catalog_dir)
+    runs = catalog_runs(catalog_dir)
     written: list[Path] = []
     sections: dict[str, tuple[str, list[Path]]] = {}
     for name, (description, build) in CHARTS.items():

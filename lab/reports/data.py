@@ -16,7 +16,7 @@ from lab.catalog.tables import RUNS, RunRecord, load_table, rows_at
 RUN_COLUMNS = list(RunRecord.model_fields)
 
 
-def runs_table(catalog_dir: Path) -> pd.DataFrame:
+def catalog_runs(catalog_dir: Path) -> pd.DataFrame:
     """Every run folder the catalog knows (complete or not), oldest first."""
     runs: pd.DataFrame = load_table(catalog_dir, RUNS)
     if runs.empty:

@@ -11,7 +11,7 @@ from pathlib import Path
 import pandas as pd
 
 from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
-from lab.schemas import BANDS, Interval
+from lab.schemas import BANDS, Interval, cell
 
 STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "Liberation Sans", sans-serif; margin: 2rem auto;
@@ -115,8 +115,8 @@ def _runs_table(runs: pd.DataFrame) -> str:
     return "\n".join(rows)
 
 
-def _iv(iv: Interval | None) -> str:
-    return "-" if iv is None else escape(iv.fmt(digits=1))
+def html_cell(iv: Interval | None) -> str:
+    return escape(cell(iv, 1))
 
 
 def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[str]:
@@ -141,7 +141,7 @@ def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> lis
         for s in steps:
             new = f"{s.new} + {s.image} screenshot" if s.image else str(s.new)
             cells = "".join(f"<td>{escape(c)}</td>" for c in (s.host, s.model, f"{s.L:,}", new))
-            ivs = "".join(f"<td>{_iv(iv)}</td>" for iv in (s.cached_ms, s.reprefill_ms, s.speedup))
+            ivs = "".join(f"<td>{html_cell(iv)}</td>" for iv in (s.cached_ms, s.reprefill_ms, s.speedup))
             out.append(f"<tr>{cells}{ivs}</tr>")
         out += [
             "</tbody>",

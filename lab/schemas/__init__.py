@@ -1,7 +1,7 @@
 """One schema per table, shared by every writer (experiments) and reader (catalog, reports, compare): the
 shared pieces in `base`, then one module per experiment family. Import them from here."""
 
-from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, Verdict, Where, ggml_pad
+from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, Verdict, Where, cell, ggml_pad
 from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample
@@ -33,5 +33,6 @@ __all__ = [
     "TraceTaskResult",
     "Verdict",
     "Where",
+    "cell",
     "ggml_pad",
 ]

@@ -35,6 +35,16 @@ class Interval(BaseModel):
         return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
 
 
+def cell(iv: Interval | None, digits: int = 3, pct: bool = False, share: bool = False) -> str:
+    """An interval as a table cell, `-` when there is none: `1.012 [0.998, 1.027]` (the value alone from fewer
+    than two samples); with pct, as a change (`+1.2% [-0.2%, +2.7%]`); with share, as a share (`12.3% [...]`)."""
+    if iv is None:
+        return "-"
+    if share:
+        return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
+    return iv.fmt(pct=pct, digits=digits) if iv.n > 1 or pct else f"{iv.value:.{digits}f}"
+
+
 # Where prefill time goes, per profiled graph node (lab.experiments.bands sorts nodes into these):
 Band = Literal["ffn_moe", "attn_core", "proj", "gdn", "other"]
 BANDS: tuple[Band, ...] = ("ffn_moe", "attn_core", "proj", "gdn", "other")
