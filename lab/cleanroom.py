@@ -111,8 +111,10 @@ def wrap(cmd: str, room: CleanRoom) -> str:
     again however cmd ends (a hang-up included: trap HUP exits, the EXIT trap restarts). Prints the rc lines
     `parse` reads."""
     start = f"{{ {room.start} ; }}; echo '{MARK} start rc='$? >&2"
-    script = (f"{{ {room.stop} ; }}; rc=$?; echo '{MARK} stop rc='$rc >&2; [ $rc -eq 0 ] || exit 1; "
-              f"trap {shlex.quote(start)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; {cmd}")  # fmt: skip
+    script = (
+        f"{{ {room.stop} ; }}; rc=$?; echo '{MARK} stop rc='$rc >&2; [ $rc -eq 0 ] || exit 1; "
+        f"trap {shlex.quote(start)} EXIT; trap 'exit 129' HUP; trap 'exit 143' TERM; {cmd}"
+    )
     return f"bash -c {shlex.quote(script)}"
 
 

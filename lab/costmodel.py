@@ -117,30 +117,72 @@ class CostModel:
                 "2 c E (h dq g + h_kv dk + h_kv dv) + 2 c h dv E",
             )
             add("attention RMS norm", "proj", kind, n, NORM_FLOPS * c * E, E * F32, "4 c E")
-            add("QK^T, softmax, AV", "attn_core", kind, n, per_score * keys, keys * kv_row,
-                f"(2 h (dk + dv) + 4 h) keys, keys = {keys:,}")  # fmt: skip
+            add(
+                "QK^T, softmax, AV",
+                "attn_core",
+                kind,
+                n,
+                per_score * keys,
+                keys * kv_row,
+                f"(2 h (dk + dv) + 4 h) keys, keys = {keys:,}",
+            )
         n_rec, inner, conv_dim = h.count("recurrent"), h.ssm_d_inner, h.conv_dim
         in_proj = E * (conv_dim + inner + 2 * h.ssm_dt_rank) + inner * E
         state = h.ssm_d_state * inner  # value heads x dk x dv
         conv_state = max(h.ssm_d_conv - 1, 0) * conv_dim
         gdn_formula = "2 c E (conv_dim + d_inner + 2 n_v) + 2 c d_inner E"
-        add("QKV, gate, beta, alpha, output projections", "gdn", "recurrent", n_rec, 2 * c * in_proj,
-            in_proj * wb_of("gdn"), gdn_formula)  # fmt: skip
-        add("causal convolution", "gdn", "recurrent", n_rec, 2 * c * conv_dim * h.ssm_d_conv,
-            conv_dim * h.ssm_d_conv * F32, "2 c conv_dim d_conv")  # fmt: skip
-        add("delta-rule state update", "gdn", "recurrent", n_rec, 7 * c * state, 2 * (state + conv_state) * F32,
-            "7 c n_v dk dv")  # fmt: skip
+        add(
+            "QKV, gate, beta, alpha, output projections",
+            "gdn",
+            "recurrent",
+            n_rec,
+            2 * c * in_proj,
+            in_proj * wb_of("gdn"),
+            gdn_formula,
+        )
+        add(
+            "causal convolution",
+            "gdn",
+            "recurrent",
+            n_rec,
+            2 * c * conv_dim * h.ssm_d_conv,
+            conv_dim * h.ssm_d_conv * F32,
+            "2 c conv_dim d_conv",
+        )
+        add(
+            "delta-rule state update",
+            "gdn",
+            "recurrent",
+            n_rec,
+            7 * c * state,
+            2 * (state + conv_state) * F32,
+            "7 c n_v dk dv",
+        )
         add("attention RMS norm", "gdn", "recurrent", n_rec, NORM_FLOPS * c * E, E * F32, "4 c E")
         n = h.n_layer
         if h.n_expert:
             touched = h.n_expert * (1 - (1 - h.n_expert_used / h.n_expert) ** c)  # experts the chunk reads
             routed = 3 * E * h.n_ff_exp
             add("router", "ffn_moe", "all", n, 2 * c * E * h.n_expert, E * h.n_expert * F32, "2 c E n_expert")
-            add("routed experts (gate, up, down)", "ffn_moe", "all", n, 2 * c * h.n_expert_used * routed,
-                touched * routed * wb_of("ffn_moe"), "2 c used 3 E n_ff_exp")  # fmt: skip
+            add(
+                "routed experts (gate, up, down)",
+                "ffn_moe",
+                "all",
+                n,
+                2 * c * h.n_expert_used * routed,
+                touched * routed * wb_of("ffn_moe"),
+                "2 c used 3 E n_ff_exp",
+            )
             if h.n_ff_shexp:
-                add("shared expert and its gate", "ffn_moe", "all", n, 2 * c * (3 * E * h.n_ff_shexp + E),
-                    3 * E * h.n_ff_shexp * wb_of("ffn_moe") + E * F32, "2 c (3 E n_ff_shexp + E)")  # fmt: skip
+                add(
+                    "shared expert and its gate",
+                    "ffn_moe",
+                    "all",
+                    n,
+                    2 * c * (3 * E * h.n_ff_shexp + E),
+                    3 * E * h.n_ff_shexp * wb_of("ffn_moe") + E * F32,
+                    "2 c (3 E n_ff_shexp + E)",
+                )
         else:
             dense = 3 * E * h.n_ff
             add(
@@ -283,13 +325,35 @@ def cost_record(m: CostModel, depths: list[int]) -> dict[str, Any]:
     predicted crossover and the attention slope."""
     h = m.h
     return {
-        "arch": h.arch, "chunk": m.chunk, "file_type": h.file_type, "weight_bits": h.weight_bits,
+        "arch": h.arch,
+        "chunk": m.chunk,
+        "file_type": h.file_type,
+        "weight_bits": h.weight_bits,
         "band_weight_bits": m.band_bits or {},
         "layers": {k: h.count(k) for k in ("attention", "sliding", "recurrent") if h.count(k)},
-        "terms": [{"name": t.name, "band": t.band, "kind": t.kind, "layers": t.layers, "flops": t.flops,
-                   "bytes": t.bytes, "formula": t.formula} for t in m.terms(depths[0])],
-        "bands": {str(d): {b: {"flops_per_token": c.flops / m.chunk, "bytes_per_token": c.bytes / m.chunk,
-                               "intensity": c.intensity} for b, c in m.bands(d).items()} for d in depths},
+        "terms": [
+            {
+                "name": t.name,
+                "band": t.band,
+                "kind": t.kind,
+                "layers": t.layers,
+                "flops": t.flops,
+                "bytes": t.bytes,
+                "formula": t.formula,
+            }
+            for t in m.terms(depths[0])
+        ],
+        "bands": {
+            str(d): {
+                b: {
+                    "flops_per_token": c.flops / m.chunk,
+                    "bytes_per_token": c.bytes / m.chunk,
+                    "intensity": c.intensity,
+                }
+                for b, c in m.bands(d).items()
+            }
+            for d in depths
+        },
         "predicted_crossover_depth": m.crossover(),
         "attn_flops_per_token_per_1k": m.attn_flops_per_token_per_1k(),
-    }  # fmt: skip
+    }

@@ -63,8 +63,9 @@ def read_state(target: Target, ignore_pids: frozenset[int] | None = None) -> Hos
     for chunk in out.split(SEP)[1:]:
         key, _, text = chunk.partition("\n")
         parts[key.strip()] = text.strip()
-    s = HostState(governor=" ".join(parts.get("governor", "").split()), smt=parts.get("smt", ""),
-                  thp=parts.get("thp", ""))  # fmt: skip
+    s = HostState(
+        governor=" ".join(parts.get("governor", "").split()), smt=parts.get("smt", ""), thp=parts.get("thp", "")
+    )
     if parts.get("no_turbo") in ("0", "1"):
         s.turbo = "off" if parts["no_turbo"] == "1" else "on"
     elif parts.get("boost") in ("0", "1"):
@@ -180,8 +181,9 @@ class NoiseWindow:
     _thread: threading.Thread | None = None
 
     def _sample(self) -> None:
-        self.mhz += [float(line.split(":")[1]) for line in _read("/proc/cpuinfo").splitlines()
-                     if line.startswith("cpu MHz")]  # fmt: skip
+        self.mhz += [
+            float(line.split(":")[1]) for line in _read("/proc/cpuinfo").splitlines() if line.startswith("cpu MHz")
+        ]
         load = _read("/proc/loadavg").split()
         if load:
             self.load.append(float(load[0]))

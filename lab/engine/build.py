@@ -209,11 +209,15 @@ def prebuilt_engine(bundle: Path) -> EngineInfo:
     bin_dir = bundle / "bin"
     rebased = info.model_copy(
         update={
-            "server": bin_dir / info.server.name, "bench": bin_dir / info.bench.name, "lib_dir": bin_dir,
-            "build_dir": bundle, "source_dir": bundle, "include_dir": bundle / "include",
+            "server": bin_dir / info.server.name,
+            "bench": bin_dir / info.bench.name,
+            "lib_dir": bin_dir,
+            "build_dir": bundle,
+            "source_dir": bundle,
+            "include_dir": bundle / "include",
             "ggml_include_dir": bundle / "include",
         }
-    )  # fmt: skip
+    )
     for p in (rebased.server, rebased.bench):
         if not p.exists():
             raise BuildError(f"engine bundle {bundle} lacks {p.name}")
@@ -250,8 +254,9 @@ def _build(
         sys.stderr.write(f"{label}: configuring (full log: {log})\n")
     _run_logged(["cmake", "-S", str(build_dir.parent / "src"), "-B", str(build_dir), *flags], log, env, None)
     progress = None if quiet else BuildProgress(label)
-    _run_logged(["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env,
-                progress)  # fmt: skip
+    _run_logged(
+        ["cmake", "--build", str(build_dir), "-j", str(settings.jobs), "--target", *TARGETS], log, env, progress
+    )
 
 
 def engine_info_json(info: EngineInfo) -> str:

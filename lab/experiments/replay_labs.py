@@ -37,17 +37,25 @@ def exact_lab(p: ReplaySettings) -> LabResult:
     rows: list[BaseModel] = [
         ReplayExactRow(
             kv_source="shared" if c.kv_source == "shared" else "per-layer",
-            window=p.window, depth=p.depth, length=p.length, keep=p.keep, next_input=str(x),
-            last_full=str(c.last_full), last_suffix=str(c.last_suffix),
-            next_full=str(c.next_full), next_suffix=str(c.next_suffix),
-            last_full_value=float(c.last_full), last_suffix_value=float(c.last_suffix),
-            next_full_value=float(c.next_full), next_suffix_value=float(c.next_suffix),
+            window=p.window,
+            depth=p.depth,
+            length=p.length,
+            keep=p.keep,
+            next_input=str(x),
+            last_full=str(c.last_full),
+            last_suffix=str(c.last_suffix),
+            next_full=str(c.next_full),
+            next_suffix=str(c.next_suffix),
+            last_full_value=float(c.last_full),
+            last_suffix_value=float(c.last_suffix),
+            next_full_value=float(c.next_full),
+            next_suffix_value=float(c.next_suffix),
             first_diff_layer=c.first_diff[0] if c.first_diff else None,
             first_diff_pos=c.first_diff[1] if c.first_diff else None,
             exact=c.exact,
         )
         for c in comps
-    ]  # fmt: skip
+    ]
     head = (
         f"inputs 1..{p.length}, {p.depth} layers, window {p.window}; replay of the last {p.keep} inputs, "
         f"then one decode step with input {x}"
@@ -60,12 +68,18 @@ def span_lab(p: ReplaySettings) -> LabResult:
     verdicts = span.check_all(p.span_windows, p.span_depths)
     rows: list[BaseModel] = [
         ReplaySpanRow(
-            window=v.window, depth=v.depth, span=v.span, cases=v.cases,
-            shared_window_exact=v.shared_window_exact, per_layer_span_exact=v.per_layer_span_exact,
-            shorter_fails=v.shorter_fails, counterexample=v.counterexample, ok=v.ok,
+            window=v.window,
+            depth=v.depth,
+            span=v.span,
+            cases=v.cases,
+            shared_window_exact=v.shared_window_exact,
+            per_layer_span_exact=v.per_layer_span_exact,
+            shorter_fails=v.shorter_fails,
+            counterexample=v.counterexample,
+            ok=v.ok,
         )
         for v in verdicts
-    ]  # fmt: skip
+    ]
     head = (
         "R = W + (D-1)(W-1); every 0/1 input of length R+2: shared replay of W and per-layer replay of R "
         "reproduce the final row, the retained KV and one decode step; per-layer R-1 changes a result"
@@ -90,19 +104,33 @@ def cost_lab(p: ReplaySettings) -> LabResult:
             work[case][mode] = w
             rows.append(
                 ReplayCostRow(
-                    case=case, window=p.cost_window, keep=p.cost_keep, length=chunk.length, start=chunk.start,
-                    end=chunk.end, valid_start=chunk.valid_start, mode=mode, rows=w.rows, pairs=w.pairs,
-                    reference_rows=ref.rows, reference_pairs=ref.pairs,
+                    case=case,
+                    window=p.cost_window,
+                    keep=p.cost_keep,
+                    length=chunk.length,
+                    start=chunk.start,
+                    end=chunk.end,
+                    valid_start=chunk.valid_start,
+                    mode=mode,
+                    rows=w.rows,
+                    pairs=w.pairs,
+                    reference_rows=ref.rows,
+                    reference_pairs=ref.pairs,
                 )
-            )  # fmt: skip
+            )
     rw = [cost.row_work(n, p.producer_layers, p.consumer_layers, p.row_keep) for n in p.lengths]
     rw_rows: list[BaseModel] = [
         ReplayRowWork(
-            length=r.length, producer_layers=p.producer_layers, consumer_layers=p.consumer_layers, keep=p.row_keep,
-            full=r.full, compact=r.compact, ratio=r.ratio,
+            length=r.length,
+            producer_layers=p.producer_layers,
+            consumer_layers=p.consumer_layers,
+            keep=p.row_keep,
+            full=r.full,
+            compact=r.compact,
+            ratio=r.ratio,
         )
         for r in rw
-    ]  # fmt: skip
+    ]
     per_chunk = cost.chunked_consumer_rows(p.chunked_length, p.chunk, p.row_keep)
     one = cost.chunked_consumer_rows(p.chunked_length, p.chunked_length, p.row_keep)[0]
     verdict = f"formulas vs pair-enumerating reference: {check.cases:,} cases, " + (
@@ -110,18 +138,28 @@ def cost_lab(p: ReplaySettings) -> LabResult:
     )
     text = "\n".join(
         [
-            tables.cost_table(p.cost_window, p.cost_keep, work), "",
-            tables.row_work_table(rw, p.producer_layers, p.consumer_layers, p.row_keep), "",
-            tables.chunked_line(p.chunked_length, p.chunk, p.row_keep, per_chunk, one), "",
-            verdict, *check.mismatches[:20],
+            tables.cost_table(p.cost_window, p.cost_keep, work),
+            "",
+            tables.row_work_table(rw, p.producer_layers, p.consumer_layers, p.row_keep),
+            "",
+            tables.chunked_line(p.chunked_length, p.chunk, p.row_keep, per_chunk, one),
+            "",
+            verdict,
+            *check.mismatches[:20],
         ]
-    )  # fmt: skip
+    )
     summary = {
         "formula_cases": check.cases,
         "mismatches": len(check.mismatches),
-        "chunked": {"length": p.chunked_length, "chunk": p.chunk, "keep": p.row_keep, "per_chunk": per_chunk,
-                    "total": sum(per_chunk), "one_chunk": one},
-    }  # fmt: skip
+        "chunked": {
+            "length": p.chunked_length,
+            "chunk": p.chunk,
+            "keep": p.row_keep,
+            "per_chunk": per_chunk,
+            "total": sum(per_chunk),
+            "one_chunk": one,
+        },
+    }
     return LabResult(text, {COST: rows, ROW_WORK: rw_rows}, summary, ok=not check.mismatches)
 
 

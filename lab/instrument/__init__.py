@@ -38,7 +38,7 @@ class InstrumentBuildError(LabError):
 
 def compile_command(engine: EngineInfo, out: Path, source: Path = SOURCE) -> list[str]:
     cxx = shutil.which("g++") or shutil.which("c++") or "c++"
-    return [
+    return [  # argv in groups: compiler, includes, source, libraries (fmt: skip)
         cxx, "-std=c++17", "-O2", "-Wall", "-Wextra",
         f"-I{NATIVE}", f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
         str(source), "-o", str(out),
@@ -90,9 +90,13 @@ def build_tool(engine: EngineInfo, cache_dir: Path, source: Path, binary_name: s
         if proc.returncode != 0:
             raise InstrumentBuildError(f"compiling {source.name} failed:\n{proc.stderr[-3000:]}")
         info = InstrumentInfo(
-            binary=binary, source=source, source_sha256=src_sha, headers_sha256=headers_sha256(), compile_cmd=cmd,
+            binary=binary,
+            source=source,
+            source_sha256=src_sha,
+            headers_sha256=headers_sha256(),
+            compile_cmd=cmd,
             engine_patch_sha256=engine.patch_sha256,
-        )  # fmt: skip
+        )
         stamp.write_text(json.dumps(json.loads(info.model_dump_json()), indent=2))
     return info
 
@@ -118,7 +122,7 @@ def instrument_command(
 ) -> list[str]:
     """threadpool: attach a persistent polling threadpool, as llama-bench does (llama-server does not);
     cpu_list: pin it like the server (lab.engine.pinning)."""
-    return [
+    return [  # argv as flag-value pairs (fmt: skip)
         *taskset(cpu_list), str(inst.binary), "--model", str(model), "--out", str(out),
         "--chunk", str(chunk), "--max-depth", str(max_depth), "--cycles", str(cycles),
         "-t", str(threads), "-tb", str(threads_batch), *(["--threadpool"] if threadpool else []),

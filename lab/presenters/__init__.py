@@ -90,25 +90,38 @@ def cost_tables(m: CostModel, depths: list[int]) -> list[Any]:
     if m.band_bits:
         per = ", ".join(f"{band_label(b, h)} {m.band_bits[b]:.3g}" for b in BANDS if b in m.band_bits)
         weights = f"{per} bits per weight, from the tensor types"
-    head = (f"{h.arch}: {h.n_layer} layers ({kinds}), n_embd {h.n_embd}, vocab {h.n_vocab:,}, {h.file_type} "
-            f"({weights}); a chunk of {c} tokens")  # fmt: skip
-    terms = Table("term", "band", "layers", "MFLOP/token", "MB/chunk", "formula (per layer)",
-                  title=f"the terms of a chunk at depth {depths[0]}")  # fmt: skip
+    head = (
+        f"{h.arch}: {h.n_layer} layers ({kinds}), n_embd {h.n_embd}, vocab {h.n_vocab:,}, {h.file_type} "
+        f"({weights}); a chunk of {c} tokens"
+    )
+    terms = Table(
+        "term",
+        "band",
+        "layers",
+        "MFLOP/token",
+        "MB/chunk",
+        "formula (per layer)",
+        title=f"the terms of a chunk at depth {depths[0]}",
+    )
     for t in m.terms(depths[0]):
-        terms.add_row(t.name, t.band, f"{t.layers} {t.kind}", f"{t.flops / c / 1e6:.4g}", f"{t.bytes / 1e6:.4g}",
-                      t.formula)  # fmt: skip
+        terms.add_row(
+            t.name, t.band, f"{t.layers} {t.kind}", f"{t.flops / c / 1e6:.4g}", f"{t.bytes / 1e6:.4g}", t.formula
+        )
     bands = Table(
         "depth", *(band_label(b, h) for b in BANDS), "total", title="MFLOP per token by band (FLOP per byte moved)"
     )
     for d in depths:
         cost = m.bands(d)
         total = sum(x.flops for x in cost.values()) / c / 1e6
-        bands.add_row(str(d), *(f"{cost[b].flops / c / 1e6:.4g} ({cost[b].intensity:.3g})" for b in BANDS),
-                      f"{total:.4g}")  # fmt: skip
+        bands.add_row(
+            str(d), *(f"{cost[b].flops / c / 1e6:.4g} ({cost[b].intensity:.3g})" for b in BANDS), f"{total:.4g}"
+        )
     cross = m.crossover()
-    tail = (f"predicted crossover (attn_core FLOPs = ffn_moe FLOPs): "
-            f"{'none' if cross is None else f'depth {cross:,.0f}'}; attention adds "
-            f"{m.attn_flops_per_token_per_1k() / 1e6:.4g} MFLOP per token per 1,000 tokens of depth")  # fmt: skip
+    tail = (
+        f"predicted crossover (attn_core FLOPs = ffn_moe FLOPs): "
+        f"{'none' if cross is None else f'depth {cross:,.0f}'}; attention adds "
+        f"{m.attn_flops_per_token_per_1k() / 1e6:.4g} MFLOP per token per 1,000 tokens of depth"
+    )
     return [head, terms, bands, tail]
 
 
@@ -145,16 +158,31 @@ def headline_tables(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) 
     """The answer per host and model: the step with the cache, re-prefilled, the speedup; where time goes."""
     out = []
     if steps:
-        t = Table("host", "model", "L", "new", "with the cache (ms)", "re-prefilled (ms)", "speedup",
-                  title="an agent step's prefill: the first L tokens cached (fake prefix) vs re-prefilled "
-                  "(baseline); medians and speedup [95% interval]")  # fmt: skip
+        t = Table(
+            "host",
+            "model",
+            "L",
+            "new",
+            "with the cache (ms)",
+            "re-prefilled (ms)",
+            "speedup",
+            title="an agent step's prefill: the first L tokens cached (fake prefix) vs re-prefilled "
+            "(baseline); medians and speedup [95% interval]",
+        )
         for s in steps:
             new = f"{s.new} + {s.image}" if s.image else str(s.new)
             t.add_row(s.host, s.model, str(s.L), new, cell(s.cached_ms, 1), cell(s.reprefill_ms, 1), cell(s.speedup, 1))
         out.append(t)
     if profiles:
-        t = Table("host", "model", "depth", *BANDS, "crossover (measured)", "predicted",
-                  title="where a prefill chunk's time goes at the deepest profiled depth (newest profile)")  # fmt: skip
+        t = Table(
+            "host",
+            "model",
+            "depth",
+            *BANDS,
+            "crossover (measured)",
+            "predicted",
+            title="where a prefill chunk's time goes at the deepest profiled depth (newest profile)",
+        )
         for p in profiles:
             shares = (f"{p.shares[b]:.0%}" for b in BANDS)
             t.add_row(p.host, p.model, str(p.depth), *shares, p.crossover_text, p.predicted_text)
