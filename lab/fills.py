@@ -36,35 +36,21 @@ def complete_fills(run: RunFolder, table: str, settings: Settings, news: list[in
     return [f for rows in passes.values() for f in rows]
 
 
+# the keys of each kind of row the driver's `fill` command gives; two are named otherwise in InprocFill
+_ROW_KEYS = {
+    "fill": ("pass", "L", "from", "ms", "capture_ms", "blob_bytes"),
+    "chunk": ("pass", "L", "new", "ms", "ok", "reason"),
+}
+_FIELD = {"pass": "fill_pass", "from": "start"}
+
+
 def fills_of(rows: list[dict[str, Any]]) -> list[InprocFill]:
     """The rows of one `fill` command as InprocFill rows."""
-    out = []
-    for r in rows:
-        if r.get("kind") == "fill":
-            out.append(
-                InprocFill(
-                    kind="fill",
-                    fill_pass=r["pass"],
-                    L=r["L"],
-                    start=r["from"],
-                    ms=r["ms"],
-                    capture_ms=r["capture_ms"],
-                    blob_bytes=r["blob_bytes"],
-                )
-            )
-        elif r.get("kind") == "chunk":
-            out.append(
-                InprocFill(
-                    kind="chunk",
-                    fill_pass=r["pass"],
-                    L=r["L"],
-                    new=r["new"],
-                    ms=r["ms"],
-                    ok=r["ok"],
-                    reason=r["reason"],
-                )
-            )
-    return out
+    return [
+        InprocFill(kind=r["kind"], **{_FIELD.get(k, k): r[k] for k in _ROW_KEYS[r["kind"]]})
+        for r in rows
+        if r.get("kind") in _ROW_KEYS
+    ]
 
 
 def run_fills(driver: DriverSession, run: RunFolder, table: str, fills: list[InprocFill], passes: int) -> None:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import json
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import asdict, dataclass
 from fractions import Fraction
 from typing import Any
 
@@ -66,20 +66,7 @@ def exact_lab(p: ReplaySettings) -> LabResult:
 
 def span_lab(p: ReplaySettings) -> LabResult:
     verdicts = span.check_all(p.span_windows, p.span_depths)
-    rows: list[BaseModel] = [
-        ReplaySpanRow(
-            window=v.window,
-            depth=v.depth,
-            span=v.span,
-            cases=v.cases,
-            shared_window_exact=v.shared_window_exact,
-            per_layer_span_exact=v.per_layer_span_exact,
-            shorter_fails=v.shorter_fails,
-            counterexample=v.counterexample,
-            ok=v.ok,
-        )
-        for v in verdicts
-    ]
+    rows: list[BaseModel] = [ReplaySpanRow.model_validate(v, from_attributes=True) for v in verdicts]
     head = (
         "R = W + (D-1)(W-1); every 0/1 input of length R+2: shared replay of W and per-layer replay of R "
         "reproduce the final row, the retained KV and one decode step; per-layer R-1 changes a result"
@@ -102,35 +89,12 @@ def cost_lab(p: ReplaySettings) -> LabResult:
             if w != ref:
                 check.mismatches.append(f"example {case} {mode}: formula {w}, reference {ref}")
             work[case][mode] = w
-            rows.append(
-                ReplayCostRow(
-                    case=case,
-                    window=p.cost_window,
-                    keep=p.cost_keep,
-                    length=chunk.length,
-                    start=chunk.start,
-                    end=chunk.end,
-                    valid_start=chunk.valid_start,
-                    mode=mode,
-                    rows=w.rows,
-                    pairs=w.pairs,
-                    reference_rows=ref.rows,
-                    reference_pairs=ref.pairs,
-                )
-            )
+            setting = {"case": case, "window": p.cost_window, "keep": p.cost_keep, "mode": mode}
+            reference = {"reference_rows": ref.rows, "reference_pairs": ref.pairs}
+            rows.append(ReplayCostRow.model_validate({**setting, **asdict(chunk), **asdict(w), **reference}))
     rw = [cost.row_work(n, p.producer_layers, p.consumer_layers, p.row_keep) for n in p.lengths]
-    rw_rows: list[BaseModel] = [
-        ReplayRowWork(
-            length=r.length,
-            producer_layers=p.producer_layers,
-            consumer_layers=p.consumer_layers,
-            keep=p.row_keep,
-            full=r.full,
-            compact=r.compact,
-            ratio=r.ratio,
-        )
-        for r in rw
-    ]
+    layers = {"producer_layers": p.producer_layers, "consumer_layers": p.consumer_layers, "keep": p.row_keep}
+    rw_rows: list[BaseModel] = [ReplayRowWork.model_validate({**asdict(r), **layers, "ratio": r.ratio}) for r in rw]
     per_chunk = cost.chunked_consumer_rows(p.chunked_length, p.chunk, p.row_keep)
     one = cost.chunked_consumer_rows(p.chunked_length, p.chunked_length, p.row_keep)[0]
     verdict = f"formulas vs pair-enumerating reference: {check.cases:,} cases, " + (

@@ -51,6 +51,13 @@ _NORM_STD = 0.02  # norm weights are 1.0 + N(0, _NORM_STD)
 _RMS_EPS = 1e-6
 
 
+def require_positive(spec: object, *names: str) -> None:
+    """Raise ValueError naming the first of these fields of `spec` that is not > 0."""
+    for name in names:
+        if (value := getattr(spec, name)) <= 0:
+            raise ValueError(f"{name} must be > 0, got {value}")
+
+
 @dataclass(frozen=True)
 class TinyModelSpec:
     """Shape of the tiny model.  See the module docstring for per-arch meaning."""
@@ -73,20 +80,8 @@ class TinyModelSpec:
         """Raise ValueError if llama.cpp could not load a model of this shape."""
         if self.arch not in SUPPORTED_ARCHS:
             raise ValueError(f"unsupported arch {self.arch!r}; supported: {', '.join(SUPPORTED_ARCHS)}")
-        positive = {
-            "n_embd": self.n_embd,
-            "n_layer": self.n_layer,
-            "full_attention_interval": self.full_attention_interval,
-            "n_head": self.n_head,
-            "n_head_kv": self.n_head_kv,
-            "head_dim": self.head_dim,
-            "n_ff_exp": self.n_ff_exp,
-            "n_ctx_train": self.n_ctx_train,
-            "n_expert_used": self.n_expert_used,
-        }
-        for name, value in positive.items():
-            if value <= 0:
-                raise ValueError(f"{name} must be > 0, got {value}")
+        require_positive(self, "n_embd", "n_layer", "full_attention_interval", "n_head", "n_head_kv", "head_dim")
+        require_positive(self, "n_ff_exp", "n_ctx_train", "n_expert_used")
         if self.n_ff_exp < 2 or self.n_embd < 2:
             raise ValueError("n_ff_exp and n_embd must be >= 2 (every FFN uses 2 units and embedding dim 0)")
         if self.n_head % self.n_head_kv != 0:
@@ -149,46 +144,45 @@ class Tensors:
         self._add(name, self._rng(name).uniform(low, high, size=(n,)).astype(np.float32))
 
 
-def _tensors_qwen35moe(spec: TinyModelSpec, n_vocab: int) -> Tensors:
+def _moe_ffn(t: Tensors, p: str, spec: TinyModelSpec) -> None:
+    """The routed experts of a MoE FFN: the router, then the stacked gate, up and down projections."""
+    e = spec.n_embd
+    t.mat(p + "ffn_gate_inp.weight", (spec.n_expert, e), F32)
+    t.mat(p + "ffn_gate_exps.weight", (spec.n_expert, spec.n_ff_exp, e))
+    t.mat(p + "ffn_up_exps.weight", (spec.n_expert, spec.n_ff_exp, e))
+    t.mat(p + "ffn_down_exps.weight", (spec.n_expert, e, spec.n_ff_exp))
+
+
+def _layer_qwen35moe(t: Tensors, p: str, spec: TinyModelSpec, il: int) -> None:
     e, hd = spec.n_embd, spec.head_dim
     n_v_heads, n_k_heads = spec.n_head, spec.n_head_kv  # linear-attention heads
     key_dim, value_dim = hd * n_k_heads, hd * n_v_heads
     conv_dim = 2 * key_dim + value_dim
-
-    t = Tensors(spec.seed)
-    t.mat("token_embd.weight", (n_vocab, e))
-    t.norm("output_norm.weight", e)
-    for il in range(spec.n_layer):
-        p = f"blk.{il}."
-        t.norm(p + "attn_norm.weight", e)
-        t.norm(p + "post_attention_norm.weight", e)
-        if spec.is_full_attention(il):
-            t.mat(p + "attn_q.weight", (2 * hd * spec.n_head, e))  # query + output gate, interleaved per head
-            t.mat(p + "attn_k.weight", (hd * spec.n_head_kv, e))
-            t.mat(p + "attn_v.weight", (hd * spec.n_head_kv, e))
-            t.mat(p + "attn_output.weight", (e, hd * spec.n_head))
-            t.norm(p + "attn_q_norm.weight", hd)
-            t.norm(p + "attn_k_norm.weight", hd)
-        else:
-            t.mat(p + "attn_qkv.weight", (conv_dim, e))
-            t.mat(p + "attn_gate.weight", (value_dim, e))
-            t.mat(p + "ssm_conv1d.weight", (conv_dim, SSM_CONV_KERNEL), F32)
-            # dt_bias = inverse-softplus(dt) for dt in ~[1e-3, 1e-1]; ssm_a = -exp(A_log) = -A, A ~ U(1, 16)
-            t.uniform(p + "ssm_dt.bias", n_v_heads, -6.9, -2.3)
-            t.uniform(p + "ssm_a", n_v_heads, -16.0, -1.0)
-            t.mat(p + "ssm_beta.weight", (n_v_heads, e))
-            t.mat(p + "ssm_alpha.weight", (n_v_heads, e))
-            t.norm(p + "ssm_norm.weight", hd)
-            t.mat(p + "ssm_out.weight", (e, value_dim))
-        t.mat(p + "ffn_gate_inp.weight", (spec.n_expert, e), F32)
-        t.mat(p + "ffn_gate_exps.weight", (spec.n_expert, spec.n_ff_exp, e))
-        t.mat(p + "ffn_up_exps.weight", (spec.n_expert, spec.n_ff_exp, e))
-        t.mat(p + "ffn_down_exps.weight", (spec.n_expert, e, spec.n_ff_exp))
-        t.mat(p + "ffn_gate_inp_shexp.weight", (e,), F32)
-        t.mat(p + "ffn_gate_shexp.weight", (spec.n_ff_shexp, e))
-        t.mat(p + "ffn_up_shexp.weight", (spec.n_ff_shexp, e))
-        t.mat(p + "ffn_down_shexp.weight", (e, spec.n_ff_shexp))
-    return t
+    t.norm(p + "attn_norm.weight", e)
+    t.norm(p + "post_attention_norm.weight", e)
+    if spec.is_full_attention(il):
+        t.mat(p + "attn_q.weight", (2 * hd * spec.n_head, e))  # query + output gate, interleaved per head
+        t.mat(p + "attn_k.weight", (hd * spec.n_head_kv, e))
+        t.mat(p + "attn_v.weight", (hd * spec.n_head_kv, e))
+        t.mat(p + "attn_output.weight", (e, hd * spec.n_head))
+        t.norm(p + "attn_q_norm.weight", hd)
+        t.norm(p + "attn_k_norm.weight", hd)
+    else:
+        t.mat(p + "attn_qkv.weight", (conv_dim, e))
+        t.mat(p + "attn_gate.weight", (value_dim, e))
+        t.mat(p + "ssm_conv1d.weight", (conv_dim, SSM_CONV_KERNEL), F32)
+        # dt_bias = inverse-softplus(dt) for dt in ~[1e-3, 1e-1]; ssm_a = -exp(A_log) = -A, A ~ U(1, 16)
+        t.uniform(p + "ssm_dt.bias", n_v_heads, -6.9, -2.3)
+        t.uniform(p + "ssm_a", n_v_heads, -16.0, -1.0)
+        t.mat(p + "ssm_beta.weight", (n_v_heads, e))
+        t.mat(p + "ssm_alpha.weight", (n_v_heads, e))
+        t.norm(p + "ssm_norm.weight", hd)
+        t.mat(p + "ssm_out.weight", (e, value_dim))
+    _moe_ffn(t, p, spec)
+    t.mat(p + "ffn_gate_inp_shexp.weight", (e,), F32)
+    t.mat(p + "ffn_gate_shexp.weight", (spec.n_ff_shexp, e))
+    t.mat(p + "ffn_up_shexp.weight", (spec.n_ff_shexp, e))
+    t.mat(p + "ffn_down_shexp.weight", (e, spec.n_ff_shexp))
 
 
 def _plain_attention(t: Tensors, p: str, spec: TinyModelSpec) -> None:
@@ -201,57 +195,47 @@ def _plain_attention(t: Tensors, p: str, spec: TinyModelSpec) -> None:
     t.mat(p + "attn_output.weight", (e, hd * spec.n_head))
 
 
-def _tensors_qwen3moe(spec: TinyModelSpec, n_vocab: int) -> Tensors:
-    e, hd = spec.n_embd, spec.head_dim
-    t = Tensors(spec.seed)
-    t.mat("token_embd.weight", (n_vocab, e))
-    t.norm("output_norm.weight", e)
-    for il in range(spec.n_layer):
-        p = f"blk.{il}."
-        _plain_attention(t, p, spec)
-        t.norm(p + "attn_q_norm.weight", hd)
-        t.norm(p + "attn_k_norm.weight", hd)
-        t.norm(p + "ffn_norm.weight", e)
-        t.mat(p + "ffn_gate_inp.weight", (spec.n_expert, e), F32)
-        t.mat(p + "ffn_gate_exps.weight", (spec.n_expert, spec.n_ff_exp, e))
-        t.mat(p + "ffn_up_exps.weight", (spec.n_expert, spec.n_ff_exp, e))
-        t.mat(p + "ffn_down_exps.weight", (spec.n_expert, e, spec.n_ff_exp))
-    return t
+def _layer_qwen3moe(t: Tensors, p: str, spec: TinyModelSpec, il: int) -> None:
+    _plain_attention(t, p, spec)
+    t.norm(p + "attn_q_norm.weight", spec.head_dim)
+    t.norm(p + "attn_k_norm.weight", spec.head_dim)
+    t.norm(p + "ffn_norm.weight", spec.n_embd)
+    _moe_ffn(t, p, spec)
 
 
 def _gemma3_n_ff(spec: TinyModelSpec) -> int:
     return spec.n_ff_exp * spec.n_expert_used
 
 
-def _tensors_gemma3(spec: TinyModelSpec, n_vocab: int) -> Tensors:
+def _layer_gemma3(t: Tensors, p: str, spec: TinyModelSpec, il: int) -> None:
     e, hd, n_ff = spec.n_embd, spec.head_dim, _gemma3_n_ff(spec)
-    t = Tensors(spec.seed)
-    t.mat("token_embd.weight", (n_vocab, e))
-    t.norm("output_norm.weight", e)
-    for il in range(spec.n_layer):
-        p = f"blk.{il}."
-        _plain_attention(t, p, spec)
-        t.norm(p + "post_attention_norm.weight", e)
-        t.norm(p + "attn_k_norm.weight", hd)
-        t.norm(p + "attn_q_norm.weight", hd)
-        t.norm(p + "ffn_norm.weight", e)
-        t.mat(p + "ffn_gate.weight", (n_ff, e))
-        t.mat(p + "ffn_up.weight", (n_ff, e))
-        t.mat(p + "ffn_down.weight", (e, n_ff))
-        t.norm(p + "post_ffw_norm.weight", e)
-    return t
+    _plain_attention(t, p, spec)
+    t.norm(p + "post_attention_norm.weight", e)
+    t.norm(p + "attn_k_norm.weight", hd)
+    t.norm(p + "attn_q_norm.weight", hd)
+    t.norm(p + "ffn_norm.weight", e)
+    t.mat(p + "ffn_gate.weight", (n_ff, e))
+    t.mat(p + "ffn_up.weight", (n_ff, e))
+    t.mat(p + "ffn_down.weight", (e, n_ff))
+    t.norm(p + "post_ffw_norm.weight", e)
 
 
-_BUILDERS: dict[str, Callable[[TinyModelSpec, int], Tensors]] = {
-    "qwen35moe": _tensors_qwen35moe,
-    "qwen3moe": _tensors_qwen3moe,
-    "gemma3": _tensors_gemma3,
+# the tensors of layer `il` of each arch, named with the prefix `p` ("blk.<il>.")
+_LAYERS: dict[str, Callable[[Tensors, str, TinyModelSpec, int], None]] = {
+    "qwen35moe": _layer_qwen35moe,
+    "qwen3moe": _layer_qwen3moe,
+    "gemma3": _layer_gemma3,
 }
 
 
 def build_tensors(spec: TinyModelSpec, n_vocab: int) -> Tensors:
     """All tensors of a ``spec.arch`` model with an ``n_vocab``-token (tied) embedding, in file order."""
-    return _BUILDERS[spec.arch](spec, n_vocab)
+    t = Tensors(spec.seed)
+    t.mat("token_embd.weight", (n_vocab, spec.n_embd))
+    t.norm("output_norm.weight", spec.n_embd)
+    for il in range(spec.n_layer):
+        _LAYERS[spec.arch](t, f"blk.{il}.", spec, il)
+    return t
 
 
 def _imrope_sections(n_rot: int) -> list[int]:

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from lab.models.gguf_io import atomic_gguf, import_gguf
-from lab.models.tinyarchs import F32, Tensors
+from lab.models.tinyarchs import F32, Tensors, require_positive
 
 PROJECTOR_TYPE = "qwen3vl_merger"
 #: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).
@@ -54,9 +54,7 @@ class TinyVisionSpec:
     seed: int = 0
 
     def validate(self) -> None:
-        for name in ("n_embd_text", "n_embd", "n_head", "n_layer", "n_ff", "patch_size", "image_size"):
-            if getattr(self, name) <= 0:
-                raise ValueError(f"{name} must be > 0, got {getattr(self, name)}")
+        require_positive(self, "n_embd_text", "n_embd", "n_head", "n_layer", "n_ff", "patch_size", "image_size")
         if self.n_embd % self.n_head or (self.n_embd // self.n_head) % 4:
             # M-RoPE splits each head into 4 sections of d_head / 4 (qwen3vl.cpp)
             raise ValueError(f"n_embd / n_head must be a multiple of 4, got {self.n_embd}/{self.n_head}")

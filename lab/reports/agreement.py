@@ -20,7 +20,7 @@ import pandas as pd
 
 from lab.reports.agreement_encode import IMAGE_SHAPES, encode_panel, size_key
 from lab.reports.data import drawn_runs, figure_rows
-from lab.reports.style import MUTED, Chart, empty_chart, error_bars, extent, log_axis, run_filter, run_param, title
+from lab.reports.style import MUTED, Chart, error_bars, extent, log_axis, nothing_yet, run_filter, run_param, title
 from lab.settings import ReportSettings
 
 TITLE = "Fake-prefix prefill vs the estimate"
@@ -67,12 +67,7 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     side = min(settings.width, settings.height)
     pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new", "point"], where="server")
     if pts.empty or any(c not in pts.columns for c in NEEDED):
-        return empty_chart(
-            TITLE,
-            ["No complete sweep run in the catalog yet.", "Run `lab sweep`, then `dvc repro` (or `lab report`)."],
-            2 * side,
-            side,
-        )
+        return nothing_yet(TITLE, "sweep run", "`lab sweep`", 2 * side, side)
     pts, sizes, has_intervals = _points(pts)
     runs_drawn = drawn_runs(runs, "sweep")
     runs_drawn = runs_drawn[runs_drawn["run_id"].isin(pts["run_id"])]

@@ -6,6 +6,7 @@ ms and a memcpy of as many bytes vs L, with the blob's size and the bandwidth in
 
 from __future__ import annotations
 
+from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
@@ -13,7 +14,7 @@ import altair as alt
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import Chart, empty_chart, info_panel, newest_run_picker, title
+from lab.reports.style import Chart, info_panel, newest_run_picker, nothing_yet, title
 from lab.settings import ReportSettings
 
 TITLE = "In one process: what the new tokens cost after each way of having the prefix"
@@ -33,12 +34,7 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
     width, height = settings.width, settings.height
     points = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new"], where="inproc")
     if points.empty or "genuine_median_ms" not in points.columns:
-        return empty_chart(
-            TITLE,
-            ["No complete in-process sweep in the catalog yet.", "Run `lab arms`, then `dvc repro` (or `lab report`)."],
-            width,
-            height,
-        )
+        return nothing_yet(TITLE, "in-process sweep", "`lab arms`", width, height)
     drawn, param, keep = newest_run_picker(PARAM, "run ", None, runs, points)
     arms = _arm_frame(points)
     L_x = alt.X("L:Q", title="L (cached tokens)", scale=alt.Scale(type="log", nice=False))
@@ -126,54 +122,33 @@ def _ci(lo: Any, hi: Any) -> str:
     return f"[{lo:.2f}, {hi:.2f}]" if pd.notna(lo) and pd.notna(hi) else "-"
 
 
-def _arm_frame(points: pd.DataFrame) -> pd.DataFrame:
-    """Long rows (run_id, L, new, arm, ms, lo, hi) of the arms each point measured."""
-    rows = []
+def _long_rows(
+    points: pd.DataFrame, series: dict[str, str], label: str, columns: tuple[str, str, str]
+) -> Iterator[tuple[pd.Series, str, dict[str, Any]]]:
+    """Per point and series it has a value of: the point, the series' key and its long row (run_id, L, new, `label`,
+    ms, lo, hi, ci). `columns` names the value's, lo's and hi's columns, `{}` standing for the series' key."""
     for _, r in points.iterrows():
-        for arm, label in ARMS.items():
-            ms = r.get(f"{arm}_median_ms")
+        for key, name in series.items():
+            ms, lo, hi = (r.get(c.format(key)) for c in columns)
             if ms is None or pd.isna(ms):
                 continue
-            lo, hi = r.get(f"{arm}_median_lo_ms"), r.get(f"{arm}_median_hi_ms")
-            rows.append(
-                {
-                    "run_id": r["run_id"],
-                    "L": int(r["L"]),
-                    "new": int(r["new"]),
-                    "arm": label,
-                    "ms": float(ms),
-                    "lo": lo,
-                    "hi": hi,
-                    "ci": _ci(lo, hi),
-                    "n": int(r[f"{arm}_n_ok"]),
-                }
-            )
+            row = {"run_id": r["run_id"], "L": int(r["L"]), "new": int(r["new"]), label: name, "ms": float(ms)}
+            yield r, key, {**row, "lo": lo, "hi": hi, "ci": _ci(lo, hi)}
+
+
+def _arm_frame(points: pd.DataFrame) -> pd.DataFrame:
+    """Long rows (run_id, L, new, arm, ms, lo, hi) of the arms each point measured."""
+    medians = ("{}_median_ms", "{}_median_lo_ms", "{}_median_hi_ms")
+    rows = [{**row, "n": int(r[f"{arm}_n_ok"])} for r, arm, row in _long_rows(points, ARMS, "arm", medians)]
     return pd.DataFrame(rows, columns=["run_id", "L", "new", "arm", "ms", "lo", "hi", "ci", "n"])
 
 
 def _cost_frame(points: pd.DataFrame) -> pd.DataFrame:
     rows = []
-    for _, r in points.iterrows():
-        blob = r.get("blob_bytes")
-        for column, label in COST.items():
-            ms = r.get(f"{column}_value")
-            if ms is None or pd.isna(ms) or blob is None or pd.isna(blob):
-                continue
-            lo, hi = r.get(f"{column}_lo"), r.get(f"{column}_hi")
-            rows.append(
-                {
-                    "run_id": r["run_id"],
-                    "L": int(r["L"]),
-                    "new": int(r["new"]),
-                    "series": label,
-                    "ms": float(ms),
-                    "lo": lo,
-                    "hi": hi,
-                    "ci": _ci(lo, hi),
-                    "blob_mb": float(blob) / 1e6,
-                    "gbps": float(blob) / float(ms) / 1e6 if ms else None,
-                }
-            )
+    for r, _, row in _long_rows(points, COST, "series", ("{}_value", "{}_lo", "{}_hi")):
+        blob, ms = r.get("blob_bytes"), row["ms"]
+        if blob is not None and not pd.isna(blob):
+            rows.append({**row, "blob_mb": float(blob) / 1e6, "gbps": float(blob) / ms / 1e6 if ms else None})
     return pd.DataFrame(rows, columns=["run_id", "L", "new", "series", "ms", "lo", "hi", "ci", "blob_mb", "gbps"])
 
 

@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import MUTED, Chart, empty_chart, info_panel, newest_run_picker, title
+from lab.reports.style import MUTED, Chart, info_panel, newest_run_picker, nothing_yet, title
 from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
@@ -31,12 +31,7 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
     bands = figure_rows(catalog_dir, "profile_bands", runs, keys=["depth", "band"])
     summary = figure_rows(catalog_dir, "profile_summary", runs, keys=[])
     if bands.empty or "ms_per_token" not in bands.columns:
-        return empty_chart(
-            TITLE,
-            ["No complete profile run in the catalog yet.", "Run `lab profile`, then `dvc repro` (or `lab report`)."],
-            width,
-            height,
-        )
+        return nothing_yet(TITLE, "profile run", "`lab profile`", width, height)
     runs_drawn, param, keep = newest_run_picker(PARAM, "profile run ", "profile", runs, bands)
 
     order = [*BANDS, *sorted(set(bands["band"]) - set(BANDS))]

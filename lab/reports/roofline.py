@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import MUTED, Chart, empty_chart, newest_run_picker, title
+from lab.reports.style import MUTED, Chart, newest_run_picker, nothing_yet, title
 from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
@@ -24,15 +24,8 @@ def roofline_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettin
     width, height = settings.width, settings.height
     bands = figure_rows(catalog_dir, "profile_bands", runs, keys=["depth", "band"])
     if bands.empty or "gflops" not in bands.columns or bands["gflops"].isna().all():
-        return empty_chart(
-            TITLE,
-            [
-                "No complete profile run with a cost model in the catalog yet.",
-                "Run `lab profile` on a model the cost model knows, then `dvc repro` (or `lab report`).",
-            ],
-            width,
-            height,
-        )
+        run = "`lab profile` on a model the cost model knows"
+        return nothing_yet(TITLE, "profile run with a cost model", run, width, height)
     bands = bands[bands["gflops"].notna() & bands["intensity"].notna()].copy()
     drawn, param, keep = newest_run_picker(PARAM, "profile run ", "profile", runs, bands)
     roofs = _roof_frame(figure_rows(catalog_dir, "profile_summary", runs, keys=[]), bands)

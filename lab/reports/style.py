@@ -46,6 +46,12 @@ def empty_chart(heading: str, lines: list[str], width: int, height: int) -> Char
     )
 
 
+def nothing_yet(heading: str, what: str, run: str, width: int, height: int) -> Chart:
+    """The empty state of a chart with no complete `what` in the catalog: what to `run` (then repro) to draw it."""
+    lines = [f"No complete {what} in the catalog yet.", f"Run {run}, then `dvc repro` (or `lab report`)."]
+    return empty_chart(heading, lines, width, height)
+
+
 def run_param(name: str, prompt: str, runs: pd.DataFrame, default: str, all_label: str | None = None) -> Any:
     """A dropdown over `runs` (bound to the variable `name`); with `all_label`, a first option "all"."""
     options = [str(r) for r in runs["run_id"]]
