@@ -27,7 +27,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.engine.build import build_engine
-from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.profile_derive import band_nodes
 from lab.experiments.profile_dump import parse_dump, write_parquet
 from lab.instrument import build_instrument, instrument_command
@@ -84,9 +84,11 @@ def main() -> int:
             node_sum: dict[int, float] = defaultdict(float)
             for r in nodes:
                 node_sum[r["depth"]] += r["ms"]
-            bench = measure_prefill_tps(target, engine, model, [chunk], depths, 1, threads, "auto", work / "b.log")
+            bench = measure_prefill_tps(
+                target, LlamaBench(engine, model, [chunk], depths, 1, threads, "auto"), work / "b.log"
+            )
             plain = measure_prefill_tps(
-                target, engine, model, [max_depth + chunk], [0], 1, threads, "auto", work / "b.log", ubatch=chunk
+                target, LlamaBench(engine, model, [max_depth + chunk], [0], 1, threads, "auto", chunk), work / "b.log"
             )
             for b in bench:
                 vs_bench[b.depth].append(fused[b.depth] / b.avg_ms)

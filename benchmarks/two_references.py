@@ -23,7 +23,7 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import resolve_parts
 from lab.inproc import DriverSession, driver_command, prepare_driver
 from lab.schemas import Interval
@@ -69,8 +69,7 @@ def main() -> int:
         tokens.write_text(" ".join(str(rng.randrange(n_vocab)) for _ in range(max(depths) + args.chunk)) + "\n")
     ms: dict[tuple[str, int], list[float]] = {(w, d): [] for w in WAYS for d in depths}
     for rnd in range(args.rounds):
-        rows = measure_prefill_tps(
-            parts.target,
+        bench = LlamaBench(
             parts.engine,
             parts.model,
             [args.chunk],
@@ -78,9 +77,9 @@ def main() -> int:
             args.reps,
             srv.threads,
             srv.flash_attn,
-            logs / "llama-bench.log",
             cpu_list=srv.cpu_list,
         )
+        rows = measure_prefill_tps(parts.target, bench, logs / "llama-bench.log")
         for r in rows:
             ms[("llama-bench", r.depth)] += r.samples_ms
         for way, pool in (("driver", False), ("driver + threadpool", True)):

@@ -16,7 +16,7 @@ from lab.engine.build import EngineInfo
 from lab.engine.pinning import cpus
 from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, server_args
 from lab.errors import UsageError
-from lab.experiments.prefill_tps import bench_command
+from lab.experiments.prefill_tps import LlamaBench, bench_command
 
 from conftest import ServerFactory, server_settings
 
@@ -127,7 +127,7 @@ def test_pinned_server_and_bench_stay_on_their_cpus(start_server: ServerFactory,
     assert any("-C 0x1 --cpu-strict 1" in line for line in cmd), cmd[:3]
     srv.stop()
     assert set(srv.ctx_switches) == {"voluntary", "nonvoluntary"} and srv.ctx_switches["voluntary"] > 0
-    bench = bench_command(engine, Path("m.gguf"), [16], [0], 1, 1, "auto", cpu_list="0-1")
+    bench = bench_command(LlamaBench(engine, Path("m.gguf"), [16], [0], 1, 1, "auto", cpu_list="0-1"))
     assert bench.split()[1:4] == ["taskset", "--cpu-list", "0,1"] and "-C 0x3 --cpu-strict 1" in bench
     with pytest.raises(UsageError, match="cpu_list"):
         cpus("0-x")

@@ -59,18 +59,16 @@ def read_manifest(run_dir: Path) -> Manifest:
         raise IngestError(f"{path}:1: invalid manifest: {validation_line(e, root='manifest')}") from e
 
 
+# the fields of a run's record that its manifest holds as they are
+AS_IN_MANIFEST = {"run_id", "experiment", "host", "status", "reason", "started_utc", "finished_utc"}
+
+
 def run_record(run_dir: Path, m: Manifest) -> RunRecord:
     eng, host = m.engine, m.host_summary
     source = eng.get("source", {})
     nodes = run_dir / "raw" / "profile_nodes.parquet"
     return RunRecord(
-        run_id=m.run_id,
-        experiment=m.experiment,
-        host=m.host,
-        status=m.status,
-        reason=m.reason,
-        started_utc=m.started_utc,
-        finished_utc=m.finished_utc,
+        **m.model_dump(include=AS_IN_MANIFEST),
         resumed=len(m.resumed_utc),
         in_figures=m.status == "complete",
         cpu_model=host.get("Model name", ""),

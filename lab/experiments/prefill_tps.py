@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import json
 import shlex
+from dataclasses import dataclass
 from pathlib import Path
 
 from lab.engine.build import EngineInfo
@@ -18,25 +19,32 @@ class BenchError(LabError):
     pass
 
 
-def bench_command(
-    engine: EngineInfo,
-    model: Path,
-    chunks: list[int],
-    depths: list[int],
-    reps: int,
-    threads: int,
-    flash_attn: str,
-    ubatch: int | None = None,
-    cpu_list: str | None = None,
-) -> str:
-    batching = ["-b", str(ubatch), "-ub", str(ubatch)] if ubatch else []
+@dataclass(frozen=True)
+class LlamaBench:
+    """One llama-bench call: every chunk at every depth, `reps` times, on this build, model and threads. ubatch: also
+    pass -b/-ub (a prompt longer than one ubatch is then a plain chunked prefill); cpu_list: pin it like the server
+    (lab.engine.pinning)."""
+
+    engine: EngineInfo
+    model: Path
+    chunks: list[int]
+    depths: list[int]
+    reps: int
+    threads: int
+    flash_attn: str
+    ubatch: int | None = None
+    cpu_list: str | None = None
+
+
+def bench_command(b: LlamaBench) -> str:
+    batching = ["-b", str(b.ubatch), "-ub", str(b.ubatch)] if b.ubatch else []
     args = [  # argv as flag-value pairs (fmt: skip)
-        *taskset(cpu_list), str(engine.bench), "-m", str(model),
-        "-p", ",".join(map(str, sorted(set(chunks)))), "-n", "0",
-        "-d", ",".join(map(str, sorted(set(depths)))),
-        "-r", str(reps), "-t", str(threads), "-fa", flash_attn, "-o", "jsonl", *batching, *llama_args(cpu_list),
+        *taskset(b.cpu_list), str(b.engine.bench), "-m", str(b.model),
+        "-p", ",".join(map(str, sorted(set(b.chunks)))), "-n", "0",
+        "-d", ",".join(map(str, sorted(set(b.depths)))),
+        "-r", str(b.reps), "-t", str(b.threads), "-fa", b.flash_attn, "-o", "jsonl", *batching, *llama_args(b.cpu_list),
     ]  # fmt: skip
-    return f"LD_LIBRARY_PATH={shlex.quote(str(engine.lib_dir))} " + shlex.join(args)
+    return f"LD_LIBRARY_PATH={shlex.quote(str(b.engine.lib_dir))} " + shlex.join(args)
 
 
 def parse_bench_jsonl(text: str) -> list[PrefillTps]:
@@ -62,29 +70,16 @@ def parse_bench_jsonl(text: str) -> list[PrefillTps]:
     return rows
 
 
-def measure_prefill_tps(
-    target: Target,
-    engine: EngineInfo,
-    model: Path,
-    chunks: list[int],
-    depths: list[int],
-    reps: int,
-    threads: int,
-    flash_attn: str,
-    log: Path,
-    ubatch: int | None = None,
-    cpu_list: str | None = None,
-) -> list[PrefillTps]:
-    """ubatch: also pass -b/-ub (a prompt longer than one ubatch is then a plain chunked prefill); cpu_list: pin
-    it like the server (lab.engine.pinning)."""
-    cmd = bench_command(engine, model, chunks, depths, reps, threads, flash_attn, ubatch, cpu_list)
+def measure_prefill_tps(target: Target, bench: LlamaBench, log: Path) -> list[PrefillTps]:
+    """Run `bench` on `target` (its output appended to `log`); every (chunk, depth) it asked for, or BenchError."""
+    cmd = bench_command(bench)
     r = target.run(cmd)
     with log.open("a") as fh:
         fh.write(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")
     if not r.ok:
         raise BenchError(f"llama-bench failed ({r.exited}); log {log}")
     rows = parse_bench_jsonl(r.stdout)
-    want = {(c, d) for c in chunks for d in depths}
+    want = {(c, d) for c in bench.chunks for d in bench.depths}
     got = {(row.chunk, row.depth) for row in rows}
     if want - got:
         raise BenchError(f"llama-bench gave no result for (chunk, depth) {sorted(want - got)}; log {log}")

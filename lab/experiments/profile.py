@@ -17,7 +17,7 @@ from rich.console import Console
 from lab.cleanroom import CleanRoom, hold
 from lab.costmodel import CostModel, model_cost
 from lab.experiments.efficiency import annotate, probe_shape
-from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.profile_derive import add_time_model, band_cycles, band_nodes, cycle_cells, derive, too_wide
 from lab.experiments.profile_dump import (
     DUMP,
@@ -129,18 +129,11 @@ class Profile(Experiment):
                     peaks = measure_peaks(*probe_shape(self.cost), threads, settings.server.cpu_list)
             if p.bench_check:
                 with console.status("cross-checking FUSED chunk times with llama-bench ..."):
-                    bench = measure_prefill_tps(
-                        sess.target,
-                        sess.engine,
-                        sess.model,
-                        [p.chunk],
-                        sorted({w.depth for w in walls}),
-                        p.cycles,
-                        threads,
-                        "auto",
-                        run.path / "logs" / "llama-bench.log",
-                        cpu_list=settings.server.cpu_list,
+                    depths, cpus = sorted({w.depth for w in walls}), settings.server.cpu_list
+                    call = LlamaBench(
+                        sess.engine, sess.model, [p.chunk], depths, p.cycles, threads, "auto", cpu_list=cpus
                     )
+                    bench = measure_prefill_tps(sess.target, call, run.path / "logs" / "llama-bench.log")
                 run.rewrite(BENCH, bench)
                 fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
                 summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}

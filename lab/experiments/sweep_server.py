@@ -21,7 +21,7 @@ from collections.abc import Callable
 from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, text_step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
-from lab.experiments.prefill_tps import measure_prefill_tps
+from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
 from lab.experiments.sweep_grid import GridPoint, only_new, point_seed, point_text_step
 from lab.experiments.sweep_points import decided, sample_row, summarize_point
@@ -153,15 +153,7 @@ def llama_bench(sess: OpenRun, chunk: int, depth: int) -> PrefillTps:
     """`llama-bench -p chunk -d depth -r sweep.bench_reps` on the run's build, model and threads."""
     sw, srv = sess.settings.sweep, sess.settings.server
     log = sess.run.path / "logs" / "llama-bench.log"
-    return measure_prefill_tps(
-        sess.target,
-        sess.engine,
-        sess.model,
-        [chunk],
-        [depth],
-        sw.bench_reps,
-        srv.threads,
-        srv.flash_attn,
-        log,
-        cpu_list=srv.cpu_list,
-    )[0]
+    bench = LlamaBench(
+        sess.engine, sess.model, [chunk], [depth], sw.bench_reps, srv.threads, srv.flash_attn, cpu_list=srv.cpu_list
+    )
+    return measure_prefill_tps(sess.target, bench, log)[0]
