@@ -2,6 +2,9 @@
 
 from __future__ import annotations
 
+import functools
+import inspect
+from collections.abc import Callable
 from pathlib import Path
 from typing import Annotated, Any
 
@@ -12,46 +15,57 @@ from lab.cli.common import AsJson, RunsDir, group, int_list, settings_for
 app = group("replay labs: exact and approximate reconstruction of a cached state by replaying inputs")
 
 
-def _run(which: str, replay: dict[str, Any], runs_dir: Path | None, as_json: bool) -> None:
-    """Run one lab with these `replay.*` settings, print its tables (or JSON), exit 1 when a check failed."""
-    from rich.console import Console
-
-    from lab.experiments.replay_labs import lab_output, run_replay_lab
-
-    s = settings_for(runs_dir=runs_dir, replay=replay)
-    run, result = run_replay_lab(s, which, Console(stderr=True, quiet=as_json))
-    typer.echo(lab_output(run, result, as_json))
-    if not result.ok:
-        raise typer.Exit(1)
+def _shared_options(as_json: AsJson = False, runs_dir: RunsDir = None) -> None:
+    """The options every replay lab takes, after its own (declared once, here)."""
 
 
-@app.command("exact")
+def _lab(which: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., None]]:
+    """`lab replay <which>` from a function of the lab's own options returning its `replay.*` settings: the command
+    takes those options and the shared ones, runs the lab with these settings, prints its tables (or JSON) and exits
+    1 when a check failed."""
+
+    def register(replay_settings: Callable[..., dict[str, Any]]) -> Callable[..., None]:
+        @functools.wraps(replay_settings)
+        def command(as_json: bool = False, runs_dir: Path | None = None, **options: Any) -> None:
+            from rich.console import Console
+
+            from lab.experiments.replay_labs import lab_output, run_replay_lab
+
+            s = settings_for(runs_dir=runs_dir, replay=replay_settings(**options))
+            run, result = run_replay_lab(s, which, Console(stderr=True, quiet=as_json))
+            typer.echo(lab_output(run, result, as_json))
+            if not result.ok:
+                raise typer.Exit(1)
+
+        own, shared = (inspect.signature(f, eval_str=True).parameters for f in (replay_settings, _shared_options))
+        command.__signature__ = inspect.Signature([*own.values(), *shared.values()])  # type: ignore[attr-defined]
+        return app.command(which)(command)
+
+    return register
+
+
+@_lab("exact")
 def replay_exact(
     window: Annotated[int | None, typer.Option("--window", help="W, positions each layer reads")] = None,
     depth: Annotated[int | None, typer.Option("--depth", help="D, layers")] = None,
     length: Annotated[int | None, typer.Option("--length", help="N: inputs 1..N")] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="K: replay the last K inputs")] = None,
     next_input: Annotated[str | None, typer.Option("--next", help="the decode step's input (default N+1)")] = None,
-    as_json: AsJson = False,
-    runs_dir: RunsDir = None,
-) -> None:
+) -> dict[str, Any]:
     """Full prefill vs replay of the last K inputs, shared vs per-layer KV, then one decode step."""
-    replay = {"window": window, "depth": depth, "length": length, "keep": keep, "next_input": next_input}
-    _run("exact", replay, runs_dir, as_json)
+    return {"window": window, "depth": depth, "length": length, "keep": keep, "next_input": next_input}
 
 
-@app.command("span")
+@_lab("span")
 def replay_span(
     windows: Annotated[str | None, typer.Option("--windows", help="e.g. 2,3,4")] = None,
     depths: Annotated[str | None, typer.Option("--depths", help="e.g. 1,2,3")] = None,
-    as_json: AsJson = False,
-    runs_dir: RunsDir = None,
-) -> None:
+) -> dict[str, Any]:
     """Replay span R = W + (D-1)(W-1) of D layers of window W, checked on every 0/1 input two longer than R."""
-    _run("span", {"span_windows": int_list(windows), "span_depths": int_list(depths)}, runs_dir, as_json)
+    return {"span_windows": int_list(windows), "span_depths": int_list(depths)}
 
 
-@app.command("cost")
+@_lab("cost")
 def replay_cost(
     window: Annotated[int | None, typer.Option("--window", help="SWA window of the example table")] = None,
     keep: Annotated[int | None, typer.Option("--keep", help="keep count of the example table")] = None,
@@ -61,11 +75,9 @@ def replay_cost(
     lengths: Annotated[str | None, typer.Option("--lengths", help="e.g. 64,1024,16384")] = None,
     chunked_length: Annotated[int | None, typer.Option("--chunked-length", help="prompt of the chunk example")] = None,
     chunk: Annotated[int | None, typer.Option("--chunk", help="chunk size of the chunk example")] = None,
-    as_json: AsJson = False,
-    runs_dir: RunsDir = None,
-) -> None:
+) -> dict[str, Any]:
     """Consumer rows and SWA pairs for off / mask / compact replay, checked against pair enumeration."""
-    replay = {
+    return {
         "cost_window": window,
         "cost_keep": keep,
         "producer_layers": producer,
@@ -75,4 +87,3 @@ def replay_cost(
         "chunked_length": chunked_length,
         "chunk": chunk,
     }
-    _run("cost", replay, runs_dir, as_json)

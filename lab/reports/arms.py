@@ -41,14 +41,7 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
     arm_color = alt.Color(
         "arm:N", title="arm", sort=list(ARMS.values()), scale=alt.Scale(domain=list(ARMS.values()), range=COLORS)
     )
-    tips = [
-        alt.Tooltip("arm:N"),
-        alt.Tooltip("L:Q"),
-        alt.Tooltip("new:Q"),
-        alt.Tooltip("ms:Q", title="median ms", format=".2f"),
-        alt.Tooltip("ci:N", title="95% interval"),
-        alt.Tooltip("n:Q", title="samples"),
-    ]
+    tips = _long_tips("arm", ".2f", alt.Tooltip("n:Q", title="samples"))
     line = (
         alt.Chart()
         .mark_line(point=True)
@@ -73,15 +66,12 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
         sort=list(COST.values()),
         scale=alt.Scale(domain=list(COST.values()), range=["#54a24b", "#9d9da1"]),
     )
-    cost_tips = [
-        alt.Tooltip("series:N"),
-        alt.Tooltip("L:Q"),
-        alt.Tooltip("new:Q"),
-        alt.Tooltip("ms:Q", title="median ms", format=".3f"),
-        alt.Tooltip("ci:N", title="95% interval"),
+    cost_tips = _long_tips(
+        "series",
+        ".3f",
         alt.Tooltip("blob_mb:Q", title="state blob MB", format=".2f"),
         alt.Tooltip("gbps:Q", title="GB/s", format=".2f"),
-    ]
+    )
     cost_line = (
         alt.Chart()
         .mark_line(point=True)
@@ -134,6 +124,12 @@ def _long_rows(
                 continue
             row = {"run_id": r["run_id"], "L": int(r["L"]), "new": int(r["new"]), label: name, "ms": float(ms)}
             yield r, key, {**row, "lo": lo, "hi": hi, "ci": _ci(lo, hi)}
+
+
+def _long_tips(label: str, ms_format: str, *more: alt.Tooltip) -> list[alt.Tooltip]:
+    """The tooltip of a long row (_long_rows): its `label`, L, new, the median ms and its interval, then `more`."""
+    ms, ci = alt.Tooltip("ms:Q", title="median ms", format=ms_format), alt.Tooltip("ci:N", title="95% interval")
+    return [alt.Tooltip(f"{label}:N"), alt.Tooltip("L:Q"), alt.Tooltip("new:Q"), ms, ci, *more]
 
 
 def _arm_frame(points: pd.DataFrame) -> pd.DataFrame:

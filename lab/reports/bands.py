@@ -15,7 +15,7 @@ import altair as alt
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import MUTED, Chart, info_panel, newest_run_picker, nothing_yet, title
+from lab.reports.style import MUTED, Chart, band_tips, info_panel, newest_run_picker, nothing_yet, title
 from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
@@ -46,14 +46,12 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
             y=alt.Y("ms_per_token:Q", stack="zero", title="ms per token (FUSED wall x TIMED share)"),
             color=alt.Color("band:N", sort=order, scale=alt.Scale(domain=order, scheme="tableau10"), title="band"),
             order=alt.Order("band_order:Q", sort="ascending"),
-            tooltip=[
-                alt.Tooltip("band:N"),
-                alt.Tooltip("depth:Q", title="depth (tokens)"),
+            tooltip=band_tips(
                 alt.Tooltip("ms_per_token:Q", title="ms / token", format=".4f"),
                 alt.Tooltip("share:Q", title="TIMED share", format=".1%"),
                 alt.Tooltip("timed_ms:Q", title="TIMED band ms (chunk)", format=".2f"),
                 alt.Tooltip("fused_chunk_ms:Q", title="FUSED chunk ms", format=".1f"),
-            ],
+            ),
         )
         .transform_filter(keep)
     )

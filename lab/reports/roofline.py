@@ -12,7 +12,7 @@ import numpy as np
 import pandas as pd
 
 from lab.reports.data import figure_rows
-from lab.reports.style import MUTED, Chart, newest_run_picker, nothing_yet, title
+from lab.reports.style import MUTED, Chart, band_tips, newest_run_picker, nothing_yet, title
 from lab.schemas import BANDS
 from lab.settings import ReportSettings
 
@@ -40,15 +40,13 @@ def roofline_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettin
             y=y,
             color=color,
             shape=alt.Shape("band:N", sort=list(BANDS), legend=None),
-            tooltip=[
-                alt.Tooltip("band:N"),
-                alt.Tooltip("depth:Q", title="depth (tokens)"),
+            tooltip=band_tips(
                 alt.Tooltip("gflops:Q", title="GFLOP/s", format=".2f"),
                 alt.Tooltip("gflops_lo:Q", title="95% low", format=".2f"),
                 alt.Tooltip("gflops_hi:Q", title="95% high", format=".2f"),
                 alt.Tooltip("peak_share:Q", title="of the GEMM peak", format=".1%"),
                 alt.Tooltip("intensity:Q", title="FLOP/byte", format=".3g"),
-            ],
+            ),
         )
         .transform_filter(keep)
     )

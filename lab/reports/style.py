@@ -52,6 +52,11 @@ def nothing_yet(heading: str, what: str, run: str, width: int, height: int) -> C
     return empty_chart(heading, lines, width, height)
 
 
+def band_tips(*more: alt.Tooltip) -> list[alt.Tooltip]:
+    """The tooltip of a profile band at a depth (profile_bands): the band, the depth, then `more`."""
+    return [alt.Tooltip("band:N"), alt.Tooltip("depth:Q", title="depth (tokens)"), *more]
+
+
 def run_param(name: str, prompt: str, runs: pd.DataFrame, default: str, all_label: str | None = None) -> Any:
     """A dropdown over `runs` (bound to the variable `name`); with `all_label`, a first option "all"."""
     options = [str(r) for r in runs["run_id"]]
