@@ -102,9 +102,20 @@ AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON 
 # --- the sweep (and `lab arms`) ------------------------------------------------------------------------------
 LsOpt = Annotated[str | None, typer.Option("--Ls", help="cached prefix lengths, e.g. 512,2048,6000 (sweep.Ls)")]
 NewsOpt = Annotated[str | None, typer.Option("--news", help="new tokens per step, e.g. 64,256 (sweep.news)")]
+ImagesOpt = Annotated[
+    str | None, typer.Option("--images", help="screenshot axis: none and/or WxH, e.g. none,320x200,640x400")
+]
 RepsOpt = Annotated[int | None, typer.Option("--reps", help="fixed reps per point (sets min = max)")]
 MinReps = Annotated[int | None, typer.Option("--min-reps", help="reps every point gets (default 5)")]
 MaxReps = Annotated[int | None, typer.Option("--max-reps", help="reps a point may get to decide")]
+TargetOpt = Annotated[float | None, typer.Option("--target", help="stop at this fake/genuine half-width, e.g. 0.03")]
+ArmsOpt = Annotated[
+    str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,plain,estimate")
+]
+WhereOpt = Annotated[
+    str | None,
+    typer.Option("--where", help="server | inproc (one process, libllama) | both (each point in both places)"),
+]
 BaselineReps = Annotated[
     int | None, typer.Option("--baseline-reps", help="at most this many baseline samples per point")
 ]

@@ -8,10 +8,12 @@ from typing import Annotated, Any
 import typer
 
 from lab.cli.common import (
+    ArmsOpt,
     BaselineReps,
     BudgetOpt,
     CtxSize,
     FillPasses,
+    ImagesOpt,
     LsOpt,
     MaxReps,
     MinReps,
@@ -24,8 +26,10 @@ from lab.cli.common import (
     RepsOpt,
     Resume,
     RunsDir,
+    TargetOpt,
     Threads,
     ThreadsBatch,
+    WhereOpt,
     int_list,
     resolve,
     settings_for,
@@ -36,23 +40,14 @@ from lab.cli.common import (
 def sweep(
     Ls: LsOpt = None,
     news: NewsOpt = None,
-    images: Annotated[
-        str | None, typer.Option("--images", help="screenshot axis: none and/or WxH, e.g. none,320x200,640x400")
-    ] = None,
+    images: ImagesOpt = None,
     mmproj: Mmproj = None,
     reps: RepsOpt = None,
     min_reps: MinReps = None,
     max_reps: MaxReps = None,
-    target: Annotated[
-        float | None, typer.Option("--target", help="stop at this fake/genuine half-width, e.g. 0.03")
-    ] = None,
-    arms: Annotated[
-        str | None, typer.Option("--arms", help="what a rep measures: baseline,fake,genuine,plain,estimate")
-    ] = None,
-    where: Annotated[
-        str | None,
-        typer.Option("--where", help="server | inproc (one process, libllama) | both (each point in both places)"),
-    ] = None,
+    target: TargetOpt = None,
+    arms: ArmsOpt = None,
+    where: WhereOpt = None,
     baseline_reps: BaselineReps = None,
     fill_passes: FillPasses = None,
     threads: Threads = None,

@@ -34,28 +34,26 @@ from lab.stats import (
     verdict,
 )
 
+# what a sample keeps of the arm's result as it is
+AS_MEASURED = {"arm", "ok", "reason", "encode_ms", "image_decode_ms", "warm"}
+
 
 def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None = None) -> SweepSample:
     t = r.timings
-    img = image_counts(p, geom)
+    image_tokens, image_positions = image_counts(p, geom)
     return SweepSample(
+        **r.model_dump(include=AS_MEASURED),
         image=p.image,
-        image_tokens=img[0],
-        image_positions=img[1],
-        encode_ms=r.encode_ms,
-        image_decode_ms=r.image_decode_ms,
+        image_tokens=image_tokens,
+        image_positions=image_positions,
         point=p.id,
         L=p.L,
         new=p.new,
-        arm=r.arm,
         rep=rep,
-        ok=r.ok,
-        reason=r.reason,
         prompt_ms=t.prompt_ms if t else None,
         prompt_n=t.prompt_n if t else None,
         cache_n=t.cache_n if t else None,
         fake_ms=t.fake_ms if t and r.arm == "fake" else None,
-        warm=r.warm,
         t_utc=utc_now(),
     )
 
