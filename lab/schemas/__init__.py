@@ -5,7 +5,7 @@ from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, V
 from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample
-from lab.schemas.trace import TraceStep, TraceStepResult, TraceTaskResult
+from lab.schemas.trace import ChatMessage, ConversationStep, TraceStep, TraceStepResult, TraceTaskResult
 
 __all__ = [
     "BANDS",
@@ -17,6 +17,8 @@ __all__ = [
     "BandAt",
     "BandCycle",
     "BandDepth",
+    "ChatMessage",
+    "ConversationStep",
     "InprocFill",
     "Interval",
     "PrefillTps",

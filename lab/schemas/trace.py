@@ -2,8 +2,11 @@
 
 from __future__ import annotations
 
-from pydantic import BaseModel, Field
+from typing import Any, Literal
 
+from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
+
+from lab.errors import validation_line
 from lab.schemas.base import Interval
 
 
@@ -71,3 +74,53 @@ class TraceTaskResult(BaseModel):
     baseline_exec_s: float | None = None
     opt_wall_s: float | None = None
     baseline_wall_s: float | None = None
+
+
+class ChatMessage(BaseModel):
+    """One message of a chat-completions request, as far as the lab reads it (other keys are kept as sent)."""
+
+    model_config = ConfigDict(extra="allow")
+
+    role: Literal["system", "developer", "user", "assistant", "tool"]
+    content: str | list[dict[str, Any]] | None = None
+
+
+class ConversationStep(BaseModel):
+    """One exchange of a recorded conversation (a line of a conversation trace): the OpenAI chat-completions
+    request an agent sent and the reply it got. Its tokens, prior depth and divergence are derived by replay
+    through the model's own chat template and tokenizer."""
+
+    task_id: str
+    step: int = Field(ge=0)
+    request: dict[str, Any] = Field(
+        description="the chat-completions body as sent: `messages` (images as data URLs, or file paths relative to "
+        "the trace) and any other parameters"
+    )
+    reply: dict[str, Any] | None = Field(
+        default=None, description="the assistant message it got back (role, content, tool_calls)"
+    )
+    prompt_tokens: int | None = Field(default=None, ge=0, description="the upstream's usage.prompt_tokens")
+    completion_tokens: int | None = Field(
+        default=None, ge=0, description="the reply's length in tokens (usage.completion_tokens): the decode length"
+    )
+    started_utc: str | None = Field(default=None, description="when the agent sent the request")
+    elapsed_s: float | None = Field(default=None, ge=0, description="request sent to the reply's last byte")
+    tool_s: float | None = Field(
+        default=None, ge=0, description="the agent's own time after the reply until its next request (tools)"
+    )
+
+    @field_validator("request")
+    @classmethod
+    def _chat_request(cls, v: dict[str, Any]) -> dict[str, Any]:
+        messages = v.get("messages")
+        if not isinstance(messages, list) or not messages:
+            raise ValueError("a chat-completions request needs a non-empty `messages` list")
+        for i, m in enumerate(messages):
+            try:
+                ChatMessage.model_validate(m)
+            except ValidationError as e:
+                raise ValueError(f"messages[{i}]: {validation_line(e, root='message', limit=1)}") from e
+        return v
+
+    def messages(self) -> list[ChatMessage]:
+        return [ChatMessage.model_validate(m) for m in self.request["messages"]]
