@@ -9,6 +9,7 @@ import typer
 
 from lab.cli.common import (
     CtxSize,
+    Mmproj,
     ModelOpt,
     ReplayResume,
     RunsDir,
@@ -34,13 +35,42 @@ def trace_synth(
     screenshots: Annotated[
         bool, typer.Option("--screenshots", help="each step also appends a generated screenshot (next to --out)")
     ] = False,
+    conversation: Annotated[
+        bool,
+        typer.Option(
+            "--conversation", help="a conversation trace: chat requests and replies, with evictions and screenshots"
+        ),
+    ] = False,
 ) -> None:
     """Write a synthetic but plausible agent trace (deterministic from the seed)."""
+    if conversation:
+        from lab.conversation.synth import SynthConversation, synth_conversation
+
+        typer.echo(str(synth_conversation(SynthConversation(tasks=tasks, steps=steps, seed=seed), out)))
+        return
     from lab.experiments.trace import synth_trace, write_trace
 
     shots = out.parent / f"{out.stem}_screenshots" if screenshots else None
     write_trace(synth_trace(tasks, steps, seed, start_depth, max_depth, shots), out)
     typer.echo(str(out))
+
+
+@app.command("derive")
+def trace_derive(
+    trace: Annotated[Path, typer.Argument(help="conversation trace JSONL (lab.schemas.ConversationStep per line)")],
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
+    mmproj: Mmproj = None,
+) -> None:
+    """Each step of a conversation in tokens (the model's own chat template and tokenizer): its prompt, what it
+    shares with the step before (the optimum's L), its new part, where it diverges (evictions), its reply."""
+    from rich.console import Console
+
+    from lab.conversation.derive import derive_conversation
+    from lab.presenters.conversation import tokens_table
+
+    s = settings_for(model=model, mmproj=mmproj, server={"ctx_size": ctx_size})
+    Console().print(tokens_table(derive_conversation(s, trace)))
 
 
 @app.command("replay")

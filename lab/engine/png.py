@@ -39,3 +39,26 @@ def png_size(data: bytes) -> tuple[int, int]:
         raise ValueError("not a PNG file")
     w, h = struct.unpack(">II", data[16:24])
     return int(w), int(h)
+
+
+def png_check(data: bytes) -> tuple[int, int]:
+    """(width, height) of a PNG that really decodes: its chunks are whole and its image data inflates;
+    ValueError naming what is wrong otherwise."""
+    width, height = png_size(data)
+    pos, idat, end = 8, b"", False
+    while pos + 8 <= len(data) and not end:
+        (length,) = struct.unpack(">I", data[pos : pos + 4])
+        kind = data[pos + 4 : pos + 8]
+        if pos + 12 + length > len(data):
+            raise ValueError(f"the {kind.decode(errors='replace')} chunk is cut short")
+        if kind == b"IDAT":
+            idat += data[pos + 8 : pos + 8 + length]
+        end = kind == b"IEND"
+        pos += 12 + length
+    if not end:
+        raise ValueError("no IEND chunk (truncated)")
+    try:
+        zlib.decompress(idat)
+    except zlib.error as e:
+        raise ValueError(f"its image data does not inflate ({e})") from e
+    return width, height

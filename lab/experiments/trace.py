@@ -16,6 +16,7 @@ from typing import Any
 from pydantic import ValidationError
 from rich.console import Console
 
+from lab.conversation.synth import AGENT_WORDS, SCREEN_SIZES
 from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
 from lab.engine.imagegrid import TINY_GEOMETRY, ImageGeometry
 from lab.engine.media import filler_text, image_step
@@ -71,62 +72,6 @@ def check_replayable(steps: list[TraceStep], ctx_size: int, has_vision: bool, tr
 
 # --- synthetic traces ------------------------------------------------------------------------------
 
-_WORDS = (
-    "click",
-    "button",
-    "window",
-    "file",
-    "open",
-    "save",
-    "error",
-    "output",
-    "test",
-    "result",
-    "page",
-    "scroll",
-    "field",
-    "value",
-    "list",
-    "item",
-    "form",
-    "search",
-    "input",
-    "submit",
-    "dialog",
-    "menu",
-    "select",
-    "option",
-    "table",
-    "row",
-    "column",
-    "text",
-    "label",
-    "link",
-    "image",
-    "panel",
-    "tab",
-    "view",
-    "run",
-    "command",
-    "terminal",
-    "log",
-    "warning",
-    "build",
-    "pass",
-    "fail",
-    "check",
-    "update",
-    "status",
-    "message",
-    "user",
-    "task",
-    "step",
-    "next",
-)
-
-
-SCREEN_SIZES = ((320, 200), (640, 400), (1280, 800))
-
 
 def synth_trace(
     n_tasks: int = 3,
@@ -148,7 +93,7 @@ def synth_trace(
         L = start_depth + rng.randrange(0, 512)
         for k in range(n_steps):
             words = rng.randint(40, 400)
-            text = " ".join(rng.choice(_WORDS) for _ in range(words))
+            text = " ".join(rng.choice(AGENT_WORDS) for _ in range(words))
             reply = rng.randint(20, 200)
             shot, img = None, 0
             if screenshots is not None:

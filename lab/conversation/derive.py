@@ -1,0 +1,180 @@
+"""A conversation's steps in tokens, through the model's own chat template and tokenizer (the server's
+`/apply-template` and `/tokenize`), as the server itself would see them:
+
+    prompt    the step's request templated (with the generation prompt) and tokenized; each image the cells its
+              projector grid gives (nx * ny + 2 markers), compared by the image's bytes
+    reply     the reply's content tokens (what the server generated, and so held in its cache afterwards)
+    common    cells the prompt shares with the previous step's prompt + reply: how much any prefix cache could
+              reuse (0 at a task's first step)
+    L, new    the optimum's prior depth and new part: L = common, new = prompt - common
+    diverged  the prompt departs from the previous prompt + reply before its end (an eviction, a cut), and
+              `at_message` is the first message that differs
+
+A step that does not fit the server's context (prompt + reply beyond ctx_size) is refused, naming the step.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from lab.conversation.load import ConversationError, image_bytes, images, load_conversation
+from lab.engine.build import build_engine
+from lab.engine.imagegrid import ImageGeometry
+from lab.engine.png import png_size
+from lab.engine.server import LlamaServer
+from lab.models.resolve import resolve_model, resolve_projector
+from lab.schemas import ConversationStep
+from lab.settings import Settings
+
+Unit = int | tuple[str, int]  # a token id, or (an image's digest, the cells it takes)
+
+
+def cells(units: list[Unit]) -> int:
+    return sum(u[1] if isinstance(u, tuple) else 1 for u in units)
+
+
+def common_cells(a: list[Unit], b: list[Unit]) -> int:
+    """Cells of the longest common prefix of two unit sequences (an image counts whole or not at all)."""
+    n = 0
+    for x, y in zip(a, b, strict=False):
+        if x != y:
+            break
+        n += x[1] if isinstance(x, tuple) else 1
+    return n
+
+
+@dataclass
+class StepTokens:
+    """One step of a conversation in tokens (see the module's docstring)."""
+
+    task_id: str
+    step: int
+    prompt: list[Unit]
+    reply: list[int]
+    common: int = 0
+    previous: int = 0  # cells of the previous step's prompt + reply
+    at_message: int | None = None
+    images: int = 0
+    completion_tokens: int | None = None  # as recorded (the decode length), else the reply's tokens
+    messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
+
+    @property
+    def cells(self) -> int:
+        return cells(self.prompt)
+
+    @property
+    def new(self) -> int:
+        return self.cells - self.common
+
+    @property
+    def diverged(self) -> bool:
+        return self.at_message is not None
+
+    @property
+    def n_out(self) -> int:
+        return self.completion_tokens if self.completion_tokens is not None else len(self.reply)
+
+
+class Templater:
+    """The server's chat template and tokenizer, asked once per distinct text."""
+
+    def __init__(self, srv: LlamaServer, geometry: ImageGeometry | None) -> None:
+        self.srv, self.geometry = srv, geometry
+        self.marker: str | None = None
+
+    def prompt(self, messages: list[dict[str, Any]]) -> list[Unit]:
+        r = self.srv.client.post("/apply-template", json={"messages": messages})
+        if r.status_code != 200:
+            raise ConversationError(f"the server's chat template refused the request: {_error(r.text)}")
+        text = str(r.json()["prompt"])
+        shots = [image_bytes(p) for m in messages for p in images(m)]
+        if shots and self.marker is None:
+            self.marker = str(self.srv.props()["media_marker"])
+        pieces = text.split(self.marker) if shots and self.marker else [text]
+        if len(pieces) != len(shots) + 1:
+            raise ConversationError(f"the template placed {len(pieces) - 1} image markers for {len(shots)} images")
+        units: list[Unit] = []
+        for i, piece in enumerate(pieces):
+            units += self.srv.tokenize(piece, add_special=i == 0) if piece else []
+            if i < len(shots):
+                units.append(self._image(shots[i]))
+        return units
+
+    def _image(self, raw: bytes) -> tuple[str, int]:
+        if self.geometry is None:
+            raise ConversationError("a step has a screenshot but no vision projector is loaded (--mmproj)")
+        return hashlib.sha256(raw).hexdigest()[:16], self.geometry.tokens(*png_size(raw))[0]
+
+    def reply(self, reply: dict[str, Any] | None) -> list[int]:
+        content = (reply or {}).get("content")
+        if isinstance(content, list):
+            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+        return self.srv.tokenize(str(content)) if content else []
+
+
+def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trace: str) -> list[StepTokens]:
+    """The task's steps in tokens, each against the one before it."""
+    out: list[StepTokens] = []
+    for s in steps:
+        where = f"{trace}: task {s.task_id!r} step {s.step}"
+        try:
+            msgs = s.request["messages"]
+            st = StepTokens(s.task_id, s.step, t.prompt(msgs), t.reply(s.reply), messages=msgs)
+        except ConversationError as e:
+            raise ConversationError(f"{where}: {e}") from e
+        st.images = sum(1 for m in msgs for _ in images(m))
+        st.completion_tokens = s.completion_tokens
+        if st.cells + max(st.n_out, 1) > ctx_size:
+            raise ConversationError(
+                f"{where}: {st.cells} prompt + {st.n_out} reply tokens do not fit the context ({ctx_size})"
+            )
+        if out:
+            prev = out[-1]
+            held = prev.prompt + list(prev.reply)
+            st.common, st.previous = common_cells(st.prompt, held), cells(held)
+            st.at_message = first_changed(prev.messages, prev_reply(steps, prev.step), msgs)
+            if st.at_message is None and st.common < cells(prev.prompt):
+                st.at_message = len(prev.messages)  # same messages, a template that renders them differently
+        out.append(st)
+    return out
+
+
+def prev_reply(steps: list[ConversationStep], step: int) -> dict[str, Any] | None:
+    return next((s.reply for s in steps if s.step == step), None)
+
+
+def first_changed(before: list[dict[str, Any]], reply: dict[str, Any] | None, now: list[dict[str, Any]]) -> int | None:
+    """The first message of `now` that is not the previous request's (followed by its reply), or None when
+    `now` extends it."""
+    held = [*before, *([reply] if reply else [])]
+    for i, (a, b) in enumerate(zip(held, now, strict=False)):
+        if _comparable(a) != _comparable(b):
+            return i
+    return None if len(now) >= len(held) else len(now)
+
+
+def _comparable(m: dict[str, Any]) -> tuple[Any, ...]:
+    return m.get("role"), m.get("content"), m.get("tool_calls"), m.get("tool_call_id")
+
+
+def _error(text: str) -> str:
+    return text.strip().splitlines()[0][:200] if text.strip() else "no reason given"
+
+
+def derive_conversation(settings: Settings, path: Path) -> dict[str, list[StepTokens]]:
+    """Load a conversation trace and derive every step's tokens through a lab server of the settings' model
+    (with its vision projector when a step has a screenshot). The server only templates and tokenizes."""
+    tasks = load_conversation(path)
+    has_images = any(True for steps in tasks.values() for s in steps for m in s.request["messages"] for _ in images(m))
+    engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
+    model = resolve_model(settings)
+    projector = resolve_projector(settings) if has_images else None
+    extra = ["--mmproj", str(projector)] if projector else []
+    log = settings.cache_dir / "logs" / "trace-derive.log"
+    geometry = ImageGeometry.of_projector(projector) if projector else None
+    with LlamaServer(engine, model, settings.server, log, extra_args=extra) as srv:
+        t = Templater(srv, geometry)
+        return {task: derive_task(t, steps, settings.server.ctx_size, str(path)) for task, steps in tasks.items()}

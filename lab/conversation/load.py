@@ -1,0 +1,112 @@
+"""Reading a conversation trace: every line a `ConversationStep`, checked before anything runs.
+
+A bad line is one error naming the file, line and step (a step that is not valid chat JSON, an image that
+does not load); the steps come back grouped by task, in step order, with every image as a data URL (an image
+given as a file path is read relative to the trace; every image is checked to be a PNG that decodes).
+"""
+
+from __future__ import annotations
+
+import base64
+import binascii
+import json
+import struct
+from collections.abc import Iterator
+from pathlib import Path
+from typing import Any
+
+from pydantic import ValidationError
+
+from lab.engine.png import png_check
+from lab.errors import LabError, validation_line
+from lab.schemas import ConversationStep
+
+DATA_PNG = "data:image/png;base64,"
+
+
+class ConversationError(LabError):
+    pass
+
+
+def is_conversation(path: Path) -> bool:
+    """A conversation trace (each line carries a chat `request`) rather than a trace of step shapes."""
+    for line in path.read_text().splitlines():
+        if line.strip():
+            try:
+                first = json.loads(line)
+            except json.JSONDecodeError:
+                return False
+            return isinstance(first, dict) and "request" in first
+    return False
+
+
+def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
+    """The trace's tasks, each a list of steps in step order, images resolved to data URLs."""
+    tasks: dict[str, dict[int, ConversationStep]] = {}
+    for i, line in enumerate(path.read_text().splitlines(), start=1):
+        if not line.strip():
+            continue
+        where = f"{path}:{i}"
+        try:
+            raw = json.loads(line)
+            step = ConversationStep.model_validate(raw)
+        except (json.JSONDecodeError, ValidationError) as e:
+            raise ConversationError(f"{where}: not a conversation step: {validation_line(e, root='step')}") from e
+        where += f": task {step.task_id!r} step {step.step}"
+        if step.step in tasks.setdefault(step.task_id, {}):
+            raise ConversationError(f"{where}: a duplicate step")
+        try:
+            step.request["messages"] = [_resolved(m, path.parent) for m in step.request["messages"]]
+        except ConversationError as e:
+            raise ConversationError(f"{where}: {e}") from e
+        tasks[step.task_id][step.step] = step
+    if not tasks:
+        raise ConversationError(f"{path}: no steps")
+    return {t: [steps[k] for k in sorted(steps)] for t, steps in tasks.items()}
+
+
+def images(message: dict[str, Any]) -> Iterator[dict[str, Any]]:
+    """The image_url parts of a message."""
+    content = message.get("content")
+    if isinstance(content, list):
+        yield from (p for p in content if isinstance(p, dict) and p.get("type") == "image_url")
+
+
+def image_bytes(part: dict[str, Any]) -> bytes:
+    """The bytes of a resolved image part (a data URL)."""
+    return base64.b64decode(str(part["image_url"]["url"]).partition(",")[2])
+
+
+def _resolved(message: dict[str, Any], base: Path) -> dict[str, Any]:
+    """The message with every image a checked data URL (a path is read relative to the trace)."""
+    for part in images(message):
+        url = part.get("image_url", {}).get("url") if isinstance(part.get("image_url"), dict) else None
+        if not isinstance(url, str) or not url:
+            raise ConversationError("an image_url part without a url")
+        if url.startswith("data:"):
+            head, _, data = url.partition(",")
+            try:
+                raw = base64.b64decode(data, validate=True)
+            except (binascii.Error, ValueError) as e:
+                raise ConversationError(f"an image data URL that does not decode ({head})") from e
+        elif "://" in url:
+            raise ConversationError(f"image {url}: the lab replays offline; give a data URL or a file path")
+        else:
+            file = (base / url).resolve()
+            try:
+                raw = file.read_bytes()
+            except OSError as e:
+                raise ConversationError(f"image {url} does not load ({e.strerror or e})") from e
+        _check_image(raw, url)
+        part["image_url"] = {**part["image_url"], "url": DATA_PNG + base64.b64encode(raw).decode()}
+    return message
+
+
+def _check_image(raw: bytes, name: str) -> None:
+    shown = name if len(name) < 60 else name[:57] + "..."
+    try:
+        width, height = png_check(raw)
+    except (ValueError, IndexError, struct.error) as e:
+        raise ConversationError(f"image {shown} does not load: {e}") from e
+    if width <= 0 or height <= 0:
+        raise ConversationError(f"image {shown} does not load: {width}x{height}")

@@ -1,0 +1,48 @@
+"""A conversation in tokens through the real server's chat template and tokenizer (tiny model and projector):
+an extending step shares the whole previous prompt and reply, an evicting step only what comes before the first
+changed message, and a step beyond the context is refused by name."""
+
+from __future__ import annotations
+
+import itertools
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.conversation.derive import derive_conversation
+from lab.conversation.load import ConversationError
+from lab.conversation.synth import SynthConversation, synth_conversation
+from lab.settings import load_settings
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+
+
+def test_steps_in_tokens_extend_and_diverge_where_the_agent_evicted(tmp_path: Path) -> None:
+    trace = synth_conversation(SynthConversation(steps=6), tmp_path / "c.jsonl")
+    steps = derive_conversation(load_settings(), trace)["task000"]
+    first = steps[0]
+    assert first.common == 0 and first.new == first.cells and first.images == 1
+    for prev, s in itertools.pairwise(steps):
+        held = prev.cells + len(prev.reply)
+        assert s.previous == held and 0 < s.common <= held and s.new == s.cells - s.common
+        if s.diverged:  # an eviction: reuse stops before the previous prompt's end
+            assert s.common < prev.cells
+        else:  # a pure extension: the previous prompt and its reply are all reusable
+            assert s.common == held
+    assert [s.step for s in steps if s.diverged] == [4]
+    r = subprocess.run([LAB, "trace", "derive", str(trace)], capture_output=True, text=True, timeout=300)
+    assert r.returncode == 0 and "message 1" in r.stdout and "extends" in r.stdout, r.stderr + r.stdout
+
+
+def test_a_conversation_that_does_not_fit_the_context_is_refused_naming_the_step(tmp_path: Path) -> None:
+    trace = synth_conversation(SynthConversation(steps=3), tmp_path / "c.jsonl")
+    settings = load_settings(server={"ctx_size": 512}, sweep={"Ls": [64], "news": [16]})
+    with pytest.raises(
+        ConversationError,
+        match=r"c.jsonl: task 'task000' step 2: \d+ prompt \+ \d+ reply tokens do not fit the context \(512\)",
+    ):
+        derive_conversation(settings, trace)
