@@ -60,6 +60,9 @@ class StepTokens:
     images: int = 0
     completion_tokens: int | None = None  # as recorded (the decode length), else the reply's tokens
     messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    text: str = field(default="", repr=False)  # the templated prompt, one media marker per image
+    shots: list[bytes] = field(default_factory=list, repr=False)
+    reply_text: str = field(default="", repr=False)
 
     @property
     def cells(self) -> int:
@@ -85,7 +88,8 @@ class Templater:
         self.srv, self.geometry = srv, geometry
         self.marker: str | None = None
 
-    def prompt(self, messages: list[dict[str, Any]]) -> list[Unit]:
+    def prompt(self, messages: list[dict[str, Any]]) -> tuple[list[Unit], str, list[bytes]]:
+        """(units, the templated text with one media marker per image, the images in order)."""
         r = self.srv.client.post("/apply-template", json={"messages": messages})
         if r.status_code != 200:
             raise ConversationError(f"the server's chat template refused the request: {_error(r.text)}")
@@ -101,7 +105,7 @@ class Templater:
             units += self.srv.tokenize(piece, add_special=i == 0) if piece else []
             if i < len(shots):
                 units.append(self._image(shots[i]))
-        return units
+        return units, text, shots
 
     def _image(self, raw: bytes) -> tuple[str, int]:
         if self.geometry is None:
@@ -109,10 +113,16 @@ class Templater:
         return hashlib.sha256(raw).hexdigest()[:16], self.geometry.tokens(*png_size(raw))[0]
 
     def reply(self, reply: dict[str, Any] | None) -> list[int]:
-        content = (reply or {}).get("content")
-        if isinstance(content, list):
-            content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
-        return self.srv.tokenize(str(content)) if content else []
+        text = reply_text(reply)
+        return self.srv.tokenize(text) if text else []
+
+
+def reply_text(reply: dict[str, Any] | None) -> str:
+    """The text a reply's content holds (parts joined)."""
+    content = (reply or {}).get("content")
+    if isinstance(content, list):
+        content = "".join(str(p.get("text", "")) for p in content if isinstance(p, dict))
+    return str(content) if content else ""
 
 
 def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trace: str) -> list[StepTokens]:
@@ -122,7 +132,9 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
         where = f"{trace}: task {s.task_id!r} step {s.step}"
         try:
             msgs = s.request["messages"]
-            st = StepTokens(s.task_id, s.step, t.prompt(msgs), t.reply(s.reply), messages=msgs)
+            units, text, shots = t.prompt(msgs)
+            st = StepTokens(s.task_id, s.step, units, t.reply(s.reply), messages=msgs, text=text, shots=shots)
+            st.reply_text = reply_text(s.reply)
         except ConversationError as e:
             raise ConversationError(f"{where}: {e}") from e
         st.images = sum(1 for m in msgs for _ in images(m))

@@ -1,0 +1,90 @@
+"""Today's server: a conversation replayed in order, as the agent sent it, to a server configured the way users
+run it (`cache_prompt` on, context checkpoints and the RAM prompt cache at the server's own defaults, one slot,
+plus the user's server.extra_args), so each step's prompt time and reuse (`cache_n`) are what the server's own
+prompt cache achieves, not what a perfect cache would.
+
+Each step is the recorded chat-completions request with one token to generate; its reply is then put into the
+slot untimed (the templated prompt and the reply's text prefilled with the cache on), so the next step finds
+the cache as it was after the agent's server had generated that reply. What the server restored is read from
+its log: a context checkpoint (a hybrid model's recurrent state cannot be rolled back, so a prompt that departs
+from the cached one is reused only up to a checkpoint before it) or a prompt from the RAM cache.
+"""
+
+from __future__ import annotations
+
+import base64
+from typing import Any
+
+from pydantic import BaseModel, Field
+
+from lab.conversation.derive import StepTokens
+from lab.engine.server import LlamaServer, LogTail
+from lab.settings import ServerSettings
+
+SERVER_CHECKPOINTS, SERVER_MIN_STEP, SERVER_CACHE_RAM_MIB = 32, 256, 8192  # llama-server's defaults at the pin
+RESTORED_CHECKPOINT = "restored context checkpoint"
+RAM_CACHE_HIT = "found better prompt"
+
+
+class TodayStep(BaseModel):
+    """One step as today's server took it."""
+
+    task_id: str
+    step: int
+    ok: bool
+    reason: str = ""
+    prompt_ms: float | None = None
+    prompt_n: int | None = Field(default=None, description="tokens the server prefilled")
+    cache_n: int | None = Field(default=None, description="tokens it reused from its cache")
+    checkpoint_restore: bool = False
+    ram_cache_restore: bool = False
+
+
+def users_server(server: ServerSettings) -> ServerSettings:
+    """The server as users run it: checkpoints and the RAM prompt cache at llama-server's own defaults."""
+    return server.model_copy(update={"checkpoints": SERVER_CHECKPOINTS, "cache_ram_mib": SERVER_CACHE_RAM_MIB})
+
+
+def replay_today(srv: LlamaServer, steps: list[StepTokens]) -> list[TodayStep]:
+    """One task's steps, in order, against `srv` (fresh: a replay starts from an empty cache)."""
+    tail = LogTail(srv.log_path)
+    tail.read()
+    out = []
+    for st in steps:
+        body: dict[str, Any] = {**_recorded(st), "max_tokens": 1, "stream": False, "cache_prompt": True}
+        r = srv.client.post("/v1/chat/completions", json=body)
+        log = tail.read()
+        if r.status_code != 200:
+            out.append(
+                TodayStep(task_id=st.task_id, step=st.step, ok=False, reason=f"HTTP {r.status_code}: {r.text[:200]}")
+            )
+            continue
+        t = r.json().get("timings", {})
+        out.append(
+            TodayStep(
+                task_id=st.task_id,
+                step=st.step,
+                ok=True,
+                prompt_ms=float(t.get("prompt_ms", 0.0)),
+                prompt_n=int(t.get("prompt_n", 0)),
+                cache_n=int(t.get("cache_n", 0)),
+                checkpoint_restore=RESTORED_CHECKPOINT in log,
+                ram_cache_restore=RAM_CACHE_HIT in log,
+            )
+        )
+        _hold_reply(srv, st)
+        tail.read()
+    return out
+
+
+def _recorded(st: StepTokens) -> dict[str, Any]:
+    return {"messages": st.messages, "temperature": 0}
+
+
+def _hold_reply(srv: LlamaServer, st: StepTokens) -> None:
+    """Put the step's reply into the slot after its prompt, as generating it would have (untimed)."""
+    text = st.text + st.reply_text
+    prompt: Any = text
+    if st.shots:
+        prompt = {"prompt_string": text, "multimodal_data": [base64.b64encode(s).decode() for s in st.shots]}
+    srv.completion({"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": True, "stream": False})
