@@ -1,4 +1,5 @@
-"""`lab trace synth|replay`: agent traces (JSONL of recorded steps), written and replayed with a fake prefix."""
+"""`lab trace synth|replay|record`: agent traces (JSONL of recorded steps), written and replayed with a fake prefix;
+real conversations recorded through a pass-through."""
 
 from __future__ import annotations
 
@@ -88,3 +89,19 @@ def trace_replay(
 
     s = settings_for(model=model, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
     typer.echo(str(run_replay(s, trace, resume=resolve(resume, s.runs_dir), reps=reps).path))
+
+
+@app.command("record")
+def trace_record(
+    upstream: Annotated[str, typer.Option("--upstream", help="the OpenAI-compatible server to forward to")],
+    listen: Annotated[int, typer.Option("--listen", min=1, max=65535, help="port the agent's base_url points at")],
+    out: Annotated[Path, typer.Option("--out", "-o", help="conversation trace JSONL to write")],
+    task: Annotated[str, typer.Option("--task", help="task id; a request's X-Lab-Task header wins")] = "task000",
+    host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
+    append: Annotated[bool, typer.Option("--append", help="add to an existing trace (steps continue)")] = False,
+) -> None:
+    """Record a real agent: forward its OpenAI requests unchanged, one ConversationStep line per chat exchange."""
+    from lab.conversation.record import Recording, record
+
+    n = record(Recording(upstream, listen, out, task, host, append))
+    typer.echo(f"{n} steps written to {out}")

@@ -1,0 +1,169 @@
+"""`lab trace record` between the official OpenAI client (the agent) and the lab's real llama-server."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from contextlib import contextmanager
+from pathlib import Path
+from typing import Any
+
+import httpx
+import openai
+import pytest
+
+from lab.engine.server import LlamaServer, free_port
+from lab.schemas import ConversationStep
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+PARAMS: dict[str, Any] = {"model": "tiny", "max_tokens": 8, "temperature": 0, "seed": 7}
+
+
+class Recorder:
+    def __init__(self, proc: subprocess.Popen[str], base_url: str) -> None:
+        self.proc, self.base_url = proc, base_url
+        self.agent = openai.OpenAI(base_url=base_url, api_key="none", max_retries=0, timeout=120)
+
+    def stop(self) -> tuple[str, str]:
+        """SIGINT (Ctrl-C): what it printed after its banner, and on stderr."""
+        self.proc.send_signal(signal.SIGINT)
+        out, err = self.proc.communicate(timeout=60)
+        assert self.proc.returncode == 0, err
+        return out, err
+
+
+@contextmanager
+def recording(upstream: str, trace: Path, *extra: str) -> Iterator[Recorder]:
+    port = free_port()
+    cmd = [LAB, "trace", "record", "--upstream", upstream, "--listen", str(port), "-o", str(trace), *extra]
+    proc = subprocess.Popen(cmd, cwd=REPO, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    try:
+        assert proc.stdout is not None
+        banner = proc.stdout.readline()
+        assert banner == f"recording: http://127.0.0.1:{port}/v1 -> {upstream}, trace {trace}\n", proc.communicate()
+        yield Recorder(proc, f"http://127.0.0.1:{port}/v1")
+    finally:
+        if proc.poll() is None:
+            proc.kill()
+            proc.communicate()
+
+
+def steps(trace: Path) -> list[ConversationStep]:
+    return [ConversationStep.model_validate_json(line) for line in trace.read_text().splitlines()]
+
+
+def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaServer, tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    direct = openai.OpenAI(base_url=f"{server.url}/v1", api_key="none", max_retries=0, timeout=120)
+    messages: list[dict[str, Any]] = [
+        {"role": "system", "content": "You are a terse assistant."},
+        {"role": "user", "content": "List three colours."},
+    ]
+    sent: list[list[dict[str, Any]]] = []
+    with recording(server.url, trace) as rec:
+        # turn 1: not streamed; exactly what the server answers a direct call (greedy, same seed)
+        sent.append([dict(m) for m in messages])
+        first = rec.agent.chat.completions.with_raw_response.create(messages=messages, **PARAMS)
+        assert first.status_code == 200
+        r1 = first.parse()
+        time.sleep(0.2)  # the agent's own time (a tool) before its next request
+
+        # turn 2: streamed with usage; the chunks arrive as the server decodes them, not all at once
+        messages += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "?"}]
+        sent.append([dict(m) for m in messages])
+        pieces: list[str] = []
+        arrived: list[float] = []
+        stream = rec.agent.chat.completions.create(
+            messages=messages, stream=True, stream_options={"include_usage": True}, **PARAMS
+        )
+        for chunk in stream:
+            if chunk.choices and chunk.choices[0].delta.content:
+                pieces.append(chunk.choices[0].delta.content)
+                arrived.append(time.monotonic())
+        streamed = "".join(pieces)
+        assert len(pieces) >= 3 and arrived[-1] - arrived[0] > 0.02, "the stream was buffered"
+        time.sleep(0.2)
+
+        # turn 3: streamed without usage (the counts come from the final chunk's usage or timings)
+        messages += [{"role": "assistant", "content": streamed}, {"role": "user", "content": "Thanks."}]
+        sent.append([dict(m) for m in messages])
+        third = "".join(
+            c.choices[0].delta.content or ""
+            for c in rec.agent.chat.completions.create(messages=messages, stream=True, **PARAMS)
+            if c.choices
+        )
+        # a step waits for its tool time: the last one is written when the recorder stops
+        assert [s.step for s in steps(trace)] == [0, 1]
+        out, _ = rec.stop()
+    assert out == f"3 steps written to {trace}\n"
+
+    baseline = direct.chat.completions.create(messages=sent[0], **PARAMS)
+    assert r1.choices[0].model_dump() == baseline.choices[0].model_dump()
+    assert r1.usage == baseline.usage
+
+    rows = steps(trace)
+    assert [(s.task_id, s.step) for s in rows] == [("task000", 0), ("task000", 1), ("task000", 2)]
+    assert [s.request["messages"] for s in rows] == sent
+    assert [s.request.get("stream") for s in rows] == [None, True, True]
+    assert all(s.request["max_tokens"] == 8 and s.request["seed"] == 7 for s in rows)
+    assert rows[0].reply == json.loads(first.text)["choices"][0]["message"]
+    assert [s.reply["content"] if s.reply else None for s in rows] == [r1.choices[0].message.content, streamed, third]
+    assert all(s.reply and s.reply["role"] == "assistant" for s in rows)
+    assert r1.usage is not None
+    assert (rows[0].prompt_tokens, rows[0].completion_tokens) == (r1.usage.prompt_tokens, r1.usage.completion_tokens)
+    assert all(s.completion_tokens is not None and 0 < s.completion_tokens <= 8 for s in rows)
+    assert all(s.prompt_tokens is not None and s.prompt_tokens > 0 for s in rows)
+    assert rows[1].prompt_tokens is not None and rows[0].prompt_tokens is not None
+    assert rows[2].prompt_tokens is not None and rows[2].prompt_tokens > rows[1].prompt_tokens > rows[0].prompt_tokens
+    assert all(s.elapsed_s is not None and s.elapsed_s > 0 and s.started_utc for s in rows)
+    assert [s.tool_s is not None and s.tool_s >= 0.2 for s in rows] == [True, True, False]
+    assert rows[2].tool_s is None
+
+    # --append: the steps go on per task; X-Lab-Task picks the task (and never reaches the upstream)
+    with recording(server.url, trace, "--append") as rec:
+        with httpx.Client(timeout=60) as http:
+            models = http.get(f"{rec.base_url}/models")
+            assert models.status_code == 200
+            assert models.json()["data"][0]["id"] == http.get(f"{server.url}/v1/models").json()["data"][0]["id"]
+            bad = http.post(f"{rec.base_url}/chat/completions", content=b"{not json")
+            assert bad.status_code == http.post(f"{server.url}/v1/chat/completions", content=b"{not json").status_code
+        rec.agent.chat.completions.create(messages=sent[0], **PARAMS)
+        rec.agent.chat.completions.create(messages=sent[0], extra_headers={"X-Lab-Task": "other"}, **PARAMS)
+        out, err = rec.stop()
+    assert "the body is not a JSON object: forwarded, not recorded" in err
+    assert out == f"2 steps written to {trace}\n"
+    assert [(s.task_id, s.step) for s in steps(trace)[3:]] == [("task000", 3), ("other", 0)]
+    assert server.alive()
+
+
+def test_an_unreachable_upstream_is_a_502_and_the_recorder_stays_up(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    upstream = f"http://127.0.0.1:{free_port()}"  # nothing listens there
+    with recording(upstream, trace) as rec:
+        for _ in range(2):
+            with pytest.raises(openai.InternalServerError) as e:
+                rec.agent.chat.completions.create(messages=[{"role": "user", "content": "hi"}], **PARAMS)
+            assert e.value.status_code == 502
+            assert "unreachable" in e.value.message
+            assert rec.proc.poll() is None
+        out, err = rec.stop()
+    assert out == f"0 steps written to {trace}\n"
+    assert "ConnectError" in err
+    assert not trace.exists()
+
+
+def test_an_existing_trace_is_refused_in_one_line(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    trace.write_text("")
+    cmd = [LAB, "trace", "record", "--upstream", "http://127.0.0.1:9", "--listen", str(free_port()), "-o", str(trace)]
+    r = subprocess.run(cmd, cwd=REPO, capture_output=True, text=True, timeout=60)
+    assert r.returncode == 1
+    assert r.stderr == f"{trace} exists: pass --append to add to it, or choose another -o\n"
+    assert r.stdout == "" and trace.read_text() == ""
