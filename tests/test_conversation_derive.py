@@ -14,7 +14,13 @@ import pytest
 from lab.conversation.derive import derive_conversation
 from lab.conversation.load import ConversationError
 from lab.conversation.synth import SynthConversation, synth_conversation
+from lab.conversation.today import replay_today, users_server
+from lab.engine.build import EngineInfo
+from lab.engine.server import LlamaServer
+from lab.models.resolve import resolve_projector
 from lab.settings import load_settings
+
+from conftest import server_settings
 
 pytestmark = pytest.mark.engine
 
@@ -46,3 +52,24 @@ def test_a_conversation_that_does_not_fit_the_context_is_refused_naming_the_step
         match=r"c.jsonl: task 'task000' step 2: \d+ prompt \+ \d+ reply tokens do not fit the context \(512\)",
     ):
         derive_conversation(settings, trace)
+
+
+def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_eviction(
+    tmp_path: Path, engine: EngineInfo, tiny_model: Path
+) -> None:
+    """The conversation replayed in order to a server run as users run it: its own numbers (prompt_n + cache_n)
+    are the derived prompt, and its reuse never passes what the step shares with the one before; at the
+    eviction it falls to the divergence point or below (a hybrid reuses only up to a checkpoint)."""
+    settings = load_settings()
+    trace = synth_conversation(SynthConversation(steps=6), tmp_path / "c.jsonl")
+    steps = derive_conversation(settings, trace)["task000"]
+    extra = ["--mmproj", str(resolve_projector(settings))]
+    server = users_server(server_settings())
+    with LlamaServer(engine, tiny_model, server, tmp_path / "today.log", extra_args=extra) as srv:
+        today = replay_today(srv, steps)
+    for st, t in zip(steps, today, strict=True):
+        assert t.ok and t.prompt_n is not None and t.cache_n is not None, t
+        assert t.prompt_n + t.cache_n == st.cells, (st.step, t)  # the derivation is the server's own count
+        assert t.cache_n <= st.common, (st.step, t)
+    evicted = next(t for st, t in zip(steps, today, strict=True) if st.diverged)
+    assert evicted.cache_n is not None and evicted.cache_n <= steps[4].common < steps[3].cells
