@@ -5,6 +5,7 @@ changed message, and a step beyond the context is refused by name."""
 from __future__ import annotations
 
 import itertools
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -17,7 +18,10 @@ from lab.conversation.synth import SynthConversation, synth_conversation
 from lab.conversation.today import replay_today, users_server
 from lab.engine.build import EngineInfo
 from lab.engine.server import LlamaServer
+from lab.experiments.conversation import SAMPLES, STEPS, TASKS
 from lab.models.resolve import resolve_projector
+from lab.runs import RunFolder
+from lab.schemas import ConversationSample, ConversationStepResult, ConversationTaskResult
 from lab.settings import load_settings
 
 from conftest import server_settings
@@ -73,3 +77,52 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
         assert t.cache_n <= st.common, (st.step, t)
     evicted = next(t for st, t in zip(steps, today, strict=True) if st.diverged)
     assert evicted.cache_n is not None and evicted.cache_n <= steps[4].common < steps[3].cells
+
+
+def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> None:
+    """`lab trace replay CONVERSATION`: every step in every arm and rep, the contract held (the optimum
+    fabricated its prefix and prefilled only the new part, no cache prefilled it all), today's reuse from the
+    server's own numbers, per-task totals and the realised share with intervals; then the catalog reads it."""
+    trace = synth_conversation(SynthConversation(steps=5), tmp_path / "c.jsonl")
+    runs = tmp_path / "runs"
+    r = subprocess.run(
+        [LAB, "trace", "replay", str(trace), "--reps", "2", "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env={**os.environ, "COLUMNS": "200"},
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    assert run.ready and run.manifest().experiment == "conversation"
+    samples = run.read(SAMPLES, ConversationSample)
+    assert sorted((s.step, s.rep, s.arm) for s in samples) == sorted(
+        (k, rep, a) for k in range(5) for rep in range(2) for a in ("today", "optimum", "no_cache")
+    )
+    assert all(s.ok for s in samples), [s.reason for s in samples if not s.ok]
+    steps = {s.step: s for s in run.read(STEPS, ConversationStepResult)}
+    for s in samples:
+        st = steps[s.step]
+        assert s.prompt_n is not None and s.cache_n is not None
+        if s.arm == "no_cache":
+            assert (s.cache_n, s.prompt_n) == (0, st.prompt_cells)
+        elif s.arm == "optimum":
+            assert s.prompt_n == st.new and abs(s.cache_n - st.common) <= 2 * st.images  # image markers as text
+        else:
+            assert s.prompt_n + s.cache_n == st.prompt_cells and s.cache_n <= st.common
+    assert steps[4].diverged_at == 1 and all(steps[k].diverged_at is None for k in (1, 2, 3))
+    for st in steps.values():
+        for iv in (st.today_ms, st.optimum_ms, st.no_cache_ms):
+            assert iv is not None and iv.n == 2 and iv.lo <= iv.value <= iv.hi
+        assert st.order in ("holds", "violated")
+    (task,) = run.read(TASKS, ConversationTaskResult)
+    assert task.n_steps == 5 and task.realised is not None and task.today_s is not None
+    assert "share of the optimum's saving" in r.stdout
+    ingest = subprocess.run(
+        [LAB, "catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(tmp_path / "catalog")],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert ingest.returncode == 0, ingest.stderr
+    assert (tmp_path / "catalog" / "tables" / "conversation_steps.parquet").exists()

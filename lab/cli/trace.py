@@ -76,19 +76,34 @@ def trace_derive(
 
 @app.command("replay")
 def trace_replay(
-    trace: Annotated[Path | None, typer.Argument(help="trace JSONL (lab.schemas.TraceStep per line)")] = None,
+    trace: Annotated[
+        Path | None, typer.Argument(help="trace JSONL: step shapes (TraceStep) or a conversation (ConversationStep)")
+    ] = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
+    mmproj: Mmproj = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
-    reps: Annotated[int, typer.Option("--reps", min=1, help="measure each step this often (median + interval)")] = 1,
+    reps: Annotated[
+        int | None,
+        typer.Option("--reps", min=1, help="measure each step this often (default 1; a conversation: 3)"),
+    ] = None,
 ) -> None:
-    """Replay each recorded agent step with a fake prefix: measured_opt_prefill_s per step, opt_wall per task."""
+    """Replay an agent trace. Step shapes: each step with a fake prefix (measured_opt_prefill_s, opt_wall per
+    task). A conversation: every step in three arms, today's server, the optimum and no cache, with intervals."""
+    from lab.conversation.load import is_conversation
+    from lab.experiments.conversation import run_conversation
     from lab.experiments.trace import run_replay
 
-    s = settings_for(model=model, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
-    typer.echo(str(run_replay(s, trace, resume=resolve(resume, s.runs_dir), reps=reps).path))
+    s = settings_for(model=model, mmproj=mmproj, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
+    run = resolve(resume, s.runs_dir)
+    if (run is not None and run.manifest().experiment == "conversation") or (
+        trace is not None and trace.is_file() and is_conversation(trace)
+    ):
+        typer.echo(str(run_conversation(s, trace, reps or 3, resume=run).path))
+        return
+    typer.echo(str(run_replay(s, trace, resume=run, reps=reps or 1).path))
 
 
 @app.command("record")

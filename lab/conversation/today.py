@@ -49,31 +49,29 @@ def replay_today(srv: LlamaServer, steps: list[StepTokens]) -> list[TodayStep]:
     """One task's steps, in order, against `srv` (fresh: a replay starts from an empty cache)."""
     tail = LogTail(srv.log_path)
     tail.read()
-    out = []
-    for st in steps:
-        body: dict[str, Any] = {**_recorded(st), "max_tokens": 1, "stream": False, "cache_prompt": True}
-        r = srv.client.post("/v1/chat/completions", json=body)
-        log = tail.read()
-        if r.status_code != 200:
-            out.append(
-                TodayStep(task_id=st.task_id, step=st.step, ok=False, reason=f"HTTP {r.status_code}: {r.text[:200]}")
-            )
-            continue
-        t = r.json().get("timings", {})
-        out.append(
-            TodayStep(
-                task_id=st.task_id,
-                step=st.step,
-                ok=True,
-                prompt_ms=float(t.get("prompt_ms", 0.0)),
-                prompt_n=int(t.get("prompt_n", 0)),
-                cache_n=int(t.get("cache_n", 0)),
-                checkpoint_restore=RESTORED_CHECKPOINT in log,
-                ram_cache_restore=RAM_CACHE_HIT in log,
-            )
-        )
-        _hold_reply(srv, st)
-        tail.read()
+    return [today_step(srv, tail, st) for st in steps]
+
+
+def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens) -> TodayStep:
+    """The step's recorded request (one token generated), then its reply held in the slot, untimed."""
+    body: dict[str, Any] = {**_recorded(st), "max_tokens": 1, "stream": False, "cache_prompt": True}
+    r = srv.client.post("/v1/chat/completions", json=body)
+    log = tail.read()
+    if r.status_code != 200:
+        return TodayStep(task_id=st.task_id, step=st.step, ok=False, reason=f"HTTP {r.status_code}: {r.text[:200]}")
+    t = r.json().get("timings", {})
+    out = TodayStep(
+        task_id=st.task_id,
+        step=st.step,
+        ok=True,
+        prompt_ms=float(t.get("prompt_ms", 0.0)),
+        prompt_n=int(t.get("prompt_n", 0)),
+        cache_n=int(t.get("cache_n", 0)),
+        checkpoint_restore=RESTORED_CHECKPOINT in log,
+        ram_cache_restore=RAM_CACHE_HIT in log,
+    )
+    _hold_reply(srv, st)
+    tail.read()
     return out
 
 

@@ -77,6 +77,7 @@ class Step:
     prefix: Any
     has_image: bool = False
     extra: dict[str, Any] = field(default_factory=dict)
+    chat: bool = False  # `prompt` is a chat request's messages, sent to the chat endpoint (baseline and fake arms)
 
 
 def text_step(prefix: list[int], new_tokens: list[int]) -> Step:
@@ -93,6 +94,7 @@ def filler_tokens(n: int, seed: int, n_vocab: int, lo: int = 1000) -> list[int]:
 
 
 COMPLETION = "/completion"
+CHAT = "/v1/chat/completions"
 SLOT = "/slots/0"
 
 
@@ -100,6 +102,9 @@ def arm_requests(arm: Arm, step: Step, saved: str | None = None) -> list[tuple[s
     """The (path, body) requests of one sample of `arm`, in order; the last one is the timed one. `saved`: the
     slot file holding the step's really prefilled depth-L state (the genuine arm restores it)."""
     base = {"n_predict": 1, "temperature": 0.0, "stream": False, **step.extra}
+    if step.chat and arm in ("baseline", "fake"):
+        chat = {**base, "max_tokens": 1, "messages": step.prompt, "cache_prompt": False}
+        return [(CHAT, chat | ({"n_fake_cached": step.L} if arm == "fake" else {}))]
     if arm == "baseline":
         return [(COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": False})]
     if arm == "fake":
@@ -147,7 +152,7 @@ class ContractClient:
     def run_arm(self, arm: Arm, step: Step, saved: str | None = None) -> ArmResult:
         """One sample of one arm (`saved`: the slot file of the step's depth-L state, for the genuine arm).
         Failures come back as ok=False with their kind and reason, never raised."""
-        *warm, (_, timed) = arm_requests(arm, step, saved)
+        *warm, (timed_path, timed) = arm_requests(arm, step, saved)
         how: Warm | None = (
             None if arm in ("baseline", "fake") else "restore" if saved and arm == "genuine" else "prefill"
         )
@@ -160,7 +165,7 @@ class ContractClient:
             if kind is not None:
                 return failed(kind, f"prefix {'restore' if path != COMPLETION else 'prefill'}: {reason}")
         self.tail.read()  # only the timed request's log lines count
-        resp, kind, reason = self._post(timed)
+        resp, kind, reason = self._post(timed, timed_path)
         if resp is None or kind is not None:
             return failed(kind or "http", reason)
         t = Timings.model_validate(resp.json()["timings"])

@@ -6,6 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from lab.conversation.derive import StepTokens
+from lab.schemas import ConversationStepResult, ConversationTaskResult, cell
 
 
 def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:
@@ -18,3 +19,57 @@ def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:
             t.add_row(task, str(s.step), str(s.cells), str(s.common), str(s.new), where, str(s.images), str(s.n_out))
     t.caption = "cells: text tokens plus each image's projector grid and markers; reply: recorded completion tokens"
     return t
+
+
+def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationTaskResult]) -> list[Table]:
+    """Per step the three arms' prompt ms [95% interval], what today's server reused and restored, and whether
+    optimum <= today <= no cache holds; per task the three totals and the share of the saving realised."""
+    t = Table(title="a conversation step by step: prompt ms [95% interval] per arm")
+    for c in (
+        "task",
+        "step",
+        "prompt",
+        "L",
+        "new",
+        "diverges",
+        "no cache",
+        "today",
+        "optimum",
+        "reused",
+        "restores",
+        "order",
+    ):
+        t.add_column(c, justify="left" if c in ("task", "diverges", "restores", "order") else "right")
+    for s in steps:
+        restores = ", ".join(x for x, n in (("ckpt", s.checkpoint_restores), ("ram", s.ram_cache_restores)) if n) or "-"
+        t.add_row(
+            s.task_id,
+            str(s.step),
+            str(s.prompt_cells),
+            str(s.common),
+            str(s.new),
+            "-" if s.diverged_at is None else f"msg {s.diverged_at}",
+            cell(s.no_cache_ms, 1),
+            cell(s.today_ms, 1),
+            cell(s.optimum_ms, 1),
+            "-" if s.today_cache_n is None else str(s.today_cache_n),
+            restores,
+            s.order,
+        )
+    t.caption = "reused: today's server's cache_n (first rep); order: optimum <= today <= no cache within the intervals"
+    totals = Table(
+        title="per task: prefill seconds per arm [95% interval], and the share of the optimum's saving that today's "
+        "server realises"
+    )
+    for c in ("task", "steps", "no cache", "today", "optimum", "realised"):
+        totals.add_column(c, justify="left" if c == "task" else "right")
+    for k in tasks:
+        totals.add_row(
+            k.task_id,
+            str(k.n_steps),
+            cell(k.no_cache_s, 2),
+            cell(k.today_s, 2),
+            cell(k.optimum_s, 2),
+            cell(k.realised, share=True),
+        )
+    return [t, totals]

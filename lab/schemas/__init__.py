@@ -5,7 +5,17 @@ from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, V
 from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample
-from lab.schemas.trace import ChatMessage, ConversationStep, TraceStep, TraceStepResult, TraceTaskResult
+from lab.schemas.trace import (
+    ChatMessage,
+    ConversationArm,
+    ConversationSample,
+    ConversationStep,
+    ConversationStepResult,
+    ConversationTaskResult,
+    TraceStep,
+    TraceStepResult,
+    TraceTaskResult,
+)
 
 __all__ = [
     "BANDS",
@@ -18,7 +28,11 @@ __all__ = [
     "BandCycle",
     "BandDepth",
     "ChatMessage",
+    "ConversationArm",
+    "ConversationSample",
     "ConversationStep",
+    "ConversationStepResult",
+    "ConversationTaskResult",
     "InprocFill",
     "Interval",
     "PrefillTps",

@@ -124,3 +124,58 @@ class ConversationStep(BaseModel):
 
     def messages(self) -> list[ChatMessage]:
         return [ChatMessage.model_validate(m) for m in self.request["messages"]]
+
+
+ConversationArm = Literal["today", "optimum", "no_cache"]
+
+
+class ConversationSample(BaseModel):
+    """raw/conversation_samples.jsonl: one arm of one conversation step in one rep."""
+
+    task_id: str
+    step: int
+    rep: int
+    arm: ConversationArm
+    ok: bool
+    reason: str = ""
+    prompt_ms: float | None = None
+    prompt_n: int | None = Field(default=None, description="tokens the server prefilled")
+    cache_n: int | None = Field(default=None, description="tokens it reused (today) or fabricated (optimum)")
+    checkpoint_restore: bool = Field(default=False, description="today: the server restored a context checkpoint")
+    ram_cache_restore: bool = Field(default=False, description="today: the server loaded a prompt from its RAM cache")
+    t_utc: str
+
+
+class ConversationStepResult(BaseModel):
+    """raw/conversation_steps.jsonl: a step's shape in tokens and each arm's median prompt ms [95% interval]."""
+
+    task_id: str
+    step: int
+    prompt_cells: int
+    common: int = Field(description="cells shared with the previous prompt and reply: the optimum's prior depth")
+    new: int
+    diverged_at: int | None = Field(default=None, description="the first changed message (an eviction), or None")
+    reply_tokens: int
+    images: int
+    today_ms: Interval | None = None
+    optimum_ms: Interval | None = None
+    no_cache_ms: Interval | None = None
+    today_cache_n: int | None = Field(default=None, description="what today's server reused (the first rep's)")
+    checkpoint_restores: int = 0
+    ram_cache_restores: int = 0
+    order: Literal["holds", "violated", "-"] = Field(
+        default="-", description="optimum <= today <= no cache within the intervals"
+    )
+
+
+class ConversationTaskResult(BaseModel):
+    """raw/conversation_tasks.jsonl: a task's prefill time in each arm (the sum over its steps, per rep) and the
+    share of the optimum's saving that today's server realises ((no cache - today) / (no cache - optimum),
+    paired by rep), each with its 95% interval."""
+
+    task_id: str
+    n_steps: int
+    today_s: Interval | None = None
+    optimum_s: Interval | None = None
+    no_cache_s: Interval | None = None
+    realised: Interval | None = None

@@ -1,0 +1,63 @@
+"""The two controls of a conversation step, as requests of the one server contract (lab.engine.contract),
+through the chat endpoint like the agent's own request:
+
+    optimum   the fake prefix: the first `common` cells (all a perfect prefix cache could reuse) fabricated as
+              cached (`n_fake_cached`), only the new part prefilled, against the full prior depth
+    no cache  the baseline: the whole prompt prefilled from empty
+
+The engine fabricates text only, so a screenshot inside the shared part is replaced, for the optimum, by filler
+text of as many tokens as the image's cells; the prompt is derived again and L is its length less the step's
+new part (it can differ from `common` by the image markers the template wraps a screenshot in: `L` is what
+the request really fabricated). Images in the new part stay images.
+"""
+
+from __future__ import annotations
+
+import copy
+from typing import Any
+
+from lab.conversation.derive import StepTokens, Templater, cells
+from lab.conversation.load import image_bytes
+from lab.engine.contract import Step
+from lab.engine.media import filler_text
+from lab.engine.png import png_size
+
+
+def no_cache_step(st: StepTokens) -> Step:
+    """All of the step's prompt, prefilled from empty (the baseline arm: L = 0)."""
+    return Step(L=0, new=st.cells, prompt=st.messages, prefix=None, has_image=bool(st.shots), chat=True)
+
+
+def optimum_step(t: Templater, st: StepTokens) -> Step:
+    """The step's new part after a fabricated prefix of the shared part (the fake arm)."""
+    shared = st.prompt[: _units_of(st, st.common)]
+    if not any(isinstance(u, tuple) for u in shared):
+        return Step(L=st.common, new=st.new, prompt=st.messages, prefix=None, has_image=bool(st.shots), chat=True)
+    messages = _text_for_images(t, st.messages, st.new_from)
+    units, _, shots = t.prompt(messages)
+    return Step(L=cells(units) - st.new, new=st.new, prompt=messages, prefix=None, has_image=bool(shots), chat=True)
+
+
+def _units_of(st: StepTokens, n_cells: int) -> int:
+    """How many leading units of the prompt make `n_cells`."""
+    k, total = 0, 0
+    while total < n_cells:
+        u = st.prompt[k]
+        total += u[1] if isinstance(u, tuple) else 1
+        k += 1
+    return k
+
+
+def _text_for_images(t: Templater, messages: list[dict[str, Any]], upto: int) -> list[dict[str, Any]]:
+    """The messages with every image before message `upto` replaced by filler text of its cells."""
+    out = copy.deepcopy(messages)
+    for i, m in enumerate(out[:upto]):
+        content = m.get("content")
+        if not isinstance(content, list):
+            continue
+        for j, part in enumerate(content):
+            if isinstance(part, dict) and part.get("type") == "image_url":
+                assert t.geometry is not None
+                n = t.geometry.tokens(*png_size(image_bytes(part)))[0]
+                content[j] = {"type": "text", "text": filler_text(t.srv, n, seed=i * 100 + j)}
+    return out
