@@ -15,10 +15,10 @@ from __future__ import annotations
 import base64
 from typing import Any
 
-from pydantic import BaseModel, Field
-
 from lab.conversation.derive import StepTokens
 from lab.engine.server import LlamaServer, LogTail
+from lab.runs import utc_now
+from lab.schemas import ConversationSample
 from lab.settings import ServerSettings
 
 SERVER_CHECKPOINTS, SERVER_MIN_STEP, SERVER_CACHE_RAM_MIB = 32, 256, 8192  # llama-server's defaults at the pin
@@ -26,43 +26,29 @@ RESTORED_CHECKPOINT = "restored context checkpoint"
 RAM_CACHE_HIT = "found better prompt"
 
 
-class TodayStep(BaseModel):
-    """One step as today's server took it."""
-
-    task_id: str
-    step: int
-    ok: bool
-    reason: str = ""
-    prompt_ms: float | None = None
-    prompt_n: int | None = Field(default=None, description="tokens the server prefilled")
-    cache_n: int | None = Field(default=None, description="tokens it reused from its cache")
-    checkpoint_restore: bool = False
-    ram_cache_restore: bool = False
-
-
 def users_server(server: ServerSettings) -> ServerSettings:
     """The server as users run it: checkpoints and the RAM prompt cache at llama-server's own defaults."""
     return server.model_copy(update={"checkpoints": SERVER_CHECKPOINTS, "cache_ram_mib": SERVER_CACHE_RAM_MIB})
 
 
-def replay_today(srv: LlamaServer, steps: list[StepTokens]) -> list[TodayStep]:
+def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> list[ConversationSample]:
     """One task's steps, in order, against `srv` (fresh: a replay starts from an empty cache)."""
     tail = LogTail(srv.log_path)
     tail.read()
-    return [today_step(srv, tail, st) for st in steps]
+    return [today_step(srv, tail, st, rep) for st in steps]
 
 
-def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens) -> TodayStep:
+def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) -> ConversationSample:
     """The step's recorded request (one token generated), then its reply held in the slot, untimed."""
     body: dict[str, Any] = {**_recorded(st), "max_tokens": 1, "stream": False, "cache_prompt": True}
     r = srv.client.post("/v1/chat/completions", json=body)
     log = tail.read()
+    base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": "today", "t_utc": utc_now()}
     if r.status_code != 200:
-        return TodayStep(task_id=st.task_id, step=st.step, ok=False, reason=f"HTTP {r.status_code}: {r.text[:200]}")
+        return ConversationSample(**base, ok=False, reason=f"HTTP {r.status_code}: {r.text[:200]}")
     t = r.json().get("timings", {})
-    out = TodayStep(
-        task_id=st.task_id,
-        step=st.step,
+    out = ConversationSample(
+        **base,
         ok=True,
         prompt_ms=float(t.get("prompt_ms", 0.0)),
         prompt_n=int(t.get("prompt_n", 0)),

@@ -147,8 +147,7 @@ class ConversationReplay(Experiment):
     ) -> ConversationSample:
         base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "t_utc": utc_now()}
         if arm == "today":
-            r = today_step(today, tail, st)
-            return ConversationSample.model_validate(base | r.model_dump(exclude={"task_id", "step"}))
+            return today_step(today, tail, st, rep)
         step = optimum_step(t, st) if arm == "optimum" else no_cache_step(st)
         a = client.run_arm_alive("fake" if arm == "optimum" else "baseline", step, what=f"{st.task_id} step {st.step}")
         tm = a.timings
