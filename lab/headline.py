@@ -185,3 +185,25 @@ def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProf
     if not bands or not summary:
         return None
     return profile_of(bands, summary[0], host, Path(r.model_path).name, r.run_id)
+
+
+def conversation_lines(catalog_dir: Path) -> list[str]:
+    """Per task of the newest conversation replay per (host, model): no cache / today's server / optimum, and the
+    share of the optimum's saving today's server realises, each with its interval."""
+    from lab.catalog.tables import RunRecord, load_table, unflatten
+    from lab.schemas import ConversationTaskResult, cell
+
+    runs, tasks = load_table(catalog_dir, "runs"), load_table(catalog_dir, "conversation_tasks")
+    if runs.empty or tasks.empty:
+        return []
+    out = []
+    for r in newest([unflatten(x, RunRecord) for x in runs.to_dict("records")], "conversation"):
+        for x in tasks[tasks["run_id"] == r.run_id].to_dict("records"):
+            t = unflatten(x, ConversationTaskResult)
+            arms = f"no cache {cell(t.no_cache_s, 2)} s / today's server {cell(t.today_s, 2)} s / optimum"
+            out.append(
+                f"{r.host} / {Path(r.model_path).name}: conversation {t.task_id} ({t.n_steps} steps), prefill {arms} "
+                f"{cell(t.optimum_s, 2)} s; today's server realises {cell(t.realised, share=True)} of the optimum's "
+                "saving"
+            )
+    return out

@@ -126,3 +126,11 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
     )
     assert ingest.returncode == 0, ingest.stderr
     assert (tmp_path / "catalog" / "tables" / "conversation_steps.parquet").exists()
+    headline = subprocess.run(
+        [LAB, "catalog", "headline", "--catalog-dir", str(tmp_path / "catalog")],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, "COLUMNS": "400"},
+    )
+    assert headline.returncode == 0 and "conversation task000 (5 steps), prefill no cache" in headline.stdout

@@ -62,12 +62,14 @@ def catalog_headline_cmd(catalog_dir: CatalogDir = None, reports_dir: ReportsDir
     """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
     from rich.console import Console
 
-    from lab.headline import catalog_headline
+    from lab.headline import catalog_headline, conversation_lines
     from lab.presenters import print_headline
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=reports_dir)
     console = Console()
     print_headline(console, *catalog_headline(s.catalog_dir), empty="no complete sweep or profile in the catalog yet")
+    for line in conversation_lines(s.catalog_dir):
+        console.print(line, highlight=False)
     if (index := s.reports_dir / "index.html").exists():
         console.print(f"open {index}", highlight=False)
 

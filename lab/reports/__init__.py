@@ -22,7 +22,7 @@ def render_reports(catalog_dir: Path, out_dir: Path, settings: ReportSettings) -
 
     Charts draw complete runs only (`runs.in_figures`) and render an explanatory empty state when their
     tables are empty. The same catalog always gives byte-identical files."""
-    from lab.headline import catalog_headline
+    from lab.headline import catalog_headline, conversation_lines
     from lab.reports.charts import CHARTS
     from lab.reports.data import catalog_runs
     from lab.reports.render import save_chart
@@ -35,7 +35,7 @@ def render_reports(catalog_dir: Path, out_dir: Path, settings: ReportSettings) -
         paths = save_chart(build(catalog_dir, runs, settings), out_dir, name, settings)
         sections[name] = (description, paths)
         written += paths
-    written.append(write_index(out_dir, runs, sections, catalog_headline(catalog_dir)))
+    written.append(write_index(out_dir, runs, sections, catalog_headline(catalog_dir), conversation_lines(catalog_dir)))
     return written
 
 

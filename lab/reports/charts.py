@@ -10,6 +10,7 @@ import pandas as pd
 from lab.reports.agreement import agreement_chart
 from lab.reports.arms import arms_chart
 from lab.reports.bands import bands_chart
+from lab.reports.conversation import conversation_chart
 from lab.reports.replay import replay_chart
 from lab.reports.roofline import roofline_chart
 from lab.reports.style import Chart
@@ -35,6 +36,11 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         "The sweep in one process (no server): baseline, genuine hit, fake prefix vs L, and the genuine hit's "
         "cache read against memcpy",
         arms_chart,
+    ),
+    "conversation": (
+        "An agent conversation step by step: prefill of no cache, today's server and the optimum, with evictions and "
+        "checkpoint restores",
+        conversation_chart,
     ),
     "replay": (
         "Replay labs: exact replay, replay span, consumer rows / SWA pairs and row-work",

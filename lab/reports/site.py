@@ -44,9 +44,10 @@ def write_index(
     runs: pd.DataFrame,
     charts: dict[str, tuple[str, list[Path]]],
     headline: tuple[list[HeadlineStep], list[HeadlineProfile]] = ([], []),
+    conversations: list[str] | None = None,
 ) -> Path:
     """`charts`: name -> (description, files written for it); `headline`: the answer the page opens with
-    (lab.headline). Returns the path of index.html."""
+    (lab.headline), and `conversations` its per-task conversation lines. Returns the path of index.html."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',
@@ -58,6 +59,7 @@ def write_index(
         "<code>dvc repro</code>) from the catalog tables. The charts draw complete runs only; incomplete and "
         "failed runs are listed below, marked, and not drawn.</p>",
         *_headline(*headline),
+        *(["<p>" + "<br>".join(escape(line) for line in conversations) + "</p>"] if conversations else []),
         "<h2>Charts</h2>",
     ]
     for name, (description, files) in charts.items():
