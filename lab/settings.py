@@ -156,6 +156,9 @@ class SweepSettings(Section):
     images: list[str] = Field(
         default=["none"], description="screenshot in the new part: none (text only) and/or sizes WxH, e.g. 640x400"
     )
+    n_out: int = Field(
+        default=0, ge=0, description="the fake arm also generates this many tokens: decode ms/token at L + new (0: off)"
+    )
 
     @field_validator("images")
     @classmethod
@@ -182,6 +185,10 @@ class SweepSettings(Section):
             raise ValueError(f"sweep.min_reps ({self.min_reps}) > sweep.max_reps ({self.max_reps})")
         if "fake" not in self.arms:
             raise ValueError("sweep.arms must include fake (the arm the sweep is about)")
+        if self.n_out == 1:
+            raise ValueError("sweep.n_out: 0 (off) or at least 2 (a decode is timed between two generated tokens)")
+        if self.n_out and self.where == "inproc":
+            raise ValueError("sweep.n_out decodes through the server: set sweep.where to server or both")
         self.arms = [a for a in ("baseline", "fake", "genuine", "plain", "estimate") if a in self.arms]
         return self
 
@@ -297,9 +304,11 @@ class Settings(BaseSettings):
 
     @model_validator(mode="after")
     def _sweep_fits_context(self) -> Settings:
-        need = max(self.sweep.Ls) + max(self.sweep.news)
+        need = max(self.sweep.Ls) + max(self.sweep.news) + self.sweep.n_out
         if need >= self.server.ctx_size:
-            raise ValueError(f"sweep.Ls + sweep.news need {need} tokens but server.ctx_size is {self.server.ctx_size}")
+            raise ValueError(
+                f"sweep.Ls + sweep.news + sweep.n_out need {need} tokens but server.ctx_size is {self.server.ctx_size}"
+            )
         return self
 
     @classmethod

@@ -127,3 +127,6 @@ RatesOpt = Annotated[
     str | None, typer.Option("--rates", help="the plan's rates: a rates file or a profile run (default: calibrate)")
 ]
 BudgetOpt = Annotated[str | None, typer.Option("--budget", help="choose max reps to fit this wall time, e.g. 30m")]
+NOutOpt = Annotated[
+    int | None, typer.Option("--n-out", help="tokens generated after each step's prompt, timed as decodes at depth")
+]

@@ -1,4 +1,4 @@
-"""`lab engine build|info|prune|check`: the patched llama.cpp engine."""
+"""`lab engine build|info|prune|check|decode`: the patched llama.cpp engine."""
 
 from __future__ import annotations
 
@@ -7,7 +7,18 @@ from typing import Annotated, Any
 
 import typer
 
-from lab.cli.common import CacheDir, FlavorOpt, ModelOpt, SourceMode, SourcePath, group, settings_for
+from lab.cli.common import (
+    CacheDir,
+    FlavorOpt,
+    ModelOpt,
+    NOutOpt,
+    SourceMode,
+    SourcePath,
+    Threads,
+    group,
+    int_list,
+    settings_for,
+)
 
 app = group("the patched llama.cpp engine")
 
@@ -82,4 +93,34 @@ def engine_check(
     why = run_check(settings_for(cache_dir, model=model), L=L, new=new)
     if why:
         typer.secho(f"the engine does not honour the n_fake_cached contract: {why}", fg="red", err=True)
+        raise typer.Exit(1)
+
+
+@app.command("decode")
+def engine_decode(
+    depths: Annotated[str, typer.Option("--depths", help="depths L + new to decode at, e.g. 512,1024,2048")] = (
+        "512,1024,2048"
+    ),
+    n_out: NOutOpt = 32,
+    reps: Annotated[int, typer.Option("--reps", help="samples per depth, each tool", min=1)] = 5,
+    new: Annotated[int, typer.Option("--new", help="new tokens before the generation (L = depth - new)")] = 64,
+    tolerance: Annotated[float, typer.Option("--tolerance", help="agree: server / llama-bench within 1 +- this")] = 0.1,
+    threads: Threads = None,
+    model: ModelOpt = None,
+    cache_dir: CacheDir = None,
+) -> None:
+    """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench."""
+    from rich.console import Console
+
+    from lab.experiments.decode import run_decode
+    from lab.presenters.decode import decode_table
+
+    s = settings_for(cache_dir, model=model, server={"threads": threads})
+    found = run_decode(s, int_list(depths) or [], new, n_out or 0, reps, tolerance)
+    console = Console()
+    console.print(decode_table(found.rows, found.model.name, found.threads))
+    console.print(f"took {found.took_s:.1f} s; logs: {found.log_dir}", highlight=False)
+    for line in found.failures:
+        console.print(f"[red]failed sample[/red] {line}", highlight=False)
+    if found.failures:
         raise typer.Exit(1)

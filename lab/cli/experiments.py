@@ -20,6 +20,7 @@ from lab.cli.common import (
     Mmproj,
     ModelOpt,
     NewsOpt,
+    NOutOpt,
     PlanOpt,
     ProbeMaxDepth,
     RatesOpt,
@@ -50,6 +51,7 @@ def sweep(
     where: WhereOpt = None,
     baseline_reps: BaselineReps = None,
     fill_passes: FillPasses = None,
+    n_out: NOutOpt = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
@@ -68,6 +70,7 @@ def sweep(
     `plain` adds a genuine hit that prefills L per rep, the restore's proof). --where inproc measures the same
     grid in one process with libllama (no server in the numbers; the cache read is timed against a memcpy),
     --where both at every point in both places (server / in-process per arm: the server's own share).
+    --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
     from rich.console import Console
 
@@ -91,6 +94,7 @@ def sweep(
             "fill_passes": fill_passes,
             "rates": rates,
             "where": where,
+            "n_out": n_out,
         },
         server={"threads": threads, "ctx_size": ctx_size},
     )

@@ -15,6 +15,11 @@ Arms (the same prompt each time, so the same work except what is cached):
   plain     prefill the L prefix for real with cache_prompt (untimed), then send L + new: the same hit, its
             warm-up paying the prefix (the proof that a restored state is a genuine hit)
 
+Decoding at depth: with `n_out` (>= 2) the timed request also generates n_out tokens, greedy with `ignore_eos`
+(so exactly n_out), at depth L + new onward; its `predicted_n` must be n_out. The server's `predicted_ms` runs
+from the first sampled token to the last, which is n_out - 1 single-token decodes (each with its sampling), so
+a decode costs predicted_ms / (predicted_n - 1): what `llama-bench -n N -d L+new` times per token.
+
 A failed sample comes back as `ok=False` with a typed `kind`: `transport` (the connection dropped: the
 server may have died), `http` (the server refused the request) or `contract` (it answered, but decoded
 something other than what the arm asks for).
@@ -31,6 +36,8 @@ from pydantic import BaseModel
 
 from lab.engine.server import LlamaServer, LogTail
 from lab.errors import LabError
+from lab.schemas import Interval
+from lab.stats import median_interval
 
 Arm = Literal["baseline", "fake", "genuine", "plain"]
 ARMS: tuple[Arm, ...] = ("baseline", "fake", "genuine", "plain")
@@ -50,6 +57,11 @@ class Timings(BaseModel):
     predicted_ms: float = 0.0
     fake_n: int = 0
     fake_ms: float = 0.0
+
+    @property
+    def decode_ms(self) -> float | None:
+        """ms per generated token: predicted_ms over the predicted_n - 1 decodes it spans (None below 2 tokens)."""
+        return self.predicted_ms / (self.predicted_n - 1) if self.predicted_n > 1 else None
 
 
 class ArmResult(BaseModel):
@@ -98,25 +110,34 @@ CHAT = "/v1/chat/completions"
 SLOT = "/slots/0"
 
 
-def arm_requests(arm: Arm, step: Step, saved: str | None = None) -> list[tuple[str, dict[str, Any]]]:
+def decoding(n_out: int) -> dict[str, Any]:
+    """What a timed request adds to generate n_out tokens (0: the one token every request samples): exactly
+    n_out, even past an end-of-sequence token."""
+    return {"n_predict": n_out, "ignore_eos": True} if n_out else {}
+
+
+def arm_requests(arm: Arm, step: Step, saved: str | None = None, n_out: int = 0) -> list[tuple[str, dict[str, Any]]]:
     """The (path, body) requests of one sample of `arm`, in order; the last one is the timed one. `saved`: the
-    slot file holding the step's really prefilled depth-L state (the genuine arm restores it)."""
+    slot file holding the step's really prefilled depth-L state (the genuine arm restores it); n_out: tokens the
+    timed request generates after the prompt (0: one, the prompt's own next token)."""
     base = {"n_predict": 1, "temperature": 0.0, "stream": False, **step.extra}
+    out = {**base, **decoding(n_out)}
     if step.chat and arm in ("baseline", "fake"):
-        chat = {**base, "max_tokens": 1, "messages": step.prompt, "cache_prompt": False}
+        chat = {**out, "max_tokens": out["n_predict"], "messages": step.prompt, "cache_prompt": False}
         return [(CHAT, chat | ({"n_fake_cached": step.L} if arm == "fake" else {}))]
     if arm == "baseline":
-        return [(COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": False})]
+        return [(COMPLETION, {**out, "prompt": step.prompt, "cache_prompt": False})]
     if arm == "fake":
-        return [(COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": False, "n_fake_cached": step.L})]
-    timed = (COMPLETION, {**base, "prompt": step.prompt, "cache_prompt": True})
+        return [(COMPLETION, {**out, "prompt": step.prompt, "cache_prompt": False, "n_fake_cached": step.L})]
+    timed = (COMPLETION, {**out, "prompt": step.prompt, "cache_prompt": True})
     if arm == "genuine" and saved is not None:
         return [(f"{SLOT}?action=restore", {"filename": saved}), timed]
     return [(COMPLETION, {**base, "prompt": step.prefix, "cache_prompt": True}), timed]
 
 
-def arm_reason(arm: Arm, t: Timings, L: int, new: int) -> str:
-    """Empty string if the timed request of an arm decoded what it should, else why not."""
+def arm_reason(arm: Arm, t: Timings, L: int, new: int, n_out: int = 0) -> str:
+    """Empty string if the timed request of an arm decoded what it should (and generated n_out tokens, when
+    asked to), else why not."""
     if arm == "fake":
         if t.cache_n != L:
             return f"cache_n={t.cache_n} != L={L}: the fake hit did not register"
@@ -128,6 +149,8 @@ def arm_reason(arm: Arm, t: Timings, L: int, new: int) -> str:
         return f"{arm} genuine hit: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected {L}/{new}"
     if arm == "baseline" and (t.cache_n != 0 or t.prompt_n != L + new):
         return f"baseline: cache_n={t.cache_n}, prompt_n={t.prompt_n}, expected 0/{L + new}"
+    if n_out and t.predicted_n != n_out:
+        return f"predicted_n={t.predicted_n} != n_out={n_out}: generated other than the tokens asked for"
     return ""
 
 
@@ -149,10 +172,11 @@ class ContractClient:
             return None, "http", f"HTTP {resp.status_code}: {resp.text[:300]}"
         return resp, None, ""
 
-    def run_arm(self, arm: Arm, step: Step, saved: str | None = None) -> ArmResult:
-        """One sample of one arm (`saved`: the slot file of the step's depth-L state, for the genuine arm).
-        Failures come back as ok=False with their kind and reason, never raised."""
-        *warm, (timed_path, timed) = arm_requests(arm, step, saved)
+    def run_arm(self, arm: Arm, step: Step, saved: str | None = None, n_out: int = 0) -> ArmResult:
+        """One sample of one arm (`saved`: the slot file of the step's depth-L state, for the genuine arm; n_out:
+        tokens to generate after the prompt, timed as decodes at depth L + new). Failures come back as ok=False
+        with their kind and reason, never raised."""
+        *warm, (timed_path, timed) = arm_requests(arm, step, saved, n_out)
         how: Warm | None = (
             None if arm in ("baseline", "fake") else "restore" if saved and arm == "genuine" else "prefill"
         )
@@ -170,7 +194,7 @@ class ContractClient:
             return failed(kind or "http", reason)
         t = Timings.model_validate(resp.json()["timings"])
         encode_ms, decode_ms = self.tail.image_ms() if step.has_image else (None, None)
-        reason = arm_reason(arm, t, step.L, step.new)
+        reason = arm_reason(arm, t, step.L, step.new, n_out)
         if not reason and step.has_image and encode_ms is None:
             reason = "no image encode in the server log: was the image dropped (wrong media marker)?"
         if reason:
@@ -214,10 +238,12 @@ class ContractClient:
         """After a failed sample: has the server died? A dropped connection gets a few seconds to show it."""
         return self.srv.died(dropped=r.kind == "transport")
 
-    def run_arm_alive(self, arm: Arm, step: Step, saved: str | None = None, what: str = "") -> ArmResult:
+    def run_arm_alive(
+        self, arm: Arm, step: Step, saved: str | None = None, what: str = "", n_out: int = 0
+    ) -> ArmResult:
         """`run_arm`, raising ServerDied when a failure was the server dying (`what`: the sample, for the
         message): a failed arm is a row, a dead server ends the run (incomplete, resumable)."""
-        r = self.run_arm(arm, step, saved)
+        r = self.run_arm(arm, step, saved, n_out)
         if not r.ok and self.died(r):
             rc = self.srv.proc and self.srv.proc.returncode
             raise ServerDied(f"llama-server died during {what or arm} (exit {rc}); see {self.srv.log_path}")
@@ -226,3 +252,21 @@ class ContractClient:
 
 class ServerDied(LabError):
     """The server process died under a request: the run stops, incomplete."""
+
+
+def decode_interval(results: list[ArmResult], key: str = "") -> Interval | None:
+    """Decode ms per generated token of the ok samples: their median and its 95% interval (None without any)."""
+    return median_interval([r.timings.decode_ms for r in results if r.ok and r.timings], key)
+
+
+def measure_decode(
+    client: ContractClient, step: Step, n_out: int, reps: int, key: str = ""
+) -> tuple[list[ArmResult], Interval | None]:
+    """Decode at depth step.L + step.new: `reps` fake-arm samples, each generating n_out tokens after the new
+    ones; every sample (a failure typed, a dead server raised as ServerDied) and the decode ms per token's median
+    with its interval."""
+    if n_out < 2:
+        raise ValueError(f"n_out={n_out}: a decode is timed between two generated tokens, so n_out >= 2")
+    what = f"decode L={step.L} new={step.new} n_out={n_out}"
+    results = [client.run_arm_alive("fake", step, what=f"{what} rep {i}", n_out=n_out) for i in range(reps)]
+    return results, decode_interval(results, key)

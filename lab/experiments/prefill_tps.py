@@ -1,5 +1,6 @@
 """prefill_tps(depth), measured independently of the server: llama-bench -p <chunk> -d <depth> on the same
-build, model and threads. The arithmetic estimate opt_prefill = only_new / prefill_tps(L) uses it."""
+build, model and threads. The arithmetic estimate opt_prefill = only_new / prefill_tps(L) uses it. Decoding at
+depth the same way: llama-bench -p 0 -n <n_gen> -d <depth> (`lab engine decode`'s cross-check)."""
 
 from __future__ import annotations
 
@@ -11,7 +12,7 @@ from pathlib import Path
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import llama_args, taskset
 from lab.errors import LabError
-from lab.schemas import PrefillTps
+from lab.schemas import BenchDecode, PrefillTps
 from lab.target import Target
 
 
@@ -23,7 +24,7 @@ class BenchError(LabError):
 class LlamaBench:
     """One llama-bench call: every chunk at every depth, `reps` times, on this build, model and threads. ubatch: also
     pass -b/-ub (a prompt longer than one ubatch is then a plain chunked prefill); cpu_list: pin it like the server
-    (lab.engine.pinning)."""
+    (lab.engine.pinning); n_gen: also generate this many tokens at every depth (chunks [0]: generation only)."""
 
     engine: EngineInfo
     model: Path
@@ -34,13 +35,14 @@ class LlamaBench:
     flash_attn: str
     ubatch: int | None = None
     cpu_list: str | None = None
+    n_gen: int = 0
 
 
 def bench_command(b: LlamaBench) -> str:
     batching = ["-b", str(b.ubatch), "-ub", str(b.ubatch)] if b.ubatch else []
     args = [  # argv as flag-value pairs (fmt: skip)
         *taskset(b.cpu_list), str(b.engine.bench), "-m", str(b.model),
-        "-p", ",".join(map(str, sorted(set(b.chunks)))), "-n", "0",
+        "-p", ",".join(map(str, sorted(set(b.chunks)))), "-n", str(b.n_gen),
         "-d", ",".join(map(str, sorted(set(b.depths)))),
         "-r", str(b.reps), "-t", str(b.threads), "-fa", b.flash_attn, "-o", "jsonl", *batching, *llama_args(b.cpu_list),
     ]  # fmt: skip
@@ -70,15 +72,45 @@ def parse_bench_jsonl(text: str) -> list[PrefillTps]:
     return rows
 
 
-def measure_prefill_tps(target: Target, bench: LlamaBench, log: Path) -> list[PrefillTps]:
-    """Run `bench` on `target` (its output appended to `log`); every (chunk, depth) it asked for, or BenchError."""
+def parse_decode_jsonl(text: str) -> list[BenchDecode]:
+    """The generation rows (-n N, no prompt) of llama-bench's JSONL: ms per generated token, every rep's."""
+    rows = []
+    for line in text.splitlines():
+        line = line.strip()
+        if not line.startswith("{"):
+            continue
+        d = json.loads(line)
+        n_gen = int(d.get("n_gen", 0))
+        if n_gen == 0 or int(d.get("n_prompt", 0)) != 0:
+            continue
+        per_token = [float(x) / 1e6 / n_gen for x in d.get("samples_ns") or []]
+        rows.append(BenchDecode(depth=int(d["n_depth"]), n_gen=n_gen, samples_ms=per_token))
+    return rows
+
+
+def run_bench(target: Target, bench: LlamaBench, log: Path) -> str:
+    """Run `bench` on `target` (its output appended to `log`); its stdout (JSONL), or BenchError."""
     cmd = bench_command(bench)
     r = target.run(cmd)
     with log.open("a") as fh:
         fh.write(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")
     if not r.ok:
         raise BenchError(f"llama-bench failed ({r.exited}); log {log}")
-    rows = parse_bench_jsonl(r.stdout)
+    return r.stdout
+
+
+def measure_decode_tps(target: Target, bench: LlamaBench, log: Path) -> list[BenchDecode]:
+    """Run `bench` (n_gen > 0, chunks [0]); its generation at every depth it asked for, or BenchError."""
+    rows = parse_decode_jsonl(run_bench(target, bench, log))
+    missing = sorted(set(bench.depths) - {row.depth for row in rows})
+    if missing:
+        raise BenchError(f"llama-bench gave no generation result at depth {missing}; log {log}")
+    return rows
+
+
+def measure_prefill_tps(target: Target, bench: LlamaBench, log: Path) -> list[PrefillTps]:
+    """Run `bench` on `target` (its output appended to `log`); every (chunk, depth) it asked for, or BenchError."""
+    rows = parse_bench_jsonl(run_bench(target, bench, log))
     want = {(c, d) for c in bench.chunks for d in bench.depths}
     got = {(row.chunk, row.depth) for row in rows}
     if want - got:

@@ -5,6 +5,7 @@ process, when a point is decided, and the notes on what to check."""
 from __future__ import annotations
 
 import statistics
+from typing import Any
 
 from lab.engine.contract import ARMS, ArmResult
 from lab.engine.imagegrid import ImageGeometry
@@ -54,8 +55,17 @@ def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None 
         prompt_n=t.prompt_n if t else None,
         cache_n=t.cache_n if t else None,
         fake_ms=t.fake_ms if t and r.arm == "fake" else None,
+        **decode_fields(r),
         t_utc=utc_now(),
     )
+
+
+def decode_fields(r: ArmResult) -> dict[str, Any]:
+    """A sample's generation, when its request generated tokens to time (sweep.n_out)."""
+    t = r.timings
+    if t is None or t.decode_ms is None:
+        return {}
+    return {"predicted_n": t.predicted_n, "predicted_ms": t.predicted_ms, "decode_ms": t.decode_ms}
 
 
 def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
@@ -198,6 +208,10 @@ def summarize_point(
         ratio = unpaired_ratio(list(by_rep[arm].values()), list(_by_rep(inproc or [], arm).values()), f"{key}/{arm}/in")
         if ratio is not None:
             point.vs_inproc[arm] = ratio
+    decode = list(_by_rep(samples, "fake", "decode_ms").values())
+    if decode:  # sweep.n_out: the fake arm's generation, decode ms per token at depth L + new
+        point.n_out = max(s.predicted_n or 0 for s in samples if s.arm == "fake")
+        point.decode_ci = median_interval(decode, f"{key}/decode")
     point.diagnostics = diagnose(point, samples, tol)
     return point
 

@@ -8,6 +8,7 @@ What a rep measures, and what it costs beyond its new tokens:
     estimate   the in-process driver restores its depth-L state and decodes the same only_new tokens: what
                `llama-bench -p only_new -d L` times, without refilling the depth per sample
     plain      (optional) prefill L, then L + new: the genuine hit paying its prefix, the restore's proof
+    decode     (sweep.n_out > 0) the fake arm's request also generates n_out tokens: decode ms/token at L + new
     baseline   L + new from nothing: the expensive thing it measures, so only sweep.baseline_reps direct reps;
                the driver's cumulative fill passes give it again as prefix sums (time to reach L + new)
 llama-bench runs once at a few points as an independent cross-check of the estimate.
@@ -65,8 +66,9 @@ def measure_point(
     tps: list[PrefillTps] = []
     slots: list[Arm] = [a for a in ARMS if a in sw.arms]
 
-    def run(arm: Arm, rep: int) -> ArmResult:
-        return client.run_arm_alive(arm, step, saved, what=f"{p.id} {arm} rep {rep}")
+    def run(arm: Arm, rep: int) -> ArmResult:  # the fake arm also decodes at depth L + new (sweep.n_out)
+        n_out = sw.n_out if arm == "fake" else 0
+        return client.run_arm_alive(arm, step, saved, what=f"{p.id} {arm} rep {rep}", n_out=n_out)
 
     walls: dict[int, float] = {}
     for rep in range(sw.max_reps):

@@ -55,6 +55,7 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     plain = any(p.plain.n_ok for p in points)
     check = any(p.bench_check_ci for p in points)
     share = any(p.vs_inproc for p in points)
+    decode = any(p.decode_ci for p in points)
     inproc = where == "inproc"
     cols = (
         "L",
@@ -71,6 +72,7 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
         *(("genuine/plain - 1",) if plain else ()),
         *(("cache read ms", "restore step/genuine - 1", "cache-read share") if inproc else ()),
         *(("server/in-proc fake", "server/in-proc genuine") if share else ()),
+        *(("decode ms/token at L+new",) if decode else ()),
         "s per rep",
         "reps",
         "note",
@@ -102,6 +104,7 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
                 else ()
             ),
             *((cell(p.vs_inproc.get("fake"), 3), cell(p.vs_inproc.get("genuine"), 3)) if share else ()),
+            *((cell(p.decode_ci, 2),) if decode else ()),
             cell(p.rep_s, 3),
             str(p.reps),
             f"[{notes[p.point]}]" if p.point in notes else "",

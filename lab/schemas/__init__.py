@@ -2,6 +2,7 @@
 shared pieces in `base`, then one module per experiment family. Import them from here."""
 
 from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, Verdict, Where, cell, ggml_pad
+from lab.schemas.decode import BenchDecode, DecodeDepth
 from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample
@@ -27,12 +28,14 @@ __all__ = [
     "BandAt",
     "BandCycle",
     "BandDepth",
+    "BenchDecode",
     "ChatMessage",
     "ConversationArm",
     "ConversationSample",
     "ConversationStep",
     "ConversationStepResult",
     "ConversationTaskResult",
+    "DecodeDepth",
     "InprocFill",
     "Interval",
     "PrefillTps",

@@ -40,6 +40,9 @@ class SweepSample(BaseModel):
     copy_ms: float | None = Field(default=None, description="inproc genuine: a plain memcpy of blob_bytes")
     blob_bytes: int | None = Field(default=None, description="inproc genuine: the depth-L state blob (flags 0)")
     pos_max: int | None = Field(default=None, description="inproc: the sequence's max position before the step")
+    predicted_n: int | None = Field(default=None, description="sweep.n_out: the tokens the fake arm generated")
+    predicted_ms: float | None = Field(default=None, description="sweep.n_out: first to last generated token, ms")
+    decode_ms: float | None = Field(default=None, description="sweep.n_out: predicted_ms / (predicted_n - 1)")
     t_utc: str = ""
 
 
@@ -124,6 +127,10 @@ class SweepPoint(BaseModel):
     cache_read_share_ci: Interval | None = Field(default=None, description="restore ms / (restore + decode) ms")
     vs_inproc: dict[str, Interval] = Field(
         default_factory=dict, description="server points of a both-places sweep: server / in-process per arm"
+    )
+    n_out: int = Field(default=0, description="tokens the fake arm generated after the step (sweep.n_out; 0: none)")
+    decode_ci: Interval | None = Field(
+        default=None, description="sweep.n_out: the fake arm's decode ms per token at depth L + new (server)"
     )
 
 

@@ -1,0 +1,86 @@
+"""Decoding at depth against the real patched server (asserts on) and the tiny model: the decode contract at a few
+depths, a typed failure when the server generates fewer tokens than asked, `lab engine decode` end to end, and a
+sweep with `--n-out` storing a decode interval on every point."""
+
+from __future__ import annotations
+
+import os
+import re
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from lab.engine.contract import ContractClient, filler_tokens, measure_decode, text_step
+from lab.engine.server import LlamaServer
+from lab.experiments.sweep import POINTS, SAMPLES
+from lab.runs import RunFolder
+from lab.schemas import SweepPoint, SweepSample
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+TOKENS = filler_tokens(8192, seed=21, n_vocab=151936)
+
+
+def lab(*args: str) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, "COLUMNS": "250"}  # one table row per line
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env=env)
+
+
+@pytest.mark.parametrize("L", [0, 300, 1000, 2500])
+def test_the_fake_arm_decodes_n_out_tokens_at_depth(server: LlamaServer, L: int) -> None:
+    step = text_step(TOKENS[:L], TOKENS[L : L + 24])
+    results, iv = measure_decode(ContractClient(server), step, n_out=8, reps=2, key=f"L{L}")
+    for r in results:
+        assert r.ok, r.reason
+        assert r.timings is not None and (r.timings.predicted_n, r.timings.cache_n) == (8, L)
+        assert r.timings.prompt_n == 24 and r.timings.decode_ms is not None and r.timings.decode_ms > 0
+    assert iv is not None and iv.n == 2 and iv.lo <= iv.value <= iv.hi
+
+
+def test_fewer_generated_tokens_than_asked_is_a_typed_contract_failure(server: LlamaServer) -> None:
+    # the context (8192) ends 12 tokens into the generation: the server stops early, and says so in predicted_n
+    step = text_step(TOKENS[:8100], TOKENS[8100:8180])
+    (r,), iv = measure_decode(ContractClient(server), step, n_out=40, reps=1)
+    assert not r.ok and r.kind == "contract" and "!= n_out=40" in r.reason, r
+    assert iv is None and server.alive()
+
+
+def test_lab_engine_decode_prints_a_verdict_per_depth() -> None:
+    r = lab("engine", "decode", "--depths", "300,1200", "--reps", "2", "--n-out", "8", "--new", "16")
+    assert r.returncode == 0, r.stderr + r.stdout
+    rows = {int(m[0]): m for m in re.findall(r"│\s*(\d+) │\s*(\d+) │\s*16 │\s*8 │(.*)│\s*(\w+)\s*│", r.stdout)}
+    assert sorted(rows) == [300, 1200], r.stdout
+    assert {int(m[1]) for m in rows.values()} == {284, 1184}  # L = depth - new
+    for _depth, _L, cells, verdict in rows.values():
+        assert verdict in {"agree", "disagree", "undecided"}
+        assert len(re.findall(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", cells)) == 3, cells  # two medians and the ratio
+    assert "1 +- 10%" in r.stdout and "logs:" in r.stdout
+
+
+def test_lab_engine_decode_refuses_a_depth_shallower_than_new() -> None:
+    r = lab("engine", "decode", "--depths", "32", "--new", "64")
+    assert r.returncode == 2 and "at least new" in r.stderr, r.stderr
+
+
+def test_a_sweep_with_n_out_stores_decode_intervals_on_every_point(tmp_path: Path) -> None:
+    grid = ["--Ls", "256,1024", "--news", "16", "--reps", "2", "--n-out", "8", "--arms", "fake,genuine"]
+    r = lab("sweep", *grid, "--runs-dir", str(tmp_path))
+    assert r.returncode == 0, r.stderr + r.stdout
+    (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
+    run = RunFolder.open(run_dir)
+    assert run.manifest().params["sweep"]["n_out"] == 8
+    points = run.read(POINTS, SweepPoint)
+    assert sorted(p.L for p in points) == [256, 1024]
+    for p in points:
+        assert p.n_out == 8 and p.decode_ci is not None and p.decode_ci.n == 2
+        assert p.decode_ci.lo <= p.decode_ci.value <= p.decode_ci.hi
+    for s in run.read(SAMPLES, SweepSample):
+        if s.arm == "fake":
+            assert s.predicted_n == 8 and s.decode_ms is not None and s.cache_n == s.L
+        else:
+            assert s.predicted_n is None and s.decode_ms is None  # only the fake arm generates
+    assert "decode ms/token at L+new" in r.stdout
