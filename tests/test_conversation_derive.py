@@ -108,6 +108,7 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
             assert (s.cache_n, s.prompt_n) == (0, st.prompt_cells)
         elif s.arm == "optimum":
             assert s.prompt_n == st.new and abs(s.cache_n - st.common) <= 2 * st.images  # image markers as text
+            assert s.n_out == st.reply_tokens and s.decode_ms is not None  # the reply decoded at its depth
         else:
             assert s.prompt_n + s.cache_n == st.prompt_cells and s.cache_n <= st.common
     assert steps[4].diverged_at == 1 and all(steps[k].diverged_at is None for k in (1, 2, 3))
@@ -117,6 +118,7 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         assert st.order in ("holds", "violated")
     (task,) = run.read(TASKS, ConversationTaskResult)
     assert task.n_steps == 5 and task.realised is not None and task.today_s is not None
+    assert task.decode_s is not None and task.tool_s == pytest.approx(sum(st.tool_s or 0 for st in steps.values()))
     assert "share of the optimum's saving" in r.stdout
     ingest = subprocess.run(
         [LAB, "catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(tmp_path / "catalog")],

@@ -60,6 +60,7 @@ class StepTokens:
     images: int = 0
     extends_from: int = 0  # messages of the previous request and its reply
     completion_tokens: int | None = None  # as recorded (the decode length), else the reply's tokens
+    tool_s: float | None = None  # the agent's own time after the reply, as recorded
     messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)  # the templated prompt, one media marker per image
     shots: list[bytes] = field(default_factory=list, repr=False)
@@ -145,7 +146,7 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
         except ConversationError as e:
             raise ConversationError(f"{where}: {e}") from e
         st.images = sum(1 for m in msgs for _ in images(m))
-        st.completion_tokens = s.completion_tokens
+        st.completion_tokens, st.tool_s = s.completion_tokens, s.tool_s
         if st.cells + max(st.n_out, 1) > ctx_size:
             raise ConversationError(
                 f"{where}: {st.cells} prompt + {st.n_out} reply tokens do not fit the context ({ctx_size})"

@@ -149,7 +149,9 @@ class ConversationReplay(Experiment):
         if arm == "today":
             return today_step(today, tail, st, rep)
         step = optimum_step(t, st) if arm == "optimum" else no_cache_step(st)
-        a = client.run_arm_alive("fake" if arm == "optimum" else "baseline", step, what=f"{st.task_id} step {st.step}")
+        n_out = st.n_out if arm == "optimum" and st.n_out >= 2 else 0  # the reply, decoded at depth L + new
+        what = f"{st.task_id} step {st.step}"
+        a = client.run_arm_alive("fake" if arm == "optimum" else "baseline", step, what=what, n_out=n_out)
         tm = a.timings
         return ConversationSample(
             **base,
@@ -158,6 +160,8 @@ class ConversationReplay(Experiment):
             prompt_ms=tm.prompt_ms if tm else None,
             prompt_n=tm.prompt_n if tm else None,
             cache_n=tm.cache_n if tm else None,
+            n_out=n_out or None,
+            decode_ms=tm.decode_ms if tm and n_out else None,
         )
 
     def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
@@ -201,6 +205,10 @@ def summarize(
                     optimum_ms=ivs["optimum"],
                     no_cache_ms=ivs["no_cache"],
                     today_cache_n=first.cache_n if first else None,
+                    decode_ms_per_token=median_interval(
+                        [s.decode_ms for s in mine if s.decode_ms is not None], f"{task}/{st.step}/decode"
+                    ),
+                    tool_s=st.tool_s,
                     checkpoint_restores=sum(s.checkpoint_restore for s in mine),
                     ram_cache_restores=sum(s.ram_cache_restore for s in mine),
                     order=order(ivs["optimum"], ivs["today"], ivs["no_cache"]),
@@ -213,6 +221,10 @@ def summarize(
             for r in whole
             if totals["no_cache"][r] > totals["optimum"][r]
         ]
+        decode = {
+            (s.step, s.rep): s.decode_ms * (s.n_out or 0) / 1e3 for s in samples if s.task_id == task and s.decode_ms
+        }
+        tools = [st.tool_s for st in steps if st.tool_s is not None]
         tasks_out.append(
             ConversationTaskResult(
                 task_id=task,
@@ -221,6 +233,12 @@ def summarize(
                 optimum_s=median_interval([totals["optimum"][r] for r in whole], f"{task}/optimum"),
                 no_cache_s=median_interval([totals["no_cache"][r] for r in whole], f"{task}/no_cache"),
                 realised=median_interval(realised, f"{task}/realised"),
+                decode_s=median_interval(
+                    [sum(v for (_, r), v in decode.items() if r == rep) for rep in whole], f"{task}/decode"
+                )
+                if decode
+                else None,
+                tool_s=sum(tools) if tools else None,
             )
         )
     return steps_out, tasks_out

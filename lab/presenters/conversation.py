@@ -55,13 +55,18 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
             "-" if s.today_cache_n is None else str(s.today_cache_n),
             restores,
             s.order,
+            str(s.reply_tokens),
+            cell(s.decode_ms_per_token, 2),
         )
-    t.caption = "reused: today's server's cache_n (first rep); order: optimum <= today <= no cache within the intervals"
-    totals = Table(
-        title="per task: prefill seconds per arm [95% interval], and the share of the optimum's saving that today's "
-        "server realises"
+    t.caption = (
+        "reused: today's server's cache_n (first rep); order: optimum <= today <= no cache within the intervals; "
+        "decode: the reply generated at depth L + new after the optimum's prefill"
     )
-    for c in ("task", "steps", "no cache", "today", "optimum", "realised"):
+    totals = Table(
+        title="per task: prefill seconds per arm [95% interval], the share of the optimum's saving that today's "
+        "server realises, the replies' decode and the agent's tool seconds (a step costs prefill + decode + tool)"
+    )
+    for c in ("task", "steps", "no cache", "today", "optimum", "realised", "decode", "tool"):
         totals.add_column(c, justify="left" if c == "task" else "right")
     for k in tasks:
         totals.add_row(
@@ -71,5 +76,7 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
             cell(k.today_s, 2),
             cell(k.optimum_s, 2),
             cell(k.realised, share=True),
+            cell(k.decode_s, 2),
+            "-" if k.tool_s is None else f"{k.tool_s:.2f}",
         )
     return [t, totals]

@@ -143,6 +143,8 @@ class ConversationSample(BaseModel):
     cache_n: int | None = Field(default=None, description="tokens it reused (today) or fabricated (optimum)")
     checkpoint_restore: bool = Field(default=False, description="today: the server restored a context checkpoint")
     ram_cache_restore: bool = Field(default=False, description="today: the server loaded a prompt from its RAM cache")
+    n_out: int | None = Field(default=None, description="optimum: tokens generated after the prompt (the reply's)")
+    decode_ms: float | None = Field(default=None, description="optimum: ms per generated token at depth L + new")
     t_utc: str
 
 
@@ -161,6 +163,10 @@ class ConversationStepResult(BaseModel):
     optimum_ms: Interval | None = None
     no_cache_ms: Interval | None = None
     today_cache_n: int | None = Field(default=None, description="what today's server reused (the first rep's)")
+    decode_ms_per_token: Interval | None = Field(
+        default=None, description="the reply decoded at depth L + new after the optimum's prefill, per token"
+    )
+    tool_s: float | None = Field(default=None, description="the agent's own time after the reply (recorded)")
     checkpoint_restores: int = 0
     ram_cache_restores: int = 0
     order: Literal["holds", "violated", "-"] = Field(
@@ -179,3 +185,5 @@ class ConversationTaskResult(BaseModel):
     optimum_s: Interval | None = None
     no_cache_s: Interval | None = None
     realised: Interval | None = None
+    decode_s: Interval | None = Field(default=None, description="the replies decoded at their depths, in all")
+    tool_s: float | None = Field(default=None, description="the agent's recorded tool time, in all")
