@@ -17,7 +17,7 @@ import openai
 import pytest
 
 from lab.engine.server import LlamaServer, free_port
-from lab.schemas import ConversationStep
+from lab.schemas import ConversationSample, ConversationStep
 
 pytestmark = pytest.mark.engine
 
@@ -125,6 +125,23 @@ def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaS
     assert all(s.elapsed_s is not None and s.elapsed_s > 0 and s.started_utc for s in rows)
     assert [s.tool_s is not None and s.tool_s >= 0.2 for s in rows] == [True, True, False]
     assert rows[2].tool_s is None
+
+    # the recorded conversation replays in the three arms, its recorded replies setting the decode lengths
+    replay = subprocess.run(
+        [LAB, "trace", "replay", str(trace), "--reps", "1", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert replay.returncode == 0, replay.stderr + replay.stdout
+    run = Path(replay.stdout.strip().splitlines()[-1])
+    replayed = [ConversationSample.model_validate_json(x) for x in (run / "raw" / "conversation_samples.jsonl").open()]
+    assert sorted((x.step, x.arm) for x in replayed) == sorted(
+        (k, a) for k in range(3) for a in ("today", "optimum", "no_cache")
+    )
+    assert all(x.ok for x in replayed), [x.reason for x in replayed if not x.ok]
+    n_out = {x.step: x.n_out for x in replayed if x.arm == "optimum"}
+    assert n_out == {s.step: s.completion_tokens if (s.completion_tokens or 0) >= 2 else None for s in rows}
 
     # --append: the steps go on per task; X-Lab-Task picks the task (and never reaches the upstream)
     with recording(server.url, trace, "--append") as rec:

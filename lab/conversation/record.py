@@ -111,18 +111,26 @@ class Recorder:
             message = f"lab trace record: upstream {self.rec.upstream} unreachable ({why})"
             error = {"message": message, "type": "upstream_error", "code": 502}
             return web.json_response({"error": error}, status=502)
+
+        def settle(reply: Reply | None) -> None:
+            """Record the exchange (before its last byte reaches the agent, whose next request may follow)."""
+            if step is not None and sent is not None:
+                self._settle(task, step, sent, reply, upstream.status_code, started_utc, t0)
+
         try:
-            out, reply = await self._pass_back(request, upstream, sent is not None)
+            return await self._pass_back(request, upstream, sent is not None, settle)
         finally:
             await upstream.aclose()
-        if step is None or sent is None:
-            return out
+
+    def _settle(
+        self, task: str, step: int, sent: dict[str, Any], reply: Reply | None, status: int, started_utc: str, t0: float
+    ) -> None:
         ended = time.monotonic()
-        if reply is None or not 200 <= upstream.status_code < 300 or reply.message is None:
+        if reply is None or not 200 <= status < 300 or reply.message is None:
             self.log.abandon(task, step)
-            what = "no reply" if reply is None else f"status {upstream.status_code}, no assistant message"
+            what = "no reply" if reply is None else f"status {status}, no assistant message"
             warn(f"task {task!r}: {what}: not recorded")
-            return out
+            return
         try:
             row = ConversationStep(
                 task_id=task,
@@ -137,42 +145,53 @@ class Recorder:
         except ValidationError as e:
             self.log.abandon(task, step)
             warn(f"task {task!r}: not a chat-completions request ({validation_line(e, limit=1)}): not recorded")
-            return out
+            return
         self.log.finish(row, ended)
-        return out
 
     async def _pass_back(
-        self, request: web.Request, upstream: httpx.Response, record: bool
-    ) -> tuple[web.StreamResponse, Reply | None]:
-        """The upstream's answer, sent back as it arrives; the reply read from it (None when cut off)."""
+        self,
+        request: web.Request,
+        upstream: httpx.Response,
+        record: bool,
+        settle: Callable[[Reply | None], None],
+    ) -> web.StreamResponse:
+        """The upstream's answer, sent back as it arrives; `settle` gets the reply read from it (None when cut
+        off) before the answer's last chunk is sent, so the exchange is recorded before the agent can go on."""
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
         if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
             try:
                 content = b"".join([raw async for raw in upstream.aiter_raw()])
             except httpx.HTTPError as e:
                 warn(f"upstream cut the answer to {request.path} short: {e}")
-                return web.json_response({"error": {"message": str(e), "code": 502}}, status=502), None
-            reply = reply_of_body(chat_body(content)) if record else None
-            return web.Response(body=content, status=upstream.status_code, headers=headers), reply
+                settle(None)
+                return web.json_response({"error": {"message": str(e), "code": 502}}, status=502)
+            settle(reply_of_body(chat_body(content)) if record else None)
+            return web.Response(body=content, status=upstream.status_code, headers=headers)
         out = web.StreamResponse(status=upstream.status_code, headers=headers)
         await out.prepare(request)
         stream = StreamAssembler()
+        last: bytes | None = None  # one chunk held back until the exchange is recorded
         try:
             async for raw in upstream.aiter_raw():
                 if record:
                     stream.feed(raw)
-                await out.write(raw)
+                if last is not None:
+                    await out.write(last)
+                last = raw
+            stream.close()
+            settle(stream.reply() if record else None)
+            if last is not None:
+                await out.write(last)
             await out.write_eof()
         except httpx.HTTPError as e:
             warn(f"upstream cut the stream of {request.path} short: {e}")
+            settle(None)
             if request.transport is not None:
                 request.transport.close()  # the agent sees a broken stream, not a clean end
-            return out, None
         except ConnectionError:
             warn(f"the agent hung up during the stream of {request.path}")
-            return out, None
-        stream.close()
-        return out, stream.reply()
+            settle(None)
+        return out
 
 
 def make_app(recorder: Recorder) -> web.Application:
