@@ -8,6 +8,7 @@ import json
 import shlex
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import llama_args, taskset
@@ -49,43 +50,39 @@ def bench_command(b: LlamaBench) -> str:
     return f"LD_LIBRARY_PATH={shlex.quote(str(b.engine.lib_dir))} " + shlex.join(args)
 
 
+def bench_rows(text: str) -> list[dict[str, Any]]:
+    """The JSON rows of llama-bench's `-o jsonl` output (other lines, such as its log, skipped)."""
+    return [json.loads(line) for line in map(str.strip, text.splitlines()) if line.startswith("{")]
+
+
 def parse_bench_jsonl(text: str) -> list[PrefillTps]:
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        d = json.loads(line)
-        if int(d.get("n_gen", 0)) != 0:
-            continue
-        rows.append(
-            PrefillTps(
-                depth=int(d["n_depth"]),
-                chunk=int(d["n_prompt"]),
-                tps=float(d["avg_ts"]),
-                avg_ms=float(d["avg_ns"]) / 1e6,
-                stddev_ms=float(d["stddev_ns"]) / 1e6,
-                reps=len(d.get("samples_ns") or []),
-                samples_ms=[float(x) / 1e6 for x in d.get("samples_ns") or []],
-            )
+    """The prompt rows (-p N, no generation): a chunk's ms and tokens/s at each depth, every rep's."""
+    return [
+        PrefillTps(
+            depth=int(d["n_depth"]),
+            chunk=int(d["n_prompt"]),
+            tps=float(d["avg_ts"]),
+            avg_ms=float(d["avg_ns"]) / 1e6,
+            stddev_ms=float(d["stddev_ns"]) / 1e6,
+            reps=len(d.get("samples_ns") or []),
+            samples_ms=[float(x) / 1e6 for x in d.get("samples_ns") or []],
         )
-    return rows
+        for d in bench_rows(text)
+        if int(d.get("n_gen", 0)) == 0
+    ]
 
 
 def parse_decode_jsonl(text: str) -> list[BenchDecode]:
     """The generation rows (-n N, no prompt) of llama-bench's JSONL: ms per generated token, every rep's."""
-    rows = []
-    for line in text.splitlines():
-        line = line.strip()
-        if not line.startswith("{"):
-            continue
-        d = json.loads(line)
-        n_gen = int(d.get("n_gen", 0))
-        if n_gen == 0 or int(d.get("n_prompt", 0)) != 0:
-            continue
-        per_token = [float(x) / 1e6 / n_gen for x in d.get("samples_ns") or []]
-        rows.append(BenchDecode(depth=int(d["n_depth"]), n_gen=n_gen, samples_ms=per_token))
-    return rows
+    return [
+        BenchDecode(
+            depth=int(d["n_depth"]),
+            n_gen=int(d["n_gen"]),
+            samples_ms=[float(x) / 1e6 / int(d["n_gen"]) for x in d.get("samples_ns") or []],
+        )
+        for d in bench_rows(text)
+        if int(d.get("n_gen", 0)) != 0 and int(d.get("n_prompt", 0)) == 0
+    ]
 
 
 def run_bench(target: Target, bench: LlamaBench, log: Path) -> str:
