@@ -24,7 +24,7 @@ from lab.runs import RunFolder
 from lab.schemas import ConversationSample, ConversationStepResult, ConversationTaskResult
 from lab.settings import load_settings
 
-from conftest import server_settings
+from conftest import interrupt_after_first_row, server_settings
 
 pytestmark = pytest.mark.engine
 
@@ -136,3 +136,26 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         env={**os.environ, "COLUMNS": "400"},
     )
     assert headline.returncode == 0 and "conversation task000 (5 steps), prefill no cache" in headline.stdout
+
+
+def test_an_interrupted_conversation_replay_resumes_with_its_whole_reps(tmp_path: Path) -> None:
+    """SIGTERM once the first rep is written: the run is incomplete; --resume measures only the missing reps, so
+    no rep is measured twice and none is lost."""
+    trace = synth_conversation(SynthConversation(steps=3, shot_every=9), tmp_path / "c.jsonl")
+    runs = tmp_path / "runs"
+    cmd = [LAB, "trace", "replay", str(trace), "--reps", "3", "--runs-dir", str(runs)]
+    interrupt_after_first_row(cmd, f"*/raw/{SAMPLES}.jsonl", runs, tmp_path, timeout=600)
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    run = RunFolder.open(folder)
+    assert run.manifest().status == "incomplete" and not run.ready
+    first = {(s.rep, s.step, s.arm): s.t_utc for s in run.read(SAMPLES, ConversationSample)}
+    assert first and {rep for rep, _, _ in first} < {0, 1, 2}
+    resume = [LAB, "trace", "replay", "--resume", folder.name, "--runs-dir", str(runs)]
+    r = subprocess.run(resume, capture_output=True, text=True, timeout=900)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert run.ready and run.manifest().status == "complete"
+    after = run.read(SAMPLES, ConversationSample)
+    assert sorted((s.rep, s.step, s.arm) for s in after) == sorted(
+        (rep, k, a) for rep in range(3) for k in range(3) for a in ("today", "optimum", "no_cache")
+    )
+    assert all(first[(s.rep, s.step, s.arm)] == s.t_utc for s in after if (s.rep, s.step, s.arm) in first)

@@ -21,7 +21,6 @@ Lifecycle (the protocol's, lab.experiments.protocol):
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 from typing import Any, Literal
 
@@ -36,10 +35,11 @@ from lab.engine.imagegrid import ImageGeometry
 from lab.engine.server import LlamaServer, LogTail
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.resolve import resolve_projector
-from lab.runs import RunFolder, utc_now
+from lab.runs import RunFolder, atomic_write, utc_now
 from lab.schemas import (
     ConversationArm,
     ConversationSample,
+    ConversationStep,
     ConversationStepResult,
     ConversationTaskResult,
     Interval,
@@ -60,6 +60,7 @@ class ConversationReplay(Experiment):
         self.trace, self.reps = trace, reps
         self.projector: Path | None = None
         self.tasks: dict[str, list[StepTokens]] = {}
+        self.raw: dict[str, list[ConversationStep]] = {}
         self.steps: list[ConversationStepResult] = []
         self.totals: list[ConversationTaskResult] = []
 
@@ -75,7 +76,7 @@ class ConversationReplay(Experiment):
         if self.trace is None or not self.trace.is_file():
             raise ConversationError(f"{self.trace}: no such conversation trace" if self.trace else "give a trace")
         assert parts.engine is not None and parts.model is not None
-        raw = load_conversation(self.trace)
+        raw = self.raw = load_conversation(self.trace)
         if any(True for steps in raw.values() for s in steps for m in s.request["messages"] for _ in images(m)):
             self.projector = resolve_projector(settings)
         log = settings.cache_dir / "logs" / "conversation-derive.log"
@@ -94,8 +95,9 @@ class ConversationReplay(Experiment):
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run, settings = sess.run, sess.settings
         assert self.trace is not None
-        if not sess.resumed:
-            shutil.copyfile(self.trace, run.path / "raw" / "conversation.jsonl")
+        if not sess.resumed:  # the run's own copy, its images inlined: a resume needs nothing else
+            steps = [s for task in self.raw.values() for s in task]
+            atomic_write(run.path / "raw" / "conversation.jsonl", "".join(s.model_dump_json() + "\n" for s in steps))
         n_steps = sum(len(v) for v in self.tasks.values())
         done = run.keep_whole(SAMPLES, ConversationSample, lambda r: r.rep, lambda _r, rows: len(rows) == 3 * n_steps)
         samples = [r for rows in done.values() for r in rows]
