@@ -20,9 +20,14 @@ REPO = Path(__file__).resolve().parent.parent
 def fake_engine(tmp_path: Path) -> EngineInfo:
     build = tmp_path / "engine-build"
     return EngineInfo.model_construct(
-        lib_dir=build / "bin", include_dir=tmp_path / "include", ggml_include_dir=tmp_path / "ggml-include",
-        source_dir=tmp_path / "src", build_dir=build, patch_sha256="0" * 64, flags=["-DX=1"],
-    )  # fmt: skip
+        lib_dir=build / "bin",
+        include_dir=tmp_path / "include",
+        ggml_include_dir=tmp_path / "ggml-include",
+        source_dir=tmp_path / "src",
+        build_dir=build,
+        patch_sha256="0" * 64,
+        flags=["-DX=1"],
+    )
 
 
 def test_a_change_to_the_shared_header_builds_the_tool_again(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> None:

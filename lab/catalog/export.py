@@ -14,11 +14,14 @@ from lab.errors import UsageError
 Format = Literal["csv", "jsonl", "md"]
 FORMATS: tuple[Format, ...] = ("csv", "jsonl", "md")
 # this lab's column -> llama-bench's
-# kept as pairs on few lines (fmt: skip): a rename table reads best as one
 LLAMA_BENCH = {
-    "new": "n_prompt", "L": "n_depth", "depth": "n_depth", "engine_commit": "build_commit",
-    "cpu_model": "cpu_info", "model_path": "model_filename",
-}  # fmt: skip
+    "new": "n_prompt",
+    "L": "n_depth",
+    "depth": "n_depth",
+    "engine_commit": "build_commit",
+    "cpu_model": "cpu_info",
+    "model_path": "model_filename",
+}
 PROVENANCE = ("host", "engine_commit", "cpu_model", "model_path")
 
 

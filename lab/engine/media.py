@@ -19,7 +19,8 @@ from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
 from lab.errors import LabError
 
-WORDS = (  # a word list, many to a line (fmt: skip)
+# a word list, many to a line for the formatter to skip
+WORDS = (
     " the", " of", " and", " to", " in", " is", " that", " for", " it", " with", " as", " was", " on", " be",
     " at", " by", " this", " had", " not", " are", " but", " from", " or", " have", " an", " they", " which",
 )  # fmt: skip

@@ -124,26 +124,40 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
     extra = list(settings.extra_args) + list(extra)
     # --no-mmproj also drops an explicit --mmproj (common_params_handle_models), so leave it out then
     mmproj = "--mmproj" in extra or "-mm" in extra
-    args = [  # argv as flag-value pairs (fmt: skip)
-        "--host", "127.0.0.1",
-        "--port", str(port),
-        "--model", str(model),
-        "--threads", str(settings.threads),
-        "--threads-batch", str(settings.threads_batch or settings.threads),
-        "--ctx-size", str(settings.ctx_size),
-        "--batch-size", str(settings.batch_size),
-        "--ubatch-size", str(settings.ubatch_size),
-        "--parallel", "1",
+    args = [
+        "--host",
+        "127.0.0.1",
+        "--port",
+        str(port),
+        "--model",
+        str(model),
+        "--threads",
+        str(settings.threads),
+        "--threads-batch",
+        str(settings.threads_batch or settings.threads),
+        "--ctx-size",
+        str(settings.ctx_size),
+        "--batch-size",
+        str(settings.batch_size),
+        "--ubatch-size",
+        str(settings.ubatch_size),
+        "--parallel",
+        "1",
         "--no-context-shift",
-        "--ctx-checkpoints", str(settings.checkpoints),
-        "--cache-ram", str(settings.cache_ram_mib),
-        "--flash-attn", settings.flash_attn,
-        "--fit", "off",
+        "--ctx-checkpoints",
+        str(settings.checkpoints),
+        "--cache-ram",
+        str(settings.cache_ram_mib),
+        "--flash-attn",
+        settings.flash_attn,
+        "--fit",
+        "off",
         "--no-ui",
         *([] if mmproj else ["--no-mmproj"]),
-        "--log-verbosity", "4",  # llama_context / memory lines: the resolved config is parsed from them
+        "--log-verbosity",
+        "4",  # llama_context / memory lines: the resolved config is parsed from them
         *llama_args(settings.cpu_list),
-    ]  # fmt: skip
+    ]
     return args + extra
 
 

@@ -141,12 +141,21 @@ def fetch_sdist(version: str, downloads: Path) -> tuple[Path, SdistPin]:
     if not archive.exists():
         downloads.mkdir(parents=True, exist_ok=True)
         with tempfile.TemporaryDirectory(dir=downloads) as tmp:
-            _run(  # argv as flag-value pairs (fmt: skip)
+            _run(
                 [
-                    sys.executable, "-m", "pip", "download", "--quiet", "--no-deps", "--no-binary", "llama-cpp-python",
-                    f"llama-cpp-python=={version}", "-d", tmp,
+                    sys.executable,
+                    "-m",
+                    "pip",
+                    "download",
+                    "--quiet",
+                    "--no-deps",
+                    "--no-binary",
+                    "llama-cpp-python",
+                    f"llama-cpp-python=={version}",
+                    "-d",
+                    tmp,
                 ]
-            )  # fmt: skip
+            )
             # not `--no-binary :all:`: pip applies that to the build backend it installs to read the sdist's
             # metadata too, and builds scikit-build-core, cmake, ninja... from source (15+ min, or a failure)
             got = Path(tmp) / archive.name

@@ -41,12 +41,28 @@ class LlamaBench:
 
 def bench_command(b: LlamaBench) -> str:
     batching = ["-b", str(b.ubatch), "-ub", str(b.ubatch)] if b.ubatch else []
-    args = [  # argv as flag-value pairs (fmt: skip)
-        *taskset(b.cpu_list), str(b.engine.bench), "-m", str(b.model),
-        "-p", ",".join(map(str, sorted(set(b.chunks)))), "-n", str(b.n_gen),
-        "-d", ",".join(map(str, sorted(set(b.depths)))),
-        "-r", str(b.reps), "-t", str(b.threads), "-fa", b.flash_attn, "-o", "jsonl", *batching, *llama_args(b.cpu_list),
-    ]  # fmt: skip
+    args = [
+        *taskset(b.cpu_list),
+        str(b.engine.bench),
+        "-m",
+        str(b.model),
+        "-p",
+        ",".join(map(str, sorted(set(b.chunks)))),
+        "-n",
+        str(b.n_gen),
+        "-d",
+        ",".join(map(str, sorted(set(b.depths)))),
+        "-r",
+        str(b.reps),
+        "-t",
+        str(b.threads),
+        "-fa",
+        b.flash_attn,
+        "-o",
+        "jsonl",
+        *batching,
+        *llama_args(b.cpu_list),
+    ]
     return f"LD_LIBRARY_PATH={shlex.quote(str(b.engine.lib_dir))} " + shlex.join(args)
 
 

@@ -22,14 +22,23 @@ DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run meas
 def node_table_schema() -> Any:
     import pyarrow as pa
 
-    return pa.schema(  # one column per line pair is a table (fmt: skip)
+    return pa.schema(
         [
-            ("cycle", pa.int16()), ("depth", pa.int32()), ("name", pa.string()), ("op", pa.string()),
-            ("src0", pa.string()), ("layer", pa.int16()), ("band", pa.string()),
-            ("ne0", pa.int64()), ("ne1", pa.int64()), ("ne2", pa.int64()), ("ne3", pa.int64()),
-            ("ms", pa.float64()), ("calls", pa.int32()),
+            ("cycle", pa.int16()),
+            ("depth", pa.int32()),
+            ("name", pa.string()),
+            ("op", pa.string()),
+            ("src0", pa.string()),
+            ("layer", pa.int16()),
+            ("band", pa.string()),
+            ("ne0", pa.int64()),
+            ("ne1", pa.int64()),
+            ("ne2", pa.int64()),
+            ("ne3", pa.int64()),
+            ("ms", pa.float64()),
+            ("calls", pa.int32()),
         ]
-    )  # fmt: skip
+    )
 
 
 def parse_dump(path: Path) -> tuple[dict[str, Any], list[ProfileWall], list[dict[str, Any]]]:

@@ -38,13 +38,24 @@ class InstrumentBuildError(LabError):
 
 def compile_command(engine: EngineInfo, out: Path, source: Path = SOURCE) -> list[str]:
     cxx = shutil.which("g++") or shutil.which("c++") or "c++"
-    return [  # argv in groups: compiler, includes, source, libraries (fmt: skip)
-        cxx, "-std=c++17", "-O2", "-Wall", "-Wextra",
-        f"-I{NATIVE}", f"-I{engine.include_dir}", f"-I{engine.ggml_include_dir}",
-        str(source), "-o", str(out),
-        f"-L{engine.lib_dir}", "-lllama", "-lggml", "-lggml-base",
+    return [
+        cxx,
+        "-std=c++17",
+        "-O2",
+        "-Wall",
+        "-Wextra",
+        f"-I{NATIVE}",
+        f"-I{engine.include_dir}",
+        f"-I{engine.ggml_include_dir}",
+        str(source),
+        "-o",
+        str(out),
+        f"-L{engine.lib_dir}",
+        "-lllama",
+        "-lggml",
+        "-lggml-base",
         f"-Wl,-rpath,$ORIGIN:{engine.lib_dir}",  # $ORIGIN: the copy inside an engine bundle finds its libs
-    ]  # fmt: skip
+    ]
 
 
 def headers_sha256() -> str:
@@ -122,9 +133,23 @@ def instrument_command(
 ) -> list[str]:
     """threadpool: attach a persistent polling threadpool, as llama-bench does (llama-server does not);
     cpu_list: pin it like the server (lab.engine.pinning)."""
-    return [  # argv as flag-value pairs (fmt: skip)
-        *taskset(cpu_list), str(inst.binary), "--model", str(model), "--out", str(out),
-        "--chunk", str(chunk), "--max-depth", str(max_depth), "--cycles", str(cycles),
-        "-t", str(threads), "-tb", str(threads_batch), *(["--threadpool"] if threadpool else []),
+    return [
+        *taskset(cpu_list),
+        str(inst.binary),
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--chunk",
+        str(chunk),
+        "--max-depth",
+        str(max_depth),
+        "--cycles",
+        str(cycles),
+        "-t",
+        str(threads),
+        "-tb",
+        str(threads_batch),
+        *(["--threadpool"] if threadpool else []),
         *(["--first-cycle", str(first_cycle)] if first_cycle else []),
-    ]  # fmt: skip
+    ]

@@ -22,8 +22,8 @@ GATED_Q = ("qwen35moe", "qwen35", "qwen3next")  # one Q projection that outputs 
 SHARED_EXPERT = ("qwen35moe", "qwen3next")
 GEMMA3_SWA_PATTERN = 6  # llama.cpp's default for gemma3 when the file does not say
 
-# llama_ftype -> (name, nominal bits per weight of its base type; mixes keep a few tensors wider); a table, so
-# the formatter leaves it in rows (fmt: skip)
+# a table, left in rows for the formatter to skip
+# llama_ftype -> (name, nominal bits per weight of its base type; mixes keep a few tensors wider)
 FILE_TYPES: dict[int, tuple[str, float]] = {
     0: ("F32", 32), 1: ("F16", 16), 2: ("Q4_0", 4.5), 3: ("Q4_1", 5), 7: ("Q8_0", 8.5), 8: ("Q5_0", 5.5),
     9: ("Q5_1", 6), 10: ("Q2_K", 2.625), 11: ("Q3_K_S", 3.4375), 12: ("Q3_K_M", 3.4375), 13: ("Q3_K_L", 3.4375),

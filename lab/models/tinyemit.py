@@ -28,8 +28,8 @@ _EMIT_A = 0.25  # embedding dim-0 magnitude
 _EMIT_G = 1.0  # gate/up weight of the two |x0| units
 _EMIT_D = 0.1  # down weight of the two |x0| units
 
-# Token texts llama.cpp treats as end-of-generation (src/llama-vocab.cpp), even if NORMAL type; a list, many
-# to a line (fmt: skip).
+# a list, many to a line for the formatter to skip
+# Token texts llama.cpp treats as end-of-generation (src/llama-vocab.cpp), even if NORMAL type.
 _EOG_TEXTS = frozenset(
     s.encode("utf-8")
     for s in (

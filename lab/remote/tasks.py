@@ -75,11 +75,12 @@ def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> str
     return str(dest)
 
 
-VIA = {  # one help line per task (fmt: skip)
+VIA = {
     "via": "auto (the image if this machine has it and the host has Docker, else the bundle) | docker | bundle",
-    "image": f"container image to push (default {IMAGE})", "docker_host": "DOCKER_HOST on the host (default: its own)",
+    "image": f"container image to push (default {IMAGE})",
+    "docker_host": "DOCKER_HOST on the host (default: its own)",
     "remote_dir": f"lab directory on the host (default {REMOTE_DIR})",
-}  # fmt: skip
+}
 
 
 @task(help=VIA)
