@@ -78,6 +78,11 @@ def test_a_bad_step_is_one_line_naming_it(tmp_path: Path, line: str, needle: str
     assert msg.startswith(f"{trace}:2") and needle in msg and "\n" not in msg, msg
 
 
+def test_a_missing_trace_is_one_line(tmp_path: Path) -> None:
+    with pytest.raises(ConversationError, match=r"nope.jsonl: no such conversation trace$"):
+        load_conversation(tmp_path / "nope.jsonl")
+
+
 def test_a_duplicate_step_is_refused(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text(step([{"role": "user", "content": "a"}]) + "\n" + step([{"role": "user", "content": "b"}]) + "\n")

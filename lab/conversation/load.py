@@ -42,6 +42,8 @@ def is_conversation(path: Path) -> bool:
 
 def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
     """The trace's tasks, each a list of steps in step order, images resolved to data URLs."""
+    if not path.is_file():
+        raise ConversationError(f"{path}: no such conversation trace")
     tasks: dict[str, dict[int, ConversationStep]] = {}
     for i, line in enumerate(path.read_text().splitlines(), start=1):
         if not line.strip():
