@@ -75,6 +75,8 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
         assert t.ok and t.prompt_n is not None and t.cache_n is not None, t
         assert t.prompt_n + t.cache_n == st.cells, (st.step, t)  # the derivation is the server's own count
         assert t.cache_n <= st.common, (st.step, t)
+        if st.step and not st.diverged:  # an extension: the held reply makes all it shares reusable
+            assert t.cache_n == st.common, (st.step, t)
     evicted = next(t for st, t in zip(steps, today, strict=True) if st.diverged)
     assert evicted.cache_n is not None and evicted.cache_n <= steps[4].common < steps[3].cells
 

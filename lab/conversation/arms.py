@@ -33,7 +33,7 @@ def optimum_step(t: Templater, st: StepTokens) -> Step:
     shared = st.prompt[: _units_of(st, st.common)]
     if not any(isinstance(u, tuple) for u in shared):
         return Step(L=st.common, new=st.new, prompt=st.messages, prefix=None, has_image=bool(st.shots), chat=True)
-    messages = _text_for_images(t, st.messages, st.new_from)
+    messages = _text_for_images(t, st.messages, sum(isinstance(u, tuple) for u in shared))
     units, _, shots = t.prompt(messages)
     return Step(L=cells(units) - st.new, new=st.new, prompt=messages, prefix=None, has_image=bool(shots), chat=True)
 
@@ -48,16 +48,18 @@ def _units_of(st: StepTokens, n_cells: int) -> int:
     return k
 
 
-def _text_for_images(t: Templater, messages: list[dict[str, Any]], upto: int) -> list[dict[str, Any]]:
-    """The messages with every image before message `upto` replaced by filler text of its cells."""
+def _text_for_images(t: Templater, messages: list[dict[str, Any]], n: int) -> list[dict[str, Any]]:
+    """The messages with their first `n` images (those inside the shared part, which can end inside a message
+    the step changed) replaced by filler text of their cells."""
     out = copy.deepcopy(messages)
-    for i, m in enumerate(out[:upto]):
+    for i, m in enumerate(out):
         content = m.get("content")
         if not isinstance(content, list):
             continue
         for j, part in enumerate(content):
-            if isinstance(part, dict) and part.get("type") == "image_url":
+            if isinstance(part, dict) and part.get("type") == "image_url" and n > 0:
+                n -= 1
                 assert t.geometry is not None
-                n = t.geometry.tokens(*png_size(image_bytes(part)))[0]
-                content[j] = {"type": "text", "text": filler_text(t.srv, n, seed=i * 100 + j)}
+                cells_of = t.geometry.tokens(*png_size(image_bytes(part)))[0]
+                content[j] = {"type": "text", "text": filler_text(t.srv, cells_of, seed=i * 100 + j)}
     return out

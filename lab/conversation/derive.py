@@ -63,6 +63,7 @@ class StepTokens:
     tool_s: float | None = None  # the agent's own time after the reply, as recorded
     messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
     text: str = field(default="", repr=False)  # the templated prompt, one media marker per image
+    marker: str = field(default="", repr=False)  # the media marker in `text` (each server process has its own)
     shots: list[bytes] = field(default_factory=list, repr=False)
     reply_text: str = field(default="", repr=False)
 
@@ -142,6 +143,7 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
             msgs = s.request["messages"]
             units, text, shots = t.prompt(msgs)
             st = StepTokens(s.task_id, s.step, units, t.reply(s.reply), messages=msgs, text=text, shots=shots)
+            st.marker = t.marker or ""
             st.reply_text = reply_text(s.reply)
         except ConversationError as e:
             raise ConversationError(f"{where}: {e}") from e

@@ -16,6 +16,7 @@ import base64
 from typing import Any
 
 from lab.conversation.derive import StepTokens
+from lab.conversation.load import ConversationError
 from lab.engine.server import LlamaServer, LogTail
 from lab.runs import utc_now
 from lab.schemas import ConversationSample
@@ -66,9 +67,16 @@ def _recorded(st: StepTokens) -> dict[str, Any]:
 
 
 def _hold_reply(srv: LlamaServer, st: StepTokens) -> None:
-    """Put the step's reply into the slot after its prompt, as generating it would have (untimed)."""
+    """Put the step's reply into the slot after its prompt, as generating it would have (untimed). The
+    templated text carries the media marker of the server that derived it: this server's replaces it."""
     text = st.text + st.reply_text
     prompt: Any = text
     if st.shots:
+        text = text.replace(st.marker, str(srv.props()["media_marker"]))
         prompt = {"prompt_string": text, "multimodal_data": [base64.b64encode(s).decode() for s in st.shots]}
-    srv.completion({"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": True, "stream": False})
+    r = srv.completion({"prompt": prompt, "n_predict": 1, "temperature": 0.0, "cache_prompt": True, "stream": False})
+    if r.status_code != 200:
+        raise ConversationError(
+            f"task {st.task_id!r} step {st.step}: today's server refused the reply to hold: HTTP {r.status_code}: "
+            f"{r.text[:200]}"
+        )

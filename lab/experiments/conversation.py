@@ -99,7 +99,8 @@ class ConversationReplay(Experiment):
             steps = [s for task in self.raw.values() for s in task]
             atomic_write(run.path / "raw" / "conversation.jsonl", "".join(s.model_dump_json() + "\n" for s in steps))
         n_steps = sum(len(v) for v in self.tasks.values())
-        done = run.keep_whole(SAMPLES, ConversationSample, lambda r: r.rep, lambda _r, rows: len(rows) == 3 * n_steps)
+        whole = len(ARMS) * n_steps
+        done = run.keep_whole(SAMPLES, ConversationSample, lambda r: r.rep, lambda _r, rows: len(rows) == whole)
         samples = [r for rows in done.values() for r in rows]
         todo = [r for r in range(self.reps) if r not in done]
         if todo:
@@ -109,11 +110,13 @@ class ConversationReplay(Experiment):
                 client = ContractClient(lab_srv)
                 bar = progress.add_task("conversation", total=len(todo) * n_steps)
                 for rep in todo:
-                    log = run.path / "logs" / "today-server.log"
-                    today = LlamaServer(sess.engine, sess.model, self._users(settings), log, extra_args=self._extra())
-                    sess.servers.append(today)  # its context switches count in the run's noise
-                    with today:
-                        rows = self._rep(rep, t, client, today, lambda: progress.advance(bar))
+                    rows = []
+                    for task_steps in self.tasks.values():  # a fresh server per conversation: its cache starts empty
+                        log = run.path / "logs" / "today-server.log"
+                        today = LlamaServer(sess.engine, sess.model, self._users(settings), log, self._extra())
+                        sess.servers.append(today)  # its context switches count in the run's noise
+                        with today:
+                            rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
                     run.append(SAMPLES, rows)
                     samples += rows
         self.steps, self.totals = summarize(self.tasks, samples)
@@ -121,20 +124,22 @@ class ConversationReplay(Experiment):
         run.rewrite(TASKS, self.totals)
         return Outcome()
 
-    def _rep(self, rep: int, t: Templater, client: ContractClient, today: LlamaServer, tick: Any) -> list[Any]:
+    def _rep(
+        self, rep: int, steps: list[StepTokens], t: Templater, client: ContractClient, today: LlamaServer, tick: Any
+    ) -> list[ConversationSample]:
+        """One conversation's steps in one rep, each step's arms in an order rotated by rep and step."""
         tail = LogTail(today.log_path)
         tail.read()
         rows: list[ConversationSample] = []
-        for steps in self.tasks.values():
-            for k, st in enumerate(steps):
-                shift = (rep + k) % len(ARMS)
-                previous = None
-                for arm in ARMS[shift:] + ARMS[:shift]:
-                    if arm != "today" and previous in (None, "today"):
-                        warm_up(client.srv)  # a process that wakes after another one's work finds its caches cold
-                    rows.append(self._sample(arm, rep, st, t, client, today, tail))
-                    previous = arm
-                tick()
+        for k, st in enumerate(steps):
+            shift = (rep + k) % len(ARMS)
+            previous = None
+            for arm in ARMS[shift:] + ARMS[:shift]:
+                if arm != "today" and previous in (None, "today"):
+                    warm_up(client.srv)  # a process that wakes after another one's work finds its caches cold
+                rows.append(self._sample(arm, rep, st, t, client, today, tail))
+                previous = arm
+            tick()
         return rows
 
     @staticmethod

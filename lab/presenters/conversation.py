@@ -38,6 +38,8 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
         "reused",
         "restores",
         "order",
+        "reply",
+        "decode ms/token",
     ):
         t.add_column(c, justify="left" if c in ("task", "diverges", "restores", "order") else "right")
     for s in steps:
