@@ -226,9 +226,10 @@ def predict(tf: TimeFit, target: CostModel | None, depths: list[int], source: st
     n = tf.cycles
     at = []
     for d in depths:
-        point, f = with_total(predict_ms(tf.params, flops, d, scale)), with_total(tf.beyond(d))
+        point, trend = with_total(predict_ms(tf.params, flops, d, scale)), tf.beyond(d)
         reps = [with_total(predict_ms(p, flops, d, scale)) for p in tf.draws]
-        f["total"] = sum(point[b] * f[b] for b in BANDS) / point["total"] if point["total"] else 1.0
+        total = sum(point[b] * trend[b] for b in BANDS) / point["total"] if point["total"] else 1.0
+        f = {str(b): v for b, v in trend.items()} | {"total": total}
         for b in point:
             iv = from_draws(point[b], [r[b] for r in reps], n)
             if iv is not None:

@@ -17,11 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lab.engine.media import data_url
 from lab.engine.png import png_check
 from lab.errors import LabError, validation_line
 from lab.schemas import ConversationStep
-
-DATA_PNG = "data:image/png;base64,"
 
 
 class ConversationError(LabError):
@@ -100,7 +99,7 @@ def _resolved(message: dict[str, Any], base: Path) -> dict[str, Any]:
             except OSError as e:
                 raise ConversationError(f"image {url} does not load ({e.strerror or e})") from e
         _check_image(raw, url)
-        part["image_url"] = {**part["image_url"], "url": DATA_PNG + base64.b64encode(raw).decode()}
+        part["image_url"] = {**part["image_url"], "url": data_url(raw)}
     return message
 
 

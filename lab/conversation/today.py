@@ -15,8 +15,11 @@ from __future__ import annotations
 import base64
 from typing import Any
 
+import httpx
+
 from lab.conversation.derive import StepTokens
 from lab.conversation.load import ConversationError
+from lab.engine.contract import ServerDied
 from lab.engine.server import LlamaServer, LogTail
 from lab.runs import utc_now
 from lab.schemas import ConversationSample
@@ -42,7 +45,15 @@ def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> lis
 def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) -> ConversationSample:
     """The step's recorded request (one token generated), then its reply held in the slot, untimed."""
     body: dict[str, Any] = {**_recorded(st), "max_tokens": 1, "stream": False, "cache_prompt": True}
-    r = srv.client.post("/v1/chat/completions", json=body)
+    try:
+        r = srv.client.post("/v1/chat/completions", json=body)
+    except httpx.TransportError as e:
+        if srv.died(dropped=True):
+            rc = srv.proc and srv.proc.returncode
+            raise ServerDied(
+                f"today's server died at {st.task_id} step {st.step} (exit {rc}); see {srv.log_path}"
+            ) from e
+        raise ConversationError(f"today's server did not answer {st.task_id} step {st.step}: {e}") from e
     log = tail.read()
     base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": "today", "t_utc": utc_now()}
     if r.status_code != 200:

@@ -30,7 +30,7 @@ from lab.conversation.arms import no_cache_step, optimum_step
 from lab.conversation.derive import StepTokens, Templater, derive_task
 from lab.conversation.load import ConversationError, images, load_conversation
 from lab.conversation.today import today_step, users_server
-from lab.engine.contract import ContractClient
+from lab.engine.contract import ContractClient, Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.server import LlamaServer, LogTail
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
@@ -61,6 +61,7 @@ class ConversationReplay(Experiment):
         self.projector: Path | None = None
         self.tasks: dict[str, list[StepTokens]] = {}
         self.raw: dict[str, list[ConversationStep]] = {}
+        self.optimum: dict[tuple[str, int], Step] = {}
         self.steps: list[ConversationStepResult] = []
         self.totals: list[ConversationTaskResult] = []
 
@@ -137,25 +138,32 @@ class ConversationReplay(Experiment):
             for arm in ARMS[shift:] + ARMS[:shift]:
                 if arm != "today" and previous in (None, "today"):
                     warm_up(client.srv)  # a process that wakes after another one's work finds its caches cold
-                rows.append(self._sample(arm, rep, st, t, client, today, tail))
+                rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, today, tail))
                 previous = arm
             tick()
         return rows
+
+    def _optimum(self, t: Templater, st: StepTokens) -> Step:
+        """The step's optimum request, built once per run (it may template and tokenize), not once per rep."""
+        key = (st.task_id, st.step)
+        if key not in self.optimum:
+            self.optimum[key] = optimum_step(t, st)
+        return self.optimum[key]
 
     @staticmethod
     def _sample(
         arm: ConversationArm,
         rep: int,
         st: StepTokens,
-        t: Templater,
+        optimum: Step,
         client: ContractClient,
         today: LlamaServer,
         tail: LogTail,
     ) -> ConversationSample:
-        base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "t_utc": utc_now()}
         if arm == "today":
             return today_step(today, tail, st, rep)
-        step = optimum_step(t, st) if arm == "optimum" else no_cache_step(st)
+        base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "t_utc": utc_now()}
+        step = optimum if arm == "optimum" else no_cache_step(st)
         n_out = st.n_out if arm == "optimum" and st.n_out >= 2 else 0  # the reply, decoded at depth L + new
         what = f"{st.task_id} step {st.step}"
         a = client.run_arm_alive("fake" if arm == "optimum" else "baseline", step, what=what, n_out=n_out)
