@@ -64,7 +64,7 @@ ARG LAB_ENGINE__NATIVE=true
 ENV LAB_ENGINE__SOURCE_MODE=${LAB_ENGINE__SOURCE_MODE} \
     LAB_ENGINE__NATIVE=${LAB_ENGINE__NATIVE}
 COPY patches/ patches/
-COPY lab/__init__.py lab/settings.py lab/errors.py lab/safetar.py lab/redact.py lab/runs.py lab/
+COPY lab/__init__.py lab/settings.py lab/settings_server.py lab/errors.py lab/safetar.py lab/redact.py lab/runs.py lab/
 COPY lab/engine/__init__.py lab/engine/source.py lab/engine/build.py lab/engine/pinning.py lab/engine/
 RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/.cache/pip \
     case "$LAB_ENGINE__SOURCE_MODE" in \

@@ -23,7 +23,8 @@ from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
 from lab.engine.server import LlamaServer
 from lab.models.resolve import resolve_model
 from lab.schemas import Interval
-from lab.settings import ServerSettings, load_settings
+from lab.settings import load_settings
+from lab.settings_server import ServerSettings
 from lab.stats import median_interval, paired_ratio
 
 

@@ -5,6 +5,8 @@ the lab and keeps its traceback."""
 
 from __future__ import annotations
 
+import sys
+
 
 class LabError(Exception):
     """An error a user can cause and fix; `str(e)` says what went wrong and, where it can, what to do."""
@@ -37,3 +39,9 @@ def validation_line(e: Exception, root: str = "row", limit: int = 3) -> str:
     if not isinstance(e, ValidationError):
         return str(e)
     return "; ".join(f"{'.'.join(map(str, x['loc'])) or root}: {x['msg']}" for x in e.errors()[:limit])
+
+
+def warn(line: str) -> None:
+    """Something a user should know that stops nothing (a skipped run, an exchange not recorded): one line on
+    stderr."""
+    print(f"warning: {line}", file=sys.stderr, flush=True)

@@ -36,10 +36,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from lab.engine.contract import WARM_UP
 from lab.errors import UsageError, validation_line
 
 Design = Literal["per-rep prefill", "cumulative"]
-WARM_UP = 16  # tokens of the server's untimed warm-up request before each rep's arms
 Where = Literal["server", "inproc", "both"]
 
 
@@ -55,7 +55,26 @@ class Rates(BaseModel):
         "(linear between points, and beyond the last along its last segment)",
     )
 
+    decode_ms_per_token: float | None = Field(
+        default=None, gt=0, description="a generated token's ms at depth 0 (the sweep's n_out); None: not known"
+    )
+    decode_ms_per_token_per_1k: float = Field(default=0.0, ge=0, description="... and its growth per 1,000 depth")
+
+    def decode_ms(self, d0: int, d1: int) -> float:
+        """Generating the tokens at positions [d0, d1), one per step."""
+        if self.decode_ms_per_token is None:
+            raise UsageError("the rates have no decode rate (decode_ms_per_token) for sweep.n_out")
+        return self.decode_ms_per_token * (d1 - d0) + self.decode_ms_per_token_per_1k * (d1 * d1 - d0 * d0) / 2000
+
     def describe(self) -> str:
+        decode = (
+            f"; decode {self.decode_ms_per_token:.2f} ms/token + {self.decode_ms_per_token_per_1k:.3f} per 1k depth"
+            if self.decode_ms_per_token is not None
+            else ""
+        )
+        return self._prefill() + decode
+
+    def _prefill(self) -> str:
         if self.curve:
             (x0, y0), (x1, y1) = self.curve[0], self.curve[-1]
             return f"{y0:.3f} ms/token at position {x0:,.0f} to {y1:.3f} at {x1:,.0f}"
@@ -117,8 +136,10 @@ def plan(
     baseline_reps: int | None = 3,
     bench_reps: int = 3,
     bench_check: bool = True,
+    n_out: int = 0,
 ) -> Plan:
-    """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps)."""
+    """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps); with
+    n_out the fake arm also generates n_out tokens at depth L + new."""
     r, out = rates, []
     base_reps = reps if baseline_reps is None or design == "per-rep prefill" else min(baseline_reps, reps)
     deepest = max(L for L, _ in points)
@@ -130,6 +151,9 @@ def plan(
         add("baseline", f"L + new from empty, {base_reps} reps", base_reps * sum(r.ms(0, L + n) for L, n in points))
     if "fake" in arms:
         add("fake", "new tokens after a fabricated prefix", reps * sum(r.chunk(L, n) for L, n in points))
+        if n_out:
+            decode = reps * sum(r.decode_ms(L + n, L + n + n_out) for L, n in points)
+            add("fake: decode", f"{n_out} tokens generated at depth L + new, one at a time", decode)
     if design == "per-rep prefill":
         if "genuine" in arms:
             add(

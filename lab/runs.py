@@ -62,8 +62,10 @@ class Manifest(BaseModel):
     lab: dict[str, Any] = Field(default_factory=dict)
 
 
-def utc_now() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+def utc_now(ms: bool = False) -> str:
+    """The time in UTC, ISO 8601 (to the millisecond with `ms`)."""
+    now = datetime.now(UTC)
+    return now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if ms else now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
 # <UTC date>_<host slug>_<experiment>_<6 hex>: what RunFolder.create names a folder, and all a run id may be

@@ -11,7 +11,7 @@ import os
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
     PydanticBaseSettingsSource,
@@ -19,14 +19,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from lab.settings_server import ConversationSettings, Section, ServerSettings
+
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
 REPO_ROOT = Path(__file__).resolve().parent.parent
-
-
-class Section(BaseModel):
-    """A settings section: a key it does not have is refused, not ignored (a typo must not change nothing)."""
-
-    model_config = ConfigDict(extra="forbid")
 
 
 class EngineSettings(Section):
@@ -45,73 +41,6 @@ class EngineSettings(Section):
     prebuilt: Path | None = Field(
         default=None, description="an engine bundle pushed to a target host (bin/ + lab-build.json): use, never build"
     )
-
-
-# llama-server flags the lab sets itself and its measurements rely on: extra_args may not override them
-LAB_SERVER_FLAGS = {
-    "--host",
-    "--port",
-    "--parallel",
-    "-np",
-    "--ctx-checkpoints",
-    "--cache-ram",
-    "-cram",
-    "--cache-reuse",
-    "--no-cache-prompt",
-    "--cache-prompt",
-    "--slot-save-path",
-    "--context-shift",
-    "--no-context-shift",
-    "--kv-unified",
-    "--swa-full",
-    "--ctx-size",
-    "-c",
-    "--model",
-    "-m",
-    "--threads",
-    "-t",
-    "--threads-batch",
-    "-tb",
-    "--ubatch-size",
-    "-ub",
-    "--batch-size",
-    "-b",
-    "--log-verbosity",
-    "-lv",
-}
-
-
-class ServerSettings(Section):
-    """How the patched llama-server is started for measurements."""
-
-    # all cores but one: on a 2-core VM one thread gave fake/genuine intervals 1.6x narrower per rep than two
-    # and decided twice the points per minute (docs/sweep-cost.md, the noise floor): the client, the other
-    # process and the kernel need a core
-    threads: int = Field(default=max(1, (os.cpu_count() or 1) - 1), ge=1)
-    threads_batch: int | None = Field(default=None, ge=1)
-    ctx_size: int = Field(default=16384, ge=256)
-    batch_size: int = Field(default=2048, ge=1)
-    ubatch_size: int = Field(default=512, ge=1)
-    checkpoints: int = Field(default=0, ge=0, description="--ctx-checkpoints (0: off, fair timing)")
-    cache_ram_mib: int = Field(default=0, ge=0, description="--cache-ram (0: RAM prompt cache off)")
-    flash_attn: Literal["on", "off", "auto"] = "auto"
-    cpu_list: str | None = Field(
-        default=None, description="pin the server, llama-bench and the instrument to these CPUs, e.g. 0-7"
-    )
-    startup_timeout_s: float = Field(default=120.0, gt=0)
-    extra_args: list[str] = Field(default_factory=list, description="more llama-server flags (not the lab's own)")
-
-    @field_validator("extra_args")
-    @classmethod
-    def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
-        for arg in v:
-            flag = arg.split("=", 1)[0]
-            if flag in LAB_SERVER_FLAGS:
-                raise ValueError(
-                    f"{flag} is set by the lab (where it listens, one slot, the cache and checkpoints a timing "
-                    "relies on): use the server.* setting for it, not extra_args"
-                )
-        return v
 
 
 SweepArm = Literal["baseline", "fake", "genuine", "plain", "estimate"]
@@ -295,6 +224,7 @@ class Settings(BaseSettings):
     host_name: str | None = Field(default=None, description="name in run folder names; default: hostname")
     engine: EngineSettings = Field(default_factory=EngineSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
+    conversation: ConversationSettings = Field(default_factory=ConversationSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)

@@ -23,6 +23,7 @@ from lab.models.resolve import resolve_projector
 from lab.runs import RunFolder
 from lab.schemas import ConversationSample, ConversationStepResult, ConversationTaskResult
 from lab.settings import load_settings
+from lab.settings_server import ConversationSettings
 
 from conftest import interrupt_after_first_row, server_settings
 
@@ -68,9 +69,11 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
     trace = synth_conversation(SynthConversation(steps=6), tmp_path / "c.jsonl")
     steps = derive_conversation(settings, trace)["task000"]
     extra = ["--mmproj", str(resolve_projector(settings))]
-    server = users_server(server_settings())
+    server = server_settings(**users_server(ConversationSettings()))
     with LlamaServer(engine, tiny_model, server, tmp_path / "today.log", extra_args=extra) as srv:
         today = replay_today(srv, steps)
+        log = srv.log_text()
+    assert "created context checkpoint" in log and "updating prompt cache" in log  # llama-server's defaults
     for st, t in zip(steps, today, strict=True):
         assert t.ok and t.prompt_n is not None and t.cache_n is not None, t
         assert t.prompt_n + t.cache_n == st.cells, (st.step, t)  # the derivation is the server's own count
@@ -79,6 +82,13 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
             assert t.cache_n == st.common, (st.step, t)
     evicted = next(t for st, t in zip(steps, today, strict=True) if st.diverged)
     assert evicted.cache_n is not None and evicted.cache_n <= steps[4].common < steps[3].cells
+    # the user's own flags: no checkpoints and no RAM cache, and the server's log says so
+    server = server_settings(**users_server(ConversationSettings(checkpoints=0, cache_ram_mib=0)))
+    with LlamaServer(engine, tiny_model, server, tmp_path / "own.log", extra_args=extra) as srv:
+        own = replay_today(srv, steps[:3])
+        log = srv.log_text()
+    assert "created context checkpoint" not in log and "updating prompt cache" not in log
+    assert [t.cache_n for t in own] == [t.cache_n for t in today[:3]]  # extensions reuse all they share anyway
 
 
 def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> None:

@@ -14,9 +14,10 @@ import pytest
 
 from lab.engine.contract import ContractClient, filler_tokens, measure_decode, text_step
 from lab.engine.server import LlamaServer
+from lab.experiments.decode import DEPTHS
 from lab.experiments.sweep import POINTS, SAMPLES
 from lab.runs import RunFolder
-from lab.schemas import SweepPoint, SweepSample
+from lab.schemas import DecodeDepth, SweepPoint, SweepSample
 
 pytestmark = pytest.mark.engine
 
@@ -49,8 +50,22 @@ def test_fewer_generated_tokens_than_asked_is_a_typed_contract_failure(server: L
     assert iv is None and server.alive()
 
 
-def test_lab_engine_decode_prints_a_verdict_per_depth() -> None:
-    r = lab("engine", "decode", "--depths", "300,1200", "--reps", "2", "--n-out", "8", "--new", "16")
+def test_lab_engine_decode_prints_a_verdict_per_depth_and_stores_its_run(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    r = lab(
+        "engine",
+        "decode",
+        "--depths",
+        "300,1200",
+        "--reps",
+        "2",
+        "--n-out",
+        "8",
+        "--new",
+        "16",
+        "--runs-dir",
+        str(runs),
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     rows = {int(m[0]): m for m in re.findall(r"│\s*(\d+) │\s*(\d+) │\s*16 │\s*8 │(.*)│\s*(\w+)\s*│", r.stdout)}
     assert sorted(rows) == [300, 1200], r.stdout
@@ -58,7 +73,16 @@ def test_lab_engine_decode_prints_a_verdict_per_depth() -> None:
     for _depth, _L, cells, verdict in rows.values():
         assert verdict in {"agree", "disagree", "undecided"}
         assert len(re.findall(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", cells)) == 3, cells  # two medians and the ratio
-    assert "1 +- 10%" in r.stdout and "logs:" in r.stdout
+    assert "1 +- 10%" in r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    assert run.ready and run.manifest().experiment == "decode" and run.manifest().params["depths"] == [300, 1200]
+    stored = run.read(DEPTHS, DecodeDepth)
+    assert [d.depth for d in stored] == [300, 1200] and all(d.server_ms and d.bench_ms for d in stored)
+    assert (run.path / "logs" / "llama-bench.log").exists() and (run.path / "logs" / "server.log").exists()
+    catalog = tmp_path / "catalog"
+    ingest = lab("catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(catalog))
+    assert ingest.returncode == 0, ingest.stderr
+    assert (catalog / "tables" / "decode_depths.parquet").exists()
 
 
 def test_lab_engine_decode_refuses_a_depth_shallower_than_new() -> None:

@@ -81,6 +81,21 @@ def test_a_bad_duration_is_one_line(text: str) -> None:
         parse_duration(text)
 
 
+def test_the_decode_of_n_out_is_planned_at_its_depth() -> None:
+    """sweep.n_out: the fake arm also generates n_out tokens at depth L + new, each a step of its own (a line in
+    the depth like a prefill's, with its own rates); a rate that is not known is refused, not taken as free."""
+    r = NUC16.model_copy(update={"decode_ms_per_token": 40.0, "decode_ms_per_token_per_1k": 0.5})
+    assert r.decode_ms(1000, 1010) == pytest.approx(10 * (40.0 + 0.5 * 1.005))
+    arms = {a.arm: a.seconds for a in plan("cumulative", "server", GRID, 12, ["fake"], r, n_out=32).arms}
+    want = 12 * sum(r.decode_ms(L + n, L + n + 32) for L, n in GRID) / 1e3
+    assert arms["fake: decode"] == pytest.approx(want) and arms["fake"] == pytest.approx(
+        12 * sum(r.chunk(L, n) for L, n in GRID) / 1e3
+    )
+    assert "decode 40.00 ms/token" in r.describe()
+    with pytest.raises(UsageError, match="no decode rate"):
+        plan("cumulative", "server", GRID, 1, ["fake"], NUC16, n_out=32)
+
+
 def test_rates_files(tmp_path: Path) -> None:
     f = tmp_path / "rates.yaml"
     f.write_text("flat_ms_per_token: 9.52\nattn_ms_per_token_per_1k: 0.318\n")

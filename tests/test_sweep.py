@@ -266,11 +266,15 @@ def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
 
 def test_plan_without_rates_calibrates_here_and_measures_nothing(tmp_path: Path) -> None:
     """--plan with no rates: the driver times chunks at two depths after a warm-up pass, the rates are fitted to
-    them, and the plan is printed; no run folder is made. --budget then picks the reps."""
+    them (with --n-out, the server times a few generated tokens at two depths too), and the plan is printed; no
+    run folder is made. --budget then picks the reps."""
     runs = tmp_path / "runs"
-    r = lab("sweep", "--plan", "--Ls", "512,1024", "--news", "16", "--runs-dir", str(runs))
+    r = lab("sweep", "--plan", "--Ls", "512,1024", "--news", "16", "--n-out", "8", "--runs-dir", str(runs))
     assert r.returncode == 0, r.stderr + r.stdout
-    assert "calibration: chunks of 16 at depths 512, 1024" in r.stdout and "total" in r.stdout, r.stdout
+    out = " ".join(r.stdout.split())  # the table wraps its cells
+    assert "calibration: chunks of 16 at depths 512, 1024" in out and "total" in out, r.stdout
+    assert "decode: the server's generated tokens at depths L = 512, 1024" in out, r.stdout
+    assert "fake: decode" in r.stdout and "8 tokens generated at depth" in r.stdout, r.stdout
     assert not runs.exists()
     r = lab("arms", "--plan", "--budget", "0s", "--Ls", "512,1024", "--news", "16", "--runs-dir", str(runs))
     assert r.returncode == 2 and "one rep of this grid already takes about" in r.stderr, r.stderr + r.stdout

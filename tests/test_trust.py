@@ -217,4 +217,11 @@ def test_an_unknown_setting_is_refused_by_name_with_the_closest_one(tmp_path: Pa
     params.write_text("server:\n  extra_args: ['--port=9999']\n")
     r = lab("sweep", "--runs-dir", runs, env={"LAB_PARAMS_FILE": str(params)})
     one_line_error(r, 2, "--port is set by the lab")
+    # today's server of a conversation takes its cache flags as settings, never as aliases in its extra_args
+    params.write_text("conversation:\n  extra_args: ['-ctxcp', '4']\n")
+    r = lab("sweep", "--runs-dir", runs, env={"LAB_PARAMS_FILE": str(params)})
+    one_line_error(r, 2, "-ctxcp is set by the lab")
+    r = lab("sweep", "--runs-dir", runs, env={"LAB_CONVERSATION__CHECKPOINT": "4"})
+    one_line_error(r, 2, "unknown setting conversation.checkpoint")
+    assert "did you mean conversation.checkpoints?" in r.stderr
     assert not (tmp_path / "runs").exists()

@@ -7,7 +7,6 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -26,7 +25,7 @@ from lab.catalog.tables import (
     columns,
     flatten,
 )
-from lab.errors import LabError, validation_line
+from lab.errors import LabError, validation_line, warn
 from lab.runs import Manifest, RunError, read_jsonl
 
 
@@ -112,10 +111,6 @@ def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
 def run_rows(run_dir: Path, experiment: str, name: str) -> list[dict[str, Any]]:
     """One run's rows of catalog table `name`, from every source its experiment writes them to."""
     return [r for s in SPECS if s.name == name and experiment in s.experiments for r in read_spec(run_dir, s)]
-
-
-def warn(line: str) -> None:
-    print(f"warning: {line}", file=sys.stderr)
 
 
 def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, Any]]]]:

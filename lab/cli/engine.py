@@ -12,11 +12,14 @@ from lab.cli.common import (
     FlavorOpt,
     ModelOpt,
     NOutOpt,
+    Resume,
+    RunsDir,
     SourceMode,
     SourcePath,
     Threads,
     group,
     int_list,
+    resolve,
     settings_for,
 )
 
@@ -108,19 +111,17 @@ def engine_decode(
     threads: Threads = None,
     model: ModelOpt = None,
     cache_dir: CacheDir = None,
+    runs_dir: RunsDir = None,
+    resume: Resume = None,
 ) -> None:
-    """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench."""
-    from rich.console import Console
-
+    """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench, in
+    a run folder (its rows: the catalog's decode_depths). Exit 1 when a sample failed."""
     from lab.experiments.decode import run_decode
-    from lab.presenters.decode import decode_table
 
-    s = settings_for(cache_dir, model=model, server={"threads": threads})
-    found = run_decode(s, int_list(depths) or [], new, n_out or 0, reps, tolerance)
-    console = Console()
-    console.print(decode_table(found.rows, found.model.name, found.threads))
-    console.print(f"took {found.took_s:.1f} s; logs: {found.log_dir}", highlight=False)
-    for line in found.failures:
-        console.print(f"[red]failed sample[/red] {line}", highlight=False)
-    if found.failures:
+    s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads})
+    run = run_decode(s, int_list(depths) or [], new, n_out or 0, reps, tolerance, resume=resolve(resume, s.runs_dir))
+    typer.echo(str(run.path))
+    m = run.manifest()
+    if m.status != "complete":
+        typer.secho(f"failed samples: {m.reason}", fg="red", err=True)
         raise typer.Exit(1)

@@ -87,7 +87,9 @@ def trace_replay(
     resume: ReplayResume = None,
     reps: Annotated[
         int | None,
-        typer.Option("--reps", min=1, help="measure each step this often (default 1; a conversation: 3)"),
+        typer.Option(
+            "--reps", min=1, help="measure each step this often (default 1; a conversation: conversation.reps, 3)"
+        ),
     ] = None,
 ) -> None:
     """Replay an agent trace. Step shapes: each step with a fake prefix (measured_opt_prefill_s, opt_wall per
@@ -101,7 +103,7 @@ def trace_replay(
     if (run is not None and run.manifest().experiment == "conversation") or (
         trace is not None and trace.is_file() and is_conversation(trace)
     ):
-        typer.echo(str(run_conversation(s, trace, reps or 3, resume=run).path))
+        typer.echo(str(run_conversation(s, trace, reps or s.conversation.reps, resume=run).path))
         return
     typer.echo(str(run_replay(s, trace, resume=run, reps=reps or 1).path))
 

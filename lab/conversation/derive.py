@@ -21,10 +21,10 @@ from pathlib import Path
 from typing import Any
 
 from lab.conversation.load import ConversationError, image_bytes, images, load_conversation
-from lab.engine.build import build_engine
+from lab.engine.build import EngineInfo, build_engine
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.png import png_size
-from lab.engine.server import LlamaServer
+from lab.engine.server import LlamaServer, mmproj_args
 from lab.models.resolve import resolve_model, resolve_projector
 from lab.schemas import ConversationStep
 from lab.settings import Settings
@@ -93,9 +93,11 @@ class StepTokens:
 class Templater:
     """The server's chat template and tokenizer, asked once per distinct text."""
 
-    def __init__(self, srv: LlamaServer, geometry: ImageGeometry | None) -> None:
-        self.srv, self.geometry = srv, geometry
+    def __init__(self, srv: LlamaServer, projector: Path | None) -> None:
+        self.srv = srv
+        self.geometry = ImageGeometry.of_projector(projector) if projector else None
         self.marker: str | None = None
+        self.pieces: dict[tuple[str, bool], list[int]] = {}  # text between images repeats from step to step
 
     def prompt(self, messages: list[dict[str, Any]]) -> tuple[list[Unit], str, list[bytes]]:
         """(units, the templated text with one media marker per image, the images in order)."""
@@ -111,10 +113,16 @@ class Templater:
             raise ConversationError(f"the template placed {len(pieces) - 1} image markers for {len(shots)} images")
         units: list[Unit] = []
         for i, piece in enumerate(pieces):
-            units += self.srv.tokenize(piece, add_special=i == 0) if piece else []
+            units += self._tokens(piece, i == 0) if piece else []
             if i < len(shots):
                 units.append(self._image(shots[i]))
         return units, text, shots
+
+    def _tokens(self, piece: str, add_special: bool) -> list[int]:
+        key = (piece, add_special)
+        if key not in self.pieces:
+            self.pieces[key] = self.srv.tokenize(piece, add_special=add_special)
+        return self.pieces[key]
 
     def _image(self, raw: bytes) -> tuple[str, int]:
         if self.geometry is None:
@@ -187,17 +195,24 @@ def _error(text: str) -> str:
     return text.strip().splitlines()[0][:200] if text.strip() else "no reason given"
 
 
+def has_images(tasks: dict[str, list[ConversationStep]]) -> bool:
+    return any(True for steps in tasks.values() for s in steps for m in s.request["messages"] for _ in images(m))
+
+
+def derive_tasks(
+    settings: Settings, engine: EngineInfo, model: Path, tasks: dict[str, list[ConversationStep]], trace: str, log: Path
+) -> tuple[dict[str, list[StepTokens]], Path | None]:
+    """Every step's tokens through a lab server of the model (with the settings' vision projector when a step has
+    a screenshot: it is returned too). The server only templates and tokenizes."""
+    projector = resolve_projector(settings) if has_images(tasks) else None
+    with LlamaServer(engine, model, settings.server, log, extra_args=mmproj_args(projector)) as srv:
+        t = Templater(srv, projector)
+        return {k: derive_task(t, v, settings.server.ctx_size, trace) for k, v in tasks.items()}, projector
+
+
 def derive_conversation(settings: Settings, path: Path) -> dict[str, list[StepTokens]]:
-    """Load a conversation trace and derive every step's tokens through a lab server of the settings' model
-    (with its vision projector when a step has a screenshot). The server only templates and tokenizes."""
+    """`lab trace derive`: a conversation trace loaded and derived (see derive_tasks)."""
     tasks = load_conversation(path)
-    has_images = any(True for steps in tasks.values() for s in steps for m in s.request["messages"] for _ in images(m))
     engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
-    model = resolve_model(settings)
-    projector = resolve_projector(settings) if has_images else None
-    extra = ["--mmproj", str(projector)] if projector else []
     log = settings.cache_dir / "logs" / "trace-derive.log"
-    geometry = ImageGeometry.of_projector(projector) if projector else None
-    with LlamaServer(engine, model, settings.server, log, extra_args=extra) as srv:
-        t = Templater(srv, geometry)
-        return {task: derive_task(t, steps, settings.server.ctx_size, str(path)) for task, steps in tasks.items()}
+    return derive_tasks(settings, engine, resolve_model(settings), tasks, str(path), log)[0]

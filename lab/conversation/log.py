@@ -9,7 +9,6 @@ handled, so a stop loses nothing that was complete; a SIGKILL loses at most the 
 from __future__ import annotations
 
 import os
-import sys
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -20,10 +19,6 @@ from lab.schemas import ConversationStep
 
 class RecordError(LabError):
     pass
-
-
-def warn(line: str) -> None:
-    print(f"warning: {line}", file=sys.stderr, flush=True)
 
 
 @dataclass

@@ -14,7 +14,6 @@ import signal
 import time
 from collections.abc import Callable
 from dataclasses import dataclass
-from datetime import UTC, datetime
 from pathlib import Path
 from typing import Any
 
@@ -23,8 +22,9 @@ from aiohttp import web
 from pydantic import ValidationError
 
 from lab.conversation.assemble import Reply, StreamAssembler, reply_of_body
-from lab.conversation.log import ConversationLog, RecordError, warn
-from lab.errors import validation_line
+from lab.conversation.log import ConversationLog, RecordError
+from lab.errors import validation_line, warn
+from lab.runs import utc_now
 from lab.schemas import ConversationStep
 
 TASK_HEADER = "X-Lab-Task"
@@ -55,10 +55,6 @@ class Recording:
 
     def banner(self) -> str:
         return f"recording: {self.url} -> {self.upstream}, trace {self.trace}"
-
-
-def utc_stamp() -> str:
-    return datetime.now(UTC).strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z"
 
 
 def upstream_url(base: str, path: str, query: str) -> str:
@@ -94,7 +90,7 @@ class Recorder:
         sent: dict[str, Any] | None = None
         if is_chat(request) and (sent := chat_body(body)) is None:
             warn(f"{request.path}: the body is not a JSON object: forwarded, not recorded")
-        started_utc, t0 = utc_stamp(), time.monotonic()
+        started_utc, t0 = utc_now(ms=True), time.monotonic()
         step = self.log.begin(task, t0) if sent is not None else None
         headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP | {"x-lab-task"}}
         headers["Accept-Encoding"] = "identity"  # the body comes back as sent, readable for the trace

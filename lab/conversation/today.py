@@ -1,7 +1,7 @@
 """Today's server: a conversation replayed in order, as the agent sent it, to a server configured the way users
-run it (`cache_prompt` on, context checkpoints and the RAM prompt cache at the server's own defaults, one slot,
-plus the user's server.extra_args), so each step's prompt time and reuse (`cache_n`) are what the server's own
-prompt cache achieves, not what a perfect cache would.
+run it (`cache_prompt` on, one slot, context checkpoints and the RAM prompt cache as `conversation.*` sets
+them: llama-server's own defaults unless the user's flags differ), so each step's prompt time and reuse
+(`cache_n`) are what the server's own prompt cache achieves, not what a perfect cache would.
 
 Each step is the recorded chat-completions request with one token to generate; its reply is then put into the
 slot untimed (the templated prompt and the reply's text prefilled with the cache on), so the next step finds
@@ -23,16 +23,17 @@ from lab.engine.contract import ServerDied
 from lab.engine.server import LlamaServer, LogTail
 from lab.runs import utc_now
 from lab.schemas import ConversationSample
-from lab.settings import ServerSettings
+from lab.settings_server import ConversationSettings
 
-SERVER_CHECKPOINTS, SERVER_MIN_STEP, SERVER_CACHE_RAM_MIB = 32, 256, 8192  # llama-server's defaults at the pin
 RESTORED_CHECKPOINT = "restored context checkpoint"
 RAM_CACHE_HIT = "found better prompt"
 
 
-def users_server(server: ServerSettings) -> ServerSettings:
-    """The server as users run it: checkpoints and the RAM prompt cache at llama-server's own defaults."""
-    return server.model_copy(update={"checkpoints": SERVER_CHECKPOINTS, "cache_ram_mib": SERVER_CACHE_RAM_MIB})
+def users_server(conversation: ConversationSettings) -> dict[str, Any]:
+    """The server settings that make the lab's server today's (lab.experiments.protocol.OpenRun.server's
+    overrides): the prompt cache and checkpoints the way users run them, and their own extra flags."""
+    keys = ("checkpoints", "checkpoint_min_step", "cache_ram_mib", "cache_reuse", "extra_args")
+    return {k: getattr(conversation, k) for k in keys}
 
 
 def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> list[ConversationSample]:

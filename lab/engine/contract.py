@@ -96,6 +96,17 @@ def text_step(prefix: list[int], new_tokens: list[int]) -> Step:
     return Step(L=len(prefix), new=len(new_tokens), prompt=prefix + new_tokens, prefix=prefix)
 
 
+WARM_UP = 16  # new tokens of the untimed warm-up request (lab.plan counts them)
+
+
+def warm_step(step: Step) -> Step:
+    """A few of the step's new tokens after its prefix (an image or chat step whole: its new part cannot be cut
+    by tokens)."""
+    if step.has_image or step.chat:
+        return step
+    return text_step(step.prefix, step.prompt[step.L : step.L + min(step.new, WARM_UP)])
+
+
 def filler_tokens(n: int, seed: int, n_vocab: int, lo: int = 1000) -> list[int]:
     """Deterministic filler ids spread across the ordinary vocabulary (so MoE routing resembles text).
 
@@ -160,6 +171,15 @@ class ContractClient:
     def __init__(self, srv: LlamaServer) -> None:
         self.srv = srv
         self.tail = LogTail(srv.log_path)
+
+    def warm_up(self, step: Step | None = None, n_out: int = 0) -> None:
+        """The untimed request before timed ones: a process that wakes after another one's work finds its caches
+        cold. The fake arm of a few of `step`'s new tokens at its depth, else a few tokens of text with the cache
+        off. Its failures show in the timed requests that follow."""
+        if step is None:
+            self.srv.completion({"prompt": "warm up the threads", "n_predict": 1, "cache_prompt": False})
+        else:
+            self.run_arm("fake", warm_step(step), n_out=n_out)
 
     def _post(
         self, body: dict[str, Any], path: str = COMPLETION
@@ -254,9 +274,9 @@ class ServerDied(LabError):
     """The server process died under a request: the run stops, incomplete."""
 
 
-def decode_interval(results: list[ArmResult], key: str = "") -> Interval | None:
-    """Decode ms per generated token of the ok samples: their median and its 95% interval (None without any)."""
-    return median_interval([r.timings.decode_ms for r in results if r.ok and r.timings], key)
+def decode_samples(results: list[ArmResult]) -> list[float]:
+    """Decode ms per generated token of the ok samples that decoded."""
+    return [r.timings.decode_ms for r in results if r.ok and r.timings and r.timings.decode_ms is not None]
 
 
 def measure_decode(
@@ -269,4 +289,4 @@ def measure_decode(
         raise ValueError(f"n_out={n_out}: a decode is timed between two generated tokens, so n_out >= 2")
     what = f"decode L={step.L} new={step.new} n_out={n_out}"
     results = [client.run_arm_alive("fake", step, what=f"{what} rep {i}", n_out=n_out) for i in range(reps)]
-    return results, decode_interval(results, key)
+    return results, median_interval(decode_samples(results), key)

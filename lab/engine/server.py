@@ -22,7 +22,7 @@ from lab.engine.build import EngineInfo
 from lab.engine.pinning import llama_args, taskset
 from lab.errors import LabError
 from lab.hostnoise import proc_ctx_switches
-from lab.settings import ServerSettings
+from lab.settings_server import ServerSettings
 
 
 class ServerError(LabError):
@@ -118,6 +118,11 @@ def die_with_parent() -> None:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)
 
 
+def mmproj_args(projector: Path | None) -> list[str]:
+    """The flags that load a vision projector (none without one)."""
+    return ["--mmproj", str(projector)] if projector else []
+
+
 def server_args(settings: ServerSettings, model: Path, port: int, extra: list[str]) -> list[str]:
     """Measurement hygiene: one slot, no context shift, no draft, checkpoints/prompt cache as configured,
     no projector unless one is given explicitly (``--mmproj PATH`` in the extra args)."""
@@ -146,8 +151,12 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
         "--no-context-shift",
         "--ctx-checkpoints",
         str(settings.checkpoints),
+        "--checkpoint-min-step",
+        str(settings.checkpoint_min_step),
         "--cache-ram",
         str(settings.cache_ram_mib),
+        "--cache-reuse",
+        str(settings.cache_reuse),
         "--flash-attn",
         settings.flash_attn,
         "--fit",

@@ -21,20 +21,19 @@ Lifecycle (the protocol's, lab.experiments.protocol):
 
 from __future__ import annotations
 
+from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
 
 from rich.console import Console
 
 from lab.conversation.arms import no_cache_step, optimum_step
-from lab.conversation.derive import StepTokens, Templater, derive_task
-from lab.conversation.load import ConversationError, images, load_conversation
+from lab.conversation.derive import StepTokens, Templater, derive_tasks
+from lab.conversation.load import ConversationError, load_conversation
 from lab.conversation.today import today_step, users_server
 from lab.engine.contract import ContractClient, Step
-from lab.engine.imagegrid import ImageGeometry
-from lab.engine.server import LlamaServer, LogTail
+from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
-from lab.models.resolve import resolve_projector
 from lab.runs import RunFolder, atomic_write, utc_now
 from lab.schemas import (
     ConversationArm,
@@ -77,24 +76,12 @@ class ConversationReplay(Experiment):
         if self.trace is None or not self.trace.is_file():
             raise ConversationError(f"{self.trace}: no such conversation trace" if self.trace else "give a trace")
         assert parts.engine is not None and parts.model is not None
-        raw = self.raw = load_conversation(self.trace)
-        if any(True for steps in raw.values() for s in steps for m in s.request["messages"] for _ in images(m)):
-            self.projector = resolve_projector(settings)
+        self.raw = load_conversation(self.trace)
         log = settings.cache_dir / "logs" / "conversation-derive.log"
-        with LlamaServer(parts.engine, parts.model, settings.server, log, extra_args=self._extra()) as srv:
-            t = Templater(srv, ImageGeometry.of_projector(self.projector) if self.projector else None)
-            self.tasks = {k: derive_task(t, v, settings.server.ctx_size, str(self.trace)) for k, v in raw.items()}
-
-    @staticmethod
-    def _users(settings: Settings) -> Any:
-        """The server as users run it, the user's own server.extra_args included."""
-        return users_server(settings.server)
-
-    def _extra(self) -> list[str]:
-        return ["--mmproj", str(self.projector)] if self.projector else []
+        self.tasks, self.projector = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace), log)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
-        run, settings = sess.run, sess.settings
+        run = sess.run
         assert self.trace is not None
         if not sess.resumed:  # the run's own copy, its images inlined: a resume needs nothing else
             steps = [s for task in self.raw.values() for s in task]
@@ -105,18 +92,15 @@ class ConversationReplay(Experiment):
         samples = [r for rows in done.values() for r in rows]
         todo = [r for r in range(self.reps) if r not in done]
         if todo:
-            with sess.server(extra_args=self._extra()) as lab_srv, progress_bar(console) as progress:
+            with sess.server(extra_args=mmproj_args(self.projector)) as lab_srv, progress_bar(console) as progress:
                 sess.record_server(lab_srv)
-                t = Templater(lab_srv, ImageGeometry.of_projector(self.projector) if self.projector else None)
+                t = Templater(lab_srv, self.projector)
                 client = ContractClient(lab_srv)
                 bar = progress.add_task("conversation", total=len(todo) * n_steps)
                 for rep in todo:
                     rows = []
                     for task_steps in self.tasks.values():  # a fresh server per conversation: its cache starts empty
-                        log = run.path / "logs" / "today-server.log"
-                        today = LlamaServer(sess.engine, sess.model, self._users(settings), log, self._extra())
-                        sess.servers.append(today)  # its context switches count in the run's noise
-                        with today:
+                        with self._today(sess) as today:
                             rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
                     run.append(SAMPLES, rows)
                     samples += rows
@@ -125,10 +109,18 @@ class ConversationReplay(Experiment):
         run.rewrite(TASKS, self.totals)
         return Outcome()
 
+    def _today(self, sess: OpenRun) -> LlamaServer:
+        """Today's server: the run's server as users run it (conversation.*)."""
+        users = users_server(sess.settings.conversation)
+        users["extra_args"] = [*users["extra_args"], *mmproj_args(self.projector)]
+        return sess.server(log="today-server.log", **users)
+
     def _rep(
         self, rep: int, steps: list[StepTokens], t: Templater, client: ContractClient, today: LlamaServer, tick: Any
     ) -> list[ConversationSample]:
-        """One conversation's steps in one rep, each step's arms in an order rotated by rep and step."""
+        """One conversation's steps in one rep, each step's arms in an order rotated by rep and step. Today's new
+        process is warmed up first with the cache off: its first request would pay its start-up."""
+        ContractClient(today).warm_up()
         tail = LogTail(today.log_path)
         tail.read()
         rows: list[ConversationSample] = []
@@ -137,7 +129,7 @@ class ConversationReplay(Experiment):
             previous = None
             for arm in ARMS[shift:] + ARMS[:shift]:
                 if arm != "today" and previous in (None, "today"):
-                    warm_up(client.srv)  # a process that wakes after another one's work finds its caches cold
+                    client.warm_up()  # after the other process's work
                 rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, today, tail))
                 previous = arm
             tick()
@@ -186,81 +178,81 @@ class ConversationReplay(Experiment):
             console.print(table)
 
 
-def warm_up(srv: LlamaServer) -> None:
-    """An untimed request of a few tokens with the cache off (the lab's server holds nothing between arms)."""
-    srv.completion({"prompt": "warm up the threads", "n_predict": 1, "cache_prompt": False, "temperature": 0.0})
-
-
 def summarize(
     tasks: dict[str, list[StepTokens]], samples: list[ConversationSample]
 ) -> tuple[list[ConversationStepResult], list[ConversationTaskResult]]:
     """Per step and per task, from every rep's samples (see the module's docstring)."""
-    ms = {(s.task_id, s.step, s.arm, s.rep): s.prompt_ms for s in samples if s.ok and s.prompt_ms is not None}
+    by_step: dict[tuple[str, int], list[ConversationSample]] = defaultdict(list)
+    for s in samples:
+        by_step[(s.task_id, s.step)].append(s)
     steps_out, tasks_out = [], []
     for task, steps in tasks.items():
-        reps = sorted({s.rep for s in samples if s.task_id == task})
+        # prompt seconds per arm and rep, each step's arms by rep
+        per_rep: dict[int, dict[tuple[int, str], float]] = defaultdict(dict)
         for st in steps:
-            mine = [s for s in samples if (s.task_id, s.step) == (task, st.step)]
-            ivs = {
-                a: median_interval([ms[k] for k in ms if k[:3] == (task, st.step, a)], f"{task}/{st.step}/{a}")
-                for a in ARMS
-            }
-            first = next((s for s in sorted(mine, key=lambda s: s.rep) if s.arm == "today"), None)
-            steps_out.append(
-                ConversationStepResult(
-                    task_id=task,
-                    step=st.step,
-                    prompt_cells=st.cells,
-                    common=st.common,
-                    new=st.new,
-                    diverged_at=st.at_message,
-                    reply_tokens=st.n_out,
-                    images=st.images,
-                    today_ms=ivs["today"],
-                    optimum_ms=ivs["optimum"],
-                    no_cache_ms=ivs["no_cache"],
-                    today_cache_n=first.cache_n if first else None,
-                    decode_ms_per_token=median_interval(
-                        [s.decode_ms for s in mine if s.decode_ms is not None], f"{task}/{st.step}/decode"
-                    ),
-                    tool_s=st.tool_s,
-                    checkpoint_restores=sum(s.checkpoint_restore for s in mine),
-                    ram_cache_restores=sum(s.ram_cache_restore for s in mine),
-                    order=order(ivs["optimum"], ivs["today"], ivs["no_cache"]),
-                )
-            )
-        totals = {a: {r: sum(ms.get((task, st.step, a, r), 0.0) for st in steps) / 1e3 for r in reps} for a in ARMS}
-        whole = [r for r in reps if all((task, st.step, a, r) in ms for st in steps for a in ARMS)]
+            mine = sorted(by_step[(task, st.step)], key=lambda s: s.rep)
+            for s in mine:
+                if s.ok and s.prompt_ms is not None:
+                    per_rep[s.rep][(st.step, s.arm)] = s.prompt_ms
+            steps_out.append(step_result(task, st, mine))
+        whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(ARMS) * len(steps)]
+        totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in ARMS}
         realised = [
             (totals["no_cache"][r] - totals["today"][r]) / (totals["no_cache"][r] - totals["optimum"][r])
             for r in whole
             if totals["no_cache"][r] > totals["optimum"][r]
         ]
-        decode = {
-            (s.step, s.rep): s.decode_ms * (s.n_out or 0) / 1e3 for s in samples if s.task_id == task and s.decode_ms
-        }
+        decode: dict[int, float] = defaultdict(float)  # the replies' decode seconds per rep
+        for st in steps:
+            for s in by_step[(task, st.step)]:
+                if s.decode_ms is not None:
+                    decode[s.rep] += s.decode_ms * (s.n_out or 0) / 1e3
         tools = [st.tool_s for st in steps if st.tool_s is not None]
         tasks_out.append(
             ConversationTaskResult(
                 task_id=task,
                 n_steps=len(steps),
-                today_s=median_interval([totals["today"][r] for r in whole], f"{task}/today"),
-                optimum_s=median_interval([totals["optimum"][r] for r in whole], f"{task}/optimum"),
-                no_cache_s=median_interval([totals["no_cache"][r] for r in whole], f"{task}/no_cache"),
+                today_s=median_interval(list(totals["today"].values()), f"{task}/today"),
+                optimum_s=median_interval(list(totals["optimum"].values()), f"{task}/optimum"),
+                no_cache_s=median_interval(list(totals["no_cache"].values()), f"{task}/no_cache"),
                 realised=median_interval(realised, f"{task}/realised"),
-                decode_s=median_interval(
-                    [sum(v for (_, r), v in decode.items() if r == rep) for rep in whole], f"{task}/decode"
-                )
-                if decode
-                else None,
+                decode_s=median_interval([decode[r] for r in whole], f"{task}/decode") if decode else None,
                 tool_s=sum(tools) if tools else None,
             )
         )
     return steps_out, tasks_out
 
 
-def arm_ms(ms: dict[tuple[str, int, str, int], float], task: str, step: int, arm: str) -> list[float]:
-    return [v for (t, k, a, _rep), v in ms.items() if (t, k, a) == (task, step, arm)]
+def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> ConversationStepResult:
+    """One step's row from its samples (sorted by rep): each arm's median prompt ms with its interval."""
+    ivs = {
+        a: median_interval(
+            [s.prompt_ms for s in mine if s.arm == a and s.ok and s.prompt_ms is not None], f"{task}/{st.step}/{a}"
+        )
+        for a in ARMS
+    }
+    first = next((s for s in mine if s.arm == "today"), None)
+    return ConversationStepResult(
+        task_id=task,
+        step=st.step,
+        prompt_cells=st.cells,
+        common=st.common,
+        new=st.new,
+        diverged_at=st.at_message,
+        reply_tokens=st.n_out,
+        images=st.images,
+        today_ms=ivs["today"],
+        optimum_ms=ivs["optimum"],
+        no_cache_ms=ivs["no_cache"],
+        today_cache_n=first.cache_n if first else None,
+        decode_ms_per_token=median_interval(
+            [s.decode_ms for s in mine if s.decode_ms is not None], f"{task}/{st.step}/decode"
+        ),
+        tool_s=st.tool_s,
+        checkpoint_restores=sum(s.checkpoint_restore for s in mine),
+        ram_cache_restores=sum(s.ram_cache_restore for s in mine),
+        order=order(ivs["optimum"], ivs["today"], ivs["no_cache"]),
+    )
 
 
 def order(optimum: Interval | None, today: Interval | None, no_cache: Interval | None) -> Order:

@@ -13,43 +13,30 @@ each rep's samples (the server wakes after llama-bench with its caches cold).
 
 from __future__ import annotations
 
-import time
-from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
-from lab.engine.build import EngineInfo, build_engine
+from rich.console import Console
+
 from lab.engine.contract import (
     ArmResult,
     ContractClient,
     Step,
-    decode_interval,
+    decode_samples,
     filler_tokens,
     measure_decode,
     text_step,
 )
-from lab.engine.server import LlamaServer, ResolvedConfig
 from lab.errors import UsageError
 from lab.experiments.prefill_tps import LlamaBench, measure_decode_tps
-from lab.models.resolve import resolve_model
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
+from lab.runs import RunFolder
 from lab.schemas import DecodeDepth
 from lab.settings import Settings
 from lab.stats import median_interval, unpaired_ratio, verdict
-from lab.target import LocalTarget, Target
+from lab.target import Target
 
-WARM_NEW = 8  # the untimed request before a rep's samples: a few new tokens, two generated
-
-
-@dataclass
-class DecodeRun:
-    """What `lab engine decode` found: one row per depth, and what it ran with."""
-
-    rows: list[DecodeDepth]
-    model: Path
-    threads: int
-    config: ResolvedConfig
-    log_dir: Path
-    took_s: float = 0.0
-    failures: list[str] = field(default_factory=list)
+DEPTHS = "decode_depths"
 
 
 def check_depths(depths: list[int], new: int, n_out: int, ctx_size: int) -> None:
@@ -75,14 +62,14 @@ def summarize_depth(
 ) -> DecodeDepth:
     """One depth's row from its samples: both medians with their intervals, server / llama-bench, the verdict."""
     depth = step.L + step.new
-    ms = [r.timings.decode_ms for r in server if r.ok and r.timings and r.timings.decode_ms is not None]
+    ms = decode_samples(server)
     ratio = unpaired_ratio(ms, bench_ms, key=f"decode/{depth}/ratio")
     return DecodeDepth(
         depth=depth,
         L=step.L,
         new=step.new,
         n_out=n_out,
-        server_ms=decode_interval(server, key=f"decode/{depth}/server"),
+        server_ms=median_interval(ms, key=f"decode/{depth}/server"),
         bench_ms=median_interval(bench_ms, key=f"decode/{depth}/bench"),
         ratio=ratio,
         verdict=verdict(ratio, tolerance),
@@ -104,12 +91,10 @@ def measure_depths(
 ) -> tuple[dict[int, list[ArmResult]], dict[int, list[float]]]:
     """Every depth's server samples and llama-bench ms per token, rep after rep (the tools alternating)."""
     depths = sorted(steps)
-    first = steps[depths[0]]
-    warm = text_step(first.prefix, first.prompt[first.L : first.L + min(first.new, WARM_NEW)])
     server: dict[int, list[ArmResult]] = {d: [] for d in depths}
     ms: dict[int, list[float]] = {d: [] for d in depths}
     for rep in range(reps):
-        client.run_arm("fake", warm, n_out=2)  # untimed: failures show in the timed samples
+        client.warm_up(steps[depths[0]], n_out=2)
         for d in depths[rep % len(depths) :] + depths[: rep % len(depths)]:
             server[d] += measure_decode(client, steps[d], n_out, 1)[0]
         for row in measure_decode_tps(target, bench, log):
@@ -117,36 +102,72 @@ def measure_depths(
     return server, ms
 
 
-def run_decode(settings: Settings, depths: list[int], new: int, n_out: int, reps: int, tolerance: float) -> DecodeRun:
-    """Decode ms per token at each depth through the server and in llama-bench (release build, the settings'
-    model, threads and pinning), rep by rep; logs under the cache's logs/decode-<time>/."""
-    srv_settings = settings.server
-    depths = sorted(set(depths))
-    check_depths(depths, new, n_out, srv_settings.ctx_size)
-    if reps < 1:
-        raise UsageError(f"--reps {reps}: at least 1")
-    engine: EngineInfo = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
-    model = resolve_model(settings)
-    log_dir = settings.cache_dir / "logs" / f"decode-{time.strftime('%Y%m%dT%H%M%S')}"
-    log_dir.mkdir(parents=True, exist_ok=True)
-    bench = LlamaBench(
-        engine,
-        model,
-        [0],
-        depths,
-        1,
-        srv_settings.threads,
-        srv_settings.flash_attn,
-        cpu_list=srv_settings.cpu_list,
-        n_gen=n_out,
-    )
-    started = time.monotonic()
-    with LlamaServer(engine, model, srv_settings, log_dir / "server.log") as srv:
-        client = ContractClient(srv)
-        steps = decode_steps(depths, new, filler_tokens(max(depths), seed=1, n_vocab=srv.n_vocab()))
-        target = LocalTarget(settings.host_name)
-        server, ms = measure_depths(client, target, bench, steps, n_out, reps, log_dir / "llama-bench.log")
-        config = srv.config
-    rows = [summarize_depth(steps[d], n_out, server[d], ms[d], tolerance) for d in depths]
-    failures = [f"depth {r.depth}: {why}" for r in rows for why in r.failed]
-    return DecodeRun(rows, model, srv_settings.threads, config, log_dir, time.monotonic() - started, failures)
+class DecodeCheck(Experiment):
+    """`lab engine decode`: one run folder, its depths' rows in `decode_depths`."""
+
+    name = "decode"
+    records = ("server", "model")
+
+    def __init__(self, depths: list[int], new: int, n_out: int, reps: int, tolerance: float) -> None:
+        self.depths, self.new, self.n_out, self.reps, self.tolerance = sorted(set(depths)), new, n_out, reps, tolerance
+        self.rows: list[DecodeDepth] = []
+
+    def own_params(self, settings: Settings) -> dict[str, Any]:
+        keys = ("depths", "new", "n_out", "reps", "tolerance")
+        return {k: getattr(self, k) for k in keys}
+
+    def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
+        self.depths, self.new, self.n_out = [int(d) for d in params["depths"]], int(params["new"]), int(params["n_out"])
+        self.reps, self.tolerance = int(params["reps"]), float(params["tolerance"])
+        return settings
+
+    def prepare(self, settings: Settings, parts: RunParts) -> None:
+        check_depths(self.depths, self.new, self.n_out, settings.server.ctx_size)
+        if self.reps < 1:
+            raise UsageError(f"--reps {self.reps}: at least 1")
+
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
+        """Every depth again on a resume: a rep is a few tokens per depth, the run's whole is minutes."""
+        srv_settings, logs = sess.settings.server, sess.run.path / "logs"
+        bench = LlamaBench(
+            sess.engine,
+            sess.model,
+            [0],
+            self.depths,
+            1,
+            srv_settings.threads,
+            srv_settings.flash_attn,
+            cpu_list=srv_settings.cpu_list,
+            n_gen=self.n_out,
+        )
+        with sess.server() as srv:
+            sess.record_server(srv)
+            client = ContractClient(srv)
+            tokens = filler_tokens(max(self.depths), seed=1, n_vocab=srv.n_vocab())
+            steps = decode_steps(self.depths, self.new, tokens)
+            server, ms = measure_depths(
+                client, sess.target, bench, steps, self.n_out, self.reps, logs / "llama-bench.log"
+            )
+        self.rows = [summarize_depth(steps[d], self.n_out, server[d], ms[d], self.tolerance) for d in self.depths]
+        sess.run.rewrite(DEPTHS, self.rows)
+        failures = [f"depth {r.depth}: {why}" for r in self.rows for why in r.failed]
+        return Outcome(failure="; ".join(failures))
+
+    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
+        from lab.presenters.decode import decode_table
+
+        console.print(decode_table(self.rows, sess.model.name, sess.settings.server.threads))
+
+
+def run_decode(
+    settings: Settings,
+    depths: list[int],
+    new: int,
+    n_out: int,
+    reps: int,
+    tolerance: float,
+    resume: RunFolder | None = None,
+) -> RunFolder:
+    """Decode ms per token at each depth through the server and in llama-bench (the settings' model, threads and
+    pinning), rep by rep, in a run folder."""
+    return run_experiment(DecodeCheck(depths, new, n_out, reps, tolerance), settings, resume)

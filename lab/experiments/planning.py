@@ -52,6 +52,7 @@ def plans(settings: Settings, rates: Rates, where: Where, reps: int | None = Non
         "baseline_reps": sw.baseline_reps,
         "bench_reps": sw.bench_reps,
         "bench_check": sw.bench_check,
+        "n_out": sw.n_out if rates.decode_ms_per_token is not None else 0,
     }
     old_arms = ["baseline", "fake", "genuine", "estimate"] if where == "server" else ["baseline", "fake", "genuine"]
     return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan(
@@ -87,7 +88,7 @@ def resolve_rates(settings: Settings) -> Rates:
     from lab.models.resolve import resolve_model
 
     deepest = max(settings.sweep.Ls) + max(settings.sweep.news)
-    return plan_rates(ref, settings.runs_dir, resolve_model(settings), deepest)
+    return plan_rates(run, settings.runs_dir, resolve_model(settings), deepest)
 
 
 def calibrate(settings: Settings) -> Rates:
@@ -123,8 +124,47 @@ def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float)
 
 
 def rates_for(settings: Settings) -> Rates:
-    """sweep.rates when set, else a short calibration here."""
-    return resolve_rates(settings) if settings.sweep.rates else calibrate(settings)
+    """sweep.rates when set, else a short calibration here; with sweep.n_out and no decode rate in them, the
+    decode's calibrated too."""
+    rates = resolve_rates(settings) if settings.sweep.rates else calibrate(settings)
+    if settings.sweep.n_out and rates.decode_ms_per_token is None:
+        rates = with_decode(settings, rates)
+    return rates
+
+
+def calibrate_decode(settings: Settings) -> dict[str, Any]:
+    """Decode rates from a few tokens generated through the server after a fabricated prefix, at the grid's
+    shallowest and (up to 2048) deepest depth: a line through the two medians."""
+    from lab.engine.contract import ContractClient, filler_tokens, measure_decode
+    from lab.engine.server import LlamaServer
+    from lab.experiments.decode import decode_steps
+    from lab.experiments.protocol import resolve_parts
+
+    sw = settings.sweep
+    new = min(sw.news)
+    depths = sorted({min(sw.Ls) + new, min(max(sw.Ls), CALIBRATION_DEPTH) + new})
+    n_out = max(2, min(sw.n_out, 16))
+    parts = resolve_parts(settings, needs_engine=True)
+    assert parts.engine is not None and parts.model is not None
+    log = settings.cache_dir / "logs" / "calibration-decode.log"
+    with LlamaServer(parts.engine, parts.model, settings.server, log) as srv:
+        client = ContractClient(srv)
+        steps = decode_steps(depths, new, filler_tokens(max(depths), seed=1, n_vocab=srv.n_vocab()))
+        client.warm_up(steps[depths[0]], n_out=2)
+        ms = {d: measure_decode(client, steps[d], n_out, 3, key=f"calibration/decode/{d}")[1] for d in depths}
+    if any(iv is None for iv in ms.values()):
+        raise UsageError(f"sweep --plan: the decode calibration failed; see {log}")
+    medians = [(d, iv.value) for d, iv in sorted(ms.items()) if iv is not None]
+    (d0, a), (d1, b) = medians[0], medians[-1]
+    slope = max(0.0, (b - a) / (d1 - d0) * 1000) if d1 > d0 else 0.0
+    return {"decode_ms_per_token": max(a - slope * d0 / 1000, 1e-6), "decode_ms_per_token_per_1k": slope}
+
+
+def with_decode(settings: Settings, rates: Rates) -> Rates:
+    """The rates with a calibrated decode rate (named in their source)."""
+    depths = ", ".join(str(d) for d in sorted({min(settings.sweep.Ls), min(max(settings.sweep.Ls), CALIBRATION_DEPTH)}))
+    source = f"{rates.source}; decode: the server's generated tokens at depths L = {depths}"
+    return rates.model_copy(update={**calibrate_decode(settings), "source": source})
 
 
 def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
@@ -150,7 +190,9 @@ def plan_of_run(settings: Settings, where: Where, fills: list[InprocFill], conso
     else:
         return None
     new = plans(settings, rates, where)[1]
-    console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source})", highlight=False)
+    counted = not settings.sweep.n_out or rates.decode_ms_per_token is not None
+    uncounted = "" if counted else ", the decode of sweep.n_out not counted"
+    console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source}{uncounted})", highlight=False)
     return new
 
 

@@ -13,20 +13,23 @@ from lab.costmodel import CostModel, cost_record, model_cost
 from lab.errors import UsageError
 from lab.models.hparams import HparamsError
 from lab.plan import Rates
-from lab.runs import RunError, resolve_run
+from lab.runs import RunError, RunFolder, resolve_run
 from lab.schemas import BandCycle
 from lab.timemodel import TimeFit, TimePrediction, fit, predict
 
 BAND_CYCLES = "profile_band_cycles"
 
 
-def profile_fit(ref: str, runs_dir: Path, max_depth: int | None = None) -> tuple[TimeFit, str]:
-    """The time model of a complete profile run (id, unique prefix or folder), fitted on its depths up to
-    `max_depth` (all when None), and a line saying where it comes from."""
-    try:
-        run = resolve_run(ref, runs_dir)
-    except RunError as e:
-        raise UsageError(f"--rates {ref}: {e}") from e
+def profile_fit(ref: str | RunFolder, runs_dir: Path, max_depth: int | None = None) -> tuple[TimeFit, str]:
+    """The time model of a complete profile run (id, unique prefix or folder, or the run already resolved),
+    fitted on its depths up to `max_depth` (all when None), and a line saying where it comes from."""
+    if isinstance(ref, RunFolder):
+        run, ref = ref, ref.path.name
+    else:
+        try:
+            run = resolve_run(ref, runs_dir)
+        except RunError as e:
+            raise UsageError(f"--rates {ref}: {e}") from e
     m = run.manifest()
     if m.experiment != "profile" or not run.ready:
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
@@ -92,14 +95,15 @@ def cost_report(
     return CostReport(cost, depths, timed)
 
 
-def plan_rates(ref: str, runs_dir: Path, model: Path, deepest: int) -> Rates:
+def plan_rates(ref: str | RunFolder, runs_dir: Path, model: Path, deepest: int) -> Rates:
     """`lab sweep --plan --rates RUN`: the profile's time model applied to the sweep's model, as ms per token at
     positions up to `deepest` (a chunk's prediction stands at its middle position)."""
     tf, source = profile_fit(ref, runs_dir)
     try:
         cost = model_cost(model, tf.flops.cost.chunk)
     except HparamsError as e:
-        raise UsageError(f"--rates {ref}: the sweep's model {model.name}: {e}") from e
+        name = ref.path.name if isinstance(ref, RunFolder) else ref
+        raise UsageError(f"--rates {name}: the sweep's model {model.name}: {e}") from e
     c = cost.chunk
     step = max(c, -(-deepest // 32) // c * c)  # at most about 32 points, on the chunk grid the rates came from
     depths = list(range(0, deepest + step, step))

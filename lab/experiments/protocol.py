@@ -81,12 +81,13 @@ class OpenRun:
             raise RunError(f"{self.run.path.name}: this experiment runs without a model")
         return self.parts.model
 
-    def server(self, **overrides: Any) -> LlamaServer:
-        """A server on the run's settings; `extra_args` come after the user's server.extra_args, never instead."""
+    def server(self, log: str = "server.log", **overrides: Any) -> LlamaServer:
+        """A server on the run's settings, logging to the run's logs/`log`; `extra_args` come after the user's
+        server.extra_args, never instead."""
         if "extra_args" in overrides:
             overrides["extra_args"] = [*self.settings.server.extra_args, *overrides["extra_args"]]
         server_settings = self.settings.server.model_copy(update=overrides)
-        srv = LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / "server.log")
+        srv = LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / log)
         self.servers.append(srv)
         return srv
 

@@ -29,6 +29,7 @@ from rich.progress import Progress
 
 from lab.engine.contract import ContractClient
 from lab.engine.imagegrid import ImageGeometry
+from lab.engine.server import mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
@@ -238,7 +239,7 @@ class Sweep(Experiment):
         sw = sess.settings.sweep
         slots = None if self.projector else Path(stack.enter_context(scratch_dir(sess.settings.cache_dir)))
         extra = [
-            *(["--mmproj", str(self.projector)] if self.projector else []),
+            *mmproj_args(self.projector),
             *(["--slot-save-path", str(slots)] if slots else []),
         ]
         srv = stack.enter_context(sess.server(extra_args=extra))

@@ -19,7 +19,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient, text_step
+from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
@@ -27,7 +27,6 @@ from lab.experiments.protocol import OpenRun
 from lab.experiments.sweep_grid import GridPoint, only_new, point_seed, point_text_step
 from lab.experiments.sweep_points import decided, sample_row, summarize_point
 from lab.inproc import DriverError, DriverSession
-from lab.plan import WARM_UP
 from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
 from lab.settings import SweepSettings
 from lab.stats import median_interval
@@ -61,7 +60,6 @@ def measure_point(
         step = synthetic_image_step(client.srv, geom, p.L, p.new, p.size, point_seed(p, sw.seed) + p.new)
     else:
         step = point_text_step(p, tokens)
-    warm = step if p.image else text_step(step.prefix, step.prompt[p.L : p.L + min(p.new, WARM_UP)])
     samples: list[SweepSample] = []
     tps: list[PrefillTps] = []
     slots: list[Arm] = [a for a in ARMS if a in sw.arms]
@@ -80,7 +78,7 @@ def measure_point(
             tps.append(estimate(p, rep))
             on_sample()
         if warm_up or "estimate" in sw.arms:
-            client.run_arm("fake", warm, None)  # untimed, and a few tokens only: failures show in the timed arms
+            client.warm_up(step)
         for arm in slots[rep % len(slots) :] + slots[: rep % len(slots)]:
             if arm == "baseline" and sw.baseline_reps is not None and rep >= sw.baseline_reps:
                 continue

@@ -21,7 +21,7 @@ from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
 from lab.engine.imagegrid import TINY_GEOMETRY, ImageGeometry
 from lab.engine.media import filler_text, image_step
 from lab.engine.png import make_png, png_size
-from lab.engine.server import LlamaServer
+from lab.engine.server import LlamaServer, mmproj_args
 from lab.errors import LabError, validation_line
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.resolve import resolve_projector
@@ -279,7 +279,7 @@ class TraceReplay(Experiment):
         done = run.finished_points(STEPS, TraceStepResult, [], lambda r: (r.task_id, r.step))
         todo = [s for s in self.steps if (s.task_id, s.step) not in done]
         if todo:  # OpenRun.server puts the user's server.extra_args first
-            extra = ["--mmproj", str(self.projector)] if self.projector else []
+            extra = mmproj_args(self.projector)
             with sess.server(extra_args=extra) as srv, progress_bar(console) as progress:
                 sess.record_server(srv)
                 client = ContractClient(srv)

@@ -1,0 +1,118 @@
+"""The server sections of the lab's settings: how the lab's own llama-server is started for measurements
+(`server`), and how today's server of a conversation replay is configured, the way users run it
+(`conversation`)."""
+
+from __future__ import annotations
+
+import os
+from typing import Literal
+
+from pydantic import BaseModel, ConfigDict, Field, field_validator
+
+
+class Section(BaseModel):
+    """A settings section: a key it does not have is refused, not ignored (a typo must not change nothing)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+
+# llama-server flags the lab sets itself and its measurements rely on (every alias): extra_args may not
+# override them
+LAB_SERVER_FLAGS = {
+    "--host",
+    "--port",
+    "--parallel",
+    "-np",
+    "--ctx-checkpoints",
+    "--swa-checkpoints",
+    "-ctxcp",
+    "--checkpoint-min-step",
+    "-cms",
+    "--cache-ram",
+    "-cram",
+    "--cache-reuse",
+    "--no-cache-prompt",
+    "--cache-prompt",
+    "--slot-save-path",
+    "--context-shift",
+    "--no-context-shift",
+    "--kv-unified",
+    "--no-kv-unified",
+    "-kvu",
+    "-no-kvu",
+    "--swa-full",
+    "--ctx-size",
+    "-c",
+    "--model",
+    "-m",
+    "--threads",
+    "-t",
+    "--threads-batch",
+    "-tb",
+    "--ubatch-size",
+    "-ub",
+    "--batch-size",
+    "-b",
+    "--log-verbosity",
+    "--verbosity",
+    "-lv",
+}
+
+
+def refuse_lab_flags(args: list[str]) -> list[str]:
+    for arg in args:
+        flag = arg.split("=", 1)[0]
+        if flag in LAB_SERVER_FLAGS:
+            raise ValueError(
+                f"{flag} is set by the lab (where it listens, one slot, the cache and checkpoints a timing "
+                "relies on): use the server.* or conversation.* setting for it, not extra_args"
+            )
+    return args
+
+
+class ServerSettings(Section):
+    """How the patched llama-server is started for measurements."""
+
+    # all cores but one: on a 2-core VM one thread gave fake/genuine intervals 1.6x narrower per rep than two
+    # and decided twice the points per minute (docs/sweep-cost.md, the noise floor): the client, the other
+    # process and the kernel need a core
+    threads: int = Field(default=max(1, (os.cpu_count() or 1) - 1), ge=1)
+    threads_batch: int | None = Field(default=None, ge=1)
+    ctx_size: int = Field(default=16384, ge=256)
+    batch_size: int = Field(default=2048, ge=1)
+    ubatch_size: int = Field(default=512, ge=1)
+    checkpoints: int = Field(default=0, ge=0, description="--ctx-checkpoints (0: off, fair timing)")
+    checkpoint_min_step: int = Field(default=256, ge=0, description="--checkpoint-min-step (tokens between two)")
+    cache_ram_mib: int = Field(default=0, ge=-1, description="--cache-ram (0: RAM prompt cache off, -1: no limit)")
+    cache_reuse: int = Field(default=0, ge=0, description="--cache-reuse (0: off; chunks reused by KV shifting)")
+    flash_attn: Literal["on", "off", "auto"] = "auto"
+    cpu_list: str | None = Field(
+        default=None, description="pin the server, llama-bench and the instrument to these CPUs, e.g. 0-7"
+    )
+    startup_timeout_s: float = Field(default=120.0, gt=0)
+    extra_args: list[str] = Field(default_factory=list, description="more llama-server flags (not the lab's own)")
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
+        return refuse_lab_flags(v)
+
+
+class ConversationSettings(Section):
+    """`lab trace replay CONVERSATION`: today's server, configured the way users run it (the defaults are
+    llama-server's own at the pin). The lab's own server (the optimum and no-cache arms) keeps `server.*`:
+    checkpoints and the RAM cache off, so each of its requests is timed from the state the arm sets."""
+
+    reps: int = Field(default=3, ge=1, description="replays of the whole conversation (--reps overrides)")
+    checkpoints: int = Field(default=32, ge=0, description="today's --ctx-checkpoints")
+    checkpoint_min_step: int = Field(default=256, ge=0, description="today's --checkpoint-min-step")
+    cache_ram_mib: int = Field(default=8192, ge=-1, description="today's --cache-ram (MiB; 0: off, -1: no limit)")
+    cache_reuse: int = Field(default=0, ge=0, description="today's --cache-reuse")
+    extra_args: list[str] = Field(
+        default_factory=list, description="more flags for today's server only, after server.extra_args"
+    )
+
+    @field_validator("extra_args")
+    @classmethod
+    def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
+        return refuse_lab_flags(v)
