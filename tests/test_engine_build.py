@@ -10,7 +10,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.engine.build import STAMP, EngineInfo
+from lab.engine.build import STAMP, EngineInfo, _run_logged
 
 pytestmark = pytest.mark.engine
 
@@ -60,3 +60,13 @@ def test_invalid_setting_is_refused_naming_the_key() -> None:
     r = lab("engine", "build", env=dict(os.environ, LAB_ENGINE__SOURCE_MODE="svn"))
     assert r.returncode == 2
     assert "source_mode" in r.stderr
+
+
+def test_a_build_step_whose_output_cuts_a_character_in_two_is_logged_not_fatal(tmp_path: Path) -> None:
+    """Two compilers writing to one pipe can cut a UTF-8 character (gcc's quotes are three bytes) in two."""
+    log = tmp_path / "build.log"
+    _run_logged(
+        ["sh", "-c", r"printf '[  9%%] Building x.o\n\342\200 cut\n\200\230 rest\n'"], log, dict(os.environ), None
+    )
+    text = log.read_text()
+    assert "[  9%] Building x.o" in text and "cut" in text and "rest" in text and "\ufffd" in text

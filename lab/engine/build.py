@@ -141,10 +141,14 @@ class BuildProgress:
 
 
 def _run_logged(cmd: list[str], log: Path, env: dict[str, str], progress: BuildProgress | None) -> None:
-    with log.open("a") as fh:
+    """Run a build step, its output to `log` (and the progress line). Parallel compilers interleave their output
+    on one pipe, so a UTF-8 character can arrive cut in two: undecodable bytes are replaced, never fatal."""
+    with log.open("a", encoding="utf-8") as fh:
         fh.write(f"\n$ {' '.join(cmd)}\n")
         fh.flush()
-        proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True, env=env)
+        proc = subprocess.Popen(
+            cmd, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, encoding="utf-8", errors="replace", env=env
+        )
         assert proc.stdout is not None
         for line in proc.stdout:
             fh.write(line)
@@ -154,7 +158,7 @@ def _run_logged(cmd: list[str], log: Path, env: dict[str, str], progress: BuildP
     if progress is not None:
         progress.close()
     if rc != 0:
-        tail = "".join(log.read_text().splitlines(keepends=True)[-30:])
+        tail = "".join(log.read_text(errors="replace").splitlines(keepends=True)[-30:])
         raise BuildError(f"{cmd[0]} failed ({rc}); the last lines of {log}:\n{tail}")
 
 
