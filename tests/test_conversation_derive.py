@@ -91,6 +91,30 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
     assert [t.cache_n for t in own] == [t.cache_n for t in today[:3]]  # extensions reuse all they share anyway
 
 
+def test_an_agent_that_drops_its_reasoning_is_served_from_context_checkpoints(
+    tmp_path: Path, engine: EngineInfo, tiny_model: Path
+) -> None:
+    """Each reply opens with reasoning the agent does not send back, so every next prompt departs from what the
+    server holds right after the previous prompt. A hybrid then reuses only up to a context checkpoint: with
+    llama-server's defaults the server's own log shows the restore and cache_n stops at the checkpoint (at most
+    what the step shares); with checkpoints off it re-prefills the whole conversation every step."""
+    settings = load_settings()
+    trace = synth_conversation(SynthConversation(steps=4, reasoning_words=30), tmp_path / "c.jsonl")
+    steps = derive_conversation(settings, trace)["task000"]
+    assert all(st.diverged and st.at_message == len(steps[k].messages) for k, st in enumerate(steps[1:]))
+    extra = ["--mmproj", str(resolve_projector(settings))]
+    server = server_settings(**users_server(ConversationSettings()))
+    with LlamaServer(engine, tiny_model, server, tmp_path / "today.log", extra_args=extra) as srv:
+        today = replay_today(srv, steps)
+    for st, t in zip(steps[1:], today[1:], strict=True):
+        assert t.ok and t.checkpoint_restore and t.cache_n is not None, t
+        assert 0 < t.cache_n <= st.common and t.prompt_n == st.cells - t.cache_n, (st.step, st.common, t)
+    off = server_settings(**users_server(ConversationSettings(checkpoints=0)))
+    with LlamaServer(engine, tiny_model, off, tmp_path / "off.log", extra_args=extra) as srv:
+        none = replay_today(srv, steps)
+    assert [t.cache_n for t in none] == [0] * len(steps) and not any(t.checkpoint_restore for t in none)
+
+
 def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> None:
     """`lab trace replay CONVERSATION`: every step in every arm and rep, the contract held (the optimum
     fabricated its prefix and prefilled only the new part, no cache prefilled it all), today's reuse from the

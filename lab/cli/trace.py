@@ -42,13 +42,27 @@ def trace_synth(
             "--conversation", help="a conversation trace: chat requests and replies, with evictions and screenshots"
         ),
     ] = False,
+    reasoning: Annotated[
+        int,
+        typer.Option(
+            "--reasoning",
+            min=0,
+            help="a conversation: each reply opens with a reasoning block of this many words, which the agent "
+            "drops from the history it sends back (the next prompt departs at the previous reply)",
+        ),
+    ] = 0,
 ) -> None:
     """Write a synthetic but plausible agent trace (deterministic from the seed)."""
     if conversation:
         from lab.conversation.synth import SynthConversation, synth_conversation
 
-        typer.echo(str(synth_conversation(SynthConversation(tasks=tasks, steps=steps, seed=seed), out)))
+        spec = SynthConversation(tasks=tasks, steps=steps, seed=seed, reasoning_words=reasoning)
+        typer.echo(str(synth_conversation(spec, out)))
         return
+    if reasoning:
+        from lab.errors import UsageError
+
+        raise UsageError("--reasoning: only with --conversation (a step-shape trace has no replies)")
     from lab.experiments.trace import synth_trace, write_trace
 
     shots = out.parent / f"{out.stem}_screenshots" if screenshots else None

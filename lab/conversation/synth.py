@@ -8,7 +8,12 @@ repeats the conversation so far, as an agent sends it, except what the agent evi
   first `cut_words` words until `keep_full` remain whole.
 
 An eviction makes a step's prompt diverge from the previous one well before its end: the case where a
-server's prefix cache can reuse only what comes before the first changed message. Deterministic per seed.
+server's prefix cache can reuse only what comes before the first changed message.
+
+With `reasoning_words`, each reply as generated opens with a reasoning block the agent drops from the history
+it sends back (as agents and chat templates do): every next prompt then departs from what the server holds at
+the previous reply, just after the previous prompt, where a hybrid model reuses the prompt only from a
+context checkpoint. Deterministic per seed.
 """
 
 from __future__ import annotations
@@ -42,6 +47,7 @@ class SynthConversation:
     keep_shots: int = 1
     keep_full: int = 2
     cut_words: int = 12
+    reasoning_words: int = 0  # each reply opens with a reasoning block of this many words, dropped from history
 
 
 def _words(rng: random.Random, lo: int, hi: int) -> str:
@@ -77,17 +83,19 @@ def synth_conversation(spec: SynthConversation, out: Path, shots: bool = True) -
             history.append({"role": "user", "content": parts})
             _evict(history, with_shot, whole, spec)
             request = {"model": "lab", "messages": [system, *json.loads(json.dumps(history))], "temperature": 0}
-            reply = {"role": "assistant", "content": "I will " + _words(rng, 8, 40) + "."}
+            answer = "I will " + _words(rng, 8, 40) + "."
+            thought = _words(rng, *[spec.reasoning_words] * 2) if spec.reasoning_words else ""
+            generated = f"<think>\n{thought}\n</think>\n\n{answer}" if thought else answer
             lines.append(
                 {
                     "task_id": task,
                     "step": k,
                     "request": request,
-                    "reply": reply,
+                    "reply": {"role": "assistant", "content": generated},
                     "tool_s": round(rng.uniform(0.2, 2.0), 2),
                 }
             )
-            history.append(reply)
+            history.append({"role": "assistant", "content": answer})  # what the agent sends back
     atomic_write(out, "".join(json.dumps(line) + "\n" for line in lines))
     return out
 
