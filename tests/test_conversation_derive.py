@@ -172,6 +172,16 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         env={**os.environ, "COLUMNS": "400"},
     )
     assert headline.returncode == 0 and "conversation task000 (5 steps), prefill no cache" in headline.stdout
+    out = tmp_path / "reports"
+    report = subprocess.run(
+        [LAB, "report", "--catalog-dir", str(tmp_path / "catalog"), "--out", str(out)],
+        capture_output=True,
+        text=True,
+        timeout=300,
+    )
+    assert report.returncode == 0, report.stderr
+    svg = (out / "conversation.svg").read_text()  # one panel per task, titled with its totals; the divergence
+    assert "task000: prefill s, no cache" in svg and "of the saving" in svg and "diverges" in svg
 
 
 def test_an_interrupted_conversation_replay_resumes_with_its_whole_reps(tmp_path: Path) -> None:

@@ -1,6 +1,7 @@
 """conversation: the newest conversation replay, step by step: each arm's prefill ms (no cache, today's server,
-the optimum) with its 95% interval, a dashed rule where the agent evicted (the prompt diverged from the previous
-one), and a triangle where today's server restored a context checkpoint."""
+the optimum) with its 95% interval, a dashed rule where the prompt departs from the previous prompt and reply
+(an eviction, a dropped reasoning), and a triangle where today's server restored a context checkpoint; one
+panel per task."""
 
 from __future__ import annotations
 
@@ -16,16 +17,47 @@ from lab.settings import ReportSettings
 TITLE = "An agent conversation, step by step: what today's server pays, what a perfect cache would"
 ARMS = {"no_cache_ms": "no cache", "today_ms": "today's server", "optimum_ms": "optimum (fake prefix)"}
 COLORS = ["#9aa5b1", "#e15759", "#4e79a7"]
+MAX_TASKS = 6  # panels, one per task, stacked
 
 
 def conversation_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
     width, height = settings.width, settings.height
     run_id = newest_run(runs, "conversation")
-    steps = (
-        pd.DataFrame() if run_id is None else figure_rows(catalog_dir, "conversation_steps", runs, ["step"], [run_id])
-    )
+    if run_id is None:
+        return nothing_yet(TITLE, "conversation replay", "`lab trace replay CONVERSATION`", width, height)
+    steps = figure_rows(catalog_dir, "conversation_steps", runs, ["step"], [run_id])
     if steps.empty:
         return nothing_yet(TITLE, "conversation replay", "`lab trace replay CONVERSATION`", width, height)
+    tasks = list(dict.fromkeys(steps["task_id"]))
+    shown = tasks[:MAX_TASKS]
+    totals = figure_rows(catalog_dir, "conversation_tasks", runs, ["task_id"], [run_id])
+    heads = {str(r["task_id"]): task_head(r) for _, r in totals.iterrows()}
+    panels = [_task_panel(steps[steps["task_id"] == t], heads.get(t, t), 2 * width, height) for t in shown]
+    more = f"; the first {MAX_TASKS} of {len(tasks)} tasks" if len(tasks) > MAX_TASKS else ""
+    notes = [
+        f"run {run_id}{more}; bars: 95% intervals over reps; dashed: the prompt departs from the previous prompt and "
+        "reply before its end (an eviction, a dropped reasoning); triangles: today's server restored a context "
+        "checkpoint"
+    ]
+    return alt.vconcat(*panels).properties(title=title(TITLE, *notes))  # each panel keeps its task's title
+
+
+def task_head(row: pd.Series) -> str:
+    """A task's panel title: the three totals and the share of the saving today's server realised."""
+
+    def iv(col: str, fmt: str) -> str:
+        return f"{row[f'{col}_value']:{fmt}} [{row[f'{col}_lo']:{fmt}}, {row[f'{col}_hi']:{fmt}}]"
+
+    if pd.isna(row.get("realised_value")):
+        return str(row["task_id"])
+    return (
+        f"{row['task_id']}: prefill s, no cache {iv('no_cache_s', '.2f')}, today {iv('today_s', '.2f')}, optimum "
+        f"{iv('optimum_s', '.2f')}; today's server realised {iv('realised', '.1%')} of the saving"
+    )
+
+
+def _task_panel(steps: pd.DataFrame, task: str, width: int, height: int) -> Chart:
+    """One task's conversation: the three arms along its steps, its divergences and checkpoint restores."""
     frames = []
     for col, arm in ARMS.items():
         part = steps[["task_id", "step", "new", "common", f"{col}_value", f"{col}_lo", f"{col}_hi"]].copy()
@@ -56,18 +88,14 @@ def conversation_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSe
         labels = (
             alt.Chart(evicted)
             .mark_text(align="left", dx=3, dy=-4, color=MUTED, baseline="bottom")
-            .encode(x=x, y=alt.value(0), text=alt.value("eviction"))
+            .encode(x=x, y=alt.value(0), text=alt.value("diverges"))
         )
         layers += [rules, labels]
     restored = steps[steps["checkpoint_restores"] > 0]
     if not restored.empty:
         layers.append(
             alt.Chart(restored)
-            .mark_point(shape="triangle-up", size=90, filled=True, color=COLORS[1])
+            .mark_point(shape="triangle-up", size=160, filled=True, color=COLORS[1], stroke="black", strokeWidth=0.5)
             .encode(x=x, y=alt.Y("today_ms_value:Q"), tooltip=[alt.Tooltip("checkpoint_restores:Q")])
         )
-    notes = [
-        f"run {run_id}; bars: 95% intervals over reps; dashed: the agent evicted (the prompt diverged from the "
-        "previous one); triangles: today's server restored a context checkpoint"
-    ]
-    return alt.layer(*layers).properties(width=2 * width, height=height, title=title(TITLE, *notes))
+    return alt.layer(*layers).properties(width=width, height=height, title=task)
