@@ -45,6 +45,9 @@ demo: setup
 	@$(LAB) arms
 	@echo "==> experiments: lab profile"
 	@$(LAB) profile
+	@echo "==> experiments: an agent conversation in three arms (today's server, the optimum, no cache)"
+	@$(LAB) trace synth --conversation --reasoning 30 -o build/demo/conversation.jsonl
+	@$(LAB) trace replay build/demo/conversation.jsonl
 	@echo "==> experiments: the replay labs"
 	@$(LAB) replay exact
 	@$(LAB) replay span

@@ -16,8 +16,14 @@ import httpx
 import openai
 import pytest
 
+from lab.engine.media import data_url
+from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, free_port
-from lab.schemas import ConversationSample, ConversationStep
+from lab.models.resolve import resolve_projector
+from lab.schemas import ConversationSample, ConversationStep, ConversationStepResult
+from lab.settings import load_settings
+
+from conftest import ServerFactory
 
 pytestmark = pytest.mark.engine
 
@@ -184,3 +190,67 @@ def test_an_existing_trace_is_refused_in_one_line(tmp_path: Path) -> None:
     assert r.returncode == 1
     assert r.stderr == f"{trace} exists: pass --append to add to it, or choose another -o\n"
     assert r.stdout == "" and trace.read_text() == ""
+
+
+EVICTED = "[an earlier screenshot, removed]"
+
+
+def observe(messages: list[dict[str, Any]], k: int) -> None:
+    """The agent's next observation (a screenshot every other step); it keeps the newest two screenshots and
+    replaces older ones by a line of text: an eviction, two steps after every third screenshot."""
+    parts: list[dict[str, Any]] = [{"type": "text", "text": f"Step {k}: the window shows a form with {k} fields."}]
+    if k % 2 == 0:
+        parts.insert(0, {"type": "image_url", "image_url": {"url": data_url(make_png(320, 200, seed=k))}})
+    messages.append({"role": "user", "content": parts})
+    shots = [i for i, m in enumerate(messages) if any(p.get("type") == "image_url" for p in _parts(m))]
+    for i in shots[:-2]:
+        messages[i]["content"] = [
+            {"type": "text", "text": EVICTED} if p["type"] == "image_url" else p for p in _parts(messages[i])
+        ]
+
+
+def _parts(message: dict[str, Any]) -> list[dict[str, Any]]:
+    return message["content"] if isinstance(message["content"], list) else []
+
+
+def test_an_agent_loop_with_screenshots_and_an_eviction_is_recorded_and_replayed(
+    start_server: ServerFactory, tmp_path: Path
+) -> None:
+    """Six turns of the official client as a computer-use agent (screenshots as data URLs, the oldest evicted) through
+    the recorder to a server with the vision projector; the trace then replays in three arms, and the replay finds
+    the eviction where the agent made it: step 4 departs at message 1, and today's server reuses no more there than
+    the step shares with the one before."""
+    srv = start_server(extra_args=["--mmproj", str(resolve_projector(load_settings()))])
+    trace = tmp_path / "agent.jsonl"
+    messages: list[dict[str, Any]] = [{"role": "system", "content": "You operate a computer. Answer tersely."}]
+    with recording(srv.url, trace) as rec:
+        for k in range(6):
+            observe(messages, k)
+            r = rec.agent.chat.completions.create(messages=messages, **PARAMS)
+            messages.append({"role": "assistant", "content": r.choices[0].message.content or ""})
+        out, _ = rec.stop()
+    assert out == f"6 steps written to {trace}\n"
+    rows = steps(trace)
+    assert [len(s.request["messages"]) for s in rows] == [2, 4, 6, 8, 10, 12]
+    replay = subprocess.run(
+        [LAB, "trace", "replay", str(trace), "--reps", "1", "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert replay.returncode == 0, replay.stderr + replay.stdout
+    run = Path(replay.stdout.strip().splitlines()[-1])
+    replayed = [ConversationSample.model_validate_json(x) for x in (run / "raw" / "conversation_samples.jsonl").open()]
+    assert len(replayed) == 18 and all(x.ok for x in replayed), [x.reason for x in replayed if not x.ok]
+    table = [ConversationStepResult.model_validate_json(x) for x in (run / "raw" / "conversation_steps.jsonl").open()]
+    by_step = {t.step: t for t in table}
+    assert by_step[4].diverged_at == 1 and by_step[4].images == 2, by_step[4]
+    assert [by_step[k].images for k in range(6)] == [1, 1, 2, 2, 2, 2]
+    for x in replayed:
+        t = by_step[x.step]
+        assert x.prompt_n is not None and x.cache_n is not None
+        if x.arm == "today":
+            assert x.prompt_n + x.cache_n == t.prompt_cells and x.cache_n <= t.common, (x, t)
+    assert by_step[4].today_cache_n is not None and by_step[4].today_cache_n <= by_step[4].common
+    # the other steps extend the previous request and its recorded reply: all they share is reused
+    assert all(by_step[k].diverged_at is None and by_step[k].today_cache_n == by_step[k].common for k in (1, 2, 3, 5))

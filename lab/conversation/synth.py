@@ -58,6 +58,7 @@ def synth_conversation(spec: SynthConversation, out: Path, shots: bool = True) -
     """Write the trace to `out` (screenshots as PNG files in `<out stem>_screenshots/`, referenced by relative
     path) and return it."""
     rng = random.Random(spec.seed)
+    out.parent.mkdir(parents=True, exist_ok=True)
     shots_dir = out.parent / f"{out.stem}_screenshots"
     lines = []
     for t in range(spec.tasks):
