@@ -61,6 +61,19 @@ def recording(upstream: str, trace: Path, *extra: str) -> Iterator[Recorder]:
             proc.communicate()
 
 
+def replay_once(trace: Path, runs: Path) -> tuple[Path, list[ConversationSample]]:
+    """`lab trace replay TRACE --reps 1`: its run folder and samples."""
+    r = subprocess.run(
+        [LAB, "trace", "replay", str(trace), "--reps", "1", "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = Path(r.stdout.strip().splitlines()[-1])
+    return run, [ConversationSample.model_validate_json(x) for x in (run / "raw" / "conversation_samples.jsonl").open()]
+
+
 def steps(trace: Path) -> list[ConversationStep]:
     return [ConversationStep.model_validate_json(line) for line in trace.read_text().splitlines()]
 
@@ -133,15 +146,7 @@ def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaS
     assert rows[2].tool_s is None
 
     # the recorded conversation replays in the three arms, its recorded replies setting the decode lengths
-    replay = subprocess.run(
-        [LAB, "trace", "replay", str(trace), "--reps", "1", "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert replay.returncode == 0, replay.stderr + replay.stdout
-    run = Path(replay.stdout.strip().splitlines()[-1])
-    replayed = [ConversationSample.model_validate_json(x) for x in (run / "raw" / "conversation_samples.jsonl").open()]
+    _, replayed = replay_once(trace, tmp_path / "runs")
     assert sorted((x.step, x.arm) for x in replayed) == sorted(
         (k, a) for k in range(3) for a in ("today", "optimum", "no_cache")
     )
@@ -232,15 +237,7 @@ def test_an_agent_loop_with_screenshots_and_an_eviction_is_recorded_and_replayed
     assert out == f"6 steps written to {trace}\n"
     rows = steps(trace)
     assert [len(s.request["messages"]) for s in rows] == [2, 4, 6, 8, 10, 12]
-    replay = subprocess.run(
-        [LAB, "trace", "replay", str(trace), "--reps", "1", "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        timeout=600,
-    )
-    assert replay.returncode == 0, replay.stderr + replay.stdout
-    run = Path(replay.stdout.strip().splitlines()[-1])
-    replayed = [ConversationSample.model_validate_json(x) for x in (run / "raw" / "conversation_samples.jsonl").open()]
+    run, replayed = replay_once(trace, tmp_path / "runs")
     assert len(replayed) == 18 and all(x.ok for x in replayed), [x.reason for x in replayed if not x.ok]
     table = [ConversationStepResult.model_validate_json(x) for x in (run / "raw" / "conversation_steps.jsonl").open()]
     by_step = {t.step: t for t in table}

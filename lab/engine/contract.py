@@ -172,12 +172,13 @@ class ContractClient:
         self.srv = srv
         self.tail = LogTail(srv.log_path)
 
-    def warm_up(self, step: Step | None = None, n_out: int = 0) -> None:
+    def warm_up(self, step: Step | None = None, n_out: int = 0, prompt: Any = None) -> None:
         """The untimed request before timed ones: a process that wakes after another one's work finds its caches
-        cold. The fake arm of a few of `step`'s new tokens at its depth, else a few tokens of text with the cache
-        off. Its failures show in the timed requests that follow."""
+        cold. The fake arm of a few of `step`'s new tokens at its depth, else `prompt` (a few tokens of text by
+        default) with the cache off. Its failures show in the timed requests that follow."""
         if step is None:
-            self.srv.completion({"prompt": "warm up the threads", "n_predict": 1, "cache_prompt": False})
+            body = {"prompt": prompt or "warm up the threads", "n_predict": 1, "cache_prompt": False}
+            self.srv.completion(body)
         else:
             self.run_arm("fake", warm_step(step), n_out=n_out)
 

@@ -32,6 +32,8 @@ from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, load_conversation
 from lab.conversation.today import today_step, users_server
 from lab.engine.contract import ContractClient, Step
+from lab.engine.media import media_prompt
+from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.runs import RunFolder, atomic_write, utc_now
@@ -119,8 +121,10 @@ class ConversationReplay(Experiment):
         self, rep: int, steps: list[StepTokens], t: Templater, client: ContractClient, today: LlamaServer, tick: Any
     ) -> list[ConversationSample]:
         """One conversation's steps in one rep, each step's arms in an order rotated by rep and step. Today's new
-        process is warmed up first with the cache off: its first request would pay its start-up."""
-        ContractClient(today).warm_up()
+        process is warmed up first with the cache off: its first request would pay its start-up (and with a
+        projector, its vision encoder's first image)."""
+        shot = media_prompt(today, "warm up ", [make_png(320, 200)], "") if self.projector else None
+        ContractClient(today).warm_up(prompt=shot)
         tail = LogTail(today.log_path)
         tail.read()
         rows: list[ConversationSample] = []
