@@ -38,3 +38,18 @@ def test_a_genuine_hit_must_reuse_exactly_the_prefix() -> None:
     assert arm_reason("genuine", t(4, 2), 4, 2) == "" and arm_reason("plain", t(4, 2), 4, 2) == ""
     assert "expected 4/2" in arm_reason("plain", t(0, 6), 4, 2)
     assert "expected 4/2" in arm_reason("genuine", t(3, 3), 4, 2)
+
+
+def test_a_conversation_steps_arms_send_the_requests_template_fields_as_recorded() -> None:
+    """A tool's schema is part of the prompt the chat template renders: every arm sends the recorded request's
+    template fields (and nothing else of it), so all three see the prompt the agent's server saw."""
+    from lab.conversation.arms import no_cache_step
+    from lab.conversation.derive import StepTokens, template_fields
+
+    tools = [{"type": "function", "function": {"name": "click", "parameters": {"type": "object"}}}]
+    request = {"model": "m", "messages": [{"role": "user", "content": "hi"}], "tools": tools, "max_tokens": 9}
+    assert template_fields(request) == {"tools": tools}
+    st = StepTokens("t", 0, [1, 2, 3], [], messages=request["messages"], template=template_fields(request))
+    ((path, body),) = arm_requests("baseline", no_cache_step(st))
+    assert path.endswith("/chat/completions") and body["tools"] == tools and body["messages"] == request["messages"]
+    assert body["max_tokens"] == 1 and "model" not in body

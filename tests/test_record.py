@@ -198,6 +198,16 @@ def test_an_existing_trace_is_refused_in_one_line(tmp_path: Path) -> None:
 
 
 EVICTED = "[an earlier screenshot, removed]"
+TOOLS = [
+    {
+        "type": "function",
+        "function": {
+            "name": "click",
+            "description": "Click the screen at a point.",
+            "parameters": {"type": "object", "properties": {"x": {"type": "integer"}, "y": {"type": "integer"}}},
+        },
+    }
+]
 
 
 def observe(messages: list[dict[str, Any]], k: int) -> None:
@@ -231,18 +241,20 @@ def test_an_agent_loop_with_screenshots_and_an_eviction_is_recorded_and_replayed
     with recording(srv.url, trace) as rec:
         for k in range(6):
             observe(messages, k)
-            r = rec.agent.chat.completions.create(messages=messages, **PARAMS)
+            r = rec.agent.chat.completions.create(messages=messages, tools=TOOLS, **PARAMS)
             messages.append({"role": "assistant", "content": r.choices[0].message.content or ""})
         out, _ = rec.stop()
     assert out == f"6 steps written to {trace}\n"
     rows = steps(trace)
-    assert [len(s.request["messages"]) for s in rows] == [2, 4, 6, 8, 10, 12]
+    assert [len(s.request["messages"]) for s in rows] == [2, 4, 6, 8, 10, 12] and rows[0].request["tools"] == TOOLS
     run, replayed = replay_once(trace, tmp_path / "runs")
     assert len(replayed) == 18 and all(x.ok for x in replayed), [x.reason for x in replayed if not x.ok]
     table = [ConversationStepResult.model_validate_json(x) for x in (run / "raw" / "conversation_steps.jsonl").open()]
     by_step = {t.step: t for t in table}
     assert by_step[4].diverged_at == 1 and by_step[4].images == 2, by_step[4]
     assert [by_step[k].images for k in range(6)] == [1, 1, 2, 2, 2, 2]
+    # the derived cells are what the agent's server counted (its tools sent with every arm, as recorded)
+    assert [by_step[s.step].prompt_cells for s in rows] == [s.prompt_tokens for s in rows]
     for x in replayed:
         t = by_step[x.step]
         assert x.prompt_n is not None and x.cache_n is not None

@@ -25,17 +25,22 @@ from lab.engine.png import png_size
 
 def no_cache_step(st: StepTokens) -> Step:
     """All of the step's prompt, prefilled from empty (the baseline arm: L = 0)."""
-    return Step(L=0, new=st.cells, prompt=st.messages, prefix=None, has_image=bool(st.shots), chat=True)
+    return _chat_step(st, 0, st.cells, st.messages, bool(st.shots))
 
 
 def optimum_step(t: Templater, st: StepTokens) -> Step:
     """The step's new part after a fabricated prefix of the shared part (the fake arm)."""
     shared = st.prompt[: _units_of(st, st.common)]
     if not any(isinstance(u, tuple) for u in shared):
-        return Step(L=st.common, new=st.new, prompt=st.messages, prefix=None, has_image=bool(st.shots), chat=True)
+        return _chat_step(st, st.common, st.new, st.messages, bool(st.shots))
     messages = _text_for_images(t, st.messages, sum(isinstance(u, tuple) for u in shared))
-    units, _, shots = t.prompt(messages)
-    return Step(L=cells(units) - st.new, new=st.new, prompt=messages, prefix=None, has_image=bool(shots), chat=True)
+    units, _, shots = t.prompt(messages, st.template)
+    return _chat_step(st, cells(units) - st.new, st.new, messages, bool(shots))
+
+
+def _chat_step(st: StepTokens, L: int, new: int, messages: list[dict[str, Any]], has_image: bool) -> Step:
+    """A chat request of the step's messages and its other template fields, as recorded."""
+    return Step(L=L, new=new, prompt=messages, prefix=None, has_image=has_image, extra=st.template, chat=True)
 
 
 def _units_of(st: StepTokens, n_cells: int) -> int:

@@ -30,6 +30,13 @@ from lab.schemas import ConversationStep
 from lab.settings import Settings
 
 Unit = int | tuple[str, int]  # a token id, or (an image's digest, the cells it takes)
+# the request's fields besides its messages that the chat template renders into the prompt (a tool's schema
+# can be thousands of tokens): every arm sends them as recorded
+TEMPLATE_FIELDS = ("tools", "tool_choice", "parallel_tool_calls", "chat_template_kwargs")
+
+
+def template_fields(request: dict[str, Any]) -> dict[str, Any]:
+    return {k: request[k] for k in TEMPLATE_FIELDS if k in request}
 
 
 def cells(units: list[Unit]) -> int:
@@ -62,6 +69,7 @@ class StepTokens:
     completion_tokens: int | None = None  # as recorded (the decode length), else the reply's tokens
     tool_s: float | None = None  # the agent's own time after the reply, as recorded
     messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
+    template: dict[str, Any] = field(default_factory=dict, repr=False)  # TEMPLATE_FIELDS of the request
     text: str = field(default="", repr=False)  # the templated prompt, one media marker per image
     marker: str = field(default="", repr=False)  # the media marker in `text` (each server process has its own)
     shots: list[bytes] = field(default_factory=list, repr=False)
@@ -99,9 +107,12 @@ class Templater:
         self.marker: str | None = None
         self.pieces: dict[tuple[str, bool], list[int]] = {}  # text between images repeats from step to step
 
-    def prompt(self, messages: list[dict[str, Any]]) -> tuple[list[Unit], str, list[bytes]]:
-        """(units, the templated text with one media marker per image, the images in order)."""
-        r = self.srv.client.post("/apply-template", json={"messages": messages})
+    def prompt(
+        self, messages: list[dict[str, Any]], template: dict[str, Any] | None = None
+    ) -> tuple[list[Unit], str, list[bytes]]:
+        """(units, the templated text with one media marker per image, the images in order); `template`: the
+        request's TEMPLATE_FIELDS."""
+        r = self.srv.client.post("/apply-template", json={"messages": messages, **(template or {})})
         if r.status_code != 200:
             raise ConversationError(f"the server's chat template refused the request: {_error(r.text)}")
         text = str(r.json()["prompt"])
@@ -148,9 +159,10 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
     for s in steps:
         where = f"{trace}: task {s.task_id!r} step {s.step}"
         try:
-            msgs = s.request["messages"]
-            units, text, shots = t.prompt(msgs)
+            msgs, template = s.request["messages"], template_fields(s.request)
+            units, text, shots = t.prompt(msgs, template)
             st = StepTokens(s.task_id, s.step, units, t.reply(s.reply), messages=msgs, text=text, shots=shots)
+            st.template = template
             st.marker = t.marker or ""
             st.reply_text = reply_text(s.reply)
         except ConversationError as e:

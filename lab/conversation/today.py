@@ -22,7 +22,7 @@ from lab.conversation.load import ConversationError
 from lab.engine.contract import ServerDied
 from lab.engine.server import LlamaServer, LogTail
 from lab.runs import utc_now
-from lab.schemas import ConversationSample
+from lab.schemas import ConversationArm, ConversationSample
 from lab.settings_server import ConversationSettings
 
 RESTORED_CHECKPOINT = "restored context checkpoint"
@@ -45,7 +45,8 @@ def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> lis
 
 def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) -> ConversationSample:
     """The step's recorded request (one token generated), then its reply held in the slot, untimed."""
-    body: dict[str, Any] = {**_recorded(st), "max_tokens": 1, "stream": False, "cache_prompt": True}
+    body = {"messages": st.messages, **st.template, "temperature": 0, "max_tokens": 1, "stream": False}
+    body["cache_prompt"] = True
     try:
         r = srv.client.post("/v1/chat/completions", json=body)
     except httpx.TransportError as e:
@@ -56,7 +57,7 @@ def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) ->
             ) from e
         raise ConversationError(f"today's server did not answer {st.task_id} step {st.step}: {e}") from e
     log = tail.read()
-    base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": "today", "t_utc": utc_now()}
+    base = sample_base(st, rep, "today")
     if r.status_code != 200:
         return ConversationSample(**base, ok=False, reason=f"HTTP {r.status_code}: {r.text[:200]}")
     t = r.json().get("timings", {})
@@ -74,8 +75,9 @@ def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) ->
     return out
 
 
-def _recorded(st: StepTokens) -> dict[str, Any]:
-    return {"messages": st.messages, "temperature": 0}
+def sample_base(st: StepTokens, rep: int, arm: ConversationArm) -> dict[str, Any]:
+    """The fields every sample of a step has, whatever its arm."""
+    return {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "t_utc": utc_now()}
 
 
 def _hold_reply(srv: LlamaServer, st: StepTokens) -> None:

@@ -30,13 +30,13 @@ from rich.console import Console
 from lab.conversation.arms import no_cache_step, optimum_step
 from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, load_conversation
-from lab.conversation.today import today_step, users_server
+from lab.conversation.today import sample_base, today_step, users_server
 from lab.engine.contract import ContractClient, Step
 from lab.engine.media import media_prompt
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
-from lab.runs import RunFolder, atomic_write, utc_now
+from lab.runs import RunFolder, atomic_write
 from lab.schemas import (
     ConversationArm,
     ConversationSample,
@@ -158,7 +158,7 @@ class ConversationReplay(Experiment):
     ) -> ConversationSample:
         if arm == "today":
             return today_step(today, tail, st, rep)
-        base: dict[str, Any] = {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "t_utc": utc_now()}
+        base = sample_base(st, rep, arm)
         step = optimum if arm == "optimum" else no_cache_step(st)
         n_out = st.n_out if arm == "optimum" and st.n_out >= 2 else 0  # the reply, decoded at depth L + new
         what = f"{st.task_id} step {st.step}"

@@ -132,9 +132,9 @@ def rates_for(settings: Settings) -> Rates:
     return rates
 
 
-def calibrate_decode(settings: Settings) -> dict[str, Any]:
-    """Decode rates from a few tokens generated through the server after a fabricated prefix, at the grid's
-    shallowest and (up to 2048) deepest depth: a line through the two medians."""
+def with_decode(settings: Settings, rates: Rates) -> Rates:
+    """The rates with a decode rate calibrated here: a few tokens generated through the server after a
+    fabricated prefix at the grid's shallowest and (up to 2048) deepest L, a line through the two medians."""
     from lab.engine.contract import ContractClient, filler_tokens, measure_decode
     from lab.engine.server import LlamaServer
     from lab.experiments.decode import decode_steps
@@ -142,7 +142,8 @@ def calibrate_decode(settings: Settings) -> dict[str, Any]:
 
     sw = settings.sweep
     new = min(sw.news)
-    depths = sorted({min(sw.Ls) + new, min(max(sw.Ls), CALIBRATION_DEPTH) + new})
+    Ls = sorted({min(sw.Ls), min(max(sw.Ls), CALIBRATION_DEPTH)})
+    depths = [L + new for L in Ls]
     n_out = max(2, min(sw.n_out, 16))
     parts = resolve_parts(settings, needs_engine=True)
     assert parts.engine is not None and parts.model is not None
@@ -152,19 +153,14 @@ def calibrate_decode(settings: Settings) -> dict[str, Any]:
         steps = decode_steps(depths, new, filler_tokens(max(depths), seed=1, n_vocab=srv.n_vocab()))
         client.warm_up(steps[depths[0]], n_out=2)
         ms = {d: measure_decode(client, steps[d], n_out, 3, key=f"calibration/decode/{d}")[1] for d in depths}
-    if any(iv is None for iv in ms.values()):
-        raise UsageError(f"sweep --plan: the decode calibration failed; see {log}")
     medians = [(d, iv.value) for d, iv in sorted(ms.items()) if iv is not None]
+    if len(medians) < len(depths):
+        raise UsageError(f"sweep --plan: the decode calibration failed; see {log}")
     (d0, a), (d1, b) = medians[0], medians[-1]
     slope = max(0.0, (b - a) / (d1 - d0) * 1000) if d1 > d0 else 0.0
-    return {"decode_ms_per_token": max(a - slope * d0 / 1000, 1e-6), "decode_ms_per_token_per_1k": slope}
-
-
-def with_decode(settings: Settings, rates: Rates) -> Rates:
-    """The rates with a calibrated decode rate (named in their source)."""
-    depths = ", ".join(str(d) for d in sorted({min(settings.sweep.Ls), min(max(settings.sweep.Ls), CALIBRATION_DEPTH)}))
-    source = f"{rates.source}; decode: the server's generated tokens at depths L = {depths}"
-    return rates.model_copy(update={**calibrate_decode(settings), "source": source})
+    source = f"{rates.source}; decode: the server's generated tokens at depths L = {', '.join(map(str, Ls))}"
+    update = {"decode_ms_per_token": max(a - slope * d0 / 1000, 1e-6), "decode_ms_per_token_per_1k": slope}
+    return rates.model_copy(update={**update, "source": source})
 
 
 def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
