@@ -88,3 +88,4 @@ bench: setup
 	$(PY) benchmarks/two_references.py
 	$(PY) benchmarks/profile_overhead.py
 	$(PY) benchmarks/catalog_ingest.py
+	$(PY) benchmarks/aa_test.py

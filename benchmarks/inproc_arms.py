@@ -23,7 +23,8 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lab.experiments.sweep import POINTS, SUMMARY, run_sweep
+from lab.experiments.sweep import SUMMARY, run_sweep
+from lab.experiments.sweep_rounds import POINTS
 from lab.schemas import ArmsSummary, Interval, SweepPoint
 from lab.settings import load_settings
 from lab.stats import median_interval

@@ -24,7 +24,8 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.experiments.sweep import POINTS, run_sweep
+from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep_rounds import POINTS
 from lab.schemas import SweepPoint
 from lab.settings import load_settings
 from lab.stats import median_interval

@@ -29,7 +29,8 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.experiments.planning import budget_reps, plans
-from lab.experiments.sweep import POINTS, run_sweep
+from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep_rounds import POINTS
 from lab.plan import Rates
 from lab.runs import RunFolder
 from lab.schemas import Interval, SweepPoint

@@ -4,7 +4,7 @@ empty, as prefix sums of the pass's segments) and the estimate's chunk (new toke
 from __future__ import annotations
 
 from collections.abc import Iterable
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from lab.runs import RunFolder
 from lab.schemas import InprocFill
@@ -14,19 +14,29 @@ if TYPE_CHECKING:
     from lab.settings import Settings
 
 
-def fill_values(fills: Iterable[InprocFill], L: int, new: int) -> tuple[list[float], list[float]]:
-    """Per complete fill pass: (time to reach L + new from empty, the chunk of `new` at depth L), in ms."""
+class FillValues(NamedTuple):
+    """Per complete fill pass, in pass order: the time to reach L + new from empty and the chunk of `new` at
+    depth L (ms), and the driver process that made the pass."""
+
+    baseline: list[float]
+    chunk: list[float]
+    procs: list[int]
+
+
+def fill_values(fills: Iterable[InprocFill], L: int, new: int) -> FillValues:
+    """What the complete fill passes give point (L, new)."""
     fills = list(fills)
-    baseline, chunk = [], []
+    out = FillValues([], [], [])
     for n in sorted({f.fill_pass for f in fills}):
         rows = [f for f in fills if f.fill_pass == n]
         segs = [f.ms for f in rows if f.kind == "fill" and f.L <= L]
         c = next((f for f in rows if f.kind == "chunk" and f.L == L and f.new == new and f.ok), None)
         if c is None or not any(f.kind == "fill" and f.L == L for f in rows):
             continue
-        baseline.append(sum(segs) + c.ms)
-        chunk.append(c.ms)
-    return baseline, chunk
+        out.baseline.append(sum(segs) + c.ms)
+        out.chunk.append(c.ms)
+        out.procs.append(c.process)
+    return out
 
 
 def complete_fills(run: RunFolder, table: str, settings: Settings, news: list[int]) -> list[InprocFill]:
@@ -53,11 +63,10 @@ def fills_of(rows: list[dict[str, Any]]) -> list[InprocFill]:
     ]
 
 
-def run_fills(driver: DriverSession, run: RunFolder, table: str, fills: list[InprocFill], passes: int) -> None:
-    """Top the run up to `passes` cumulative fill passes (at least one: the driver's states live in memory, so a
-    resumed run fills again), appending each pass whole; `fills` grows in place."""
-    first = max((f.fill_pass for f in fills), default=-1) + 1
-    for n in range(first, first + max(1, passes - len({f.fill_pass for f in fills}))):
-        rows = fills_of(driver.fill(n))
-        run.append(table, rows)
-        fills += rows
+def run_fill(driver: DriverSession, run: RunFolder, table: str, fills: list[InprocFill], process: int) -> None:
+    """One more cumulative fill pass in this driver process (its depth-L states, and a baseline sample), appended
+    whole; `fills` grows in place."""
+    n = max((f.fill_pass for f in fills), default=-1) + 1
+    rows = [f.model_copy(update={"process": process}) for f in fills_of(driver.fill(n))]
+    run.append(table, rows)
+    fills += rows

@@ -162,10 +162,9 @@ def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[Headli
     return steps, profiles
 
 
-def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
-    """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
-    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_dirs, run_record
-    from lab.catalog.tables import SPEC_BY_NAME, unflatten
+def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> Path | None:
+    """The newest complete run folder of `experiment` of this model on this host."""
+    from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record
 
     records = []
     for d in run_dirs(runs_dir):
@@ -173,10 +172,19 @@ def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProf
             records.append(run_record(d, read_manifest(d)))
         except IngestError:
             continue
-    r = next((r for r in newest(records, "profile") if (r.host, r.model_sha256) == (host, model_sha256)), None)
-    if r is None:
+    r = next((r for r in newest(records, experiment) if (r.host, r.model_sha256) == (host, model_sha256)), None)
+    return None if r is None else runs_dir / r.path
+
+
+def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
+    """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
+    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_record
+    from lab.catalog.tables import SPEC_BY_NAME, unflatten
+
+    d = newest_run(runs_dir, "profile", model_sha256, host)
+    if d is None:
         return None
-    d = runs_dir / r.path
+    r = run_record(d, read_manifest(d))
     try:
         bands = [unflatten(x, BandDepth) for x in read_spec(d, SPEC_BY_NAME["profile_bands"])]
         summary = [unflatten(x, ProfileSummary) for x in read_spec(d, SPEC_BY_NAME["profile_summary"])]

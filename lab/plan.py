@@ -28,6 +28,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import json
+import math
 import re
 from collections.abc import Callable
 from pathlib import Path
@@ -38,6 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from lab.engine.contract import WARM_UP
 from lab.errors import UsageError, validation_line
+from lab.schemas import Components
 
 Design = Literal["per-rep prefill", "cumulative"]
 Where = Literal["server", "inproc", "both"]
@@ -59,6 +61,9 @@ class Rates(BaseModel):
         default=None, gt=0, description="a generated token's ms at depth 0 (the sweep's n_out); None: not known"
     )
     decode_ms_per_token_per_1k: float = Field(default=0.0, ge=0, description="... and its growth per 1,000 depth")
+    process_start_s: float | None = Field(
+        default=None, ge=0, description="starting one of a sweep's processes (model loads, states read back)"
+    )
 
     def decode_ms(self, d0: int, d1: int) -> float:
         """Generating the tokens at positions [d0, d1), one per step."""
@@ -111,10 +116,13 @@ class ArmCost(BaseModel):
 class Plan(BaseModel):
     design: Design
     where: Where
-    reps: int
+    reps: int = Field(description="the reps a point may take at most (max_reps), or the fixed count")
     points: int
     rates: Rates
     arms: list[ArmCost]
+    reps_each: list[int] = Field(default_factory=list, description="the reps planned at each point")
+    spread_source: str = Field(default="", description="a prediction: where the spread it assumes comes from")
+    bound_s: float | None = Field(default=None, description="a prediction: the same grid at max_reps everywhere")
 
     @property
     def total_s(self) -> float:
@@ -137,49 +145,64 @@ def plan(
     bench_reps: int = 3,
     bench_check: bool = True,
     n_out: int = 0,
+    processes: int = 1,
+    reps_each: list[int] | None = None,
 ) -> Plan:
-    """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps); with
-    n_out the fake arm also generates n_out tokens at depth L + new."""
+    """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps), or
+    `reps_each[i]` at point i (the reps each point is predicted to need); with n_out the fake arm also generates
+    n_out tokens at depth L + new."""
     r, out = rates, []
+    counts = reps_each or [reps] * len(points)
+
+    def each(ms: Callable[[int, int], float]) -> float:
+        """ms(L, new) of one rep, over every point's reps."""
+        return sum(k * ms(L, n) for k, (L, n) in zip(counts, points, strict=True))
+
     base_reps = reps if baseline_reps is None or design == "per-rep prefill" else min(baseline_reps, reps)
     deepest = max(L for L, _ in points)
 
     def add(arm: str, what: str, ms: float) -> None:
         out.append(ArmCost(arm=arm, what=what, seconds=ms / 1e3))
 
+    if processes > 1 and r.process_start_s is not None and design != "per-rep prefill":
+        add(
+            "process starts",
+            f"{processes} server and driver processes, each loading the model and reading the depth-L states back",
+            processes * r.process_start_s * 1e3,
+        )
     if "baseline" in arms:
         add("baseline", f"L + new from empty, {base_reps} reps", base_reps * sum(r.ms(0, L + n) for L, n in points))
     if "fake" in arms:
-        add("fake", "new tokens after a fabricated prefix", reps * sum(r.chunk(L, n) for L, n in points))
+        add("fake", "new tokens after a fabricated prefix", each(r.chunk))
         if n_out:
-            decode = reps * sum(r.decode_ms(L + n, L + n + n_out) for L, n in points)
+            decode = each(lambda L, n: r.decode_ms(L + n, L + n + n_out))
             add("fake: decode", f"{n_out} tokens generated at depth L + new, one at a time", decode)
     if design == "per-rep prefill":
         if "genuine" in arms:
             add(
                 "genuine",
                 "prefix L prefilled, then new, every rep",
-                reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points),
+                each(lambda L, n: r.ms(0, L) + r.chunk(L, n)),
             )
         if "estimate" in arms:  # one llama-bench call per rep: it fills the depth once, then restores it per rep
             add(
                 "estimate",
                 f"llama-bench -d L -r {bench_reps} per rep (a depth fill, a warm-up, {bench_reps} chunks)",
-                reps * sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n) for L, n in points),
+                each(lambda L, n: r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n)),
             )
-        return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
+        return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out, reps_each=counts)
     if "genuine" in arms:
         states = r.ms(0, deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
         add(
             "genuine",
             "new tokens after a restored depth-L state" + (" (+ the states, once)" if states else ""),
-            states + reps * sum(r.chunk(L, n) for L, n in points),
+            states + each(r.chunk),
         )
     if "plain" in arms:
         add(
             "plain",
             "prefix L prefilled, then new, every rep",
-            reps * sum(r.ms(0, L) + r.chunk(L, n) for L, n in points),
+            each(lambda L, n: r.ms(0, L) + r.chunk(L, n)),
         )
     if where == "inproc" or "estimate" in arms:
         chunks = sum(r.chunk(L, n) for L, n in points)
@@ -188,12 +211,11 @@ def plan(
             f"{fill_passes} cumulative passes to depth {deepest}",
             fill_passes * (r.ms(0, deepest) + chunks),
         )
-    if where == "server" and "estimate" in arms:
-        warm = sum(r.chunk(L, min(n, WARM_UP)) for L, n in points)  # the server's short warm-up request
+    if where == "server" and "estimate" in arms:  # the chunk, its warm-up chunk, the server's short warm-up
         add(
             "estimate",
             "the chunk at depth L in process, after a warm-up chunk; a short server warm-up",
-            reps * (2 * chunks + warm),
+            each(lambda L, n: 2 * r.chunk(L, n) + r.chunk(L, min(n, WARM_UP))),
         )
         if bench_check:
             Ls, n0 = sorted({L for L, _ in points})[:2], min(n for _, n in points)
@@ -202,7 +224,38 @@ def plan(
                 f"once at L = {', '.join(map(str, Ls))}, new = {n0}",
                 sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n0) for L in Ls),
             )
-    return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out)
+    return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out, reps_each=counts)
+
+
+Z95 = 1.96
+# what a rep varies by when nothing here has measured it yet: fake/genuine on this kind of 2-core VM
+# (docs/repetition.md), the spread between processes and within one
+DEFAULT_SPREAD = Components(between=0.01, within=0.04, processes=0, reps=0)
+
+
+def predicted_reps(
+    spreads: dict[str, tuple[Components, float]],
+    bounds: dict[str, tuple[float, float]],
+    min_reps: int,
+    max_reps: int,
+    processes: int,
+) -> int:
+    """The reps a point is predicted to take before it stops: each process adds ceil(min_reps / processes) reps
+    (r), and a ratio's interval after P processes is about 1.96 x sqrt((between^2 + 2 within^2 / r) / P) wide each
+    side (the two-stage bootstrap counts the within spread twice); the point stops once every ratio is decided
+    (its interval inside 1 +- tolerance, so narrower than the tolerance less how far the ratio sat from 1) and as
+    narrow as its target. `spreads`: per ratio its spread and that distance (else DEFAULT_SPREAD at 1); `bounds`:
+    per ratio (target half-width, tolerance). At least `processes` processes, at most max_reps reps."""
+    per = math.ceil(min_reps / processes)
+    need = processes
+    for name, (target, tolerance) in bounds.items():
+        spread, gap = spreads.get(name, (DEFAULT_SPREAD, 0.0))
+        room = min(target, tolerance - gap)
+        if room <= 0:
+            return max_reps  # it sat on the bound: no number of reps decides it
+        one = spread.between**2 + 2 * spread.within**2 / per
+        need = max(need, math.ceil(Z95**2 * one / room**2))
+    return min(max_reps, per * need)
 
 
 def fit_reps(budget_s: float, plan_of: Callable[[int], Plan]) -> int:

@@ -105,6 +105,7 @@ def atomic_write(path: Path, text: str) -> None:
 class RunFolder:
     def __init__(self, path: Path) -> None:
         self.path = path
+        self.interrupted = ""  # the signal a guarded run received (see guard)
 
     # --- creation and opening -----------------------------------------------------------------------
 
@@ -213,6 +214,7 @@ class RunFolder:
 
     def append(self, table: str, rows: Iterable[BaseModel]) -> None:
         """Append rows and flush them to disk before returning (a crash after this loses nothing)."""
+        self.check_interrupted()
         lines = "".join(r.model_dump_json() + "\n" for r in rows)
         if not lines:
             return
@@ -277,11 +279,13 @@ class RunFolder:
         any failure leaves the run incomplete with its reason."""
 
         def on_signal(signum: int, frame: FrameType | None) -> None:
-            raise RunInterrupted(f"interrupted by {signal.Signals(signum).name}")
+            self.interrupted = f"interrupted by {signal.Signals(signum).name}"
+            raise RunInterrupted(self.interrupted)
 
         old = {s: signal.signal(s, on_signal) for s in (signal.SIGTERM, signal.SIGINT, signal.SIGHUP)}
         try:
             yield
+            self.check_interrupted()
         except BaseException as e:
             reason = str(e) or type(e).__name__
             self.fail(reason if isinstance(e, RunInterrupted) else f"{type(e).__name__}: {reason}")
@@ -289,6 +293,13 @@ class RunFolder:
         finally:
             for s, h in old.items():
                 signal.signal(s, h)
+
+    def check_interrupted(self) -> None:
+        """Raise the interruption a signal asked for, if its exception was swallowed where it landed (Python
+        ignores an exception raised inside an at-fork hook, such as logging's after a server process starts):
+        the next write, or the end of the run, stops it."""
+        if self.interrupted:
+            raise RunInterrupted(self.interrupted)
 
 
 def _line(row: BaseModel | dict[str, Any]) -> str:

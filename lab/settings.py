@@ -74,8 +74,14 @@ class SweepSettings(Section):
     estimate_tool: Literal["inproc", "llama-bench"] = Field(
         default="inproc", description="the estimate per rep: the driver's chunk, or a llama-bench -d L call (slow)"
     )
+    processes: int = Field(
+        default=3, ge=1, le=50, description="server (and driver) processes each point's reps are spread over"
+    )
     fill_passes: int = Field(
-        default=2, ge=1, le=50, description="in-process cumulative fill passes: the baseline and the depth-L states"
+        default=3,
+        ge=1,
+        le=50,
+        description="in-process cumulative fill passes, one per process: the baseline and the depth-L states",
     )
     tolerance: float = Field(default=0.05, gt=0, lt=1, description="verdicts: agree within 1 +- tolerance")
     seed: int = 0
@@ -128,6 +134,9 @@ class ProfileSettings(Section):
     chunk: int = Field(default=512, ge=16, le=8192)
     max_depth: int = Field(default=4096, ge=0)
     cycles: int = Field(default=3, ge=1, le=50, description="cycles every profile gets")
+    cycles_per_process: int = Field(
+        default=1, ge=1, le=50, description="cycles each instrument process measures (1: every cycle a new process)"
+    )
     max_cycles: int | None = Field(
         default=None, ge=2, le=50, description="more cycles, up to this, while the gap or crossover interval is wide"
     )

@@ -6,6 +6,9 @@
   the pairs;
 - `unpaired_ratio(a, b)`: two independent sample sets (two runs): median(a) / median(b), each side resampled
   on its own;
+- `variance_components(xs, procs)`: the spread between processes and within one, and `reps_per_process`, the
+  split of reps over processes that narrows an interval most per second;
+- `proportion_interval(k, n)`: a share of events (an A/A test's false alarms) with its Wilson interval;
 - `verdict(interval, tol)`: `agree` (inside 1 +- tol), `disagree` (wholly outside), `undecided` (straddles a
   bound); `reps_to_decide` estimates how many reps would likely decide it (the width shrinks as 1/sqrt(n)).
 
@@ -24,7 +27,7 @@ from collections.abc import Mapping, Sequence
 import numpy as np
 import numpy.typing as npt
 
-from lab.schemas import ArmStats, Interval, Verdict
+from lab.schemas import ArmStats, Components, Interval, Verdict
 
 LEVEL = 0.95
 N_BOOT = 4000
@@ -47,25 +50,51 @@ def _clean(xs: Sequence[float | None]) -> npt.NDArray[np.float64]:
     return np.array([x for x in xs if x is not None and math.isfinite(x)], dtype=np.float64)
 
 
-def median_draws(xs: npt.NDArray[np.float64], rng: np.random.Generator) -> npt.NDArray[np.float64]:
-    """N_BOOT bootstrap medians of xs."""
-    idx = rng.integers(0, len(xs), size=(N_BOOT, len(xs)))
-    out: npt.NDArray[np.float64] = np.median(xs[idx], axis=1)
+def median_draws(
+    xs: npt.NDArray[np.float64], rng: np.random.Generator, procs: npt.NDArray[np.int64] | None = None
+) -> npt.NDArray[np.float64]:
+    """N_BOOT bootstrap medians of xs. With `procs` (the process each sample came from) and two or more of them,
+    a two-stage bootstrap: draw the processes with replacement, then each drawn process's samples with
+    replacement, so the interval carries the variance between processes as well as within one."""
+    if procs is None or len(np.unique(procs)) < 2:
+        idx = rng.integers(0, len(xs), size=(N_BOOT, len(xs)))
+        out: npt.NDArray[np.float64] = np.median(xs[idx], axis=1)
+        return out
+    parts = [xs[procs == p] for p in np.unique(procs)]
+    sizes = np.array([len(p) for p in parts])
+    table = np.full((len(parts), sizes.max()), np.nan)  # one row per process, padded
+    for i, part in enumerate(parts):
+        table[i, : len(part)] = part
+    pick = rng.integers(0, len(parts), size=(N_BOOT, len(parts)))  # the processes of each draw
+    n = sizes[pick][..., None]  # (N_BOOT, processes, 1): how many samples each drawn process has
+    idx = (rng.random((N_BOOT, len(parts), sizes.max())) * n).astype(np.int64)
+    values = np.where(np.arange(sizes.max()) < n, table[pick[..., None], idx], np.nan)
+    out = np.nanmedian(values.reshape(N_BOOT, -1), axis=1)
     return out
 
 
-def median_interval(xs: Sequence[float | None], key: str = "") -> Interval | None:
-    """The median of xs and its interval (None without samples)."""
-    x = _clean(xs)
+def _procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> npt.NDArray[np.int64] | None:
+    """The process of each clean sample (dropping those _clean drops), or None."""
+    if procs is None:
+        return None
+    keep = [p for p, x in zip(procs, xs, strict=True) if x is not None and math.isfinite(x)]
+    return np.array(keep, dtype=np.int64)
+
+
+def median_interval(xs: Sequence[float | None], key: str = "", procs: Sequence[int] | None = None) -> Interval | None:
+    """The median of xs and its interval (None without samples). `procs`: the process of each sample; from two
+    processes on the interval resamples processes, then samples within them (`Interval.processes`)."""
+    x, p = _clean(xs), _procs(procs, xs)
     if len(x) == 0:
         return None
-    lo, hi = _bounds(median_draws(x, _rng(key, x))) if len(x) > 1 else (float(x[0]), float(x[0]))
-    return Interval(value=float(np.median(x)), lo=lo, hi=hi, n=len(x))
+    lo, hi = _bounds(median_draws(x, _rng(key, x), p)) if len(x) > 1 else (float(x[0]), float(x[0]))
+    return Interval(value=float(np.median(x)), lo=lo, hi=hi, n=len(x), processes=_n_procs(procs, xs))
 
 
-def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "") -> ArmStats:
-    """An arm's timed samples summarized: the median and its interval, the range, ok and failed counts."""
-    iv = median_interval(ms, key)
+def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "", procs: Sequence[int] | None = None) -> ArmStats:
+    """An arm's timed samples summarized: the median and its interval (over processes when `procs` names two or
+    more), the range, ok and failed counts."""
+    iv = median_interval(ms, key, procs)
     if iv is None:
         return ArmStats(n_failed=n_failed)
     return ArmStats(
@@ -76,56 +105,89 @@ def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "") -> ArmStats
         max_ms=max(ms),
         n_ok=len(ms),
         n_failed=n_failed,
+        processes=iv.processes,
     )
+
+
+def paired_reps(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
+    """The reps both have (b's value positive), in rep order."""
+    return sorted(r for r in a.keys() & b.keys() if b[r] > 0 and a[r] is not None)
 
 
 def paired_values(a: Mapping[int, float], b: Mapping[int, float]) -> list[float]:
     """a[rep] / b[rep] over the reps both have, in rep order."""
-    return [a[r] / b[r] for r in sorted(r for r in a.keys() & b.keys() if b[r] > 0 and a[r] is not None)]
+    return [a[r] / b[r] for r in paired_reps(a, b)]
 
 
-def paired_ratio(a: Mapping[int, float], b: Mapping[int, float], key: str = "") -> Interval | None:
-    """Median over reps of a[rep] / b[rep], bootstrapping the reps both have (None when they share none)."""
-    return median_interval(paired_values(a, b), key)
+def paired_ratio(
+    a: Mapping[int, float], b: Mapping[int, float], key: str = "", proc_of: Mapping[int, int] | None = None
+) -> Interval | None:
+    """Median over reps of a[rep] / b[rep], bootstrapping the reps both have (None when they share none);
+    `proc_of`: each rep's process (the reps resampled within resampled processes)."""
+    reps = paired_reps(a, b)
+    procs = [proc_of.get(r, 0) for r in reps] if proc_of else None
+    return median_interval([a[r] / b[r] for r in reps], key, procs)
 
 
-def unpaired_draws(a: Sequence[float], b: Sequence[float], key: str = "") -> npt.NDArray[np.float64] | None:
-    """Bootstrap draws of median(a) / median(b), each side resampled on its own (None if a side is empty)."""
+def unpaired_draws(
+    a: Sequence[float],
+    b: Sequence[float],
+    key: str = "",
+    procs_a: Sequence[int] | None = None,
+    procs_b: Sequence[int] | None = None,
+) -> npt.NDArray[np.float64] | None:
+    """Bootstrap draws of median(a) / median(b), each side resampled on its own (None if a side is empty);
+    with a side's processes, that side resamples processes, then samples within them."""
     xa, xb = _clean(a), _clean(b)
     if len(xa) == 0 or len(xb) == 0:
         return None
-    da = median_draws(xa, _rng(key + "/a", xa))
-    db = median_draws(xb, _rng(key + "/b", xb))
+    da = median_draws(xa, _rng(key + "/a", xa), _procs(procs_a, a))
+    db = median_draws(xb, _rng(key + "/b", xb), _procs(procs_b, b))
     return da / db
 
 
-def unpaired_ratio(a: Sequence[float], b: Sequence[float], key: str = "") -> Interval | None:
+def unpaired_ratio(
+    a: Sequence[float],
+    b: Sequence[float],
+    key: str = "",
+    procs_a: Sequence[int] | None = None,
+    procs_b: Sequence[int] | None = None,
+) -> Interval | None:
     """median(a) / median(b) of two independent sample sets (two runs), with its interval."""
-    draws = unpaired_draws(a, b, key)
+    draws = unpaired_draws(a, b, key, procs_a, procs_b)
     if draws is None:
         return None
     lo, hi = _bounds(draws)
     value = float(np.median(_clean(a)) / np.median(_clean(b)))
-    return Interval(value=value, lo=lo, hi=hi, n=min(len(_clean(a)), len(_clean(b))))
+    n_procs = min(_n_procs(procs_a, a), _n_procs(procs_b, b))
+    return Interval(value=value, lo=lo, hi=hi, n=min(len(_clean(a)), len(_clean(b))), processes=n_procs)
 
 
-def geomean_ratio(draws: Sequence[npt.NDArray[np.float64]], values: Sequence[float]) -> Interval | None:
+def _n_procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> int:
+    p = _procs(procs, xs)
+    return max(1, len(np.unique(p))) if p is not None and len(p) else 1
+
+
+def geomean_ratio(
+    draws: Sequence[npt.NDArray[np.float64]], values: Sequence[float], processes: int = 1
+) -> Interval | None:
     """The geometric mean over points of their ratios, its interval from the points' bootstrap draws."""
     if not draws:
         return None
     logs = np.log(np.vstack(draws))  # (points, N_BOOT)
     lo, hi = _bounds(np.exp(logs.mean(axis=0)))
     value = float(np.exp(np.mean(np.log(np.asarray(values, dtype=np.float64)))))
-    return Interval(value=value, lo=lo, hi=hi, n=len(values))
+    return Interval(value=value, lo=lo, hi=hi, n=len(values), processes=max(1, processes))
 
 
-def from_draws(value: float, draws: Sequence[float], n: int) -> Interval | None:
-    """An estimate with the interval of its bootstrap replicates (None without any)."""
+def from_draws(value: float, draws: Sequence[float], n: int, processes: int = 1) -> Interval | None:
+    """An estimate with the interval of its bootstrap replicates (None without any); `processes`: how many
+    processes the resampled units came from."""
     x = _clean(list(draws))
     if len(x) == 0:
         return None
     lo, hi = _bounds(x)
-    return Interval(value=value, lo=min(lo, value), hi=max(hi, value), n=n)
+    return Interval(value=value, lo=min(lo, value), hi=max(hi, value), n=n, processes=max(1, processes))
 
 
 def resamples(n: int, key: str, count: int = 1000) -> npt.NDArray[np.int64]:
@@ -133,6 +195,45 @@ def resamples(n: int, key: str, count: int = 1000) -> npt.NDArray[np.int64]:
     rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{key}|{n}".encode()).digest()[:8], "little"))
     out: npt.NDArray[np.int64] = rng.integers(0, n, size=(count, n))
     return out
+
+
+def variance_components(xs: Sequence[float], procs: Sequence[int]) -> Components | None:
+    """How a metric's samples vary between the run's processes and within one (Kalibera and Jones' two levels),
+    as standard deviations of the log values (about a relative spread: 0.05 is 5%): within, pooled over the
+    processes; between, the spread of the process means less what the within spread puts there (method of
+    moments, 0 when negative). None with fewer than two processes or no process with two samples."""
+    groups: dict[int, list[float]] = {}
+    for x, p in zip(xs, procs, strict=True):
+        if x is not None and math.isfinite(x) and x > 0:
+            groups.setdefault(p, []).append(math.log(x))
+    sizes = [len(g) for g in groups.values()]
+    if len(groups) < 2 or max(sizes, default=0) < 2:
+        return None
+    means = [statistics.fmean(g) for g in groups.values()]
+    within_ss = sum((x - m) ** 2 for g, m in zip(groups.values(), means, strict=True) for x in g)
+    within = within_ss / (sum(sizes) - len(groups))
+    per_process = statistics.fmean(sizes)
+    between = max(0.0, statistics.variance(means) - within / per_process)
+    return Components(between=math.sqrt(between), within=math.sqrt(within), processes=len(groups), reps=sum(sizes))
+
+
+def reps_per_process(c: Components, process_s: float, rep_s: float) -> int:
+    """The reps per process that narrow the interval most per second spent (Kalibera and Jones): more reps in a
+    process when its start is dear and the within spread dominates, more processes when they differ."""
+    if c.between <= 0:
+        return 1_000_000 if process_s > 0 else 1  # processes do not differ: one process, as many reps as wanted
+    return max(1, round(math.sqrt(process_s / max(rep_s, 1e-9) * (c.within / c.between) ** 2)))
+
+
+def proportion_interval(k: int, n: int) -> Interval | None:
+    """k of n as a share with its Wilson score interval (a count of events, not samples to bootstrap: an A/A
+    test's comparisons called significant). None when n is 0."""
+    if n <= 0:
+        return None
+    z, p = 1.959964, k / n
+    center = (p + z * z / (2 * n)) / (1 + z * z / n)
+    half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
+    return Interval(value=p, lo=max(0.0, center - half), hi=min(1.0, center + half), n=n)
 
 
 def verdict(iv: Interval | None, tol: float, center: float = 1.0) -> Verdict:

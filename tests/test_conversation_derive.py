@@ -148,9 +148,12 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         else:
             assert s.prompt_n + s.cache_n == st.prompt_cells and s.cache_n <= st.common
     assert steps[4].diverged_at == 1 and all(steps[k].diverged_at is None for k in (1, 2, 3))
+    # each rep ran in servers of its own (the controls' one and today's): the intervals resample processes
+    assert all(s.process == s.rep for s in samples)
+    assert (run.path / "logs" / "server.log").read_text().count("server is listening") == 2
     for st in steps.values():
         for iv in (st.today_ms, st.optimum_ms, st.no_cache_ms):
-            assert iv is not None and iv.n == 2 and iv.lo <= iv.value <= iv.hi
+            assert iv is not None and iv.n == 2 and iv.lo <= iv.value <= iv.hi and iv.processes == 2
         assert st.order in ("holds", "violated")
     (task,) = run.read(TASKS, ConversationTaskResult)
     assert task.n_steps == 5 and task.realised is not None and task.today_s is not None

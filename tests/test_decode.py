@@ -15,7 +15,7 @@ import pytest
 from lab.engine.contract import ContractClient, filler_tokens, measure_decode, text_step
 from lab.engine.server import LlamaServer
 from lab.experiments.decode import DEPTHS
-from lab.experiments.sweep import POINTS, SAMPLES
+from lab.experiments.sweep_rounds import POINTS, SAMPLES
 from lab.runs import RunFolder
 from lab.schemas import DecodeDepth, SweepPoint, SweepSample
 

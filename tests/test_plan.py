@@ -170,7 +170,7 @@ def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
         timeout=120,
     )
-    assert r.returncode == 0 and "--budget 1h: up to 10 reps per point" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "--budget 1h: up to 6 reps per point" in r.stdout, r.stdout + r.stderr
     assert not runs.exists()
     r = subprocess.run(
         [LAB, "arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs)],
@@ -196,3 +196,24 @@ def test_a_sweep_in_both_places_plans_each_arm_per_place_and_fills_once() -> Non
     assert [a for a in arms if a.startswith("fill passes")] == ["fill passes (server)"]  # one driver, one fill
     fill = next(a.seconds for a in inproc.arms if a.arm == "fill passes")
     assert both.total_s == pytest.approx(server.total_s + inproc.total_s - fill)
+
+
+def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
+    """A ratio's half-width after P processes of r reps is about 1.96 sqrt((between^2 + 2 within^2 / r) / P): a
+    quiet point stops after its first processes, a noisy one takes more, one that sat on the bound takes them all."""
+    from lab.plan import predicted_reps
+    from lab.schemas import Components
+
+    bounds = {"fake/genuine": (0.03, 0.05)}
+    quiet = {"fake/genuine": (Components(between=0.0, within=0.02, processes=3, reps=6), 0.0)}
+    assert predicted_reps(quiet, bounds, min_reps=5, max_reps=100, processes=3) == 6  # 3 processes of 2 reps
+    noisy = {"fake/genuine": (Components(between=0.02, within=0.05, processes=3, reps=6), 0.0)}
+    # (0.02^2 + 2 x 0.05^2 / 2) x 1.96^2 / 0.03^2 = 12.8: 13 processes of 2 reps
+    assert predicted_reps(noisy, bounds, min_reps=5, max_reps=100, processes=3) == 26
+    assert predicted_reps(noisy, bounds, min_reps=5, max_reps=12, processes=3) == 12  # capped
+    near = {"fake/genuine": (Components(between=0.0, within=0.02, processes=3, reps=6), 0.05)}
+    assert predicted_reps(near, bounds, min_reps=5, max_reps=40, processes=3) == 40  # on the bound: every rep
+    # the estimate's verdict needs only the tolerance, less how far the ratio sat from 1:
+    # (0.01^2 + 2 x 0.03^2 / 2) x 1.96^2 / (0.05 - 0.02)^2 = 4.3: 5 processes of 2 reps
+    est = {"fake/estimate": (Components(between=0.01, within=0.03, processes=3, reps=6), 0.02)}
+    assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 10

@@ -88,6 +88,9 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert all(v > 0 and math.isfinite(v) for v in summary.fused_vs_bench.values())  # ratios live in benchmarks/
     # every per-depth number and the fit carry their interval from the bootstrap over the 2 cycles
     assert summary.cycles == 2 and set(summary.timed_vs_fused_gap_ci) == {str(d) for d in depths}
+    # each cycle in an instrument process of its own: the intervals resample processes, and say so
+    assert {(w.cycle, w.process) for w in walls} == {(0, 0), (1, 1)} and summary.processes == 2
+    assert summary.attn_slope_ci is not None and summary.attn_slope_ci.processes == 2
     assert set(summary.fused_vs_bench_ci) == {str(d) for d in depths}
     for d in depths:
         gap = summary.timed_vs_fused_gap_ci[str(d)]
@@ -194,7 +197,10 @@ def test_interrupted_profile_resumes_keeping_complete_cycles(tmp_path: Path, how
         assert not part.exists()  # merged into the run's dump
     time.sleep(0.5)
     assert not [p for p in Path("/proc").glob("[0-9]*/cmdline") if _is_instrument_of(p, run_dir)]  # no orphan
-    before = (run_dir / "raw" / "profile.jsonl").read_text() if how == "SIGTERM" else part.read_text()
+    # cycle 0 ran in an instrument process of its own, merged into the run's dump when it ended; a hard kill
+    # leaves the killed process's cycle 1 in its part file
+    dump = run_dir / "raw" / "profile.jsonl"
+    before = dump.read_text() + (part.read_text() if part.exists() else "")
     cycle0 = [json.loads(x) for x in before.splitlines() if '"kind":"fused","cycle":0' in x]
     assert len(cycle0) == 4
 

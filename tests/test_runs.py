@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import os
 import signal
 from pathlib import Path
@@ -88,6 +89,22 @@ def test_guard_turns_sigterm_into_incomplete(tmp_path: Path) -> None:
         os.kill(os.getpid(), signal.SIGTERM)
     assert run.manifest().reason == "interrupted by SIGTERM"
     assert signal.getsignal(signal.SIGTERM) is signal.SIG_DFL  # handlers restored
+
+
+def test_a_signal_whose_exception_was_swallowed_still_interrupts(tmp_path: Path) -> None:
+    """Python ignores an exception raised in an at-fork hook (logging's, after a server process starts): the
+    signal still stops the run, at its next write or at its end, never letting it finish as complete."""
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    with pytest.raises(RunInterrupted), run.guard():
+        with contextlib.suppress(RunInterrupted):  # swallowed where it landed
+            os.kill(os.getpid(), signal.SIGINT)
+        run.append("rows", [PrefillTps(depth=0, chunk=1, tps=1.0, avg_ms=1.0, stddev_ms=0.0, reps=1)])
+    assert run.manifest().status == "incomplete" and run.manifest().reason == "interrupted by SIGINT"
+    assert not run.table_path("rows").exists()  # the write after the signal did not happen
+    ended = RunFolder.create(tmp_path, "sweep", "h", {})
+    with pytest.raises(RunInterrupted), ended.guard(), contextlib.suppress(RunInterrupted):
+        os.kill(os.getpid(), signal.SIGTERM)
+    assert ended.manifest().status == "incomplete"
 
 
 def test_resolve_run_by_prefix(tmp_path: Path) -> None:

@@ -11,9 +11,12 @@ from lab.stats import (
     geomean_ratio,
     median_interval,
     paired_ratio,
+    proportion_interval,
+    reps_per_process,
     reps_to_decide,
     unpaired_draws,
     unpaired_ratio,
+    variance_components,
     verdict,
 )
 
@@ -92,3 +95,84 @@ def test_verdicts() -> None:
     assert reps_to_decide(iv(0.99, 1.03), 0.05) == 11  # already decided: one more rep at least
     assert median_interval([3.0]) == Interval(value=3.0, lo=3.0, hi=3.0, n=1)
     assert median_interval([None, float("nan")]) is None
+
+
+def runs_of(rng: np.random.Generator, procs: int, reps: int, between: float) -> tuple[list[float], list[int]]:
+    """One run's samples: `procs` processes of `reps` reps, each process slower or faster than the next by a
+    lognormal factor (memory layout, thread placement: a level of variance of its own), each rep noisy."""
+    values, of = [], []
+    for p in range(procs):
+        level = rng.lognormal(0, between)
+        values += (100 * level * rng.lognormal(0, 0.08, reps)).tolist()
+        of += [p] * reps
+    return values, of
+
+
+def test_an_a_a_pair_is_called_different_only_by_chance_when_intervals_resample_processes() -> None:
+    # two runs of the same thing: one process per run is a level of variance the within-run interval misses
+    # (far more than 1 in 20 A/A pairs called different); spread over processes and resampled by process, the
+    # interval holds on the next run
+    trials, one_process, within, by_process = 300, 0, 0, 0
+    for t in range(trials):
+        rng = np.random.default_rng(t)
+        a, _ = runs_of(rng, 1, 10, 0.05)
+        b, _ = runs_of(rng, 1, 10, 0.05)
+        one_process += not _covers_one(unpaired_ratio(b, a, str(t)))
+        a, pa = runs_of(rng, 5, 3, 0.05)
+        b, pb = runs_of(rng, 5, 3, 0.05)
+        by_process += not _covers_one(unpaired_ratio(b, a, str(t), pb, pa))
+        within += not _covers_one(unpaired_ratio(b, a, str(t)))
+    assert one_process / trials > 0.15, one_process / trials
+    assert by_process / trials <= 0.05, by_process / trials
+    assert by_process <= within  # the same samples: resampling processes only widens
+
+
+def _covers_one(iv: Interval | None) -> bool:
+    assert iv is not None
+    return iv.lo <= 1.0 <= iv.hi
+
+
+def test_process_level_intervals_say_so_and_keep_their_power() -> None:
+    rng = np.random.default_rng(11)
+    a, pa = runs_of(rng, 5, 3, 0.05)
+    iv = median_interval(a, "a", pa)
+    assert iv is not None and iv.processes == 5 and iv.scope == "5 processes" and iv.n == 15
+    within = median_interval(a, "a")
+    assert within is not None and within.scope == "within-run" and within.hi - within.lo <= iv.hi - iv.lo
+    # a real difference (30%; one thread against two is about 1.8x) is still called at every trial
+    for t in range(50):
+        rng = np.random.default_rng(t)
+        a, pa = runs_of(rng, 5, 3, 0.05)
+        b, pb = runs_of(rng, 5, 3, 0.05)
+        slower = [1.3 * x for x in b]
+        assert not _covers_one(unpaired_ratio(slower, a, str(t), pb, pa)), t
+    # paired ratios: each rep's process comes along
+    x = {r: 1.0 + 0.01 * r for r in range(6)}
+    y = {r: 1.0 for r in range(6)}
+    paired = paired_ratio(x, y, "p", {r: r // 2 for r in range(6)})
+    assert paired is not None and paired.processes == 3 and paired.n == 6
+
+
+def test_proportion_interval() -> None:
+    iv = proportion_interval(1, 20)
+    assert iv is not None and iv.value == 0.05 and 0.0 < iv.lo < 0.01 and 0.23 < iv.hi < 0.24
+    zero = proportion_interval(0, 100)
+    assert zero is not None and zero.lo == 0.0 and 0.03 < zero.hi < 0.04
+    assert proportion_interval(0, 0) is None
+
+
+def test_variance_components_find_each_level() -> None:
+    rng = np.random.default_rng(5)
+    values, procs = runs_of(rng, 40, 6, 0.10)  # 10% between processes, 8% within one
+    c = variance_components(values, procs)
+    assert c is not None and c.processes == 40 and c.reps == 240
+    assert 0.07 < c.between < 0.13 and 0.07 < c.within < 0.09, c
+    flat, of = runs_of(rng, 40, 6, 0.0)
+    c0 = variance_components(flat, of)
+    assert c0 is not None and c0.between < 0.03 and 0.07 < c0.within < 0.09, c0
+    assert variance_components([1.0, 2.0], [0, 0]) is None  # one process: no between
+    assert variance_components([1.0, 2.0], [0, 1]) is None  # no process with two samples: no within
+    # the split: dear processes and a dominant within spread -> more reps per process; cheap, differing
+    # processes -> one rep each
+    assert reps_per_process(c, process_s=4.0, rep_s=0.25) == round((16 * (c.within / c.between) ** 2) ** 0.5)
+    assert reps_per_process(c.model_copy(update={"between": 0.5}), process_s=0.1, rep_s=1.0) == 1

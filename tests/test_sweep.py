@@ -14,9 +14,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.experiments.sweep import FILLS, POINTS, SAMPLES, TPS
+from lab.experiments.sweep import FILLS
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import decided, summarize_point
+from lab.experiments.sweep_rounds import POINTS, SAMPLES, TPS
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
 from lab.settings import SweepSettings
@@ -94,7 +95,13 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (128, 512, 1024)
     )
     assert {s.warm for s in run.read(SAMPLES, SweepSample) if s.arm == "genuine"} == {"restore"}
+    # the two reps ran in two server (and driver) processes, each point's rep 0 in the first: every interval
+    # resamples processes; the second process read the depth-L states the first saved, and made a fill pass
+    assert {(s.rep, s.process) for s in run.read(SAMPLES, SweepSample)} == {(0, 0), (1, 1)}
+    assert {(f.fill_pass, f.process) for f in fills} == {(0, 0), (1, 1)}
+    assert (run.path / "logs" / "server.log").read_text().count("server is listening") == 2
     for p in points:
+        assert p.processes == 2 and p.fake_vs_genuine_ci is not None and p.fake_vs_genuine_ci.processes == 2
         assert p.fake.n_ok == 2 and p.genuine.n_ok == 2 and p.genuine_warm == "restore", p
         assert p.baseline.n_ok == 2 and p.baseline_source == "fill passes" and p.baseline == p.baseline_fill
         assert (p.bench_check_ci is not None) == (p.L in (128, 512))
@@ -109,7 +116,7 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         assert p.genuine_verdict == verdict(p.fake_vs_genuine_ci, SweepSettings().tolerance)  # from the interval
         assert p.n_kv_padded == (p.L + 32 + 255) // 256 * 256
         assert p.measurable == (p.L >= 256)
-    assert any("below the 256-column floor" in d for d in points[0].diagnostics)
+    assert any("below the 256-column floor" in d for d in next(p for p in points if p.L == 128).diagnostics)
     for s in run.read(SAMPLES, SweepSample):
         if s.arm == "fake":
             assert (s.cache_n, s.prompt_n) == (s.L, s.new) and s.fake_ms is not None and s.fake_ms > 0

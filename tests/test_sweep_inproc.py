@@ -15,7 +15,8 @@ import pytest
 from lab.catalog.compare import compare_catalog, compare_runs
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
-from lab.experiments.sweep import FILLS, POINTS, SAMPLES, SUMMARY
+from lab.experiments.sweep import FILLS, SUMMARY
+from lab.experiments.sweep_rounds import POINTS, SAMPLES
 from lab.reports.arms import arms_chart
 from lab.reports.data import catalog_runs
 from lab.runs import RunFolder
@@ -49,6 +50,8 @@ def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
         "both",
         "--arms",
         "baseline,fake,genuine,plain",
+        "--fill-passes",
+        "2",
         "--runs-dir",
         str(runs),
     )
@@ -79,6 +82,13 @@ def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None
     assert sorted((f.fill_pass, f.kind, f.L) for f in fills) == sorted(
         (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (300, 700)
     )
+    # three reps in three driver processes: the first two made a fill pass each, the third read the depth-L
+    # states the first one saved (a read, not a prefill)
+    assert {(f.fill_pass, f.process) for f in fills} == {(0, 0), (1, 1)}
+    assert {(s.rep, s.process) for s in samples} == {(0, 0), (1, 1), (2, 2)}
+    driver_rows = [json.loads(x) for x in (both_run.path / "logs" / "inproc.jsonl").read_text().splitlines()]
+    assert sorted(r["L"] for r in driver_rows if r.get("kind") == "saved") == [300, 700]
+    assert sorted(r["L"] for r in driver_rows if r.get("kind") == "loaded") == [300, 700]
     points = points_at(both_run, "inproc")
     for p in points.values():
         assert p.reps == 3 and all(getattr(p, a).n_ok == 3 for a in ("baseline", "fake", "genuine", "plain"))

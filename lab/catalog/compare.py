@@ -2,13 +2,18 @@
 (`lab compare`), `lab compare --report` and the heatmap alike (in the spirit of llama.cpp's
 compare-llama-bench.py): per (where, L, new, screenshot) for sweeps (through the server and in one process;
 older `lab arms` runs are in-process sweeps); per (depth, band), plus the whole FUSED chunk per depth, for
-profiles. Rows come from run folders or from the catalog tables: the same flattened rows."""
+profiles; per (task, step) and arm for conversation replays. Rows come from run folders or from the catalog
+tables: the same flattened rows.
+
+B/A's interval resamples each run's processes, then the samples within them, where the samples say which
+process measured them (a rerun's process is a level of variance of its own); runs from before, measured in one
+process, give a within-run interval (`Interval.processes` 1), which a rerun need not reproduce."""
 
 from __future__ import annotations
 
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import Any, NamedTuple
 
 from lab.catalog.ingest import read_manifest, run_rows
 from lab.catalog.tables import load_table
@@ -55,9 +60,16 @@ KINDS = {
         ("depth", "band"),
         {"ms_per_token": "ms per token", "fused_chunk_ms": "ms"},
     ),
+    "conversation": Kind(
+        "conversation_steps",
+        ("conversation_samples",),
+        ("task_id", "step"),
+        {"today_ms_value": "today's server", "optimum_ms_value": "optimum", "no_cache_ms_value": "no cache"},
+    ),
 }
 Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
-KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile"}  # `lab arms` runs: in-process sweeps
+# `lab arms` runs: in-process sweeps
+KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile", "conversation": "conversation"}
 
 
 @dataclass(frozen=True)
@@ -122,16 +134,36 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
     return tuple(out)
 
 
-def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], list[float]]:
-    """The samples behind each (key, metric) of one run: the timed requests of each arm, the llama-bench
-    estimate samples, the vision encodes; a profile's FUSED walls per depth and its bands' ms/token per cycle."""
-    out: dict[tuple[tuple[Any, ...], str], list[float]] = {}
+class Samples(NamedTuple):
+    """The samples behind one (key, metric) of one run, and the process each came from (0: runs from before
+    processes were recorded, or one process: a within-run interval)."""
+
+    values: list[float]
+    procs: list[int]
+
+
+def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], Samples]:
+    """The samples behind each (key, metric) of one run: the timed requests of each arm, the estimate's samples,
+    the vision encodes, the fill passes' baseline; a profile's FUSED walls per depth and its bands' ms/token per
+    cycle; a conversation's prompt ms per step and arm."""
+    out: dict[tuple[tuple[Any, ...], str], Samples] = {}
+
+    def add(key: tuple[Any, ...], metric: str, value: float, row: dict[str, Any]) -> None:
+        got = out.setdefault((key, metric), Samples([], []))
+        got.values.append(float(value))
+        got.procs.append(int(_value(row.get("process")) or 0))
+
     if experiment == "profile":
         for w in side.get("profile_walls", []):
             if w["mode"] == "fused":
-                out.setdefault(((w["depth"], TOTAL_BAND), "fused_chunk_ms"), []).append(float(w["ms"]))
+                add((w["depth"], TOTAL_BAND), "fused_chunk_ms", w["ms"], w)
         for c in side.get("profile_band_cycles", []):
-            out.setdefault(((c["depth"], c["band"]), "ms_per_token"), []).append(float(c["ms_per_token"]))
+            add((c["depth"], c["band"]), "ms_per_token", c["ms_per_token"], c)
+        return out
+    if experiment == "conversation":
+        for smp in side.get("conversation_samples", []):
+            if smp["ok"] and _value(smp.get("prompt_ms")) is not None:
+                add((smp["task_id"], smp["step"]), f"{smp['arm']}_ms_value", smp["prompt_ms"], smp)
         return out
     points = side.get("sweep_points", [])
     keys = {(_where(r), r["point"]): (_where(r), r["L"], r["new"], _value(r.get("image"))) for r in points}
@@ -140,16 +172,16 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
         key = keys.get((_where(smp), smp["point"]))
         if key is None or not smp["ok"] or _value(smp.get("prompt_ms")) is None:
             continue
-        out.setdefault((key, f"{smp['arm']}_median_ms"), []).append(float(smp["prompt_ms"]))
+        add(key, f"{smp['arm']}_median_ms", smp["prompt_ms"], smp)
         if smp["arm"] == "fake" and _value(smp.get("encode_ms")) is not None:
-            out.setdefault((key, "encode_ms"), []).append(float(smp["encode_ms"]))
+            add(key, "encode_ms", smp["encode_ms"], smp)
         if smp["arm"] == "genuine" and _value(smp.get("prep_ms")) is not None:  # in-process: the cache read
-            out.setdefault((key, "restore_prep_ci_value"), []).append(float(smp["prep_ms"]))
+            add(key, "restore_prep_ci_value", smp["prep_ms"], smp)
     for t in side.get("prefill_tps", []):
         # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
         key = keys.get(("server", _value(t.get("point"))))
         if key is not None and _value(t.get("rep")) is not None:
-            out.setdefault((key, "opt_prefill_ms"), []).append(float(t["avg_ms"]) + encode[t["point"]])
+            add(key, "opt_prefill_ms", float(t["avg_ms"]) + encode[t["point"]], t)
     fills = [
         InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
         for f in side.get("sweep_fills", [])
@@ -157,11 +189,11 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], l
     for point in points:  # no direct baseline reps: the fill passes' prefix sums; in one process the estimate
         key = keys[(_where(point), point["point"])]
         only_new = int(point["new"]) + int(_value(point.get("image_tokens")) or 0)
-        baseline, chunks = fill_values(fills, int(point["L"]), only_new)
+        baseline, chunks, procs = fill_values(fills, int(point["L"]), only_new)
         if baseline and (key, "baseline_median_ms") not in out:
-            out[(key, "baseline_median_ms")] = baseline
+            out[(key, "baseline_median_ms")] = Samples(baseline, procs)
         if chunks and _where(point) == "inproc":
-            out[(key, "opt_prefill_ms")] = chunks
+            out[(key, "opt_prefill_ms")] = Samples(chunks, procs)
     return out
 
 
@@ -190,14 +222,16 @@ def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[Comp
             va, vb = _value(a.get(key, {}).get(metric)), _value(b.get(key, {}).get(metric))
             if va is None and vb is None:
                 continue
-            xa, xb = sa.get((key, metric), []), sb.get((key, metric), [])
+            xa, xb = sa.get((key, metric), Samples([], [])), sb.get((key, metric), Samples([], []))
             tag = f"{key}/{metric}"
-            ci, draws = unpaired_ratio(xb, xa, tag), unpaired_draws(xb, xa, tag)
+            ci = unpaired_ratio(xb.values, xa.values, tag, xb.procs, xa.procs)
+            draws = unpaired_draws(xb.values, xa.values, tag, xb.procs, xa.procs)
             rows.append(CompareRow(key, metric, va, vb, ci, draws))
     summary = []
     for metric in kind.metrics:
         both = [r for r in rows if r.metric == metric and r.draws is not None and r.ci is not None]
-        g = geomean_ratio([r.draws for r in both], [r.ci.value for r in both if r.ci]) if both else None
+        procs = min((r.ci.processes for r in both if r.ci), default=1)
+        g = geomean_ratio([r.draws for r in both], [r.ci.value for r in both if r.ci], procs) if both else None
         if g is not None:
             summary.append(CompareRow((), metric, None, None, g))
     return rows, summary

@@ -119,6 +119,10 @@ WhereOpt = Annotated[
 BaselineReps = Annotated[
     int | None, typer.Option("--baseline-reps", help="at most this many baseline samples per point")
 ]
+ProcessesOpt = Annotated[
+    int | None,
+    typer.Option("--processes", help="spread each point's reps over this many server and driver processes"),
+]
 FillPasses = Annotated[
     int | None, typer.Option("--fill-passes", help="cumulative fill passes (the baseline and the states)")
 ]

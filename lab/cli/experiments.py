@@ -23,6 +23,7 @@ from lab.cli.common import (
     NOutOpt,
     PlanOpt,
     ProbeMaxDepth,
+    ProcessesOpt,
     RatesOpt,
     RepsOpt,
     Resume,
@@ -51,6 +52,7 @@ def sweep(
     where: WhereOpt = None,
     baseline_reps: BaselineReps = None,
     fill_passes: FillPasses = None,
+    processes: ProcessesOpt = None,
     n_out: NOutOpt = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
@@ -64,7 +66,9 @@ def sweep(
     """Live sweep over L x new: fake prefix and genuine hit, against opt_prefill = new / prefill_tps(L).
 
     Each point gets interleaved reps until its verdicts (fake vs genuine, fake vs estimate: agree, disagree or
-    undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps.
+    undecided at 95%) are decided and fake/genuine is as narrow as --target, between --min-reps and --max-reps,
+    spread over at least --processes server and driver processes (every interval resamples processes, then reps:
+    a rerun's process varies by more than one process's reps do).
     A rep costs its new tokens: the genuine hit restores a saved depth-L state, the estimate is the in-process
     chunk at depth L, the baseline comes from cumulative fill passes (add `baseline` to --arms for direct reps;
     `plain` adds a genuine hit that prefills L per rep, the restore's proof). --where inproc measures the same
@@ -92,6 +96,7 @@ def sweep(
             "arms": str_list(arms),
             "baseline_reps": baseline_reps,
             "fill_passes": fill_passes,
+            "processes": processes,
             "rates": rates,
             "where": where,
             "n_out": n_out,

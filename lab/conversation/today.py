@@ -76,8 +76,8 @@ def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) ->
 
 
 def sample_base(st: StepTokens, rep: int, arm: ConversationArm) -> dict[str, Any]:
-    """The fields every sample of a step has, whatever its arm."""
-    return {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "t_utc": utc_now()}
+    """The fields every sample of a step has, whatever its arm (each rep runs in processes of its own)."""
+    return {"task_id": st.task_id, "step": st.step, "rep": rep, "arm": arm, "process": rep, "t_utc": utc_now()}
 
 
 def _hold_reply(srv: LlamaServer, st: StepTokens) -> None:

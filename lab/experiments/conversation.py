@@ -10,13 +10,14 @@ Lifecycle (the protocol's, lab.experiments.protocol):
 
     prepare   load the trace (one line per bad step), derive every step's tokens through a lab server's chat
               template and tokenizer, refuse a step beyond the context: nothing is created before
-    measure   per rep: a fresh server as users run it (one start per rep: a rep is a whole conversation, and its
-              cache must start empty), then per step the three arms in an order rotated by rep and step; the
-              controls run on the lab's server (checkpoints and RAM cache off); a rep's samples are appended
-              once the rep is whole, so a resumed run keeps its whole reps (lab.runs.RunFolder.keep_whole)
-    summary   per step each arm's median prompt ms [95% interval] and whether optimum <= today <= no cache holds
-              within the intervals; per task the three totals and the share of the optimum's saving that today's
-              server realises, paired by rep
+    measure   per rep, processes of its own: the lab's server for the controls (checkpoints and RAM cache
+              off), and per conversation a fresh server as users run it (a rep is a whole conversation, and its
+              cache must start empty); per step the three arms in an order rotated by rep and step; a rep's
+              samples are appended once the rep is whole, so a resumed run keeps its whole reps
+              (lab.runs.RunFolder.keep_whole)
+    summary   per step each arm's median prompt ms [95% interval, over the reps' processes] and whether
+              optimum <= today <= no cache holds within the intervals; per task the three totals and the share
+              of the optimum's saving that today's server realises, paired by rep
 """
 
 from __future__ import annotations
@@ -94,16 +95,18 @@ class ConversationReplay(Experiment):
         samples = [r for rows in done.values() for r in rows]
         todo = [r for r in range(self.reps) if r not in done]
         if todo:
-            with sess.server(extra_args=mmproj_args(self.projector)) as lab_srv, progress_bar(console) as progress:
-                sess.record_server(lab_srv)
-                t = Templater(lab_srv, self.projector)
-                client = ContractClient(lab_srv)
+            with progress_bar(console) as progress:
                 bar = progress.add_task("conversation", total=len(todo) * n_steps)
-                for rep in todo:
-                    rows = []
-                    for task_steps in self.tasks.values():  # a fresh server per conversation: its cache starts empty
-                        with self._today(sess) as today:
-                            rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
+                for rep in todo:  # each rep in processes of its own: a process is a level of variance of its own
+                    self.optimum.clear()  # its requests carry their server's media marker
+                    with sess.server(extra_args=mmproj_args(self.projector)) as lab_srv:
+                        sess.record_server(lab_srv)
+                        t = Templater(lab_srv, self.projector)
+                        client = ContractClient(lab_srv)
+                        rows = []
+                        for task_steps in self.tasks.values():  # a fresh today's server per conversation: empty cache
+                            with self._today(sess) as today:
+                                rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
                     run.append(SAMPLES, rows)
                     samples += rows
         self.steps, self.totals = summarize(self.tasks, samples)
@@ -190,6 +193,7 @@ def summarize(
     for s in samples:
         by_step[(s.task_id, s.step)].append(s)
     steps_out, tasks_out = [], []
+    proc_of = {s.rep: s.process for s in samples}  # each rep in processes of its own (0 for all: runs before)
     for task, steps in tasks.items():
         # prompt seconds per arm and rep, each step's arms by rep
         per_rep: dict[int, dict[tuple[int, str], float]] = defaultdict(dict)
@@ -212,15 +216,17 @@ def summarize(
                 if s.decode_ms is not None:
                     decode[s.rep] += s.decode_ms * (s.n_out or 0) / 1e3
         tools = [st.tool_s for st in steps if st.tool_s is not None]
+        procs = [proc_of[r] for r in whole]
+        realised_procs = [proc_of[r] for r in whole if totals["no_cache"][r] > totals["optimum"][r]]
         tasks_out.append(
             ConversationTaskResult(
                 task_id=task,
                 n_steps=len(steps),
-                today_s=median_interval(list(totals["today"].values()), f"{task}/today"),
-                optimum_s=median_interval(list(totals["optimum"].values()), f"{task}/optimum"),
-                no_cache_s=median_interval(list(totals["no_cache"].values()), f"{task}/no_cache"),
-                realised=median_interval(realised, f"{task}/realised"),
-                decode_s=median_interval([decode[r] for r in whole], f"{task}/decode") if decode else None,
+                today_s=median_interval(list(totals["today"].values()), f"{task}/today", procs),
+                optimum_s=median_interval(list(totals["optimum"].values()), f"{task}/optimum", procs),
+                no_cache_s=median_interval(list(totals["no_cache"].values()), f"{task}/no_cache", procs),
+                realised=median_interval(realised, f"{task}/realised", realised_procs),
+                decode_s=median_interval([decode[r] for r in whole], f"{task}/decode", procs) if decode else None,
                 tool_s=sum(tools) if tools else None,
             )
         )
@@ -229,12 +235,16 @@ def summarize(
 
 def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> ConversationStepResult:
     """One step's row from its samples (sorted by rep): each arm's median prompt ms with its interval."""
+    timed = [s for s in mine if s.ok and s.prompt_ms is not None]
     ivs = {
         a: median_interval(
-            [s.prompt_ms for s in mine if s.arm == a and s.ok and s.prompt_ms is not None], f"{task}/{st.step}/{a}"
+            [s.prompt_ms for s in timed if s.arm == a],
+            f"{task}/{st.step}/{a}",
+            [s.process for s in timed if s.arm == a],
         )
         for a in ARMS
     }
+    decoded = [s for s in mine if s.decode_ms is not None]
     first = next((s for s in mine if s.arm == "today"), None)
     return ConversationStepResult(
         task_id=task,
@@ -250,7 +260,7 @@ def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> Co
         no_cache_ms=ivs["no_cache"],
         today_cache_n=first.cache_n if first else None,
         decode_ms_per_token=median_interval(
-            [s.decode_ms for s in mine if s.decode_ms is not None], f"{task}/{st.step}/decode"
+            [s.decode_ms for s in decoded], f"{task}/{st.step}/decode", [s.process for s in decoded]
         ),
         tool_s=st.tool_s,
         checkpoint_restores=sum(s.checkpoint_restore for s in mine),
@@ -267,5 +277,7 @@ def order(optimum: Interval | None, today: Interval | None, no_cache: Interval |
     return "violated" if wrong else "holds"
 
 
-def run_conversation(settings: Settings, trace: Path | None, reps: int, resume: RunFolder | None = None) -> RunFolder:
-    return run_experiment(ConversationReplay(trace, reps), settings, resume)
+def run_conversation(
+    settings: Settings, trace: Path | None, reps: int, resume: RunFolder | None = None, console: Console | None = None
+) -> RunFolder:
+    return run_experiment(ConversationReplay(trace, reps), settings, resume, console)

@@ -4,6 +4,8 @@ reps a budget affords, and after a run, predicted against actual (lab.plan holds
 
 from __future__ import annotations
 
+import math
+import time
 from pathlib import Path
 from typing import Any
 
@@ -19,13 +21,14 @@ from lab.plan import (
     fit_reps,
     parse_duration,
     plan,
+    predicted_reps,
     rates_from_chunks,
     rates_from_file,
 )
 from lab.plan import rates_from_profile as _profile_rates
 from lab.presenters.plan import plan_line, plan_table
-from lab.runs import RunError, resolve_run
-from lab.schemas import InprocFill
+from lab.runs import RunError, RunFolder, resolve_run
+from lab.schemas import Components, InprocFill, SweepPoint
 from lab.settings import Settings
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
@@ -38,31 +41,82 @@ def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> li
     return [(p.L, only_new(p, geometry)) for p in grid(settings.sweep)]
 
 
-def plans(settings: Settings, rates: Rates, where: Where, reps: int | None = None) -> tuple[Plan, Plan]:
-    """(per-rep prefill, cumulative) plans of the sweep's grid, at max_reps unless `reps`."""
-    if where == "both":  # one driver's fill passes serve both places
-        server, inproc = plans(settings, rates, "server", reps), plans(settings, rates, "inproc", reps)
+def plans(
+    settings: Settings, rates: Rates, where: Where, reps: int | None = None, previous: list[SweepPoint] | None = None
+) -> tuple[Plan, Plan]:
+    """(per-rep prefill, cumulative) plans of the sweep's grid, at max_reps unless `reps`; with `previous` (the
+    points of a sweep measured here before, maybe none), at the reps each point is predicted to need."""
+    if where == "both":  # one driver's fill passes and the same processes serve both places
+        server = plans(settings, rates, "server", reps, previous)
+        inproc = plans(settings, rates, "inproc", reps, previous)
         return _both(server[0], inproc[0]), _both(server[1], inproc[1])
     sw = settings.sweep
     n = reps or sw.max_reps
     points = grid_points(settings)
     arms: list[str] = [*sw.arms] if where == "server" else [a for a in sw.arms if a != "estimate"]
+    counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
+    used = math.ceil(max(counts) / math.ceil(sw.min_reps / sw.processes))  # each process adds that many reps
     kw: dict[str, Any] = {
-        "fill_passes": sw.fill_passes,
+        "fill_passes": min(sw.fill_passes, used),
         "baseline_reps": sw.baseline_reps,
         "bench_reps": sw.bench_reps,
         "bench_check": sw.bench_check,
         "n_out": sw.n_out if rates.decode_ms_per_token is not None else 0,
+        "processes": used,
     }
     old_arms = ["baseline", "fake", "genuine", "estimate"] if where == "server" else ["baseline", "fake", "genuine"]
     return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan(
-        "cumulative", where, points, n, arms, rates, **kw
+        "cumulative", where, points, n, arms, rates, **kw, reps_each=counts
     )
+
+
+def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:
+    """The reps each grid point is predicted to need in this place, from the spread its ratios had in `previous`
+    (the same point measured here before; else the lab's default spread, lab.plan.DEFAULT_SPREAD)."""
+    from lab.experiments.sweep_grid import grid
+
+    sw = settings.sweep
+    bounds: dict[str, tuple[float, float]] = {}
+    if "genuine" in sw.arms:
+        bounds["fake/genuine"] = (sw.target, sw.tolerance)
+    if "estimate" in sw.arms and where == "server":
+        bounds["fake/estimate"] = (math.inf, sw.tolerance)
+    before: dict[tuple[str, str], SweepPoint] = {(p.where, p.point): p for p in previous}
+    out = []
+    for gp in grid(sw):
+        p = before.get((where, gp.id))
+        spreads: dict[str, tuple[Components, float]] = {}
+        if p is not None:
+            for name, iv in (("fake/genuine", p.fake_vs_genuine_ci), ("fake/estimate", p.fake_vs_estimate_ci)):
+                if iv is not None and name in p.components:
+                    spreads[name] = (p.components[name], abs(iv.value - 1))
+        out.append(predicted_reps(spreads, bounds, sw.min_reps, sw.max_reps, sw.processes))
+    return out
+
+
+def predicted_plan(settings: Settings, rates: Rates, where: Where, previous: list[SweepPoint], source: str) -> Plan:
+    """The plan at the reps each point is predicted to need, with its bound (every point at max_reps) beside it."""
+    bound = plans(settings, rates, where)[1]
+    new = plans(settings, rates, where, previous=previous)[1]
+    return new.model_copy(update={"bound_s": bound.total_s, "spread_source": source})
+
+
+def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str) -> tuple[list[SweepPoint], str]:
+    """The points of the newest complete sweep of this model on this host, and where the prediction's spread
+    comes from (that run, or the lab's default when there is none, or none with the spread recorded)."""
+    from lab.headline import newest_run
+
+    found = newest_run(runs_dir, "sweep", model_sha256, host)
+    if found is not None:
+        points = [p for p in RunFolder.open(found).read("points", SweepPoint) if p.components]
+        if points:
+            return points, f"the spread of {found.name}"
+    return [], "the lab's default spread (docs/repetition.md)"
 
 
 def _both(server: Plan, inproc: Plan) -> Plan:
     arms = [a.model_copy(update={"arm": f"{a.arm} (server)"}) for a in server.arms]
-    shared = {a.arm for a in server.arms} & {"fill passes"}
+    shared = {a.arm for a in server.arms} & {"fill passes", "process starts"}
     arms += [a.model_copy(update={"arm": f"{a.arm} (in-process)"}) for a in inproc.arms if a.arm not in shared]
     return server.model_copy(update={"where": "both", "arms": arms})
 
@@ -107,11 +161,14 @@ def calibrate(settings: Settings) -> Rates:
     driver, _ = prepare_driver(parts.engine, cal, parts.model, news, fake=False, who="sweep --plan")
     logs = settings.cache_dir / "logs"
     cmd = sweep_driver_command(driver, cal, parts.model, news, fake=False)
+    started = time.monotonic()
     with DriverSession(cmd, logs / "calibration.log") as d:
+        load_s = time.monotonic() - started  # one model load: a sweep's process starts a server and a driver
         d.fill(0)  # a first pass warms the process up
         rows = fills_of(d.fill(1))
     chunks = [(f.L, f.new, f.ms) for f in rows if f.kind == "chunk" and f.new and f.ok]
-    return rates_from_chunks(chunks, f"calibration: chunks of {news[0]} at depths {', '.join(map(str, Ls))}")
+    rates = rates_from_chunks(chunks, f"calibration: chunks of {news[0]} at depths {', '.join(map(str, Ls))}")
+    return rates.model_copy(update={"process_start_s": 2 * load_s})
 
 
 def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float) -> Settings:
@@ -173,11 +230,25 @@ def plan_first(settings: Settings, where: Where, show: bool, budget: str | None,
         console.print(f"--budget {budget}: up to {settings.sweep.max_reps} reps per point", highlight=False)
     old, new = plans(settings, rates, where)
     console.print(plan_table(old, new))
+    from lab.experiments.protocol import resolve_parts
+
+    parts = resolve_parts(settings, needs_engine=True)
+    before = newest_sweep_points(settings.runs_dir, parts.model_record["sha256"], parts.target.name)
+    console.print(f"plan: {plan_line(predicted_plan(settings, rates, where, *before))}", highlight=False)
     return None if show else settings
 
 
-def plan_of_run(settings: Settings, where: Where, fills: list[InprocFill], console: Console) -> Plan | None:
-    """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks."""
+def plan_of_run(
+    settings: Settings,
+    where: Where,
+    fills: list[InprocFill],
+    console: Console,
+    start_s: float,
+    previous: tuple[list[SweepPoint], str] = ([], ""),
+) -> Plan | None:
+    """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks;
+    its processes at what starting the first one took (`start_s`); each point at the reps it is predicted to
+    need from the spread of `previous` (a sweep measured here before; else the lab's default), beside the bound."""
     chunks = [(f.L, f.new, f.ms) for f in fills if f.kind == "chunk" and f.new and f.ok]
     if settings.sweep.rates:
         rates = resolve_rates(settings)
@@ -185,7 +256,8 @@ def plan_of_run(settings: Settings, where: Where, fills: list[InprocFill], conso
         rates = rates_from_chunks(chunks, "this run's fill passes")
     else:
         return None
-    new = plans(settings, rates, where)[1]
+    rates = rates.model_copy(update={"process_start_s": start_s})
+    new = predicted_plan(settings, rates, where, *previous)
     counted = not settings.sweep.n_out or rates.decode_ms_per_token is not None
     uncounted = "" if counted else ", the decode of sweep.n_out not counted"
     console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source}{uncounted})", highlight=False)
@@ -198,8 +270,11 @@ def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:
     return {
         "plan": {
             "predicted_s": new.total_s,
+            "bound_s": new.bound_s,
             "actual_s": actual_s,
             "reps": new.reps,
+            "reps_each": new.reps_each,
+            "spread_source": new.spread_source,
             "rates": new.rates.model_dump(mode="json"),
             "arms": {a.arm: a.seconds for a in new.arms},
         }

@@ -34,7 +34,7 @@ from lab.models.hparams import HparamsError
 from lab.peaks import measure_peaks
 from lab.presenters import time_tables
 from lab.presenters.profile import efficiency_table, prediction_lines, profile_table
-from lab.runs import RunFolder
+from lab.runs import RunError, RunFolder
 from lab.schemas import BandDepth, Interval, ProfileSummary
 from lab.settings import Settings
 from lab.stats import median_interval
@@ -59,6 +59,10 @@ class Profile(Experiment):
         self.prediction: TimePrediction | None = None
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
+        if "cycles_per_process" not in params.get("profile", {"cycles_per_process": 1}):
+            # a run from before the cycles were spread over processes measured them all in one
+            whole = settings.profile.model_copy(update={"cycles_per_process": 50})
+            settings = settings.model_copy(update={"profile": whole})
         if "server" in params:
             return settings
         # a run from before profiles recorded the server section: its threads and pinning only
@@ -94,27 +98,33 @@ class Profile(Experiment):
                 if done < want:
                     if done and want == p.cycles:  # an interrupted run, resumed
                         console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
-                    cmd = instrument_command(
-                        inst,
-                        sess.model,
-                        part,
-                        chunk=p.chunk,
-                        max_depth=p.max_depth,
-                        cycles=want,
-                        threads=threads,
-                        threads_batch=p.threads_batch or threads,
-                        threadpool=p.threadpool,
-                        first_cycle=done,
-                        cpu_list=settings.server.cpu_list,
-                    )
-                    try:
-                        run_instrument(
-                            cmd, run.path / "logs" / "instrument.log", console, want * 2 * n_depths, done * 2 * n_depths
+                    # the cycles spread over instrument processes (profile.cycles_per_process each): a process is
+                    # a level of variance of its own, which cycles in one process would keep out of the intervals
+                    while done < want:
+                        last = min(want, (done // p.cycles_per_process + 1) * p.cycles_per_process)
+                        cmd = instrument_command(
+                            inst,
+                            sess.model,
+                            part,
+                            chunk=p.chunk,
+                            max_depth=p.max_depth,
+                            cycles=last,
+                            threads=threads,
+                            threads_batch=p.threads_batch or threads,
+                            threadpool=p.threadpool,
+                            first_cycle=done,
+                            cpu_list=settings.server.cpu_list,
                         )
-                    finally:  # what the instrument wrote so far is kept for a resume
-                        merge_part(dump, part)
-                    done = keep_complete_cycles(run, n_depths)
+                        log = run.path / "logs" / "instrument.log"
+                        try:
+                            run_instrument(cmd, log, console, want * 2 * n_depths, done * 2 * n_depths)
+                        finally:  # what the instrument wrote so far is kept for a resume
+                            merge_part(dump, part)
+                        before, done = done, keep_complete_cycles(run, n_depths)
+                        if done <= before:
+                            raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
                 meta, walls, nodes = parse_dump(dump)
+                walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
                 nodes = band_nodes(nodes)
                 rows, summary = derive(walls, nodes, p.chunk)
                 wide = too_wide(summary, p.target)
@@ -145,7 +155,11 @@ class Profile(Experiment):
                         summary.fused_vs_bench_ci[str(b.depth)] = Interval(
                             value=fused[b.depth] / b.avg_ms, lo=iv.lo / b.avg_ms, hi=iv.hi / b.avg_ms, n=iv.n
                         )
-        cycle_rows = band_cycles(cycle_cells(walls, nodes), p.chunk)
+        process_of = {w.cycle: w.process for w in walls}
+        cycle_rows = [
+            r.model_copy(update={"process": process_of.get(r.cycle, 0)})
+            for r in band_cycles(cycle_cells(walls, nodes), p.chunk)
+        ]
         if self.cost is not None:
             annotate(rows, summary, self.cost, peaks)
             self.prediction = add_time_model(

@@ -101,7 +101,8 @@ def derive_for(cells: Cells, cycles: list[int], chunk: int) -> tuple[list[BandDe
 
 def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) -> tuple[list[BandDepth], ProfileSummary]:
     """The per-depth band table and the summary from the medians over cycles, each number with its interval
-    from a bootstrap over cycles (a resample draws whole cycles: a cycle's passes ran back to back)."""
+    from a bootstrap over cycles (a resample draws whole cycles: a cycle's passes ran back to back; with one
+    cycle per instrument process, whole processes)."""
     cells = cycle_cells(walls, nodes)
     cycles = cells[2]
     rows, gaps = derive_for(cells, cycles, chunk)
@@ -111,23 +112,23 @@ def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) ->
         b_rows, b_gaps = derive_for(cells, [cycles[i] for i in idx], chunk)
         boot_rows.append({(x.depth, x.band): x.ms_per_token for x in b_rows})
         boot_sums.append(summarize(b_rows, b_gaps))
-    n = len(cycles)
+    n, procs = len(cycles), len({w.process for w in walls})  # a resample draws whole cycles, so whole processes
     for row in rows:
-        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n)
+        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n, procs)
         row.ms_per_token_lo, row.ms_per_token_hi = (iv.lo, iv.hi) if iv else (None, None)
     for d, gap in gaps.items():  # as the ratio TIMED / FUSED
-        iv = from_draws(1 + gap, [1 + b.timed_vs_fused_gap[str(d)] for b in boot_sums], n)
+        iv = from_draws(1 + gap, [1 + b.timed_vs_fused_gap[str(d)] for b in boot_sums], n, procs)
         if iv is not None:
             summary.timed_vs_fused_gap_ci[str(d)] = iv
     if summary.crossover_depth is not None:
         summary.crossover_ci = from_draws(
-            summary.crossover_depth, [b.crossover_depth for b in boot_sums if b.crossover_depth is not None], n
+            summary.crossover_depth, [b.crossover_depth for b in boot_sums if b.crossover_depth is not None], n, procs
         )
     summary.attn_slope_ci = from_draws(
-        summary.attn_slope_ms_per_token_per_1k, [b.attn_slope_ms_per_token_per_1k for b in boot_sums], n
+        summary.attn_slope_ms_per_token_per_1k, [b.attn_slope_ms_per_token_per_1k for b in boot_sums], n, procs
     )
-    summary.attn_r2_ci = from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n)
-    summary.cycles = n
+    summary.attn_r2_ci = from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n, procs)
+    summary.cycles, summary.processes = n, procs
     return rows, summary
 
 

@@ -2,17 +2,20 @@
 interleaved and repeated, each rep costing its new tokens, against the arithmetic estimate opt_prefill =
 only_new / prefill_tps(L); measured through llama-server (lab.experiments.sweep_server), in one process with
 libllama (lab.experiments.sweep_inproc), or both at every point (`sweep.where`; `lab arms` is the sweep in one
-process). One grid, one derivation (lab.experiments.sweep_points), one table family with a `where` column.
+process). One grid, one rep loop (lab.experiments.sweep_rounds), one derivation (lab.experiments.sweep_points),
+one table family with a `where` column.
 
-Lifecycle of a run (inside the protocol's run folder):
-    1. the driver, once (when anything runs in one process, or the estimate): its cumulative fill passes give
-       the baseline as prefix sums and the depth-L states; the plan is printed from their chunks
-    2. the server, once (when anything runs through it), with a slot-save directory for the genuine arm
-    3. point by point, in one process first, then through the server: interleaved reps until decided
-    4. in one process: the cache read's summary over the grid (raw/arms_summary.json)
+Lifecycle of a run (inside the protocol's run folder), in rounds of processes (sweep.processes at least):
+    1. the round's driver (when anything runs in one process, or the estimate): a cumulative fill pass while
+       the run has fewer than sweep.fill_passes (the baseline as prefix sums, its depth-L states, saved to files
+       by the first), else the saved depth-L states read back; the plan is printed after the first pass
+    2. the round's server (when anything runs through it), with the run's slot-save directory: the genuine
+       arm's depth-L states are prefilled once per run and restored by every later process
+    3. every open point, in one process first, then through the server: its reps for this round, interleaved
+    4. after the last round, in one process: the cache read's summary over the grid (raw/arms_summary.json)
 
-Resumable at point granularity: a point's samples and its summary row are appended together when the
-point is done, so an interrupted sweep resumes with no duplicated or lost point.
+Resumable at (point, process) granularity (lab.experiments.sweep_rounds): an interrupted sweep resumes with no
+duplicated or lost round.
 """
 
 from __future__ import annotations
@@ -21,9 +24,9 @@ import contextlib
 import shutil
 import time
 from collections.abc import Hashable
+from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel
 from rich.console import Console
 from rich.progress import Progress
 
@@ -33,18 +36,20 @@ from lab.engine.server import mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
-from lab.experiments.planning import plan_of_run, plan_results
+from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_results
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
-from lab.experiments.sweep_grid import GridPoint, grid, only_new, point_text_step, stream_tokens
+from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
+from lab.experiments.sweep_inproc import InprocPlace
+from lab.experiments.sweep_rounds import SAMPLES, Ledger, Place, done_points
 from lab.experiments.sweep_server import (
     Estimate,
+    ServerPlace,
     bench_check,
     bench_estimate,
     driver_estimate,
-    measure_point,
     no_estimate,
 )
-from lab.fills import complete_fills, run_fills
+from lab.fills import complete_fills, run_fill
 from lab.headline import newest_profile, steps_of
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
@@ -56,19 +61,10 @@ from lab.presenters import print_headline
 from lab.presenters.plan import plan_line
 from lab.presenters.sweep import print_summary
 from lab.runs import RunFolder
-from lab.schemas import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample, Where
+from lab.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample, Where
 from lab.settings import Settings, SweepSettings
 
-SAMPLES, POINTS, TPS, FILLS, SUMMARY = "samples", "points", "prefill_tps", "fills", "arms_summary"
-
-
-def point_key(row: BaseModel) -> tuple[str, str]:
-    """A point's place and id (an estimate sample, which has no `where`, belongs to the server side)."""
-    return (getattr(row, "where", "server"), getattr(row, "point", ""))
-
-
-def done_points(run: RunFolder) -> dict[Hashable, SweepPoint]:
-    return run.finished_points(POINTS, SweepPoint, [(SAMPLES, SweepSample), (TPS, PrefillTps)], point_key)
+FILLS, SUMMARY = "fills", "arms_summary"
 
 
 def all_failed(points: list[SweepPoint]) -> str:
@@ -84,7 +80,17 @@ def all_failed(points: list[SweepPoint]) -> str:
     return ""
 
 
-def places(sw: SweepSettings) -> list[Where]:
+@dataclass
+class Scratch:
+    """What outlives one of the run's processes: the server's slot-save directory (None with a projector, which
+    refuses slot saves), the driver's state files, and the grid's token stream."""
+
+    slots: Path | None
+    states: Path
+    tokens: list[int]
+
+
+def places_of(sw: SweepSettings) -> list[Where]:
     return ["inproc", "server"] if sw.where == "both" else [sw.where]
 
 
@@ -104,6 +110,8 @@ class Sweep(Experiment):
         self.shape: MemoryShape | None = None
         self.n_vocab = 0
         self.plan: Plan | None = None
+        self.saved: SavedStates | None = None  # the run's saved depth-L slot files, made once
+        self.starts: list[float] = []  # seconds each process took to start (model loads, states read back)
         self.took_s = 0.0
 
     def driver_news(self, settings: Settings) -> list[int]:
@@ -114,7 +122,7 @@ class Sweep(Experiment):
         return [
             (where, p)
             for p in grid(sw)
-            for where in places(sw)
+            for where in places_of(sw)
             if (where, p.id) not in done and not (where == "inproc" and p.image)
         ]
 
@@ -141,68 +149,85 @@ class Sweep(Experiment):
         settings, run = sess.settings, sess.run
         sw = settings.sweep
         started = time.monotonic()
-        done = done_points(run)
+        done, kept = done_points(run)
         news = self.driver_news(settings)
         fills = complete_fills(run, FILLS, settings, news)
+        book = Ledger(sw, run, kept, fills)
         todo = self.todo(sw, done)
         if todo:
-            with contextlib.ExitStack() as stack, progress_bar(console) as progress:
-                # the vocabulary: the GGUF's, read when the driver was prepared, else the server's own
+            with contextlib.ExitStack() as run_long, progress_bar(console) as progress:
+                slots = None if self.projector else Path(run_long.enter_context(scratch_dir(settings.cache_dir)))
+                states = Path(run_long.enter_context(scratch_dir(settings.cache_dir)))
                 tokens = stream_tokens(sw, self.n_vocab, max(news)) if self.driver else []
-                driver = self.start_driver(sess, stack, tokens, news, fills, progress) if self.driver else None
-                client, states = None, None
-                if "server" in places(sw):
-                    client, states = self.start_server(sess, stack, console)
-                    tokens = tokens or stream_tokens(sw, client.srv.n_vocab(), max(news))
-                estimate = self.estimate(sess, driver)
-                by_point: dict[str, list[SweepSample]] = {}  # the in-process samples per point (server / in-proc)
-                for smp in run.read(SAMPLES, SweepSample):
-                    if smp.where == "inproc":
-                        by_point.setdefault(smp.point, []).append(smp)
-                per_rep = len(sw.arms)
-                task = progress.add_task("sweep", total=len(todo) * sw.min_reps * per_rep)
-                for where, p in todo:
-                    label = f"{where} L={p.L} new={p.new}" + (f" img={p.image}" if p.image else "")
-                    progress.update(task, description=label)
-                    if where == "inproc":
-                        assert driver is not None
-                        samples, point = sweep_inproc.measure_point(driver, p, sw, fills, self.shape)
-                        by_point[p.id] = samples
-                        progress.advance(task, sw.min_reps * per_rep)
-                        run.append(SAMPLES, samples)
-                        run.append(POINTS, [point])
-                    else:
-                        assert client is not None
-                        saved = states.of(point_text_step(p, tokens)) if states and not p.image else None
-                        check = bench_check(sess, p)
-                        samples, tps, point = measure_point(
-                            client,
-                            p,
-                            sw,
-                            tokens,
-                            estimate,
-                            lambda: progress.advance(task),
-                            self.geometry,
-                            saved,
-                            warm_up=driver is not None,
-                            fills=fills,
-                            check=check,
-                            inproc=by_point.get(p.id),
-                        )
-                        more = (point.reps - sw.min_reps) * per_rep  # adaptive reps beyond the plan
-                        progress.update(task, total=(progress.tasks[-1].total or 0) + more)
-                        run.append(SAMPLES, samples)
-                        run.append(TPS, tps + check)
-                        run.append(POINTS, [point])
-                    done[(where, p.id)] = point
-        self.points = [done[(w, p.id)] for p in grid(sw) for w in places(sw) if (w, p.id) in done]
-        if "inproc" in places(sw):
+                scratch = Scratch(slots, states, tokens)
+                task = progress.add_task("sweep", total=book.planned(todo))
+                process = book.next_process()
+                while todo:
+                    progress.update(task, description=f"process {process + 1}")
+                    with contextlib.ExitStack() as stack:
+                        t0, filled = time.monotonic(), sum(f.ms for f in fills) / 1e3
+                        at = self.open_process(sess, stack, book, scratch, process, progress)
+                        # what starting it took, less its fill pass (the baseline's sample, measured)
+                        self.starts.append(time.monotonic() - t0 - (sum(f.ms for f in fills) / 1e3 - filled))
+                        if self.plan is None and self.driver:  # the plan, from the first fill pass's chunks
+                            host, sha = run.manifest().host, sess.parts.model_record.get("sha256", "")
+                            before = newest_sweep_points(settings.runs_dir, sha, host)
+                            self.plan = plan_of_run(
+                                settings, sw.where, fills, progress.console, self.starts[-1], before
+                            )
+                        for where, p in book.this_round(todo, process):
+                            if where == "server" and p.id not in book.checks:
+                                book.add_check(p, bench_check(sess, p), process)
+                            point = book.measure(at[where], p, process, progress, task)
+                            if point is not None:
+                                done[(where, p.id)] = point
+                    process += 1
+                    todo = self.todo(sw, done)
+        self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
+        if "inproc" in places_of(sw):
             inproc_samples = [s for s in run.read(SAMPLES, SweepSample) if s.where == "inproc"]
             inproc_points = [p for p in self.points if p.where == "inproc"]
             self.summary = sweep_inproc.restore_summary(inproc_points, inproc_samples, fills, self.shape)
             (run.path / "raw" / f"{SUMMARY}.json").write_text(self.summary.model_dump_json(indent=2))
         self.took_s = time.monotonic() - started
-        return Outcome(results=plan_results(self.plan, self.took_s), failure=all_failed(self.points))
+        results = plan_results(self.plan, self.took_s)
+        if self.starts:
+            results["process_start_s"] = self.starts
+        return Outcome(results=results, failure=all_failed(self.points))
+
+    def open_process(
+        self, sess: OpenRun, stack: contextlib.ExitStack, book: Ledger, scratch: Scratch, process: int, bar: Progress
+    ) -> dict[Where, Place]:
+        """One of the run's processes: the driver (when anything runs in one process, or the estimate) and the
+        server (when anything runs through it), each place's reps to be measured in them."""
+        sw, news = sess.settings.sweep, self.driver_news(sess.settings)
+        places: dict[Where, Place] = {}
+        driver = None
+        if self.driver:
+            driver = self.start_driver(sess, stack, scratch.tokens, news, book.fills, scratch.states, process, bar)
+            if "inproc" in places_of(sw):
+                places["inproc"] = InprocPlace(driver, sw, book.fills, self.shape)
+        if "server" in places_of(sw):
+            client = self.start_server(sess, stack, scratch.slots)
+            scratch.tokens = scratch.tokens or stream_tokens(sw, client.srv.n_vocab(), max(news))
+            if self.saved is None and scratch.slots and "genuine" in sw.arms and sw.genuine_prefix == "restore":
+                self.saved = SavedStates(client, bar.console)
+            if self.saved is not None:
+                self.saved.client = client  # the run's slot files, restored by this new process
+            estimate = self.estimate(sess, driver)
+            places["server"] = ServerPlace(
+                client,
+                sw,
+                scratch.tokens,
+                estimate,
+                self.geometry,
+                self.saved,
+                warm_up=driver is not None,
+                fills=book.fills,
+                checks=book.checks,
+                inproc=book.samples["inproc"],
+            )
+        return places
 
     def start_driver(
         self,
@@ -211,53 +236,54 @@ class Sweep(Experiment):
         tokens: list[int],
         news: list[int],
         fills: list[InprocFill],
+        states_dir: Path,
+        process: int,
         progress: Progress,
     ) -> DriverSession:
-        """The in-process driver, once for the run: its cumulative fill passes first (the baseline's prefix sums,
-        and the depth-L states its genuine arm and the estimate restore), then the plan from their chunks."""
+        """The in-process driver of one of the run's processes. Until the run has sweep.fill_passes cumulative
+        fill passes, each process makes one (the baseline's prefix sums, and this process's depth-L states); a
+        later process reads the depth-L states the first one saved (a read, not a prefill). The plan is printed
+        from the first pass's chunks."""
         assert self.driver is not None
         run, logs, sw = sess.run, sess.run.path / "logs", sess.settings.sweep
-        for src in (SOURCE, *HEADERS):  # what measured: the driver's source (with the shared header) and build
-            shutil.copyfile(src, run.path / "raw" / src.name)
-        (run.path / "raw" / "inproc_driver.json").write_text(self.driver.model_dump_json(indent=2))
+        if not (run.path / "raw" / "inproc_driver.json").exists():
+            for src in (SOURCE, *HEADERS):  # what measured: the driver's source (with the shared header) and build
+                shutil.copyfile(src, run.path / "raw" / src.name)
+            (run.path / "raw" / "inproc_driver.json").write_text(self.driver.model_dump_json(indent=2))
         file = logs / "inproc_tokens.txt"
         file.write_text(" ".join(map(str, tokens)) + "\n")
         fake = sw.where != "server"
         cmd = sweep_driver_command(self.driver, sess.settings, sess.model, news, tokens=file, fake=fake)
         driver = stack.enter_context(DriverSession(cmd, logs / "inproc.log", logs / "inproc.jsonl"))
         run.add_results(driver_meta=driver.meta)
-        task = progress.add_task("fill passes", total=None)
-        run_fills(driver, run, FILLS, fills, sw.fill_passes)
-        progress.update(task, total=1, completed=1)
-        self.plan = plan_of_run(sess.settings, sw.where, fills, progress.console)
+        have_states = any(states_dir.glob("*.state"))
+        if len({f.fill_pass for f in fills}) < sw.fill_passes or not have_states:
+            task = progress.add_task("fill pass", total=None)
+            run_fill(driver, run, FILLS, fills, process)
+            progress.update(task, total=1, completed=1, visible=False)
+            if not have_states:
+                driver.call(f"save {states_dir}")
+        else:
+            driver.call(f"load {states_dir}")
         return driver
 
-    def start_server(
-        self, sess: OpenRun, stack: contextlib.ExitStack, console: Console
-    ) -> tuple[ContractClient, SavedStates | None]:
-        """llama-server for the run, with a slot-save directory for the genuine arm's saved depth-L states."""
-        sw = sess.settings.sweep
-        slots = None if self.projector else Path(stack.enter_context(scratch_dir(sess.settings.cache_dir)))
-        extra = [
-            *mmproj_args(self.projector),
-            *(["--slot-save-path", str(slots)] if slots else []),
-        ]
+    def start_server(self, sess: OpenRun, stack: contextlib.ExitStack, slots: Path | None) -> ContractClient:
+        """llama-server for one of the run's processes, with the run's slot-save directory for the genuine arm."""
+        extra = [*mmproj_args(self.projector), *(["--slot-save-path", str(slots)] if slots else [])]
         srv = stack.enter_context(sess.server(extra_args=extra))
         sess.record_server(srv)
-        client = ContractClient(srv)
-        restore = slots and "genuine" in sw.arms and sw.genuine_prefix == "restore"
-        return client, SavedStates(client, console) if restore else None
+        return ContractClient(srv)
 
     def estimate(self, sess: OpenRun, driver: DriverSession | None) -> Estimate:
         sw = sess.settings.sweep
-        if "estimate" not in sw.arms or "server" not in places(sw):
+        if "estimate" not in sw.arms or "server" not in places_of(sw):
             return no_estimate
         if sw.estimate_tool == "inproc" and driver is not None:
             return driver_estimate(driver, self.geometry)
         return bench_estimate(sess, self.geometry)
 
     def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-        print_summary(console, self.points, self.summary)
+        print_summary(console, self.points, self.summary, outcome.results.get("process_start_s", []))
         if self.plan is not None:
             console.print(plan_line(self.plan, self.took_s), highlight=False)
         # the answer: the step with the cache vs re-prefilled, and where the newest profile says time goes

@@ -15,22 +15,21 @@ tokens:
 from __future__ import annotations
 
 import time
-from collections.abc import Sequence
 from typing import Any
 
 from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import decided, rep_values, summarize_point
+from lab.experiments.sweep_points import RepOut, processes_of, rep_arms, rep_values, summarize_point
 from lab.inproc import DriverSession
 from lab.models.memshape import MemoryShape
 from lab.runs import utc_now
-from lab.schemas import ArmsSummary, InprocFill, Interval, SweepPoint, SweepSample
+from lab.schemas import ArmsSummary, InprocFill, Interval, PrefillTps, SweepPoint, SweepSample, Where
 from lab.settings import SweepSettings
 from lab.stats import linear_fit, median_interval
 
 INPROC_ARMS = ("baseline", "fake", "genuine", "plain")
 
 
-def samples_of(rows: list[dict[str, Any]], point: str) -> list[SweepSample]:
+def samples_of(rows: list[dict[str, Any]], point: str, process: int = 0) -> list[SweepSample]:
     """The driver's rows of one `rep` command as the sweep's samples (prompt_ms: the timed llama_decode)."""
     out = []
     for r in rows:
@@ -52,41 +51,36 @@ def samples_of(rows: list[dict[str, Any]], point: str) -> list[SweepSample]:
                 copy_ms=r["copy_ms"] if ok and arm == "genuine" else None,
                 blob_bytes=r["blob_bytes"] if arm == "genuine" and r["blob_bytes"] else None,
                 pos_max=r["pos_max"],
+                process=process,
                 t_utc=utc_now(),
             )
         )
     return out
 
 
-def rep_arms(arms: Sequence[str], rep: int, sw: SweepSettings) -> list[str]:
-    """The in-process arms of one rep in a rotating order (no arm always goes first); the direct baseline only in
-    the first sweep.baseline_reps (else min_reps) reps: it is in no verdict and costs L + new."""
-    cap = sw.min_reps if sw.baseline_reps is None else min(sw.baseline_reps, sw.min_reps)
-    todo = [a for a in arms if a in INPROC_ARMS and not (a == "baseline" and rep >= cap)]
-    k = rep % len(todo)
-    return todo[k:] + todo[:k]
+class InprocPlace:
+    """The sweep's reps in one driver process (one of the run's processes): each rep one driver command for its
+    arms, the direct baseline (when a rep has it) in a command of its own, so the rest of the rep is timed alone."""
 
+    where: Where = "inproc"
 
-def measure_point(
-    driver: DriverSession, p: GridPoint, sw: SweepSettings, fills: list[InprocFill], shape: MemoryShape | None
-) -> tuple[list[SweepSample], SweepPoint]:
-    """Interleaved reps, one driver command each, until the point is decided (after min_reps) or max_reps."""
-    samples: list[SweepSample] = []
-    walls: list[float] = []  # what one more rep costs: its arms but the direct baseline, and the round trip
-    for rep in range(sw.max_reps):
-        todo = rep_arms(sw.arms, rep, sw)
-        if "baseline" in todo:  # a call of its own, so the rest of the rep is timed alone
-            samples += samples_of(driver.rep(p.L, p.new, rep, ["baseline"]), p.id)
+    def __init__(
+        self, driver: DriverSession, sw: SweepSettings, fills: list[InprocFill], shape: MemoryShape | None
+    ) -> None:
+        self.driver, self.sw, self.fills, self.shape = driver, sw, fills, shape
+
+    def rep(self, p: GridPoint, rep: int, process: int) -> RepOut:
+        todo = rep_arms(self.sw.arms, rep, self.sw)
+        out = RepOut()
+        if "baseline" in todo:
+            out.samples += samples_of(self.driver.rep(p.L, p.new, rep, ["baseline"]), p.id, process)
         started = time.monotonic()
-        samples += samples_of(driver.rep(p.L, p.new, rep, [a for a in todo if a != "baseline"]), p.id)
-        walls.append(time.monotonic() - started)
-        if rep + 1 < sw.min_reps:  # no summary needed before min_reps: its bootstraps cost a cheap rep's time
-            continue
-        point = summarize_point(p, samples, [], sw.tolerance, fills=fills, where="inproc", shape=shape)
-        if decided(point, sw):
-            break
-    point.rep_s = median_interval(walls, f"inproc/{p.id}/rep_s")
-    return samples, point
+        out.samples += samples_of(self.driver.rep(p.L, p.new, rep, [a for a in todo if a != "baseline"]), p.id, process)
+        out.wall_s = time.monotonic() - started
+        return out
+
+    def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
+        return summarize_point(p, samples, [], self.sw.tolerance, fills=self.fills, where="inproc", shape=self.shape)
 
 
 def restore_summary(
@@ -108,13 +102,17 @@ def restore_summary(
     by_point: dict[str, list[SweepSample]] = {}
     for smp in samples:
         by_point.setdefault(smp.point, []).append(smp)
-    pooled: dict[str, list[float]] = {}
+    pooled: dict[str, tuple[list[float], list[int]]] = {}
     for smps in by_point.values():
+        proc_of = processes_of(smps)
         for name, values in rep_values(smps).items():
-            pooled.setdefault(name, []).extend(values)
+            xs, procs = pooled.setdefault(name, ([], []))
+            xs += values.values()
+            procs += [proc_of.get(r, 0) for r in values]
 
     def iv(name: str) -> Interval | None:
-        return median_interval(pooled.get(name, []), f"arms/all/{name}")
+        xs, procs = pooled.get(name, ([], []))
+        return median_interval(xs, f"arms/all/{name}", procs)
 
     s.restore_gbps_ci, s.memcpy_gbps_ci = iv("restore/gbps"), iv("memcpy/gbps")
     s.restore_vs_memcpy_ci, s.fake_vs_genuine_ci = iv("memcpy/restore"), iv("fake/genuine")

@@ -5,9 +5,11 @@ process, when a point is decided, and the notes on what to check."""
 from __future__ import annotations
 
 import statistics
+from collections.abc import Sequence
+from dataclasses import dataclass, field
 from typing import Any
 
-from lab.engine.contract import ARMS, ArmResult
+from lab.engine.contract import ARMS, Arm, ArmResult
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.sweep_grid import GridPoint, image_counts
 from lab.fills import fill_values
@@ -29,9 +31,10 @@ from lab.stats import (
     arm_stats,
     median_interval,
     paired_ratio,
-    paired_values,
+    paired_reps,
     reps_to_decide,
     unpaired_ratio,
+    variance_components,
     verdict,
 )
 
@@ -39,7 +42,29 @@ from lab.stats import (
 AS_MEASURED = {"arm", "ok", "reason", "encode_ms", "image_decode_ms", "warm"}
 
 
-def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None = None) -> SweepSample:
+@dataclass
+class RepOut:
+    """One rep of one point in one place: its timed steps, the estimate's samples, its wall time, and whether it
+    ran the direct baseline (a rep that did is not what one more rep costs)."""
+
+    samples: list[SweepSample] = field(default_factory=list)
+    tps: list[PrefillTps] = field(default_factory=list)
+    wall_s: float = 0.0
+    baseline: bool = False
+
+
+def rep_arms(arms: Sequence[str], rep: int, sw: SweepSettings) -> list[Arm]:
+    """The arms of one rep in a rotating order (no arm always goes first); the direct baseline only in the first
+    sweep.baseline_reps reps (every rep when None): it is in no verdict and costs L + new."""
+    cap = sw.max_reps if sw.baseline_reps is None else sw.baseline_reps
+    todo = [a for a in ARMS if a in arms and not (a == "baseline" and rep >= cap)]
+    k = rep % len(todo) if todo else 0
+    return todo[k:] + todo[:k]
+
+
+def sample_row(
+    p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None = None, process: int = 0
+) -> SweepSample:
     t = r.timings
     image_tokens, image_positions = image_counts(p, geom)
     return SweepSample(
@@ -56,6 +81,7 @@ def sample_row(p: GridPoint, rep: int, r: ArmResult, geom: ImageGeometry | None 
         cache_n=t.cache_n if t else None,
         fake_ms=t.fake_ms if t and r.arm == "fake" else None,
         **decode_fields(r),
+        process=process,
         t_utc=utc_now(),
     )
 
@@ -68,10 +94,16 @@ def decode_fields(r: ArmResult) -> dict[str, Any]:
     return {"predicted_n": t.predicted_n, "predicted_ms": t.predicted_ms, "decode_ms": t.decode_ms}
 
 
+Keyed = dict[int, float]  # a value per rep
+
+
 def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
-    """The prompt_ms of one server arm's timed requests (lab.stats.arm_stats)."""
-    ms = [s.prompt_ms for s in samples if s.arm == arm and s.ok and s.prompt_ms is not None]
-    return arm_stats(ms, sum(1 for s in samples if s.arm == arm and not s.ok), key=f"{key}/{arm}")
+    """The prompt_ms of one arm's timed steps (lab.stats.arm_stats), resampled by process when there are several."""
+    ok = [s for s in samples if s.arm == arm and s.ok and s.prompt_ms is not None]
+    failed = sum(1 for s in samples if s.arm == arm and not s.ok)
+    return arm_stats(
+        [s.prompt_ms for s in ok if s.prompt_ms is not None], failed, f"{key}/{arm}", [s.process for s in ok]
+    )
 
 
 def bench_interval(t: PrefillTps) -> Interval:
@@ -81,28 +113,43 @@ def bench_interval(t: PrefillTps) -> Interval:
     return Interval(value=t.avg_ms, lo=t.avg_ms - half, hi=t.avg_ms + half, n=max(1, t.reps))
 
 
-def rep_values(samples: list[SweepSample]) -> dict[str, list[float]]:
-    """One point's per-rep values of every paired figure (a rep's arms run back to back): the ratios, and in one
-    process the cache read's bandwidth, its share of the step and memcpy's yardstick. A point's figure is their
-    median; a run's pooled figure the median of every point's values together."""
+def rep_values(samples: list[SweepSample]) -> dict[str, Keyed]:
+    """One point's per-rep values of every paired figure (a rep's arms run back to back), keyed by rep: the
+    ratios, and in one process the cache read's bandwidth, its share of the step and memcpy's yardstick. A
+    point's figure is their median; a run's pooled figure the median of every point's values together."""
     by_rep = {arm: _by_rep(samples, arm) for arm in ARMS}
     prep, copy = _by_rep(samples, "genuine", "prep_ms"), _by_rep(samples, "genuine", "copy_ms")
     blob = max((s.blob_bytes for s in samples if s.arm == "genuine" and s.blob_bytes), default=0)
     step = {r: prep[r] + by_rep["genuine"][r] for r in prep if r in by_rep["genuine"]}
     return {
-        "fake/genuine": paired_values(by_rep["fake"], by_rep["genuine"]),
-        "fake/baseline": paired_values(by_rep["fake"], by_rep["baseline"]),
-        "genuine/plain": paired_values(by_rep["genuine"], by_rep["plain"]),
-        "restore-step/genuine": paired_values(step, by_rep["genuine"]),
-        "memcpy/restore": paired_values(copy, prep),
-        "share": paired_values(prep, step),
-        "restore/gbps": [blob / ms / 1e6 for ms in prep.values() if ms > 0] if blob else [],
-        "memcpy/gbps": [blob / ms / 1e6 for ms in copy.values() if ms > 0] if blob else [],
+        "fake/genuine": _ratio(by_rep["fake"], by_rep["genuine"]),
+        "fake/baseline": _ratio(by_rep["fake"], by_rep["baseline"]),
+        "genuine/plain": _ratio(by_rep["genuine"], by_rep["plain"]),
+        "restore-step/genuine": _ratio(step, by_rep["genuine"]),
+        "memcpy/restore": _ratio(copy, prep),
+        "share": _ratio(prep, step),
+        "restore/gbps": {r: blob / ms / 1e6 for r, ms in prep.items() if ms > 0} if blob else {},
+        "memcpy/gbps": {r: blob / ms / 1e6 for r, ms in copy.items() if ms > 0} if blob else {},
     }
 
 
-def _by_rep(samples: list[SweepSample], arm: str, field: str = "prompt_ms") -> dict[int, float]:
+def _ratio(a: Keyed, b: Keyed) -> Keyed:
+    return {r: a[r] / b[r] for r in paired_reps(a, b)}
+
+
+def _by_rep(samples: list[SweepSample], arm: str, field: str = "prompt_ms") -> Keyed:
     return {s.rep: getattr(s, field) for s in samples if s.arm == arm and s.ok and getattr(s, field) is not None}
+
+
+def processes_of(samples: list[SweepSample]) -> dict[int, int]:
+    """The process each rep of a point ran in."""
+    return {s.rep: s.process for s in samples}
+
+
+def keyed_interval(values: Keyed, key: str, proc_of: dict[int, int]) -> Interval | None:
+    """The median of per-rep values with its interval, resampling the reps' processes."""
+    reps = sorted(values)
+    return median_interval([values[r] for r in reps], key, [proc_of.get(r, 0) for r in reps])
 
 
 def summarize_point(
@@ -124,30 +171,36 @@ def summarize_point(
     stats = {arm: server_arm_stats(samples, arm, key) for arm in ARMS}
     by_rep = {arm: _by_rep(samples, arm) for arm in ARMS}
     values = rep_values(samples)
+    proc_of = processes_of(samples) | {t.rep: t.process for t in tps if t.rep is not None}
 
     def iv(name: str) -> Interval | None:
-        return median_interval(values[name], f"{key}/{name}")
+        return keyed_interval(values[name], f"{key}/{name}", proc_of)
+
+    def keyed(field: str, arm: str) -> Interval | None:
+        return keyed_interval(_by_rep(samples, arm, field), f"{key}/{arm}/{field}", proc_of)
 
     # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
     encode = _by_rep(samples, "fake", "encode_ms")
     est = [t for t in tps if t.rep is not None]  # interleaved estimate samples; rep None: the cross-check
     check = next((t for t in tps if t.rep is None), None)
     only_new = est[0].chunk if est else p.new  # image steps: image tokens + text tokens
-    base_fill, chunks = fill_values(fills or [], p.L, only_new)
+    base_fill, chunks, fill_procs = fill_values(fills or [], p.L, only_new)
     est_by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in est if t.rep is not None}
     est_ms = [t.avg_ms for t in est] if est else chunks if where == "inproc" else []
     img = image_counts(p, geom)
-    encode_ci = median_interval(list(encode.values()), key=f"{key}/encode")
-    lm = [by_rep["fake"][r] - e for r, e in encode.items() if r in by_rep["fake"]]
-    lm_ci = median_interval(lm, key=f"{key}/lm")
+    encode_ci = keyed_interval(encode, f"{key}/encode", proc_of)
+    lm = {r: by_rep["fake"][r] - e for r, e in encode.items() if r in by_rep["fake"]}
+    lm_ci = keyed_interval(lm, f"{key}/lm", proc_of)
+    fake_procs = [proc_of.get(r, 0) for r in by_rep["fake"]]
     if where == "inproc":
-        vs_est = unpaired_ratio(list(by_rep["fake"].values()), chunks, key=f"{key}/fake/estimate")
+        vs_est = unpaired_ratio(list(by_rep["fake"].values()), chunks, f"{key}/fake/estimate", fake_procs, fill_procs)
     else:
-        vs_est = paired_ratio(by_rep["fake"], est_by_rep, key=f"{key}/fake/estimate")
+        vs_est = paired_ratio(by_rep["fake"], est_by_rep, f"{key}/fake/estimate", proc_of)
     vs_gen, vs_plain, vs_base = iv("fake/genuine"), iv("genuine/plain"), iv("fake/baseline")
     if not by_rep["baseline"] and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
-        stats["baseline"] = arm_stats(base_fill, key=f"{key}/baseline/fill")
-        vs_base = unpaired_ratio(list(by_rep["fake"].values()), base_fill, key=f"{key}/fake/baseline/fill")
+        stats["baseline"] = arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs)
+        fake = list(by_rep["fake"].values())
+        vs_base = unpaired_ratio(fake, base_fill, f"{key}/fake/baseline/fill", fake_procs, fill_procs)
     verdicts = {"genuine": verdict(vs_gen, tol), "estimate": verdict(vs_est, tol), "plain": verdict(vs_plain, tol)}
     undecided = [
         reps_to_decide(iv, tol)
@@ -176,7 +229,9 @@ def summarize_point(
         fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
         fake_vs_baseline=vs_base.value if vs_base else None,
         fake_vs_estimate_ci=vs_est,
-        estimate_ci=median_interval(list(est_by_rep.values()) or est_ms, key=f"{key}/estimate"),
+        estimate_ci=keyed_interval(est_by_rep, f"{key}/estimate", proc_of)
+        if est_by_rep
+        else median_interval(est_ms, f"{key}/estimate", fill_procs if where == "inproc" else None),
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
         genuine_verdict=verdicts["genuine"],
@@ -186,32 +241,48 @@ def summarize_point(
         bench_check_ci=bench_interval(check) if check is not None else None,
         genuine_warm=",".join(sorted({s.warm for s in samples if s.arm == "genuine" and s.warm})),
         reps=len({s.rep for s in samples} | set(est_by_rep)),
+        processes=max(1, len({s.process for s in samples})),
         reps_to_decide=max((n for n in undecided if n is not None), default=None),
         baseline=stats["baseline"],
         fake=stats["fake"],
         genuine=stats["genuine"],
         plain=stats["plain"],
-        baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill"),
+        baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs),
         baseline_source="direct reps" if by_rep["baseline"] else "fill passes" if base_fill else "",
     )
     if where == "inproc":
         blobs = {s.blob_bytes for s in samples if s.arm == "genuine" and s.blob_bytes}
-        point.fake_prep_ci = median_interval(list(_by_rep(samples, "fake", "prep_ms").values()), f"{key}/fake/prep")
-        point.restore_prep_ci = median_interval(list(_by_rep(samples, "genuine", "prep_ms").values()), f"{key}/prep")
-        point.memcpy_ci = median_interval(list(_by_rep(samples, "genuine", "copy_ms").values()), f"{key}/memcpy")
+        point.fake_prep_ci, point.restore_prep_ci = keyed("prep_ms", "fake"), keyed("prep_ms", "genuine")
+        point.memcpy_ci = keyed("copy_ms", "genuine")
         point.blob_bytes = max(blobs) if blobs else None
         point.predicted_blob_bytes = shape.blob_bytes(p.L) if shape else None
         point.restore_gbps_ci, point.memcpy_gbps_ci = iv("restore/gbps"), iv("memcpy/gbps")
         point.restore_vs_memcpy_ci, point.cache_read_share_ci = iv("memcpy/restore"), iv("share")
         point.restore_step_vs_genuine_ci = iv("restore-step/genuine")
+    spread = {arm: by_rep[arm] for arm in ("fake", "genuine")} | {"fake/genuine": values["fake/genuine"]}
+    if est_by_rep:
+        spread |= {"estimate": est_by_rep, "fake/estimate": _ratio(by_rep["fake"], est_by_rep)}
+    for name, keyed_values in spread.items():
+        reps = sorted(keyed_values)
+        c = variance_components([keyed_values[r] for r in reps], [proc_of.get(r, 0) for r in reps])
+        if c is not None:
+            point.components[name] = c
+    in_of = processes_of(inproc or [])
     for arm in ARMS if inproc else ():  # the server's own share: server / in-process (unpaired: one after the other)
-        ratio = unpaired_ratio(list(by_rep[arm].values()), list(_by_rep(inproc or [], arm).values()), f"{key}/{arm}/in")
+        mine, theirs = by_rep[arm], _by_rep(inproc or [], arm)
+        ratio = unpaired_ratio(
+            list(mine.values()),
+            list(theirs.values()),
+            f"{key}/{arm}/in",
+            [proc_of.get(r, 0) for r in mine],
+            [in_of.get(r, 0) for r in theirs],
+        )
         if ratio is not None:
             point.vs_inproc[arm] = ratio
-    decode = list(_by_rep(samples, "fake", "decode_ms").values())
+    decode = _by_rep(samples, "fake", "decode_ms")
     if decode:  # sweep.n_out: the fake arm's generation, decode ms per token at depth L + new
         point.n_out = max(s.predicted_n or 0 for s in samples if s.arm == "fake")
-        point.decode_ci = median_interval(decode, f"{key}/decode")
+        point.decode_ci = keyed_interval(decode, f"{key}/decode", proc_of)
     point.diagnostics = diagnose(point, samples, tol)
     return point
 

@@ -19,83 +19,89 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lab.engine.contract import ARMS, Arm, ArmResult, ContractClient
+from lab.engine.contract import ContractClient, Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
+from lab.engine.slots import SavedStates
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
 from lab.experiments.sweep_grid import GridPoint, only_new, point_seed, point_text_step
-from lab.experiments.sweep_points import decided, sample_row, summarize_point
+from lab.experiments.sweep_points import RepOut, rep_arms, sample_row, summarize_point
 from lab.inproc import DriverError, DriverSession
-from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
+from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample, Where
 from lab.settings import SweepSettings
-from lab.stats import median_interval
 
 Estimate = Callable[[GridPoint, int], PrefillTps]
 
 
-def measure_point(
-    client: ContractClient,
-    p: GridPoint,
-    sw: SweepSettings,
-    tokens: list[int],
-    estimate: Estimate,
-    on_sample: Callable[[], None],
-    geom: ImageGeometry | None = None,
-    saved: str | None = None,
-    warm_up: bool = False,
-    fills: list[InprocFill] | None = None,
-    check: list[PrefillTps] | None = None,
-    inproc: list[SweepSample] | None = None,
-) -> tuple[list[SweepSample], list[PrefillTps], SweepPoint]:
-    """The arms and the estimate of one point, one interleaved rep after another in a rotating order (no arm
-    always goes first; drift on a shared machine hits every arm and the estimate alike), until the point is
-    decided (after at least min_reps) or max_reps is reached. `saved`: the slot file of the point's really
-    prefilled depth-L state (the genuine arm restores it; without one it prefills the prefix per rep); warm_up: an
-    untimed server request before each rep's arms (after another process measured on the same cores); fills and
-    check: the run's fill passes and the point's llama-bench cross-check, measured before, for its summary; inproc:
-    the point's in-process samples (a both-places sweep), for the server's own share per arm."""
-    if p.image:
-        assert geom is not None
-        step = synthetic_image_step(client.srv, geom, p.L, p.new, p.size, point_seed(p, sw.seed) + p.new)
-    else:
-        step = point_text_step(p, tokens)
-    samples: list[SweepSample] = []
-    tps: list[PrefillTps] = []
-    slots: list[Arm] = [a for a in ARMS if a in sw.arms]
+class ServerPlace:
+    """The sweep's reps through one llama-server process (one of the run's processes): each rep the estimate
+    first (the driver's chunk, when the sweep measures it), an untimed server request, then the arms in a
+    rotating order (no arm always goes first; drift on a shared machine hits every arm and the estimate alike).
+    `states`: the run's saved depth-L states (slot files that outlive a process: a new process restores them, it
+    does not prefill them again); warm_up: the untimed request even without the estimate (after another process
+    measured on the same cores); fills and checks: the run's fill passes and each point's llama-bench
+    cross-check, for the summary; inproc: each point's in-process samples (a both-places sweep), for the
+    server's own share per arm."""
 
-    def run(arm: Arm, rep: int) -> ArmResult:  # the fake arm also decodes at depth L + new (sweep.n_out)
-        n_out = sw.n_out if arm == "fake" else 0
-        return client.run_arm_alive(arm, step, saved, what=f"{p.id} {arm} rep {rep}", n_out=n_out)
+    where: Where = "server"
 
-    walls: dict[int, float] = {}
-    for rep in range(sw.max_reps):
+    def __init__(
+        self,
+        client: ContractClient,
+        sw: SweepSettings,
+        tokens: list[int],
+        estimate: Estimate,
+        geom: ImageGeometry | None = None,
+        states: SavedStates | None = None,
+        warm_up: bool = False,
+        fills: list[InprocFill] | None = None,
+        checks: dict[str, list[PrefillTps]] | None = None,
+        inproc: dict[str, list[SweepSample]] | None = None,
+    ) -> None:
+        self.client, self.sw, self.tokens, self.estimate = client, sw, tokens, estimate
+        self.geom, self.states, self.warm_up, self.fills = geom, states, warm_up, fills or []
+        self.checks, self.inproc = checks if checks is not None else {}, inproc if inproc is not None else {}
+        self.steps: dict[str, tuple[Step, str | None]] = {}
+
+    def step(self, p: GridPoint) -> tuple[Step, str | None]:
+        """The point's step in this process (an image step is made with the server's own tokenizer) and the slot
+        file of its saved depth-L state (None: the genuine arm prefills its prefix)."""
+        if p.id not in self.steps:
+            if p.image:
+                assert self.geom is not None
+                seed = point_seed(p, self.sw.seed) + p.new
+                step = synthetic_image_step(self.client.srv, self.geom, p.L, p.new, p.size, seed)
+            else:
+                step = point_text_step(p, self.tokens)
+            saved = self.states.of(point_text_step(p, self.tokens)) if self.states and not p.image else None
+            self.steps[p.id] = step, saved
+        return self.steps[p.id]
+
+    def rep(self, p: GridPoint, rep: int, process: int) -> RepOut:
+        step, saved = self.step(p)
+        sw, out = self.sw, RepOut()
         started = time.monotonic()
         if "estimate" in sw.arms:
             # the in-process estimate first, then one untimed server request: a process that wakes after the
             # other one's work finds its caches cold (40% slower on the tiny model here), so every timed server
             # request follows a server request, as the estimate's timed chunk follows its own warm-up
-            tps.append(estimate(p, rep))
-            on_sample()
-        if warm_up or "estimate" in sw.arms:
-            client.warm_up(step)
-        for arm in slots[rep % len(slots) :] + slots[: rep % len(slots)]:
-            if arm == "baseline" and sw.baseline_reps is not None and rep >= sw.baseline_reps:
-                continue
-            samples.append(sample_row(p, rep, run(arm, rep), geom))
-            on_sample()
-        walls[rep] = time.monotonic() - started
-        if rep + 1 < sw.min_reps:  # no summary needed before min_reps: its bootstraps cost a cheap rep's time
-            continue
-        point = summarize_point(p, samples, tps + (check or []), sw.tolerance, geom, fills, inproc=inproc)
-        if decided(point, sw):
-            break
-    # what one more rep costs: the reps past the direct baseline's (all of them when it runs every rep)
-    later = [
-        w for r, w in walls.items() if sw.baseline_reps is None or r >= sw.baseline_reps or "baseline" not in sw.arms
-    ]
-    point.rep_s = median_interval(later or list(walls.values()), f"{p.id}/rep_s")
-    return samples, tps, point
+            out.tps.append(self.estimate(p, rep).model_copy(update={"process": process}))
+        if self.warm_up or "estimate" in sw.arms:
+            self.client.warm_up(step)
+        for arm in rep_arms(sw.arms, rep, sw):
+            n_out = sw.n_out if arm == "fake" else 0  # the fake arm also decodes at depth L + new (sweep.n_out)
+            r = self.client.run_arm_alive(arm, step, saved, what=f"{p.id} {arm} rep {rep}", n_out=n_out)
+            out.samples.append(sample_row(p, rep, r, self.geom, process))
+            out.baseline = out.baseline or arm == "baseline"
+        out.wall_s = time.monotonic() - started
+        return out
+
+    def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
+        checks = self.checks.get(p.id, [])
+        return summarize_point(
+            p, samples, tps + checks, self.sw.tolerance, self.geom, self.fills, inproc=self.inproc.get(p.id)
+        )
 
 
 def driver_estimate(driver: DriverSession, geometry: ImageGeometry | None) -> Estimate:

@@ -20,6 +20,11 @@
 //               same cores this one's caches are cold, and a shorter warm-up left the next chunk ~10% slow
 //   {"kind":"sample","L":..,"new":..,"arm":..,"rep":..,"ok":..,"reason":..,"decode_ms":..,"prep_ms":..,
 //    "copy_ms":..,"blob_bytes":..,"pos_max":..}
+//   save DIR        write the depth-L states of the last fill, one file per grid L (DIR/L<L>.state), so another
+//                   process of the same driver (same model and options) can measure without a fill of its own:
+//                   {"kind":"saved","L":..,"bytes":..,"ms":..}
+//   load DIR        read those files back as this process's depth-L states (a read, not a prefill):
+//                   {"kind":"loaded","L":..,"bytes":..,"ms":..}; a missing or short file is an error
 //   quit            (or end of input)
 // Every arm starts from llama_memory_seq_rm of the whole sequence. After fake, genuine and plain the sequence's
 // max position must be L-1 (the hybrid reports the lower of its two children), else the sample fails with the
@@ -235,9 +240,46 @@ class Driver {
         }
     }
 
+    void save(const std::string & dir) {
+        for (const int L : args_.Ls) {
+            const auto it = blobs_.find(L);
+            if (it == blobs_.end()) {
+                return error("no depth-" + std::to_string(L) + " state to save: send a fill first");
+            }
+            const double t0 = now_ms();
+            std::ofstream out(state_file(dir, L), std::ios::binary | std::ios::trunc);
+            out.write(reinterpret_cast<const char *>(it->second.data()), (std::streamsize) it->second.size());
+            out.close();
+            if (!out) {
+                return error("cannot write " + state_file(dir, L));
+            }
+            printf("{\"kind\":\"saved\",\"L\":%d,\"bytes\":%zu,\"ms\":%.4f}\n", L, it->second.size(), now_ms() - t0);
+        }
+    }
+
+    void load(const std::string & dir) {
+        for (const int L : args_.Ls) {
+            const double t0 = now_ms();
+            std::ifstream in(state_file(dir, L), std::ios::binary | std::ios::ate);
+            if (!in) {
+                return error("cannot read " + state_file(dir, L) + ": save the states of a fill first");
+            }
+            std::vector<uint8_t> blob((size_t) in.tellg());
+            in.seekg(0);
+            in.read(reinterpret_cast<char *>(blob.data()), (std::streamsize) blob.size());
+            if (!in || blob.empty()) {
+                return error("short read of " + state_file(dir, L));
+            }
+            blobs_[L] = std::move(blob);
+            printf("{\"kind\":\"loaded\",\"L\":%d,\"bytes\":%zu,\"ms\":%.4f}\n", L, blobs_[L].size(), now_ms() - t0);
+        }
+    }
+
     void error(const std::string & why) { printf("{\"kind\":\"error\",\"reason\":%s}\n", json_str(why).c_str()); }
 
   private:
+    static std::string state_file(const std::string & dir, int L) { return dir + "/L" + std::to_string(L) + ".state"; }
+
     using Prep = int (Driver::*)(int L, Sample & s);  // the position the timed decode starts from
 
     static const std::map<std::string, Prep> & arms() {
@@ -374,8 +416,15 @@ bool serve_one(Driver & d, const Args & args, const std::string & line) {
         } else {
             d.rep(L, n_new, std::atoi(words[3].c_str()), arms);
         }
+    } else if ((words[0] == "save" || words[0] == "load") && words.size() >= 2) {
+        const std::string dir = line.substr(line.find(' ') + 1);  // the rest of the line: a path may hold spaces
+        if (words[0] == "save") {
+            d.save(dir);
+        } else {
+            d.load(dir);
+        }
     } else {
-        d.error("unknown command: " + line.substr(0, 80) + " (fill P | rep L N R ARMS | quit)");
+        d.error("unknown command: " + line.substr(0, 80) + " (fill P | rep L N R ARMS | save DIR | load DIR | quit)");
     }
     return true;
 }

@@ -73,11 +73,29 @@ def _ratio_cell(r: CompareRow) -> str:
 def compare_table(c: Comparison) -> Table:
     """B/A per key and metric with its 95% interval from both runs' samples: significant slowdowns red,
     speedups green, the rest marked within noise; then the geometric mean over the grid per metric."""
-    t = Table(*c.keys, "metric", "A", "B", "B/A [95%]", title=f"A = {c.run_a}\nB = {c.run_b}")
+    within = any(r.ci is not None and r.ci.processes < 2 for r in c.rows)
+    caption = (
+        "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
+        "called significant there may be the next run's noise"
+        if within
+        else None
+    )
+    t = Table(
+        *c.keys,
+        "metric",
+        "A",
+        "B",
+        "B/A [95%]",
+        "interval over",
+        title=f"A = {c.run_a}\nB = {c.run_b}",
+        caption=caption,
+    )
     for r in c.rows:
-        t.add_row(*(_fmt(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), _ratio_cell(r))
+        scope = r.ci.scope if r.ci else ""
+        t.add_row(*(_fmt(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), _ratio_cell(r), scope)
     for r in c.summary:
-        t.add_row("geomean", *[""] * (len(c.keys) - 1), r.metric, "", "", _ratio_cell(r), end_section=False)
+        scope = r.ci.scope if r.ci else ""
+        t.add_row("geomean", *[""] * (len(c.keys) - 1), r.metric, "", "", _ratio_cell(r), scope, end_section=False)
     return t
 
 

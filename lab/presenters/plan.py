@@ -27,7 +27,15 @@ def plan_table(old: Plan, new: Plan) -> Table:
 
 
 def plan_line(new: Plan, actual_s: float | None = None) -> str:
-    line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
+    each = sorted(set(new.reps_each))
+    if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
+        reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
+        line = (
+            f"predicted {fmt_duration(new.total_s)} for {new.points} points at {reps} reps each (from "
+            f"{new.spread_source}); at most {fmt_duration(new.bound_s)} at {new.reps} reps"
+        )
+    else:
+        line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
     if actual_s is not None:
         line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction)" if new.total_s else ""
     return line

@@ -3,10 +3,13 @@ SweepPoint, then each point's notes and the verdict counts, and the cache read i
 
 from __future__ import annotations
 
+import statistics
+
 from rich.console import Console
 from rich.table import Table
 
-from lab.schemas import ArmsSummary, ArmStats, Interval, SweepPoint, Where, cell
+from lab.schemas import ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
+from lab.stats import reps_per_process
 
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
 
@@ -153,9 +156,32 @@ def restore_lines(points: list[SweepPoint], s: ArmsSummary) -> list[str]:
     return out
 
 
-def print_summary(console: Console, points: list[SweepPoint], summary: ArmsSummary | None = None) -> None:
-    """Per place: the table, each point's notes under its number, the verdict counts; then the cache read in
-    words (in one process)."""
+def spread_line(points: list[SweepPoint], starts: list[float]) -> str:
+    """How the fake arm's times vary between the run's processes and within one (medians over the points), and
+    the reps per process that narrow the intervals most per second at what a start and a rep cost here."""
+    comps = [p.components["fake"] for p in points if "fake" in p.components]
+    if not comps:
+        return ""
+    between = statistics.median(c.between for c in comps)
+    within = statistics.median(c.within for c in comps)
+    line = (
+        f"reps spread over {max(p.processes for p in points)} processes: the fake arm varies {between:.1%} between "
+        f"processes and {within:.1%} within one (medians over {len(comps)} points)"
+    )
+    rep_s = [p.rep_s.value for p in points if p.rep_s is not None]
+    if starts and rep_s:
+        start, rep = statistics.median(starts), statistics.median(rep_s)
+        best = reps_per_process(Components(between=between, within=within, processes=2, reps=2), start, rep)
+        advice = f"{best} reps per process" if best < 1000 else "all reps in one process (processes do not differ)"
+        line += f"; at {start:.1f} s a start and {rep:.2f} s a rep, {advice} narrow the intervals most per second"
+    return line
+
+
+def print_summary(
+    console: Console, points: list[SweepPoint], summary: ArmsSummary | None = None, starts: list[float] | None = None
+) -> None:
+    """Per place: the table, each point's notes under its number, the verdict counts, how the reps vary between
+    processes; then the cache read in words (in one process)."""
     for where in ("inproc", "server"):
         mine = [p for p in points if p.where == where]
         if not mine:
@@ -174,6 +200,9 @@ def print_summary(console: Console, points: list[SweepPoint], summary: ArmsSumma
             counts = {v: sum(getattr(p, attr) == v for p in mine) for v in VERDICT_STYLE}
             told = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
             console.print(f"{PLACE[where]} {name}: {told}", highlight=False)
+        spread = spread_line(mine, starts or [])
+        if spread:
+            console.print(f"{PLACE[where]} {spread}", highlight=False)
         if where == "inproc" and summary is not None:
             for line in restore_lines(mine, summary):
                 console.print(line, highlight=False)

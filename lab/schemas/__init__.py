@@ -1,11 +1,23 @@
 """One schema per table, shared by every writer (experiments) and reader (catalog, reports, compare): the
 shared pieces in `base`, then one module per experiment family. Import them from here."""
 
-from lab.schemas.base import BANDS, KV_PAD, ArmName, ArmStats, Band, Interval, Verdict, Where, cell, ggml_pad
+from lab.schemas.base import (
+    BANDS,
+    KV_PAD,
+    ArmName,
+    ArmStats,
+    Band,
+    Components,
+    Interval,
+    Verdict,
+    Where,
+    cell,
+    ggml_pad,
+)
 from lab.schemas.decode import BenchDecode, DecodeDepth
 from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
-from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepSample
+from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
 from lab.schemas.trace import (
     ChatMessage,
     ConversationArm,
@@ -30,6 +42,7 @@ __all__ = [
     "BandDepth",
     "BenchDecode",
     "ChatMessage",
+    "Components",
     "ConversationArm",
     "ConversationSample",
     "ConversationStep",
@@ -46,6 +59,7 @@ __all__ = [
     "ReplayRowWork",
     "ReplaySpanRow",
     "SweepPoint",
+    "SweepRound",
     "SweepSample",
     "TraceStep",
     "TraceStepResult",

@@ -22,6 +22,14 @@ class Interval(BaseModel):
     lo: float
     hi: float
     n: int = Field(ge=1)
+    processes: int = Field(
+        default=1, ge=1, description="processes its bootstrap resampled (1: a within-run interval, one process)"
+    )
+
+    @property
+    def scope(self) -> str:
+        """What variance the interval carries: across `processes` processes, or within one run's process."""
+        return f"{self.processes} processes" if self.processes > 1 else "within-run"
 
     @property
     def half_width(self) -> float:
@@ -33,6 +41,16 @@ class Interval(BaseModel):
         if pct:
             return f"{self.value - 1:+.1%} [{self.lo - 1:+.1%}, {self.hi - 1:+.1%}]"
         return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+
+
+class Components(BaseModel):
+    """A metric's spread at two levels (lab.stats.variance_components): between the run's processes and within
+    one, as standard deviations of its log values (about a relative spread: 0.05 is 5%)."""
+
+    between: float
+    within: float
+    processes: int
+    reps: int
 
 
 def cell(iv: Interval | None, digits: int = 3, pct: bool = False, share: bool = False) -> str:
@@ -64,3 +82,4 @@ class ArmStats(BaseModel):
     max_ms: float | None = None
     n_ok: int = 0
     n_failed: int = 0
+    processes: int = Field(default=1, description="processes the interval resampled (1: within one process)")

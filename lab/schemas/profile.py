@@ -16,6 +16,7 @@ class ProfileWall(BaseModel):
     cycle: int
     depth: int
     ms: float
+    process: int = Field(default=0, description="the run's instrument process that measured the cycle (0 before)")
 
 
 class BandDepth(BaseModel):
@@ -46,6 +47,7 @@ class BandCycle(BaseModel):
     band: str
     timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk, this cycle")
     ms_per_token: float = Field(description="this cycle's TIMED share x its FUSED chunk ms / chunk")
+    process: int = Field(default=0, description="the run's instrument process that measured the cycle (0 before)")
 
 
 class BandAt(BaseModel):
@@ -77,6 +79,7 @@ class ProfileSummary(BaseModel):
         default_factory=dict, description="per depth: FUSED chunk ms / llama-bench -p chunk -d depth ms"
     )
     cycles: int = Field(default=0, description="cycles the medians and the intervals rest on")
+    processes: int = Field(default=1, description="instrument processes the cycles ran in (1: all in one)")
     crossover_ci: Interval | None = Field(default=None, description="the crossover depth's 95% interval")
     attn_slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth (bootstrap over cycles)")
     attn_r2_ci: Interval | None = None

@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lab.schemas.base import ArmName, ArmStats, Interval, Verdict, Where
+from lab.schemas.base import ArmName, ArmStats, Components, Interval, Verdict, Where
 
 
 class SweepSample(BaseModel):
@@ -43,6 +43,7 @@ class SweepSample(BaseModel):
     predicted_n: int | None = Field(default=None, description="sweep.n_out: the tokens the fake arm generated")
     predicted_ms: float | None = Field(default=None, description="sweep.n_out: first to last generated token, ms")
     decode_ms: float | None = Field(default=None, description="sweep.n_out: predicted_ms / (predicted_n - 1)")
+    process: int = Field(default=0, description="the run's server or driver process that measured it (0 before)")
     t_utc: str = ""
 
 
@@ -63,6 +64,7 @@ class PrefillTps(BaseModel):
     reps: int
     tool: str = "llama-bench"
     samples_ms: list[float] = Field(default_factory=list, description="llama-bench: each rep's chunk ms")
+    process: int = Field(default=0, description="an estimate sample: the run's driver process that measured it")
 
 
 class SweepPoint(BaseModel):
@@ -93,6 +95,10 @@ class SweepPoint(BaseModel):
     genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
     estimate_verdict: Verdict = Field(default="undecided", description="fake / estimate within 1 +- tolerance?")
     reps: int = Field(default=0, description="interleaved reps measured at this point")
+    processes: int = Field(default=1, description="the run's processes its reps were spread over (1 before)")
+    components: dict[str, Components] = Field(
+        default_factory=dict, description="per arm and fake/genuine: the spread between processes and within one"
+    )
     reps_to_decide: int | None = Field(default=None, description="undecided: about how many reps would decide")
     diagnostics: list[str] = Field(default_factory=list)
     image: str | None = Field(default=None, description="screenshot size WxH; None: a text-only step")
@@ -150,6 +156,19 @@ class InprocFill(BaseModel):
     reason: str = ""
     capture_ms: float | None = Field(default=None, description="fill: keeping the depth-L state (get_data_ext)")
     blob_bytes: int | None = Field(default=None, description="fill: the depth-L state blob (flags 0)")
+    process: int = Field(default=0, description="the run's driver process that made the pass (0 before)")
+
+
+class SweepRound(BaseModel):
+    """raw/rounds.jsonl: one point's reps in one of the run's processes are all in (its samples written before
+    this row): the unit a resumed sweep keeps."""
+
+    where: Where = "server"
+    point: str
+    process: int
+    reps: int
+    wall_s: list[float] = Field(default_factory=list, description="each rep's wall seconds")
+    baseline: list[bool] = Field(default_factory=list, description="each rep: it ran the direct baseline")
 
 
 class ArmsSummary(BaseModel):

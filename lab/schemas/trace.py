@@ -145,6 +145,7 @@ class ConversationSample(BaseModel):
     ram_cache_restore: bool = Field(default=False, description="today: the server loaded a prompt from its RAM cache")
     n_out: int | None = Field(default=None, description="optimum: tokens generated after the prompt (the reply's)")
     decode_ms: float | None = Field(default=None, description="optimum: ms per generated token at depth L + new")
+    process: int = Field(default=0, description="the rep's server processes (each rep its own; 0 before)")
     t_utc: str
 
 
