@@ -55,7 +55,10 @@ def plans(
     points = grid_points(settings)
     arms: list[str] = [*sw.arms] if where == "server" else [a for a in sw.arms if a != "estimate"]
     counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
-    used = math.ceil(max(counts) / math.ceil(sw.min_reps / sw.processes))  # each process adds that many reps
+    # each of the first processes adds ceil(min_reps / processes) reps; a point still undecided after them takes
+    # the rest in about one more (as many reps per process as narrow its interval most per second)
+    share = math.ceil(sw.min_reps / sw.processes)
+    used = min(math.ceil(max(counts) / share), sw.processes + (max(counts) > share * sw.processes))
     kw: dict[str, Any] = {
         "fill_passes": min(sw.fill_passes, used),
         "baseline_reps": sw.baseline_reps,

@@ -111,7 +111,6 @@ class Sweep(Experiment):
         self.n_vocab = 0
         self.plan: Plan | None = None
         self.saved: SavedStates | None = None  # the run's saved depth-L slot files, made once
-        self.starts: list[float] = []  # seconds each process took to start (model loads, states read back)
         self.took_s = 0.0
 
     def driver_news(self, settings: Settings) -> list[int]:
@@ -168,12 +167,12 @@ class Sweep(Experiment):
                         t0, filled = time.monotonic(), sum(f.ms for f in fills) / 1e3
                         at = self.open_process(sess, stack, book, scratch, process, progress)
                         # what starting it took, less its fill pass (the baseline's sample, measured)
-                        self.starts.append(time.monotonic() - t0 - (sum(f.ms for f in fills) / 1e3 - filled))
+                        book.starts.append(time.monotonic() - t0 - (sum(f.ms for f in fills) / 1e3 - filled))
                         if self.plan is None and self.driver:  # the plan, from the first fill pass's chunks
                             host, sha = run.manifest().host, sess.parts.model_record.get("sha256", "")
                             before = newest_sweep_points(settings.runs_dir, sha, host)
                             self.plan = plan_of_run(
-                                settings, sw.where, fills, progress.console, self.starts[-1], before
+                                settings, sw.where, fills, progress.console, book.starts[-1], before
                             )
                         for where, p in book.this_round(todo, process):
                             if where == "server" and p.id not in book.checks:
@@ -191,8 +190,8 @@ class Sweep(Experiment):
             (run.path / "raw" / f"{SUMMARY}.json").write_text(self.summary.model_dump_json(indent=2))
         self.took_s = time.monotonic() - started
         results = plan_results(self.plan, self.took_s)
-        if self.starts:
-            results["process_start_s"] = self.starts
+        if book.starts:
+            results["process_start_s"] = book.starts
         return Outcome(results=results, failure=all_failed(self.points))
 
     def open_process(

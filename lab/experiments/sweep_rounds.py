@@ -19,6 +19,7 @@ keeps every whole round and a finished point's row.
 from __future__ import annotations
 
 import math
+import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
 from typing import Protocol
@@ -31,7 +32,7 @@ from lab.experiments.sweep_points import RepOut, decided
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, Interval, PrefillTps, SweepPoint, SweepRound, SweepSample, Where
 from lab.settings import SweepSettings
-from lab.stats import median_interval
+from lab.stats import median_interval, reps_per_process
 
 SAMPLES, POINTS, TPS, ROUNDS = "samples", "points", "prefill_tps", "rounds"
 
@@ -92,6 +93,7 @@ class Ledger:
 
     def __init__(self, sw: SweepSettings, run: RunFolder, kept: Kept, fills: list[InprocFill]) -> None:
         self.sw, self.run, self.fills = sw, run, fills  # the run's fill passes (grown by each process's driver)
+        self.starts: list[float] = []  # what each of the run's processes took to start (model loads, states back)
         self.per_round = math.ceil(sw.min_reps / sw.processes)
         self.samples: dict[Where, dict[str, list[SweepSample]]] = {"server": {}, "inproc": {}}
         self.tps: dict[str, list[PrefillTps]] = {}  # the server's estimate samples per point
@@ -144,7 +146,7 @@ class Ledger:
         have = self.reps(where, p.id)
         extra = len({r.process for r in rounds}) >= sw.processes  # past its share: stop as soon as decided
         first = max(have, default=-1) + 1
-        count = min(self.per_round, sw.max_reps - len(have))
+        count = min(self.extra_reps(place, p, rounds) if extra else self.per_round, sw.max_reps - len(have))
         samples, tps = self.samples[where].setdefault(p.id, []), self.tps.setdefault(p.id, [])
         new_samples: list[SweepSample] = []
         new_tps: list[PrefillTps] = []
@@ -177,6 +179,19 @@ class Ledger:
         point.rep_s = rep_seconds(rounds, f"{where}/{p.id}/rep_s" if where == "inproc" else f"{p.id}/rep_s")
         self.run.append(POINTS, [point])
         return point
+
+    def extra_reps(self, place: Place, p: GridPoint, rounds: list[SweepRound]) -> int:
+        """The reps an undecided point may take in one more process (it stops early once decided): as many as
+        narrow its verdict's interval most per second (lab.stats.reps_per_process, Kalibera and Jones), from how
+        its fake/genuine ratio has varied between processes and within one, what a process start has cost and
+        what its reps cost; at least its share per process."""
+        point = place.summarize(p, self.samples[place.where].get(p.id, []), self._tps(place.where, p, self.tps[p.id]))
+        spread = point.components.get("fake/genuine") or point.components.get("fake")
+        walls = [w for r in rounds for w in r.wall_s]
+        if spread is None or not walls or not self.starts:
+            return self.per_round
+        best = reps_per_process(spread, statistics.median(self.starts), statistics.median(walls))
+        return max(self.per_round, min(best, self.sw.max_reps))
 
     def _tps(self, where: Where, p: GridPoint, tps: list[PrefillTps]) -> list[PrefillTps]:
         return tps if where == "server" else []

@@ -53,7 +53,9 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     only that place has (in one process: the cache read; with both places: the server's own share)."""
     where = points[0].where if points else "server"
     sources = sorted({p.baseline_source for p in points if p.baseline_source})
-    t = Table(title=TITLES[where] + (f"; baseline from {' and '.join(sources)}" if sources else ""))
+    procs = max((p.processes for p in points), default=1)
+    scope = f"; every interval over {procs} processes" if procs > 1 else "; within-run intervals (one process)"
+    t = Table(title=TITLES[where] + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope)
     images = any(p.image for p in points)
     plain = any(p.plain.n_ok for p in points)
     check = any(p.bench_check_ci for p in points)
