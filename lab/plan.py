@@ -228,9 +228,9 @@ def plan(
 
 
 Z95 = 1.96
-# what a rep varies by when nothing here has measured it yet: fake/genuine on this kind of 2-core VM
-# (docs/repetition.md), the spread between processes and within one
-DEFAULT_SPREAD = Components(between=0.01, within=0.04, processes=0, reps=0)
+# what a ratio varies by when nothing here has measured it yet: about fake/genuine's on this kind of 2-core VM
+# (docs/repetition.md: 0.04 between processes and 0.13 within one on a noisy day), between processes and within
+DEFAULT_SPREAD = Components(between=0.03, within=0.10, processes=0, reps=0)
 
 
 def predicted_reps(

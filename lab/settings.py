@@ -75,10 +75,10 @@ class SweepSettings(Section):
         default="inproc", description="the estimate per rep: the driver's chunk, or a llama-bench -d L call (slow)"
     )
     processes: int = Field(
-        default=3, ge=1, le=50, description="server (and driver) processes each point's reps are spread over"
+        default=5, ge=1, le=50, description="server (and driver) processes each point's reps are spread over"
     )
     fill_passes: int = Field(
-        default=3,
+        default=5,
         ge=1,
         le=50,
         description="in-process cumulative fill passes, one per process: the baseline and the depth-L states",
@@ -133,7 +133,7 @@ class ProfileSettings(Section):
 
     chunk: int = Field(default=512, ge=16, le=8192)
     max_depth: int = Field(default=4096, ge=0)
-    cycles: int = Field(default=3, ge=1, le=50, description="cycles every profile gets")
+    cycles: int = Field(default=5, ge=1, le=50, description="cycles every profile gets (one process each)")
     cycles_per_process: int = Field(
         default=1, ge=1, le=50, description="cycles each instrument process measures (1: every cycle a new process)"
     )

@@ -103,7 +103,11 @@ class ConversationSettings(Section):
     llama-server's own at the pin). The lab's own server (the optimum and no-cache arms) keeps `server.*`:
     checkpoints and the RAM cache off, so each of its requests is timed from the state the arm sets."""
 
-    reps: int = Field(default=3, ge=1, description="replays of the whole conversation (--reps overrides)")
+    reps: int = Field(
+        default=5,
+        ge=1,
+        description="replays of the whole conversation, each in processes of its own (--reps overrides)",
+    )
     checkpoints: int = Field(default=32, ge=0, description="today's --ctx-checkpoints")
     checkpoint_min_step: int = Field(default=256, ge=0, description="today's --checkpoint-min-step")
     cache_ram_mib: int = Field(default=8192, ge=-1, description="today's --cache-ram (MiB; 0: off, -1: no limit)")

@@ -183,13 +183,14 @@ def fab(
 def cut_mid_sweep(
     server: Sshd, proc: subprocess.Popen[str], runs: Path, before: set[Path], timeout: float = 600
 ) -> tuple[Path, str, str]:
-    """Once the sweep that `proc` (a fab measure) started has written a point on the host, cut every SSH
-    connection to it; returns the host's run folder and fab's output after it gave up."""
+    """Once the sweep that `proc` (a fab measure) started has written a point's first round on the host (its reps
+    in the run's first process: every point has rounds still to come), cut every SSH connection to it; returns
+    the host's run folder and fab's output after it gave up."""
     deadline, run_dir = time.monotonic() + timeout, None
     while time.monotonic() < deadline and run_dir is None:
         assert proc.poll() is None, proc.communicate()
         new = [p for p in runs.glob("*_sweep_*") if p not in before]
-        if new and (new[0] / "raw" / "points.jsonl").exists() and (new[0] / "raw" / "points.jsonl").read_text():
+        if new and (new[0] / "raw" / "rounds.jsonl").exists() and (new[0] / "raw" / "rounds.jsonl").read_text():
             run_dir = new[0]
         time.sleep(0.2)
     assert run_dir is not None, "the remote sweep made no progress"

@@ -170,7 +170,7 @@ def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
         env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
         timeout=120,
     )
-    assert r.returncode == 0 and "--budget 1h: up to 6 reps per point" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "--budget 1h: up to 3 reps per point" in r.stdout, r.stdout + r.stderr
     assert not runs.exists()
     r = subprocess.run(
         [LAB, "arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs)],

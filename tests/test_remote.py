@@ -129,7 +129,7 @@ def test_connection_cut_mid_run_leaves_incomplete_and_resumes(host: Sshd, projec
     local = project / "catalog" / "runs" / run_dir.name
     m = RunFolder.open(local).manifest()
     assert m.status == "incomplete", (m.status, m.reason, out, err)
-    assert (local / "raw" / "points.jsonl").read_text()  # what was measured came back
+    assert (local / "raw" / "rounds.jsonl").read_text()  # what was measured came back
     time.sleep(1)
     assert _servers_under(rdir) == []  # the remote llama-server went down with the run
 

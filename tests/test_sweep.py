@@ -255,7 +255,8 @@ def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
     assert point.reps == 4 and point.baseline.n_ok == 0 and point.opt_prefill_ms is None  # arms chosen
     assert "fake vs genuine hit:" in r.stdout
     r = lab("sweep", "--Ls", "512", "--news", "16", "--min-reps", "3", "--max-reps", "9", "--target", "0.9",
-            "--arms", "fake,genuine", "--runs-dir", str(runs / "b"), env={"LAB_SWEEP__TOLERANCE": "0.9"})  # fmt: skip
+            "--processes", "3", "--arms", "fake,genuine", "--runs-dir", str(runs / "b"),
+            env={"LAB_SWEEP__TOLERANCE": "0.9"})  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     (point,) = only_run(runs / "b").read(POINTS, SweepPoint)
     samples = only_run(runs / "b").read(SAMPLES, SweepSample)

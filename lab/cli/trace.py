@@ -102,7 +102,7 @@ def trace_replay(
     reps: Annotated[
         int | None,
         typer.Option(
-            "--reps", min=1, help="measure each step this often (default 1; a conversation: conversation.reps, 3)"
+            "--reps", min=1, help="measure each step this often (default 1; a conversation: conversation.reps, 5)"
         ),
     ] = None,
 ) -> None:

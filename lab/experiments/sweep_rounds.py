@@ -184,14 +184,17 @@ class Ledger:
         """The reps an undecided point may take in one more process (it stops early once decided): as many as
         narrow its verdict's interval most per second (lab.stats.reps_per_process, Kalibera and Jones), from how
         its fake/genuine ratio has varied between processes and within one, what a process start has cost and
-        what its reps cost; at least its share per process."""
+        what its reps cost; at least its share per process, at most sweep.min_reps (and that many while no
+        process has had two reps to show the spread within one)."""
         point = place.summarize(p, self.samples[place.where].get(p.id, []), self._tps(place.where, p, self.tps[p.id]))
         spread = point.components.get("fake/genuine") or point.components.get("fake")
         walls = [w for r in rounds for w in r.wall_s]
         if spread is None or not walls or not self.starts:
-            return self.per_round
+            return self.sw.min_reps  # no process has had two reps yet: enough to see the spread within one
         best = reps_per_process(spread, statistics.median(self.starts), statistics.median(walls))
-        return max(self.per_round, min(best, self.sw.max_reps))
+        # at most min_reps: a process far larger than the point's others would weigh on its interval alone, and
+        # more processes are what narrow it once they differ at all
+        return max(self.per_round, min(best, self.sw.min_reps))
 
     def _tps(self, where: Where, p: GridPoint, tps: list[PrefillTps]) -> list[PrefillTps]:
         return tps if where == "server" else []

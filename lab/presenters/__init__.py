@@ -78,7 +78,8 @@ def compare_table(c: Comparison) -> Table:
         "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
         "called significant there may be the next run's noise"
         if within
-        else None
+        else "each interval carries both runs' spread between processes, not a drift of the host between the two "
+        "runs (docs/repetition.md: the A/A test)"
     )
     t = Table(
         *c.keys,
