@@ -99,6 +99,7 @@ class Ledger:
         self.tps: dict[str, list[PrefillTps]] = {}  # the server's estimate samples per point
         self.checks: dict[str, list[PrefillTps]] = {}  # the llama-bench cross-check per point (rep None)
         self.rounds: dict[tuple[Where, str], list[SweepRound]] = {}
+        self.last: dict[tuple[Where, str], SweepPoint] = {}  # each open point's summary after its last round
         for s in kept.samples:
             self.samples[s.where].setdefault(s.point, []).append(s)
         for t in kept.tps:
@@ -146,7 +147,7 @@ class Ledger:
         have = self.reps(where, p.id)
         extra = len({r.process for r in rounds}) >= sw.processes  # past its share: stop as soon as decided
         first = max(have, default=-1) + 1
-        count = min(self.extra_reps(place, p, rounds) if extra else self.per_round, sw.max_reps - len(have))
+        count = min(self.extra_reps((where, p.id), rounds) if extra else self.per_round, sw.max_reps - len(have))
         samples, tps = self.samples[where].setdefault(p.id, []), self.tps.setdefault(p.id, [])
         new_samples: list[SweepSample] = []
         new_tps: list[PrefillTps] = []
@@ -173,6 +174,7 @@ class Ledger:
         tps += new_tps
         rounds.append(row)
         point = place.summarize(p, samples, self._tps(where, p, tps))
+        self.last[(where, p.id)] = point
         n_reps = len(self.reps(where, p.id))
         if n_reps < sw.max_reps and not (len({r.process for r in rounds}) >= sw.processes and decided(point, sw)):
             return None
@@ -180,14 +182,14 @@ class Ledger:
         self.run.append(POINTS, [point])
         return point
 
-    def extra_reps(self, place: Place, p: GridPoint, rounds: list[SweepRound]) -> int:
+    def extra_reps(self, key: tuple[Where, str], rounds: list[SweepRound]) -> int:
         """The reps an undecided point may take in one more process (it stops early once decided): as many as
         narrow its verdict's interval most per second (lab.stats.reps_per_process, Kalibera and Jones), from how
         its fake/genuine ratio has varied between processes and within one, what a process start has cost and
         what its reps cost; at least its share per process, at most sweep.min_reps (and that many while no
         process has had two reps to show the spread within one)."""
-        point = place.summarize(p, self.samples[place.where].get(p.id, []), self._tps(place.where, p, self.tps[p.id]))
-        spread = point.components.get("fake/genuine") or point.components.get("fake")
+        point = self.last.get(key)  # a resumed run has none yet: that many reps until it has
+        spread = (point.components.get("fake/genuine") or point.components.get("fake")) if point else None
         walls = [w for r in rounds for w in r.wall_s]
         if spread is None or not walls or not self.starts:
             return self.sw.min_reps  # no process has had two reps yet: enough to see the spread within one
