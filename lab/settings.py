@@ -138,12 +138,19 @@ class ProfileSettings(Section):
         default=1, ge=1, le=50, description="cycles each instrument process measures (1: every cycle a new process)"
     )
     max_cycles: int | None = Field(
-        default=None, ge=2, le=50, description="more cycles, up to this, while the gap or crossover interval is wide"
+        default=None,
+        ge=2,
+        le=50,
+        description="more cycles, up to this, while an interval is wide or a reference undecided",
     )
     target: float = Field(default=0.05, gt=0, lt=1, description="half-width at which the intervals are narrow enough")
     threads: int | None = Field(default=None, ge=1, description="-t (default: server.threads)")
     threads_batch: int | None = Field(default=None, ge=1, description="-tb (default: threads)")
-    bench_check: bool = Field(default=True, description="cross-check FUSED chunk times with llama-bench")
+    bench_check: bool = Field(
+        default=True, description="cross-check FUSED chunk times with llama-bench (one call after every process)"
+    )
+    bench_tolerance: float = Field(default=0.05, gt=0, lt=1, description="FUSED / llama-bench agrees inside 1 +- this")
+    timed_tolerance: float = Field(default=0.03, gt=0, lt=1, description="TIMED / FUSED agrees inside 1 +- this")
     threadpool: bool = Field(
         default=False, description="attach a persistent threadpool like llama-bench (llama-server attaches none)"
     )

@@ -90,15 +90,19 @@ def test_the_bench_command_generates_at_depth_without_a_prompt(tmp_path: Path) -
 
 
 def test_a_depth_row_carries_both_intervals_the_ratio_and_a_verdict() -> None:
-    server = [fake_result(8, 70.0), fake_result(8, 71.4), fake_result(8, 69.3), fake_result(3, 1.0, ok=False)]
-    row = summarize_depth(STEP, 8, server, [10.0, 10.1, 9.9], 0.1)
+    results = [fake_result(8, 70.0), fake_result(8, 71.4), fake_result(8, 69.3), fake_result(3, 1.0, ok=False)]
+    server = [(r, k) for k, r in enumerate(results)]  # each sample from a server process of its own
+    row = summarize_depth(STEP, 8, server, [(10.0, 0), (10.1, 1), (9.9, 2)], 0.1)
     assert (row.depth, row.L, row.new, row.n_out) == (6, 4, 2, 8)
     assert row.server_ms is not None and row.bench_ms is not None and row.ratio is not None
     assert row.ratio.lo <= row.ratio.value <= row.ratio.hi and row.verdict == "agree"
     assert len(row.server_samples_ms) == 3 and row.failed == ["contract: x"]
-    far = summarize_depth(STEP, 8, server, [5.0, 5.1, 4.9], 0.1)
+    # the intervals resample both sides' processes, and say how many each rests on
+    assert row.server_processes == [0, 1, 2] and row.bench_processes == [0, 1, 2] and row.ratio.processes == 3
+    assert row.server_ms.processes == 3 and row.bench_ms.processes == 3
+    far = summarize_depth(STEP, 8, server, [(5.0, 0), (5.1, 1), (4.9, 2)], 0.1)
     assert far.verdict == "disagree"
-    none = summarize_depth(STEP, 8, [], [5.0], 0.1)
+    none = summarize_depth(STEP, 8, [], [(5.0, 0)], 0.1)
     assert none.ratio is None and none.verdict == "undecided"
     text = render(decode_table([row, far], "m.gguf", 1))
     assert "agree" in text and "disagree" in text and "1 +- 10%" in text

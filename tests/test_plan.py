@@ -217,3 +217,18 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     # (0.01^2 + 2 x 0.03^2 / 2) x 1.96^2 / (0.05 - 0.02)^2 = 4.3: 5 processes of 2 reps
     est = {"fake/estimate": (Components(between=0.01, within=0.03, processes=3, reps=6), 0.02)}
     assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 10
+
+
+def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -> None:
+    from lab.plan import ArmCost, Plan, Rates
+    from lab.presenters.plan import plan_line
+
+    rates = Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01)
+    first = Plan(design="cumulative", where="server", reps=100, points=8, rates=rates,
+                 arms=[ArmCost(arm="fake", what="-", seconds=60.0)], reps_each=[10] * 8,
+                 spread_source="the lab's default spread", bound_s=600.0)  # fmt: skip
+    revised = first.model_copy(update={"arms": [ArmCost(arm="fake", what="-", seconds=100.0)], "reps_each": [20] * 8})
+    assert plan_line(first, 90.0, revised).endswith(
+        "; took 1.5 min (1.50x the prediction, 0.90x its revision to 1.7 min)"
+    )
+    assert plan_line(first, 90.0).endswith("; took 1.5 min (1.50x the prediction)")

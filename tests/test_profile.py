@@ -18,9 +18,11 @@ import pytest
 
 from lab.costmodel import model_cost
 from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, PREDICTED, WALLS
+from lab.experiments.profile_bench import decide_references, undecided_references
 from lab.experiments.profile_derive import summarize, too_wide
+from lab.presenters.profile import reference_lines
 from lab.runs import RunFolder
-from lab.schemas import BANDS, BandAt, BandDepth, Interval, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, BandAt, BandDepth, Interval, PrefillTps, ProfileSummary, ProfileWall
 from lab.stats import linear_fit
 
 pytestmark = pytest.mark.engine
@@ -92,6 +94,19 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert {(w.cycle, w.process) for w in walls} == {(0, 0), (1, 1)} and summary.processes == 2
     assert summary.attn_slope_ci is not None and summary.attn_slope_ci.processes == 2
     assert set(summary.fused_vs_bench_ci) == {str(d) for d in depths}
+    # llama-bench ran once after each instrument process (one rep per cycle), so both sides' intervals rest on
+    # two processes, and each reference has a verdict at its tolerance at every depth
+    bench = run.read("prefill_tps", PrefillTps)
+    assert Counter((b.process, b.depth, len(b.samples_ms)) for b in bench) == {
+        (k, d, 1): 1 for k in (0, 1) for d in depths
+    }
+    assert all(summary.fused_vs_bench_ci[str(d)].processes == 2 for d in depths)
+    assert set(summary.fused_vs_bench_verdict) == set(summary.timed_vs_fused_verdict) == {str(d) for d in depths}
+    assert summary.bench_tolerance == 0.05 and summary.timed_tolerance == 0.03
+    assert "FUSED / llama-bench at +-5%:" in r.stdout and "TIMED / FUSED at +-3%:" in r.stdout
+    # the passes' order alternates by cycle: FUSED first in cycle 0, TIMED first in cycle 1
+    first = {c: next(w.mode for w in walls if w.cycle == c) for c in (0, 1)}
+    assert first == {0: "fused", 1: "timed"}
     for d in depths:
         gap = summary.timed_vs_fused_gap_ci[str(d)]
         assert gap.lo <= gap.value <= gap.hi and gap.value - 1 == pytest.approx(summary.timed_vs_fused_gap[str(d)])
@@ -216,6 +231,9 @@ def test_interrupted_profile_resumes_keeping_complete_cycles(tmp_path: Path, how
     }
     kept = {(w.depth, round(w.ms, 6)) for w in walls if w.mode == "fused" and w.cycle == 0}
     assert kept == {(r["depth"], round(r["ms"], 6)) for r in cycle0}  # cycle 0 kept, not remeasured
+    # llama-bench once after each instrument process, the killed one's call never made twice
+    bench = run.read("prefill_tps", PrefillTps)
+    assert Counter((b.process, b.depth) for b in bench) == {(k, d): 1 for k in range(3) for d in (0, 128, 256, 384)}
 
 
 def wait_for(cond: Callable[[], Any], proc: subprocess.Popen[str], timeout: float = 300) -> Any:
@@ -262,3 +280,31 @@ def test_too_wide_names_what_calls_for_another_cycle() -> None:
     s.timed_vs_fused_gap_ci.pop("512")
     s.crossover_ci = Interval(value=2000, lo=1000, hi=3000, n=3)
     assert "crossover" in too_wide(s, 0.05) and too_wide(s, 0.6) == ""
+
+
+def test_references_are_decided_over_both_sides_processes() -> None:
+    """FUSED / llama-bench from both sides' samples, its interval over both sides' processes; a verdict for each
+    reference at its tolerance, and what is still undecided named by depth."""
+    s = ProfileSummary(
+        max_depth=512, crossover_depth=None, crossover_note="-", attn_slope_ms_per_token_per_1k=0.0,
+        attn_intercept_ms_per_token=0.0, attn_r2=1.0, flat_cv={}, timed_vs_fused_gap={}, timed_vs_fused_gap_mean=0.0,
+    )  # fmt: skip
+    noise = [1.0, 1.004, 0.996, 1.002, 0.998, 1.001, 0.999, 1.003, 0.997, 1.0]
+    walls = [ProfileWall(mode="fused", cycle=k, depth=d, ms=ms * x, process=k)
+             for k, x in enumerate(noise) for d, ms in ((0, 100.0), (512, 130.0))]  # fmt: skip
+    bench = [PrefillTps(depth=d, chunk=512, tps=1.0, avg_ms=ms, stddev_ms=0.0, reps=1, samples_ms=[ms * x], process=k)
+             for k, x in enumerate(reversed(noise)) for d, ms in ((0, 100.0), (512, 110.0))]  # fmt: skip
+    s.timed_vs_fused_gap_ci = {
+        "0": Interval(value=1.01, lo=1.0, hi=1.02, n=10),
+        "512": Interval(value=1.0, lo=0.9, hi=1.1, n=10),
+    }
+    decide_references(s, walls, bench, 0.05, 0.03)
+    assert s.fused_vs_bench["0"] == pytest.approx(1.0) and s.fused_vs_bench_ci["0"].processes == 10
+    assert s.fused_vs_bench["512"] == pytest.approx(130 / 110)
+    assert s.fused_vs_bench_verdict == {"0": "agree", "512": "disagree"}
+    assert s.timed_vs_fused_verdict == {"0": "agree", "512": "undecided"}
+    assert undecided_references(s) == "TIMED/FUSED is undecided at depth 512"
+    assert reference_lines(s) == [
+        "TIMED / FUSED at +-3%: 1 agree, 1 undecided of 2 depths",
+        "FUSED / llama-bench at +-5%: 1 agree, 1 disagree of 2 depths",
+    ]

@@ -6,9 +6,9 @@ request with `n_fake_cached = L` prefills only the new tokens, then generates n_
 L+new` times the same decodes after really filling the depth. Per depth: both medians with their 95% intervals,
 server / llama-bench (unpaired: two processes) and a verdict at the tolerance.
 
-The two tools alternate rep by rep (the server's sample at every depth in a rotating order, then one llama-bench
-call with -r 1 over every depth), so drift on a shared machine hits both; an untimed server request precedes
-each rep's samples (the server wakes after llama-bench with its caches cold).
+The two tools alternate rep by rep, each rep in processes of their own (a new server's sample at every depth in a
+rotating order, then one llama-bench call with -r 1 over every depth), so drift on a shared machine hits both and
+the intervals resample processes; an untimed server request precedes each rep's samples.
 """
 
 from __future__ import annotations
@@ -58,48 +58,45 @@ def decode_steps(depths: list[int], new: int, tokens: list[int]) -> dict[int, St
 
 
 def summarize_depth(
-    step: Step, n_out: int, server: list[ArmResult], bench_ms: list[float], tolerance: float
+    step: Step, n_out: int, server: list[tuple[ArmResult, int]], bench: list[tuple[float, int]], tolerance: float
 ) -> DecodeDepth:
-    """One depth's row from its samples: both medians with their intervals, server / llama-bench, the verdict."""
+    """One depth's row from its samples (each with the process it came from): both medians with their intervals
+    over processes, server / llama-bench, the verdict."""
     depth = step.L + step.new
-    ms = decode_samples(server)
-    ratio = unpaired_ratio(ms, bench_ms, key=f"decode/{depth}/ratio")
+    ok = [(ms, k) for r, k in server for ms in decode_samples([r])]
+    ms, procs = [x for x, _ in ok], [k for _, k in ok]
+    bench_ms, bench_procs = [x for x, _ in bench], [k for _, k in bench]
+    ratio = unpaired_ratio(ms, bench_ms, f"decode/{depth}/ratio", procs, bench_procs)
     return DecodeDepth(
         depth=depth,
         L=step.L,
         new=step.new,
         n_out=n_out,
-        server_ms=median_interval(ms, key=f"decode/{depth}/server"),
-        bench_ms=median_interval(bench_ms, key=f"decode/{depth}/bench"),
+        server_ms=median_interval(ms, f"decode/{depth}/server", procs),
+        bench_ms=median_interval(bench_ms, f"decode/{depth}/bench", bench_procs),
         ratio=ratio,
         verdict=verdict(ratio, tolerance),
         tolerance=tolerance,
         server_samples_ms=ms,
         bench_samples_ms=bench_ms,
-        failed=[f"{r.kind}: {r.reason}" for r in server if not r.ok],
+        server_processes=procs,
+        bench_processes=bench_procs,
+        failed=[f"{r.kind}: {r.reason}" for r, _ in server if not r.ok],
     )
 
 
-def measure_depths(
-    client: ContractClient,
-    target: Target,
-    bench: LlamaBench,
-    steps: dict[int, Step],
-    n_out: int,
-    reps: int,
-    log: Path,
-) -> tuple[dict[int, list[ArmResult]], dict[int, list[float]]]:
-    """Every depth's server samples and llama-bench ms per token, rep after rep (the tools alternating)."""
+def measure_rep(
+    client: ContractClient, target: Target, bench: LlamaBench, steps: dict[int, Step], n_out: int, rep: int, log: Path
+) -> tuple[dict[int, ArmResult], dict[int, list[float]]]:
+    """One rep: a fresh server's sample at every depth (in a rotating order, after one untimed request: the
+    server wakes after llama-bench with its caches cold), then one llama-bench call over every depth."""
     depths = sorted(steps)
-    server: dict[int, list[ArmResult]] = {d: [] for d in depths}
-    ms: dict[int, list[float]] = {d: [] for d in depths}
-    for rep in range(reps):
-        client.warm_up(steps[depths[0]], n_out=2)
-        for d in depths[rep % len(depths) :] + depths[: rep % len(depths)]:
-            server[d] += measure_decode(client, steps[d], n_out, 1)[0]
-        for row in measure_decode_tps(target, bench, log):
-            ms[row.depth] += row.samples_ms
-    return server, ms
+    client.warm_up(steps[depths[0]], n_out=2)
+    server = {
+        d: measure_decode(client, steps[d], n_out, 1)[0][0]
+        for d in depths[rep % len(depths) :] + depths[: rep % len(depths)]
+    }
+    return server, {row.depth: row.samples_ms for row in measure_decode_tps(target, bench, log)}
 
 
 class DecodeCheck(Experiment):
@@ -140,15 +137,21 @@ class DecodeCheck(Experiment):
             cpu_list=srv_settings.cpu_list,
             n_gen=self.n_out,
         )
-        with sess.server() as srv:
-            sess.record_server(srv)
-            client = ContractClient(srv)
-            tokens = filler_tokens(max(self.depths), seed=1, n_vocab=srv.n_vocab())
-            steps = decode_steps(self.depths, self.new, tokens)
-            server, ms = measure_depths(
-                client, sess.target, bench, steps, self.n_out, self.reps, logs / "llama-bench.log"
-            )
-        self.rows = [summarize_depth(steps[d], self.n_out, server[d], ms[d], self.tolerance) for d in self.depths]
+        server: dict[int, list[tuple[ArmResult, int]]] = {d: [] for d in self.depths}
+        ours: dict[int, list[tuple[float, int]]] = {d: [] for d in self.depths}
+        steps: dict[int, Step] = {}
+        for rep in range(self.reps):  # a server process per rep: a process is a level of variance of its own
+            with sess.server() as srv:
+                sess.record_server(srv)
+                client = ContractClient(srv)
+                if not steps:
+                    tokens = filler_tokens(max(self.depths), seed=1, n_vocab=srv.n_vocab())
+                    steps = decode_steps(self.depths, self.new, tokens)
+                got, theirs = measure_rep(client, sess.target, bench, steps, self.n_out, rep, logs / "llama-bench.log")
+            for d in self.depths:
+                server[d].append((got[d], rep))
+                ours[d] += [(ms, rep) for ms in theirs.get(d, [])]
+        self.rows = [summarize_depth(steps[d], self.n_out, server[d], ours[d], self.tolerance) for d in self.depths]
         sess.run.rewrite(DEPTHS, self.rows)
         failures = [f"depth {r.depth}: {why}" for r in self.rows for why in r.failed]
         return Outcome(failure="; ".join(failures))

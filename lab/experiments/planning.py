@@ -267,12 +267,23 @@ def plan_of_run(
     return new
 
 
-def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:
+def revise_plan(settings: Settings, first: Plan, points: list[SweepPoint], processes: int, console: Console) -> Plan:
+    """The plan again once the run's first processes have measured every point's spread: each point at the reps
+    its own components now predict (lab.plan.predicted_reps), at the rates and start cost of the first plan."""
+    source = f"this run's first {processes} processes"
+    revised = predicted_plan(settings, first.rates, first.where, points, source)
+    console.print(f"plan revised: {plan_line(revised)}", highlight=False)
+    return revised
+
+
+def plan_results(new: Plan | None, actual_s: float, revised: Plan | None = None) -> dict[str, Any]:
     if new is None:
         return {}
     return {
         "plan": {
             "predicted_s": new.total_s,
+            "revised_s": revised.total_s if revised else None,
+            "revised_reps_each": revised.reps_each if revised else None,
             "bound_s": new.bound_s,
             "actual_s": actual_s,
             "reps": new.reps,

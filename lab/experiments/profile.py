@@ -17,7 +17,14 @@ from rich.console import Console
 from lab.cleanroom import CleanRoom, hold
 from lab.costmodel import CostModel, model_cost
 from lab.experiments.efficiency import annotate, probe_shape
-from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
+from lab.experiments.profile_bench import (
+    bench_call,
+    bench_process,
+    decide_references,
+    processes_without_bench,
+    read_bench,
+    undecided_references,
+)
 from lab.experiments.profile_derive import add_time_model, band_cycles, band_nodes, cycle_cells, derive, too_wide
 from lab.experiments.profile_dump import (
     DUMP,
@@ -33,14 +40,13 @@ from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, in
 from lab.models.hparams import HparamsError
 from lab.peaks import measure_peaks
 from lab.presenters import time_tables
-from lab.presenters.profile import efficiency_table, prediction_lines, profile_table
+from lab.presenters.profile import efficiency_table, prediction_lines, profile_table, reference_lines
 from lab.runs import RunError, RunFolder
-from lab.schemas import BandDepth, Interval, ProfileSummary
+from lab.schemas import BandDepth, ProfileSummary
 from lab.settings import Settings
-from lab.stats import median_interval
 from lab.timemodel import TimePrediction
 
-WALLS, BANDS_TABLE, BENCH, PREDICTED = "profile_walls", "profile_bands", "prefill_tps", "profile_predicted"
+WALLS, BANDS_TABLE, PREDICTED = "profile_walls", "profile_bands", "profile_predicted"
 NODES_PARQUET = "profile_nodes.parquet"
 
 
@@ -92,7 +98,11 @@ class Profile(Experiment):
         n_depths = p.max_depth // p.chunk + 1
         done = keep_complete_cycles(run, n_depths)
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
+        bench_depths = [d * p.chunk for d in range(n_depths)]
         with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
+            if p.bench_check:  # a resumed run: the llama-bench calls its complete processes still lack
+                for k in processes_without_bench(run, done, p.cycles_per_process):
+                    bench_process(sess, bench_call(sess, p, threads, bench_depths, p.cycles_per_process), k)
             want = p.cycles
             while True:
                 if done < want:
@@ -123,11 +133,15 @@ class Profile(Experiment):
                         before, done = done, keep_complete_cycles(run, n_depths)
                         if done <= before:
                             raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
+                        if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
+                            call = bench_call(sess, p, threads, bench_depths, done - before)
+                            bench_process(sess, call, before // p.cycles_per_process)
                 meta, walls, nodes = parse_dump(dump)
                 walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
                 nodes = band_nodes(nodes)
                 rows, summary = derive(walls, nodes, p.chunk)
-                wide = too_wide(summary, p.target)
+                decide_references(summary, walls, read_bench(run), p.bench_tolerance, p.timed_tolerance)
+                wide = too_wide(summary, p.target) or undecided_references(summary)
                 if not wide or want >= (p.max_cycles or p.cycles):
                     break
                 want += 1
@@ -137,24 +151,6 @@ class Profile(Experiment):
             if p.peaks and self.cost is not None:
                 with console.status("probing this host's GEMM and memcpy peaks ..."):
                     peaks = measure_peaks(*probe_shape(self.cost), threads, settings.server.cpu_list)
-            if p.bench_check:
-                with console.status("cross-checking FUSED chunk times with llama-bench ..."):
-                    depths, cpus = sorted({w.depth for w in walls}), settings.server.cpu_list
-                    call = LlamaBench(
-                        sess.engine, sess.model, [p.chunk], depths, p.cycles, threads, "auto", cpu_list=cpus
-                    )
-                    bench = measure_prefill_tps(sess.target, call, run.path / "logs" / "llama-bench.log")
-                run.rewrite(BENCH, bench)
-                fused = {r.depth: r.fused_chunk_ms for r in rows}  # medians derive() already took
-                summary.fused_vs_bench = {str(b.depth): fused[b.depth] / b.avg_ms for b in bench if b.avg_ms > 0}
-                for b in bench:  # the FUSED side's interval over cycles, against llama-bench's mean
-                    iv = median_interval(
-                        [w.ms for w in walls if w.mode == "fused" and w.depth == b.depth], key=f"fused/{b.depth}"
-                    )
-                    if iv is not None and b.avg_ms > 0:
-                        summary.fused_vs_bench_ci[str(b.depth)] = Interval(
-                            value=fused[b.depth] / b.avg_ms, lo=iv.lo / b.avg_ms, hi=iv.hi / b.avg_ms, n=iv.n
-                        )
         process_of = {w.cycle: w.process for w in walls}
         cycle_rows = [
             r.model_copy(update={"process": process_of.get(r.cycle, 0)})
@@ -185,7 +181,7 @@ class Profile(Experiment):
             console.print(efficiency_table(self.rows, self.summary))
         if self.prediction is not None and self.prediction.at and self.cost is not None:
             console.print(time_tables(self.prediction, self.cost)[0])
-        for line in prediction_lines(self.summary):
+        for line in [*reference_lines(self.summary), *prediction_lines(self.summary)]:
             console.print(line, highlight=False)
 
 

@@ -36,7 +36,7 @@ from lab.engine.server import mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
-from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_results
+from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep_inproc import InprocPlace
@@ -110,6 +110,7 @@ class Sweep(Experiment):
         self.shape: MemoryShape | None = None
         self.n_vocab = 0
         self.plan: Plan | None = None
+        self.revised: Plan | None = None  # the plan from this run's own spread, once its first processes are in
         self.saved: SavedStates | None = None  # the run's saved depth-L slot files, made once
         self.took_s = 0.0
 
@@ -160,7 +161,7 @@ class Sweep(Experiment):
                 tokens = stream_tokens(sw, self.n_vocab, max(news)) if self.driver else []
                 scratch = Scratch(slots, states, tokens)
                 task = progress.add_task("sweep", total=book.planned(todo))
-                process = book.next_process()
+                process = first = book.next_process()
                 while todo:
                     progress.update(task, description=f"process {process + 1}")
                     with contextlib.ExitStack() as stack:
@@ -182,6 +183,9 @@ class Sweep(Experiment):
                                 done[(where, p.id)] = point
                     process += 1
                     todo = self.todo(sw, done)
+                    if todo and self.plan is not None and self.revised is None and process - first == sw.processes:
+                        now = [*done.values(), *book.last.values()]
+                        self.revised = revise_plan(settings, self.plan, now, sw.processes, progress.console)
         self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
         if "inproc" in places_of(sw):
             inproc_samples = [s for s in run.read(SAMPLES, SweepSample) if s.where == "inproc"]
@@ -189,7 +193,7 @@ class Sweep(Experiment):
             self.summary = sweep_inproc.restore_summary(inproc_points, inproc_samples, fills, self.shape)
             (run.path / "raw" / f"{SUMMARY}.json").write_text(self.summary.model_dump_json(indent=2))
         self.took_s = time.monotonic() - started
-        results = plan_results(self.plan, self.took_s)
+        results = plan_results(self.plan, self.took_s, self.revised)
         if book.starts:
             results["process_start_s"] = book.starts
         return Outcome(results=results, failure=all_failed(self.points))
@@ -284,7 +288,7 @@ class Sweep(Experiment):
     def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
         print_summary(console, self.points, self.summary, outcome.results.get("process_start_s", []))
         if self.plan is not None:
-            console.print(plan_line(self.plan, self.took_s), highlight=False)
+            console.print(plan_line(self.plan, self.took_s, self.revised), highlight=False)
         # the answer: the step with the cache vs re-prefilled, and where the newest profile says time goes
         host = sess.run.manifest().host
         server = [p for p in self.points if p.where == "server"]

@@ -2,7 +2,7 @@
 //
 // Cumulative depth sweep: the context is decoded in fixed chunks, chunk c covering positions
 // [c*chunk, (c+1)*chunk), so chunk c is a probe at depth c*chunk. Each cycle runs two passes over the same
-// depths from an empty memory:
+// depths from an empty memory, FUSED first in even cycles and TIMED first in odd ones:
 //   FUSED  cb_eval never observes: the scheduler fuses nodes at native speed; the clock wraps llama_decode.
 //   TIMED  cb_eval asks for every node: each node is computed alone and synchronised; the clock wraps it.
 // Output: JSON lines on --out, one per (pass row):
@@ -210,8 +210,11 @@ int main(int argc, char ** argv) {
     profiler.write_meta();
     profiler.warm_up();
     for (int cycle = args.first_cycle; cycle < args.cycles; ++cycle) {
-        profiler.run_pass(cycle, false);  // FUSED
-        profiler.run_pass(cycle, true);   // TIMED
+        // the order alternates (even cycles FUSED first, odd TIMED first): whatever the first pass after another
+        // pays (the caches the other left, pages first touched) falls on each pass alike over the cycles
+        const bool timed_first = cycle % 2 == 1;
+        profiler.run_pass(cycle, timed_first);
+        profiler.run_pass(cycle, !timed_first);
     }
     return 0;
 }

@@ -26,7 +26,7 @@ def plan_table(old: Plan, new: Plan) -> Table:
     return t
 
 
-def plan_line(new: Plan, actual_s: float | None = None) -> str:
+def plan_line(new: Plan, actual_s: float | None = None, revised: Plan | None = None) -> str:
     each = sorted(set(new.reps_each))
     if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
         reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
@@ -36,6 +36,9 @@ def plan_line(new: Plan, actual_s: float | None = None) -> str:
         )
     else:
         line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
-    if actual_s is not None:
-        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction)" if new.total_s else ""
+    if actual_s is not None and new.total_s:
+        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction"
+        if revised is not None and revised.total_s:
+            line += f", {actual_s / revised.total_s:.2f}x its revision to {fmt_duration(revised.total_s)}"
+        line += ")"
     return line

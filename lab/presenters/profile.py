@@ -3,6 +3,8 @@ rows and summary."""
 
 from __future__ import annotations
 
+from collections.abc import Mapping
+
 from rich.table import Table
 
 from lab.schemas import BANDS, BandDepth, ProfileSummary, cell
@@ -33,14 +35,42 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
         t.add_row(
             str(depth),
             *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
-            cell(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
-            cell(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
+            _judged(
+                cell(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
+                s.timed_vs_fused_verdict,
+                depth,
+            ),
+            _judged(
+                cell(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
+                s.fused_vs_bench_verdict,
+                depth,
+            ),
         )
     t.caption = (
         f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {cell(s.attn_slope_ci, digits=4)} "
         f"ms/token per 1k depth, R^2 {cell(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
     )
     return t
+
+
+def _judged(text: str, verdicts: Mapping[str, str], depth: int) -> str:
+    v = verdicts.get(str(depth))
+    return f"{text} {v}" if v else text
+
+
+def reference_lines(s: ProfileSummary) -> list[str]:
+    """How the two references came out: agree / disagree / undecided counted over the depths, at their tolerance."""
+    out = []
+    for what, verdicts, tol in (
+        ("TIMED / FUSED", s.timed_vs_fused_verdict, s.timed_tolerance),
+        ("FUSED / llama-bench", s.fused_vs_bench_verdict, s.bench_tolerance),
+    ):
+        if verdicts and tol is not None:
+            counts = ", ".join(
+                f"{n} {v}" for v in ("agree", "disagree", "undecided") if (n := list(verdicts.values()).count(v))
+            )
+            out.append(f"{what} at +-{tol:.0%}: {counts} of {len(verdicts)} depths")
+    return out
 
 
 def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:

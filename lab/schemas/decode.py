@@ -27,9 +27,13 @@ class DecodeDepth(BaseModel):
     n_out: int = Field(description="tokens each server sample and llama-bench rep generates")
     server_ms: Interval | None = Field(default=None, description="server: predicted_ms / (predicted_n - 1)")
     bench_ms: Interval | None = Field(default=None, description="llama-bench: generation ms / n_gen")
-    ratio: Interval | None = Field(default=None, description="server / llama-bench, unpaired (two processes)")
+    ratio: Interval | None = Field(
+        default=None, description="server / llama-bench, unpaired, over both sides' processes"
+    )
     verdict: Verdict = "undecided"
     tolerance: float = Field(description="agree: the ratio's interval inside 1 +- tolerance")
     server_samples_ms: list[float] = Field(default_factory=list)
     bench_samples_ms: list[float] = Field(default_factory=list)
+    server_processes: list[int] = Field(default_factory=list, description="each server sample's process (rep)")
+    bench_processes: list[int] = Field(default_factory=list, description="each llama-bench sample's call")
     failed: list[str] = Field(default_factory=list, description="the server samples that failed, and why")

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lab.schemas.base import Interval
+from lab.schemas.base import Interval, Verdict
 
 
 class ProfileWall(BaseModel):
@@ -86,7 +86,19 @@ class ProfileSummary(BaseModel):
     timed_vs_fused_gap_ci: dict[str, Interval] = Field(
         default_factory=dict, description="per depth: TIMED node sum / FUSED wall (a ratio) and its interval"
     )
-    fused_vs_bench_ci: dict[str, Interval] = Field(default_factory=dict, description="per depth (over cycles)")
+    fused_vs_bench_ci: dict[str, Interval] = Field(
+        default_factory=dict,
+        description="per depth: FUSED / llama-bench, the interval over both sides' processes (runs before the two "
+        "were interleaved: over the FUSED side's cycles only)",
+    )
+    fused_vs_bench_verdict: dict[str, Verdict] = Field(
+        default_factory=dict, description="per depth, at bench_tolerance"
+    )
+    timed_vs_fused_verdict: dict[str, Verdict] = Field(
+        default_factory=dict, description="per depth, at timed_tolerance"
+    )
+    bench_tolerance: float | None = Field(default=None, description="FUSED / llama-bench agrees inside 1 +- this")
+    timed_tolerance: float | None = Field(default=None, description="TIMED / FUSED agrees inside 1 +- this")
     cost_model: str = Field(default="", description="what the predictions come from, or why there are none")
     predicted_crossover_depth: float | None = Field(default=None, description="attn_core FLOPs = ffn_moe FLOPs")
     crossover_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted crossover")
