@@ -9,6 +9,9 @@ power, one pair measures a real difference: one thread against every core, back 
 Per experiment (the default sweep, the default profile, the demo's conversation replay) it prints every pair's
 compared and significant counts, the A/A rate with its 95% interval and a verdict against 1 in 20
 (`holds` when the interval lies below it, `fails` when above, else `undecided`), and the real difference's rate.
+A rerun also shifts a whole run's level (the host's drift between runs, which no run's processes carry): each
+pair's shift gives the host's run drift (`lab compare --run-drift`), and each pair is judged again with the
+drift the other pairs measured, so the allowance is tested on a pair it was not fitted to.
 
     .venv/bin/python benchmarks/aa_test.py [--pairs 3] [--experiments sweep,profile,conversation] [--no-power]
 """
@@ -16,11 +19,14 @@ compared and significant counts, the A/A rate with its 95% interval and a verdic
 from __future__ import annotations
 
 import argparse
+import math
 import os
+import statistics
 import sys
 import tempfile
 import time
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +40,7 @@ from lab.experiments.profile import run_profile
 from lab.experiments.sweep import run_sweep
 from lab.runs import RunFolder
 from lab.settings import Settings, load_settings
-from lab.stats import proportion_interval
+from lab.stats import drift_of_shifts, proportion_interval
 
 CORES = os.cpu_count() or 1
 AA_BOUND = 0.05  # one comparison in 20 called significant by chance, at 95% intervals
@@ -55,10 +61,26 @@ def counts(c: Comparison) -> tuple[int, int]:
     return len(rows), sum(bool(r.significant) for r in rows)
 
 
-def pair(run: Callable[[Settings], RunFolder], a: Settings, b: Settings) -> tuple[Comparison, float]:
+def shift(c: Comparison) -> float:
+    """The pair's whole-run shift: the geometric mean of B/A over every compared point-metric."""
+    values = [r.ci.value for r in c.rows if r.ci is not None and r.ci.value > 0]
+    return math.exp(statistics.fmean(math.log(v) for v in values)) if values else 1.0
+
+
+@dataclass
+class Pair:
+    a: Path
+    b: Path
+    took: float
+
+    def compare(self, drift: float = 0.0) -> Comparison:
+        return compare_runs(self.a, self.b, drift)
+
+
+def pair(run: Callable[[Settings], RunFolder], a: Settings, b: Settings) -> Pair:
     t0 = time.monotonic()
     ra, rb = run(a), run(b)
-    return compare_runs(ra.path, rb.path), time.monotonic() - t0
+    return Pair(ra.path, rb.path, time.monotonic() - t0)
 
 
 def rate_cell(compared: int, significant: int) -> str:
@@ -73,11 +95,21 @@ def aa_verdict(compared: int, significant: int) -> str:
     return "holds" if iv.hi <= AA_BOUND else "fails" if iv.lo > AA_BOUND else "undecided"
 
 
+def leave_one_out(pairs: list[Pair], shifts: list[float]) -> list[tuple[int, int, float]]:
+    """Each pair compared with the run drift the other pairs measured (its own shift kept out of it, so the
+    allowance is tested on a pair it was not fitted to): (compared, significant, the drift used)."""
+    out = []
+    for i, p in enumerate(pairs):
+        drift = drift_of_shifts([x for j, x in enumerate(shifts) if j != i])
+        out.append((*counts(p.compare(drift)), drift))
+    return out
+
+
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--pairs", type=int, default=3)
     ap.add_argument("--experiments", default="sweep,profile,conversation")
-    ap.add_argument("--conversation-reps", type=int, default=3)
+    ap.add_argument("--conversation-reps", type=int, default=None, help="default: conversation.reps")
     ap.add_argument("--no-power", action="store_true", help="skip the real difference (1 thread vs every core)")
     ap.add_argument("--model", type=Path)
     ap.add_argument("--runs-dir", type=Path, default=None)
@@ -91,36 +123,59 @@ def main() -> int:
         server: dict[str, Any] = {"threads": threads} if threads else {}
         return load_settings(model=args.model, runs_dir=runs, server=server)
 
+    reps = args.conversation_reps or settings().conversation.reps
     names = [x for x in args.experiments.split(",") if x]
-    aa: dict[str, list[tuple[int, int, float]]] = {n: [] for n in names}
-    power: dict[str, tuple[int, int, float]] = {}
+    pairs: dict[str, list[Pair]] = {n: [] for n in names}
+    aa: dict[str, list[tuple[int, int]]] = {n: [] for n in names}
+    shifts: dict[str, list[float]] = {n: [] for n in names}
     for i in range(args.pairs):
         for name in names:
-            c, took = pair(runner(name, trace, args.conversation_reps), settings(), settings())
-            aa[name].append((*counts(c), took))
-            console.print(f"A/A pair {i + 1}, {name}: {aa[name][-1][1]}/{aa[name][-1][0]} significant", highlight=False)
+            p = pair(runner(name, trace, reps), settings(), settings())
+            c = p.compare()
+            pairs[name].append(p)
+            aa[name].append(counts(c))
+            shifts[name].append(shift(c))
+            k, n = aa[name][-1][1], aa[name][-1][0]
+            console.print(f"A/A pair {i + 1}, {name}: {k}/{n} significant, B/A {shifts[name][-1]:.3f}", highlight=False)
+    held = {name: leave_one_out(pairs[name], shifts[name]) for name in names}
+    power: dict[str, tuple[tuple[int, int], tuple[int, int], float]] = {}
     if not args.no_power:
         for name in names:
-            c, took = pair(runner(name, trace, args.conversation_reps), settings(1), settings(CORES))
-            power[name] = (*counts(c), took)
-            console.print(f"1 vs {CORES} threads, {name}: {power[name][1]}/{power[name][0]} significant")
+            p = pair(runner(name, trace, reps), settings(1), settings(CORES))
+            drift = drift_of_shifts(shifts[name])
+            power[name] = (counts(p.compare()), counts(p.compare(drift)), drift)
+            console.print(f"1 vs {CORES} threads, {name}: {power[name][0][1]}/{power[name][0][0]} significant")
     t = Table(title=f"A/A: {args.pairs} pairs per experiment, back to back, same build and settings ({runs})")
-    for col in ("experiment", *(f"pair {i + 1}" for i in range(args.pairs)), "A/A significant [95%]", "verdict"):
-        t.add_column(col, justify="left" if col == "experiment" else "right")
-    t.add_column(f"1 vs {CORES} threads significant", justify="right")
+    cols = [f"pair {i + 1}" for i in range(args.pairs)]
+    cols += ["A/A significant [95%]", "verdict", "with the run drift (leave one out)", "verdict"]
+    cols += ["run drift (all pairs)", f"1 vs {CORES} threads significant", "with the run drift"]
+    t.add_column("experiment")
+    for col in cols:
+        t.add_column(col, justify="right")
     for name in names:
         n, k = sum(x[0] for x in aa[name]), sum(x[1] for x in aa[name])
+        hn, hk = sum(x[0] for x in held[name]), sum(x[1] for x in held[name])
         pw = power.get(name)
         t.add_row(
             name,
-            *(f"{s}/{c} ({w:.0f} s)" for c, s, w in aa[name]),
+            *(
+                f"{s}/{c}, B/A {sh:.3f} ({p.took:.0f} s)"
+                for (c, s), sh, p in zip(aa[name], shifts[name], pairs[name], strict=True)
+            ),
             rate_cell(n, k),
             aa_verdict(n, k),
-            rate_cell(pw[0], pw[1]) if pw else "-",
+            rate_cell(hn, hk),
+            aa_verdict(hn, hk),
+            f"{drift_of_shifts(shifts[name]):.1%}",
+            rate_cell(*pw[0]) if pw else "-",
+            rate_cell(*pw[1]) if pw else "-",
         )
-    n, k = sum(x[0] for v in aa.values() for x in v), sum(x[1] for v in aa.values() for x in v)
-    t.add_row("all", *[""] * args.pairs, rate_cell(n, k), aa_verdict(n, k), "")
     console.print(t)
+    console.print(
+        "the run drift is the spread of a whole run's level on this host (lab compare --run-drift); "
+        "'leave one out': each pair judged with the drift the other pairs measured",
+        highlight=False,
+    )
     return 0
 
 

@@ -180,6 +180,22 @@ def geomean_ratio(
     return Interval(value=value, lo=lo, hi=hi, n=len(values), processes=max(1, processes))
 
 
+def run_drift_factors(sigma: float, key: str) -> npt.NDArray[np.float64]:
+    """N_BOOT draws of what two runs' drift puts on their ratio B/A: each run sits off the host's long-run level
+    by a lognormal factor of spread `sigma` (the run level, below processes and reps), so B/A by one of spread
+    sigma x sqrt(2). One set per comparison: a run's drift moves all of its points alike."""
+    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"drift|{key}|{sigma}".encode()).digest()[:8], "little"))
+    out: npt.NDArray[np.float64] = np.exp(rng.normal(0.0, sigma * math.sqrt(2), N_BOOT))
+    return out
+
+
+def drift_of_shifts(shifts: Sequence[float]) -> float:
+    """The run level's spread (log SD) from the whole-run shifts B/A of A/A pairs (same build, same settings):
+    each shift's log has variance 2 sigma^2. 0 without any."""
+    logs = [math.log(x) for x in shifts if x > 0 and math.isfinite(x)]
+    return math.sqrt(statistics.fmean(v * v for v in logs) / 2) if logs else 0.0
+
+
 def from_draws(value: float, draws: Sequence[float], n: int, processes: int = 1) -> Interval | None:
     """An estimate with the interval of its bootstrap replicates (None without any); `processes`: how many
     processes the resampled units came from."""

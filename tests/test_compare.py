@@ -77,6 +77,15 @@ def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_pa
     r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--fail-above", "10")
     assert r.returncode == 1 and "significant slowdown: fake_median_ms" in r.stderr, r.stderr + r.stdout
     assert "slower" in r.stdout and "geomean" in r.stdout
+    # the host's run-to-run drift widens every interval, all rows by one shared draw: a 1.5x slowdown is still
+    # one at a drift of 5%, and within noise at a drift of 40%
+    drifted = compare_runs(fast, slow, drift=0.05)
+    (d,) = (r for r in drifted.summary if r.metric == "fake_median_ms")
+    assert d.ci is not None and g.ci is not None and d.ci.lo < g.ci.lo and d.ci.hi > g.ci.hi and d.significant
+    (w,) = (r for r in compare_runs(fast, slow, drift=0.4).summary if r.metric == "fake_median_ms")
+    assert w.ci is not None and w.significant is False
+    r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--run-drift", "0.05")
+    assert r.returncode == 0 and "a run-to-run drift of 5.0%" in r.stdout, r.stderr + r.stdout
 
 
 def test_profiles_compare_band_by_band_with_intervals(tmp_path: Path) -> None:

@@ -3,6 +3,8 @@ are deterministic; verdicts that can say undecided."""
 
 from __future__ import annotations
 
+import math
+
 import numpy as np
 import pytest
 
@@ -176,3 +178,15 @@ def test_variance_components_find_each_level() -> None:
     # processes -> one rep each
     assert reps_per_process(c, process_s=4.0, rep_s=0.25) == round((16 * (c.within / c.between) ** 2) ** 0.5)
     assert reps_per_process(c.model_copy(update={"between": 0.5}), process_s=0.1, rep_s=1.0) == 1
+
+
+def test_the_run_level_drift_from_aa_shifts_and_its_draws() -> None:
+    """A/A pairs' whole-run shifts give the run level's spread (each log shift has variance 2 sigma^2); its draws
+    put that spread, times sqrt(2), on a ratio of two runs."""
+    from lab.stats import drift_of_shifts, run_drift_factors
+
+    assert drift_of_shifts([]) == 0.0
+    assert drift_of_shifts([math.exp(0.1), math.exp(-0.1)]) == pytest.approx(0.1 / math.sqrt(2))
+    f = run_drift_factors(0.05, "k")
+    assert np.std(np.log(f)) == pytest.approx(0.05 * math.sqrt(2), rel=0.05)
+    assert np.array_equal(f, run_drift_factors(0.05, "k"))  # seeded: the same comparison gives the same interval

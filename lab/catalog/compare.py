@@ -21,7 +21,7 @@ from lab.errors import LabError
 from lab.fills import fill_values
 from lab.runs import match_run_id
 from lab.schemas import BANDS, InprocFill, Interval
-from lab.stats import geomean_ratio, unpaired_draws, unpaired_ratio
+from lab.stats import from_draws, geomean_ratio, run_drift_factors, unpaired_draws, unpaired_ratio
 
 
 class CompareError(LabError):
@@ -99,6 +99,7 @@ class Comparison:
     keys: tuple[str, ...]
     rows: list[CompareRow]
     summary: list[CompareRow] = field(default_factory=list)  # the geometric mean per metric over the keys
+    drift: float = 0.0  # the run level's spread the intervals carry (0: none, only processes and reps)
 
     @property
     def kind(self) -> Kind:
@@ -201,10 +202,14 @@ def _where(row: dict[str, Any]) -> str:
     return str(_value(row.get("where")) or "server")  # rows from before the sweep had two places
 
 
-def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[CompareRow], list[CompareRow]]:
+def compare_rows(
+    experiment: str, a_side: Side, b_side: Side, drift: float = 0.0
+) -> tuple[list[CompareRow], list[CompareRow]]:
     """B/A rows for every key either run has (a side it lacks is None), each with the interval of B/A from
     both runs' samples; and per metric the geometric mean over the keys both have. Profiles also get one
-    TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share."""
+    TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share. `drift`: the host's
+    run-to-run spread (log SD, measured by the A/A test), one draw of it shared by every row of a bootstrap
+    replicate, since a run's drift moves all of its points alike."""
     kind = KINDS[KIND_OF[experiment]]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -216,6 +221,7 @@ def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[Comp
 
     a, b = keyed(a_side.get(kind.table, [])), keyed(b_side.get(kind.table, []))
     sa, sb = _samples(experiment, a_side), _samples(experiment, b_side)
+    shared = run_drift_factors(drift, experiment) if drift > 0 else None
     rows: list[CompareRow] = []
     for key in sorted(set(a) | set(b), key=_sort_key):
         for metric in kind.metrics:
@@ -226,6 +232,9 @@ def compare_rows(experiment: str, a_side: Side, b_side: Side) -> tuple[list[Comp
             tag = f"{key}/{metric}"
             ci = unpaired_ratio(xb.values, xa.values, tag, xb.procs, xa.procs)
             draws = unpaired_draws(xb.values, xa.values, tag, xb.procs, xa.procs)
+            if shared is not None and ci is not None and draws is not None:
+                draws = draws * shared
+                ci = from_draws(ci.value, list(draws), ci.n, ci.processes)
             rows.append(CompareRow(key, metric, va, vb, ci, draws))
     summary = []
     for metric in kind.metrics:
@@ -247,8 +256,8 @@ def _check(experiment_a: str, experiment_b: str) -> str:
     return kind_a
 
 
-def compare_runs(run_a: Path, run_b: Path) -> Comparison:
-    """Two run folders (complete or not: what they hold so far)."""
+def compare_runs(run_a: Path, run_b: Path, drift: float = 0.0) -> Comparison:
+    """Two run folders (complete or not: what they hold so far); `drift`: see compare_rows."""
     ma, mb = read_manifest(run_a), read_manifest(run_b)
     name = _check(ma.experiment, mb.experiment)
     kind = KINDS[name]
@@ -256,8 +265,8 @@ def compare_runs(run_a: Path, run_b: Path) -> Comparison:
     def side(run: Path, experiment: str) -> Side:
         return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
-    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment))
-    return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary)
+    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift)
+    return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary, drift)
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:

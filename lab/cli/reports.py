@@ -28,6 +28,16 @@ def compare(
         float | None,
         typer.Option("--fail-above", metavar="PCT", help="exit 1 when B is significantly slower than A by PCT %"),
     ] = None,
+    run_drift: Annotated[
+        float,
+        typer.Option(
+            "--run-drift",
+            min=0.0,
+            max=1.0,
+            metavar="SIGMA",
+            help="this host's run-to-run drift (log SD, printed by benchmarks/aa_test.py): the intervals carry it",
+        ),
+    ] = 0.0,
     runs_dir: RunsDir = None,
 ) -> None:
     """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
@@ -38,7 +48,7 @@ def compare(
     from lab.presenters import compare_table
 
     s = settings_for(runs_dir=runs_dir)
-    c = compare_runs(resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path)
+    c = compare_runs(resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path, run_drift)
     Console().print(compare_table(c))
     if as_report:
         from lab.reports import render_compare

@@ -78,8 +78,11 @@ def compare_table(c: Comparison) -> Table:
         "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
         "called significant there may be the next run's noise"
         if within
+        else f"each interval carries both runs' spread between processes and a run-to-run drift of {c.drift:.1%} "
+        "(--run-drift, from the A/A test: docs/repetition.md)"
+        if c.drift > 0
         else "each interval carries both runs' spread between processes, not a drift of the host between the two "
-        "runs (docs/repetition.md: the A/A test)"
+        "runs (--run-drift: docs/repetition.md, the A/A test)"
     )
     t = Table(
         *c.keys,
