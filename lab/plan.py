@@ -258,6 +258,15 @@ def predicted_reps(
     return min(max_reps, per * need)
 
 
+def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> int:
+    """The processes a point of `reps` reps runs in: `share` reps in each of the run's first `processes`, then
+    `per_extra` in each further one (the sweep's ledger: lab.experiments.sweep_rounds)."""
+    first = share * processes
+    if reps <= first:  # done within its first processes (a point at max_reps stops there)
+        return math.ceil(reps / share)
+    return processes + math.ceil((reps - first) / max(1, per_extra))
+
+
 def fit_reps(budget_s: float, plan_of: Callable[[int], Plan]) -> int:
     """The most reps (1..200) whose plan fits `budget_s`; a budget that one rep exceeds is a one-line error."""
     one = plan_of(1)

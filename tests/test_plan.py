@@ -232,3 +232,30 @@ def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -
         "; took 1.5 min (1.50x the prediction, 0.90x its revision to 1.7 min)"
     )
     assert plan_line(first, 90.0).endswith("; took 1.5 min (1.50x the prediction)")
+
+
+def test_the_plan_counts_every_process_a_point_may_need() -> None:
+    """A point takes its share in each of the first sweep.processes processes, then further processes of as many
+    reps as its spread calls for: the bound assumes one rep in each (processes differing more than reps within
+    one), so a point allowed 20 reps may need 20 processes; a prediction from a quiet point's spread fewer."""
+    from lab.experiments.planning import plans
+    from lab.plan import processes_needed
+    from lab.schemas import Components, Interval, SweepPoint
+    from lab.settings import Settings
+
+    assert processes_needed(5, 1, 5, 1) == 5 and processes_needed(3, 1, 5, 1) == 3  # stops at max_reps
+    assert processes_needed(20, 1, 5, 1) == 20 and processes_needed(20, 1, 5, 5) == 8
+    assert processes_needed(21, 2, 3, 4) == 3 + 4  # 6 reps in the first 3, then 15 in fours
+    rates = NUC16.model_copy(update={"process_start_s": 2.0})
+    sw = {"Ls": [4096], "news": [256], "min_reps": 5, "max_reps": 20, "processes": 5, "arms": ["fake", "genuine"]}
+    s = Settings(sweep=sw, server={})
+    starts = {a.arm: a.seconds for a in plans(s, rates, "server")[1].arms}["process starts"]
+    assert starts == pytest.approx(20 * 2.0)
+    quiet = Components(between=0.001, within=0.01, processes=5, reps=20)
+    iv = Interval(value=1.0, lo=0.99, hi=1.01, n=20)
+    before = SweepPoint.model_construct(
+        where="server", point="L4096_n256", components={"fake/genuine": quiet}, fake_vs_genuine_ci=iv,
+        fake_vs_estimate_ci=None,
+    )  # fmt: skip
+    predicted = {a.arm: a.seconds for a in plans(s, rates, "server", previous=[before])[1].arms}
+    assert predicted["process starts"] == pytest.approx(5 * 2.0)  # decided within its first five processes

@@ -190,3 +190,13 @@ def test_the_run_level_drift_from_aa_shifts_and_its_draws() -> None:
     f = run_drift_factors(0.05, "k")
     assert np.std(np.log(f)) == pytest.approx(0.05 * math.sqrt(2), rel=0.05)
     assert np.array_equal(f, run_drift_factors(0.05, "k"))  # seeded: the same comparison gives the same interval
+
+
+def test_row_medians_skip_the_padding_as_numpy_does() -> None:
+    from lab.stats import _row_nanmedians
+
+    rng = np.random.default_rng(3)
+    v = rng.lognormal(size=(500, 9))
+    v[rng.random(v.shape) < 0.5] = np.nan
+    v[:, 4] = 2.0  # every row has a value
+    assert np.array_equal(_row_nanmedians(v), np.nanmedian(v, axis=1))

@@ -15,6 +15,7 @@ from lab.engine.imagegrid import ImageGeometry
 from lab.errors import UsageError
 from lab.experiments.profile_rates import BAND_CYCLES, plan_rates
 from lab.plan import (
+    DEFAULT_SPREAD,
     Plan,
     Rates,
     Where,
@@ -22,6 +23,7 @@ from lab.plan import (
     parse_duration,
     plan,
     predicted_reps,
+    processes_needed,
     rates_from_chunks,
     rates_from_file,
 )
@@ -30,6 +32,7 @@ from lab.presenters.plan import plan_line, plan_table
 from lab.runs import RunError, RunFolder, resolve_run
 from lab.schemas import Components, InprocFill, SweepPoint
 from lab.settings import Settings
+from lab.stats import reps_per_process
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
@@ -56,9 +59,11 @@ def plans(
     arms: list[str] = [*sw.arms] if where == "server" else [a for a in sw.arms if a != "estimate"]
     counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
     # each of the first processes adds ceil(min_reps / processes) reps; a point still undecided after them takes
-    # the rest in about one more (as many reps per process as narrow its interval most per second)
+    # the rest in further processes, as many reps in each as narrow its interval most per second: the bound
+    # assumes the fewest (processes differ more than reps within one), a prediction what its spread says
     share = math.ceil(sw.min_reps / sw.processes)
-    used = min(math.ceil(max(counts) / share), sw.processes + (max(counts) > share * sw.processes))
+    per = [share] * len(points) if previous is None else per_extra_process(settings, rates, where, previous)
+    used = max(processes_needed(c, share, sw.processes, k) for c, k in zip(counts, per, strict=True))
     kw: dict[str, Any] = {
         "fill_passes": min(sw.fill_passes, used),
         "baseline_reps": sw.baseline_reps,
@@ -71,6 +76,29 @@ def plans(
     return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan(
         "cumulative", where, points, n, arms, rates, **kw, reps_each=counts
     )
+
+
+def _fake_genuine_spread(p: SweepPoint | None) -> Components:
+    spread = (p.components.get("fake/genuine") or p.components.get("fake")) if p is not None else None
+    return spread or DEFAULT_SPREAD
+
+
+def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: list[SweepPoint]) -> list[int]:
+    """The reps each grid point is predicted to take in each process past its first ones: the ledger's
+    Kalibera-and-Jones split (lab.stats.reps_per_process) from the point's spread in `previous` (else the
+    default), a process start at rates.process_start_s and a rep at its timed arms' chunks."""
+    from lab.experiments.sweep_grid import grid
+
+    sw = settings.sweep
+    share = math.ceil(sw.min_reps / sw.processes)
+    before: dict[tuple[str, str], SweepPoint] = {(p.where, p.point): p for p in previous}
+    timed = sum(a in sw.arms for a in ("fake", "genuine", "estimate", "plain")) or 1
+    out = []
+    for gp in grid(sw):
+        rep_s = timed * rates.chunk(gp.L, gp.new) / 1e3
+        best = reps_per_process(_fake_genuine_spread(before.get((where, gp.id))), rates.process_start_s or 1.0, rep_s)
+        out.append(max(share, min(best, sw.min_reps)))
+    return out
 
 
 def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:

@@ -161,7 +161,8 @@ class Ledger:
             walls.append(out.wall_s)
             baseline.append(out.baseline)
             progress.advance(task)
-            if extra and len(have) + len(walls) >= sw.min_reps:
+            # stop as soon as decided (the round's last rep is judged by the summary after the round)
+            if extra and len(have) + len(walls) >= sw.min_reps and rep < first + count - 1:
                 point = place.summarize(p, samples + new_samples, self._tps(where, p, tps + new_tps))
                 if decided(point, sw):
                     break
