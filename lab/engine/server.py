@@ -202,27 +202,35 @@ class LlamaServer:
             self._client = httpx.Client(base_url=self.url, timeout=httpx.Timeout(600.0, connect=5.0))
         return self._client
 
-    def start(self) -> LlamaServer:
+    def launch(self) -> None:
+        """Start the process on a free port without waiting for it (`start` waits): a caller may load something
+        else meanwhile."""
         if not self.model.exists():
             raise ServerError(f"model not found: {self.model}")
         self.log_path.parent.mkdir(parents=True, exist_ok=True)
+        self.port = free_port()
+        args = server_args(self.settings, self.model, self.port, self.extra_args)
+        cmd = [*taskset(self.settings.cpu_list), str(self.engine.server), *args]
+        env = dict(os.environ, LD_LIBRARY_PATH=str(self.engine.lib_dir))
+        with self.log_path.open("ab") as log:
+            log.write(f"\n# {' '.join(cmd)}\n".encode())
+            log.flush()
+            self.proc = subprocess.Popen(
+                cmd,
+                stdin=subprocess.DEVNULL,
+                stdout=log,
+                stderr=subprocess.STDOUT,
+                env=env,
+                start_new_session=True,
+                preexec_fn=die_with_parent,
+            )
+
+    def start(self) -> LlamaServer:
+        """Launch (unless `launch` already did) and wait until healthy; a port taken between probe and bind is
+        retried on another."""
         for _attempt in range(3):
-            self.port = free_port()
-            args = server_args(self.settings, self.model, self.port, self.extra_args)
-            cmd = [*taskset(self.settings.cpu_list), str(self.engine.server), *args]
-            env = dict(os.environ, LD_LIBRARY_PATH=str(self.engine.lib_dir))
-            with self.log_path.open("ab") as log:
-                log.write(f"\n# {' '.join(cmd)}\n".encode())
-                log.flush()
-                self.proc = subprocess.Popen(
-                    cmd,
-                    stdin=subprocess.DEVNULL,
-                    stdout=log,
-                    stderr=subprocess.STDOUT,
-                    env=env,
-                    start_new_session=True,
-                    preexec_fn=die_with_parent,
-                )
+            if self.proc is None:
+                self.launch()
             try:
                 self._wait_healthy()
             except ServerError as e:

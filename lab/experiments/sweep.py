@@ -32,7 +32,7 @@ from rich.progress import Progress
 
 from lab.engine.contract import ContractClient
 from lab.engine.imagegrid import ImageGeometry
-from lab.engine.server import mmproj_args
+from lab.engine.server import LlamaServer, mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.errors import UsageError
 from lab.experiments import sweep_inproc
@@ -206,12 +206,15 @@ class Sweep(Experiment):
         sw, news = sess.settings.sweep, self.driver_news(sess.settings)
         places: dict[Where, Place] = {}
         driver = None
+        early = None  # a process that measures nothing while starting loads the server beside the driver
+        if "server" in places_of(sw) and self.driver and not needs_fill(book.fills, scratch.states, sw):
+            early = self.launch_server(sess, stack, scratch.slots)
         if self.driver:
             driver = self.start_driver(sess, stack, scratch.tokens, news, book.fills, scratch.states, process, bar)
             if "inproc" in places_of(sw):
                 places["inproc"] = InprocPlace(driver, sw, book.fills, self.shape)
         if "server" in places_of(sw):
-            client = self.start_server(sess, stack, scratch.slots)
+            client = self.start_server(sess, early or self.launch_server(sess, stack, scratch.slots))
             scratch.tokens = scratch.tokens or stream_tokens(sw, client.srv.n_vocab(), max(news))
             if self.saved is None and scratch.slots and "genuine" in sw.arms and sw.genuine_prefix == "restore":
                 self.saved = SavedStates(client, bar.console)
@@ -260,7 +263,7 @@ class Sweep(Experiment):
         driver = stack.enter_context(DriverSession(cmd, logs / "inproc.log", logs / "inproc.jsonl"))
         run.add_results(driver_meta=driver.meta)
         have_states = any(states_dir.glob("*.state"))
-        if len({f.fill_pass for f in fills}) < sw.fill_passes or not have_states:
+        if needs_fill(fills, states_dir, sw):
             task = progress.add_task("fill pass", total=None)
             run_fill(driver, run, FILLS, fills, process)
             progress.update(task, total=1, completed=1, visible=False)
@@ -270,10 +273,17 @@ class Sweep(Experiment):
             driver.call(f"load {states_dir}")
         return driver
 
-    def start_server(self, sess: OpenRun, stack: contextlib.ExitStack, slots: Path | None) -> ContractClient:
-        """llama-server for one of the run's processes, with the run's slot-save directory for the genuine arm."""
+    def launch_server(self, sess: OpenRun, stack: contextlib.ExitStack, slots: Path | None) -> LlamaServer:
+        """llama-server for one of the run's processes (the run's slot-save directory for the genuine arm),
+        launched and stopped with the process, not yet waited for."""
         extra = [*mmproj_args(self.projector), *(["--slot-save-path", str(slots)] if slots else [])]
-        srv = stack.enter_context(sess.server(extra_args=extra))
+        srv = sess.server(extra_args=extra)
+        stack.callback(srv.stop)
+        srv.launch()
+        return srv
+
+    def start_server(self, sess: OpenRun, srv: LlamaServer) -> ContractClient:
+        srv.start()  # waits until it is healthy
         sess.record_server(srv)
         return ContractClient(srv)
 
@@ -295,6 +305,12 @@ class Sweep(Experiment):
         steps = steps_of(server, host, sess.model.name, sess.run.path.name)
         profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
         print_headline(console, steps, [profile] if profile else [])
+
+
+def needs_fill(fills: list[InprocFill], states_dir: Path, sw: SweepSettings) -> bool:
+    """Whether this process's driver makes a fill pass (the run has fewer than sweep.fill_passes, or no saved
+    depth-L states yet) rather than reading the states back."""
+    return len({f.fill_pass for f in fills}) < sw.fill_passes or not any(states_dir.glob("*.state"))
 
 
 def run_sweep(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
