@@ -40,6 +40,7 @@ from pydantic import BaseModel, Field, ValidationError
 from lab.engine.contract import WARM_UP
 from lab.errors import UsageError, validation_line
 from lab.schemas import Components
+from lab.stats import reps_per_process
 
 Design = Literal["per-rep prefill", "cumulative"]
 Where = Literal["server", "inproc", "both"]
@@ -265,6 +266,14 @@ def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> i
     if reps <= first:  # done within its first processes (a point at max_reps stops there)
         return math.ceil(reps / share)
     return processes + math.ceil((reps - first) / max(1, per_extra))
+
+
+def reps_in_further_process(spread: Components, start_s: float, rep_s: float, share: int, most: int) -> int:
+    """The reps an undecided point takes in each process past its first ones (the sweep's ledger and the plan
+    alike): as many as narrow its interval most per second (lab.stats.reps_per_process, Kalibera and Jones), at
+    least its share per process, at most `most` (sweep.min_reps: a process far larger than the point's others
+    would weigh on its interval alone, and once processes differ at all more processes are what narrow it)."""
+    return max(share, min(reps_per_process(spread, start_s, rep_s), most))
 
 
 def fit_reps(budget_s: float, plan_of: Callable[[int], Plan]) -> int:

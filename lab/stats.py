@@ -164,13 +164,29 @@ def unpaired_ratio(
     procs_b: Sequence[int] | None = None,
 ) -> Interval | None:
     """median(a) / median(b) of two independent sample sets (two runs), with its interval."""
+    return unpaired(a, b, key, procs_a, procs_b)[0]
+
+
+def unpaired(
+    a: Sequence[float],
+    b: Sequence[float],
+    key: str = "",
+    procs_a: Sequence[int] | None = None,
+    procs_b: Sequence[int] | None = None,
+    shift: npt.NDArray[np.float64] | None = None,
+) -> tuple[Interval | None, npt.NDArray[np.float64] | None]:
+    """unpaired_ratio and the bootstrap draws its interval comes from (one bootstrap for both); `shift`: a
+    factor per draw put on the ratio (lab.catalog.compare's run drift)."""
     draws = unpaired_draws(a, b, key, procs_a, procs_b)
     if draws is None:
-        return None
+        return None, None
+    if shift is not None:
+        draws = draws * shift
     lo, hi = _bounds(draws)
     value = float(np.median(_clean(a)) / np.median(_clean(b)))
     n_procs = min(_n_procs(procs_a, a), _n_procs(procs_b, b))
-    return Interval(value=value, lo=lo, hi=hi, n=min(len(_clean(a)), len(_clean(b))), processes=n_procs)
+    iv = Interval(value=value, lo=lo, hi=hi, n=min(len(_clean(a)), len(_clean(b))), processes=n_procs)
+    return iv, draws
 
 
 def _n_procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> int:

@@ -21,7 +21,7 @@ from lab.errors import LabError
 from lab.fills import fill_values
 from lab.runs import match_run_id
 from lab.schemas import BANDS, InprocFill, Interval
-from lab.stats import from_draws, geomean_ratio, run_drift_factors, unpaired_draws, unpaired_ratio
+from lab.stats import geomean_ratio, run_drift_factors, unpaired
 
 
 class CompareError(LabError):
@@ -230,11 +230,7 @@ def compare_rows(
                 continue
             xa, xb = sa.get((key, metric), Samples([], [])), sb.get((key, metric), Samples([], []))
             tag = f"{key}/{metric}"
-            ci = unpaired_ratio(xb.values, xa.values, tag, xb.procs, xa.procs)
-            draws = unpaired_draws(xb.values, xa.values, tag, xb.procs, xa.procs)
-            if shared is not None and ci is not None and draws is not None:
-                draws = draws * shared
-                ci = from_draws(ci.value, list(draws), ci.n, ci.processes)
+            ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, shared)
             rows.append(CompareRow(key, metric, va, vb, ci, draws))
     summary = []
     for metric in kind.metrics:

@@ -138,7 +138,7 @@ class DecodeCheck(Experiment):
             n_gen=self.n_out,
         )
         server: dict[int, list[tuple[ArmResult, int]]] = {d: [] for d in self.depths}
-        ours: dict[int, list[tuple[float, int]]] = {d: [] for d in self.depths}
+        bench_samples: dict[int, list[tuple[float, int]]] = {d: [] for d in self.depths}
         steps: dict[int, Step] = {}
         for rep in range(self.reps):  # a server process per rep: a process is a level of variance of its own
             with sess.server() as srv:
@@ -150,8 +150,10 @@ class DecodeCheck(Experiment):
                 got, theirs = measure_rep(client, sess.target, bench, steps, self.n_out, rep, logs / "llama-bench.log")
             for d in self.depths:
                 server[d].append((got[d], rep))
-                ours[d] += [(ms, rep) for ms in theirs.get(d, [])]
-        self.rows = [summarize_depth(steps[d], self.n_out, server[d], ours[d], self.tolerance) for d in self.depths]
+                bench_samples[d] += [(ms, rep) for ms in theirs.get(d, [])]
+        self.rows = [
+            summarize_depth(steps[d], self.n_out, server[d], bench_samples[d], self.tolerance) for d in self.depths
+        ]
         sess.run.rewrite(DEPTHS, self.rows)
         failures = [f"depth {r.depth}: {why}" for r in self.rows for why in r.failed]
         return Outcome(failure="; ".join(failures))

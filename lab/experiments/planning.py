@@ -26,13 +26,13 @@ from lab.plan import (
     processes_needed,
     rates_from_chunks,
     rates_from_file,
+    reps_in_further_process,
 )
 from lab.plan import rates_from_profile as _profile_rates
 from lab.presenters.plan import plan_line, plan_table
 from lab.runs import RunError, RunFolder, resolve_run
 from lab.schemas import Components, InprocFill, SweepPoint
 from lab.settings import Settings
-from lab.stats import reps_per_process
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
@@ -78,14 +78,9 @@ def plans(
     )
 
 
-def _fake_genuine_spread(p: SweepPoint | None) -> Components:
-    spread = (p.components.get("fake/genuine") or p.components.get("fake")) if p is not None else None
-    return spread or DEFAULT_SPREAD
-
-
 def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to take in each process past its first ones: the ledger's
-    Kalibera-and-Jones split (lab.stats.reps_per_process) from the point's spread in `previous` (else the
+    split (lab.plan.reps_in_further_process) from the point's spread in `previous` (else the
     default), a process start at rates.process_start_s and a rep at its timed arms' chunks."""
     from lab.experiments.sweep_grid import grid
 
@@ -96,8 +91,9 @@ def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: 
     out = []
     for gp in grid(sw):
         rep_s = timed * rates.chunk(gp.L, gp.new) / 1e3
-        best = reps_per_process(_fake_genuine_spread(before.get((where, gp.id))), rates.process_start_s or 1.0, rep_s)
-        out.append(max(share, min(best, sw.min_reps)))
+        p = before.get((where, gp.id))
+        spread = (p.verdict_spread() if p is not None else None) or DEFAULT_SPREAD
+        out.append(reps_in_further_process(spread, rates.process_start_s or 1.0, rep_s, share, sw.min_reps))
     return out
 
 

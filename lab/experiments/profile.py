@@ -18,7 +18,6 @@ from lab.cleanroom import CleanRoom, hold
 from lab.costmodel import CostModel, model_cost
 from lab.experiments.efficiency import annotate, probe_shape
 from lab.experiments.profile_bench import (
-    bench_call,
     bench_process,
     decide_references,
     processes_without_bench,
@@ -101,8 +100,8 @@ class Profile(Experiment):
         bench_depths = [d * p.chunk for d in range(n_depths)]
         with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
             if p.bench_check:  # a resumed run: the llama-bench calls its complete processes still lack
-                for k in processes_without_bench(run, done, p.cycles_per_process):
-                    bench_process(sess, bench_call(sess, p, threads, bench_depths, p.cycles_per_process), k)
+                for k, reps in processes_without_bench(run, done, p.cycles_per_process).items():
+                    bench_process(sess, p, threads, bench_depths, reps, k)
             want = p.cycles
             while True:
                 if done < want:
@@ -134,8 +133,7 @@ class Profile(Experiment):
                         if done <= before:
                             raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
                         if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
-                            call = bench_call(sess, p, threads, bench_depths, done - before)
-                            bench_process(sess, call, before // p.cycles_per_process)
+                            bench_process(sess, p, threads, bench_depths, done - before, before // p.cycles_per_process)
                 meta, walls, nodes = parse_dump(dump)
                 walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
                 nodes = band_nodes(nodes)

@@ -10,7 +10,7 @@ processes (lab.stats.unpaired_ratio). Each reference gets a verdict at its toler
 
 from __future__ import annotations
 
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
@@ -22,24 +22,21 @@ from lab.stats import unpaired_ratio, verdict
 BENCH = "prefill_tps"
 
 
-def bench_call(sess: OpenRun, p: ProfileSettings, threads: int, depths: list[int], reps: int) -> LlamaBench:
-    """llama-bench on the profile's build, model, chunk and threads: `reps` reps at every depth."""
-    return LlamaBench(
+def bench_process(sess: OpenRun, p: ProfileSettings, threads: int, depths: list[int], reps: int, process: int) -> None:
+    """One llama-bench call after instrument process `process` (its cycles' worth of reps at every depth, on the
+    profile's build, model, chunk and threads); its rows appended under that process."""
+    call = LlamaBench(
         sess.engine, sess.model, [p.chunk], depths, reps, threads, "auto", cpu_list=sess.settings.server.cpu_list
     )
-
-
-def bench_process(sess: OpenRun, call: LlamaBench, process: int) -> None:
-    """One llama-bench call after instrument process `process`; its rows appended under that process."""
     rows = measure_prefill_tps(sess.target, call, sess.run.path / "logs" / "llama-bench.log")
     sess.run.append(BENCH, [r.model_copy(update={"process": process}) for r in rows])
 
 
-def processes_without_bench(run: RunFolder, cycles_done: int, per_process: int) -> list[int]:
-    """The instrument processes whose cycles are complete and whose llama-bench call is missing (a resume)."""
-    done = {c // per_process for c in range(cycles_done) if (c // per_process + 1) * per_process <= cycles_done}
+def processes_without_bench(run: RunFolder, cycles_done: int, per_process: int) -> dict[int, int]:
+    """The instrument processes with complete cycles whose llama-bench call is missing (a resumed run), each
+    with its count of complete cycles."""
     have = {r.process for r in read_bench(run)}
-    return sorted(done - have)
+    return {k: n for k, n in Counter(c // per_process for c in range(cycles_done)).items() if k not in have}
 
 
 def read_bench(run: RunFolder) -> list[PrefillTps]:

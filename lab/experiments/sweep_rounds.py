@@ -29,10 +29,11 @@ from rich.progress import Progress, TaskID
 
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import RepOut, decided
+from lab.plan import reps_in_further_process
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, Interval, PrefillTps, SweepPoint, SweepRound, SweepSample, Where
 from lab.settings import SweepSettings
-from lab.stats import median_interval, reps_per_process
+from lab.stats import median_interval
 
 SAMPLES, POINTS, TPS, ROUNDS = "samples", "points", "prefill_tps", "rounds"
 
@@ -190,14 +191,12 @@ class Ledger:
         what its reps cost; at least its share per process, at most sweep.min_reps (and that many while no
         process has had two reps to show the spread within one)."""
         point = self.last.get(key)  # a resumed run has none yet: that many reps until it has
-        spread = (point.components.get("fake/genuine") or point.components.get("fake")) if point else None
+        spread = point.verdict_spread() if point else None
         walls = [w for r in rounds for w in r.wall_s]
         if spread is None or not walls or not self.starts:
             return self.sw.min_reps  # no process has had two reps yet: enough to see the spread within one
-        best = reps_per_process(spread, statistics.median(self.starts), statistics.median(walls))
-        # at most min_reps: a process far larger than the point's others would weigh on its interval alone, and
-        # more processes are what narrow it once they differ at all
-        return max(self.per_round, min(best, self.sw.min_reps))
+        start_s, rep_s = statistics.median(self.starts), statistics.median(walls)
+        return reps_in_further_process(spread, start_s, rep_s, self.per_round, self.sw.min_reps)
 
     def _tps(self, where: Where, p: GridPoint, tps: list[PrefillTps]) -> list[PrefillTps]:
         return tps if where == "server" else []

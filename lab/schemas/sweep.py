@@ -101,6 +101,11 @@ class SweepPoint(BaseModel):
     )
     reps_to_decide: int | None = Field(default=None, description="undecided: about how many reps would decide")
     diagnostics: list[str] = Field(default_factory=list)
+
+    def verdict_spread(self) -> Components | None:
+        """The spread the adaptive stop sizes a further process by: fake/genuine's, else the fake arm's."""
+        return self.components.get("fake/genuine") or self.components.get("fake")
+
     image: str | None = Field(default=None, description="screenshot size WxH; None: a text-only step")
     image_tokens: int | None = Field(default=None, description="prompt tokens of the image (nx*ny + 2 markers)")
     image_positions: int | None = Field(default=None, description="positions it advances: L counts cells, not these")
