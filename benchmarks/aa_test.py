@@ -55,15 +55,17 @@ def runner(name: str, trace: Path, reps: int) -> Callable[[Settings], RunFolder]
     return lambda s: run_conversation(s, trace, reps, console=quiet)
 
 
-def counts(c: Comparison) -> tuple[int, int]:
-    """(compared, significant) over the per-point rows (not the geometric means)."""
-    rows = [r for r in c.rows if r.significant is not None]
+def counts(c: Comparison, paired: bool = False) -> tuple[int, int]:
+    """(compared, significant) over the per-point rows (not the geometric means) of times, or of the paired
+    ratios (two arms within one process)."""
+    rows = [r for r in c.rows if r.significant is not None and (r.metric in c.kind.paired) == paired]
     return len(rows), sum(bool(r.significant) for r in rows)
 
 
 def shift(c: Comparison) -> float:
-    """The pair's whole-run shift: the geometric mean of B/A over every compared point-metric."""
-    values = [r.ci.value for r in c.rows if r.ci is not None and r.ci.value > 0]
+    """The pair's whole-run shift: the geometric mean of B/A over every compared time."""
+    times = [r for r in c.rows if r.metric not in c.kind.paired]
+    values = [r.ci.value for r in times if r.ci is not None and r.ci.value > 0]
     return math.exp(statistics.fmean(math.log(v) for v in values)) if values else 1.0
 
 
@@ -95,14 +97,15 @@ def aa_verdict(compared: int, significant: int) -> str:
     return "holds" if iv.hi <= AA_BOUND else "fails" if iv.lo > AA_BOUND else "undecided"
 
 
-def leave_one_out(pairs: list[Pair], shifts: list[float]) -> list[tuple[int, int, float]]:
+def leave_one_out(pairs: list[Pair], shifts: list[float]) -> list[Comparison]:
     """Each pair compared with the run drift the other pairs measured (its own shift kept out of it, so the
-    allowance is tested on a pair it was not fitted to): (compared, significant, the drift used)."""
-    out = []
-    for i, p in enumerate(pairs):
-        drift = drift_of_shifts([x for j, x in enumerate(shifts) if j != i])
-        out.append((*counts(p.compare(drift)), drift))
-    return out
+    allowance is tested on a pair it was not fitted to)."""
+    return [p.compare(drift_of_shifts([x for j, x in enumerate(shifts) if j != i])) for i, p in enumerate(pairs)]
+
+
+def views(name: str, c: Comparison) -> list[tuple[str, bool]]:
+    """The rows the table shows an experiment in: its times, and its paired ratios when it has them."""
+    return [(name, False), *([(f"{name} (fake/genuine)", True)] if c.kind.paired else [])]
 
 
 def main() -> int:
@@ -126,25 +129,26 @@ def main() -> int:
     reps = args.conversation_reps or settings().conversation.reps
     names = [x for x in args.experiments.split(",") if x]
     pairs: dict[str, list[Pair]] = {n: [] for n in names}
-    aa: dict[str, list[tuple[int, int]]] = {n: [] for n in names}
+    aa: dict[str, list[Comparison]] = {n: [] for n in names}
     shifts: dict[str, list[float]] = {n: [] for n in names}
     for i in range(args.pairs):
         for name in names:
             p = pair(runner(name, trace, reps), settings(), settings())
             c = p.compare()
             pairs[name].append(p)
-            aa[name].append(counts(c))
+            aa[name].append(c)
             shifts[name].append(shift(c))
-            k, n = aa[name][-1][1], aa[name][-1][0]
+            n, k = counts(c)
             console.print(f"A/A pair {i + 1}, {name}: {k}/{n} significant, B/A {shifts[name][-1]:.3f}", highlight=False)
     held = {name: leave_one_out(pairs[name], shifts[name]) for name in names}
-    power: dict[str, tuple[tuple[int, int], tuple[int, int], float]] = {}
+    power: dict[str, tuple[Comparison, Comparison, float]] = {}
     if not args.no_power:
         for name in names:
             p = pair(runner(name, trace, reps), settings(1), settings(CORES))
             drift = drift_of_shifts(shifts[name])
-            power[name] = (counts(p.compare()), counts(p.compare(drift)), drift)
-            console.print(f"1 vs {CORES} threads, {name}: {power[name][0][1]}/{power[name][0][0]} significant")
+            power[name] = (p.compare(), p.compare(drift), drift)
+            n, k = counts(power[name][0])
+            console.print(f"1 vs {CORES} threads, {name}: {k}/{n} significant", highlight=False)
     t = Table(title=f"A/A: {args.pairs} pairs per experiment, back to back, same build and settings ({runs})")
     cols = [f"pair {i + 1}" for i in range(args.pairs)]
     cols += ["A/A significant [95%]", "verdict", "with the run drift (leave one out)", "verdict"]
@@ -153,27 +157,30 @@ def main() -> int:
     for col in cols:
         t.add_column(col, justify="right")
     for name in names:
-        n, k = sum(x[0] for x in aa[name]), sum(x[1] for x in aa[name])
-        hn, hk = sum(x[0] for x in held[name]), sum(x[1] for x in held[name])
-        pw = power.get(name)
-        t.add_row(
-            name,
-            *(
-                f"{s}/{c}, B/A {sh:.3f} ({p.took:.0f} s)"
-                for (c, s), sh, p in zip(aa[name], shifts[name], pairs[name], strict=True)
-            ),
-            rate_cell(n, k),
-            aa_verdict(n, k),
-            rate_cell(hn, hk),
-            aa_verdict(hn, hk),
-            f"{drift_of_shifts(shifts[name]):.1%}",
-            rate_cell(*pw[0]) if pw else "-",
-            rate_cell(*pw[1]) if pw else "-",
-        )
+        for label, paired in views(name, aa[name][0]):
+            each = [counts(c, paired) for c in aa[name]]
+            n, k = sum(x[0] for x in each), sum(x[1] for x in each)
+            hn, hk = (sum(x) for x in zip(*(counts(c, paired) for c in held[name]), strict=True))
+            pw = power.get(name)
+            t.add_row(
+                label,
+                *(
+                    f"{s}/{c}, B/A {sh:.3f} ({p.took:.0f} s)" if not paired else f"{s}/{c}"
+                    for (c, s), sh, p in zip(each, shifts[name], pairs[name], strict=True)
+                ),
+                rate_cell(n, k),
+                aa_verdict(n, k),
+                rate_cell(hn, hk),
+                aa_verdict(hn, hk),
+                f"{drift_of_shifts(shifts[name]):.1%}" if not paired else "cancels",
+                rate_cell(*counts(pw[0], paired)) if pw else "-",
+                rate_cell(*counts(pw[1], paired)) if pw else "-",
+            )
     console.print(t)
     console.print(
         "the run drift is the spread of a whole run's level on this host (lab compare --run-drift); "
-        "'leave one out': each pair judged with the drift the other pairs measured",
+        "'leave one out': each pair judged with the drift the other pairs measured; a paired ratio (two arms "
+        "back to back in one process) carries no run drift, and threads move both of its arms alike",
         highlight=False,
     )
     return 0

@@ -65,7 +65,8 @@ def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_pa
     assert RunFolder.open(slow).manifest().status == "complete"
     same = compare_runs(fast, fast)
     timed = [r for r in same.rows if r.ci is not None]
-    assert len(timed) == 4 and all(r.significant is False for r in timed), timed  # fake and genuine x 2 points
+    # fake, genuine and fake/genuine (paired within a process) x 2 points
+    assert len(timed) == 6 and all(r.significant is False for r in timed), timed
     assert same.summary and not same.slowdowns(0.0)
     r = lab("compare", fast.name, fast.name, "--runs-dir", str(runs), "--fail-above", "5")
     assert r.returncode == 0, r.stderr + r.stdout
@@ -76,6 +77,10 @@ def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_pa
     assert g.ci is not None and g.ci.value == pytest.approx(1.5) and g.ci.lo > 1.1 and g.significant, (g, c.rows)
     r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--fail-above", "10")
     assert r.returncode == 1 and "significant slowdown: fake_median_ms" in r.stderr, r.stderr + r.stdout
+    assert "fake_vs_genuine" not in r.stderr  # a ratio of two arms is not a time that slowed
+    # both arms slowed alike: their paired ratio is unchanged, and within noise
+    (p,) = (r for r in c.summary if r.metric == "fake_vs_genuine_ci_value")
+    assert p.ci is not None and p.ci.value == pytest.approx(1.0) and p.significant is False, p
     assert "slower" in r.stdout and "geomean" in r.stdout
     # the host's run-to-run drift widens every interval, all rows by one shared draw: a 1.5x slowdown is still
     # one at a drift of 5%, and within noise at a drift of 40%
@@ -84,6 +89,9 @@ def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_pa
     assert d.ci is not None and g.ci is not None and d.ci.lo < g.ci.lo and d.ci.hi > g.ci.hi and d.significant
     (w,) = (r for r in compare_runs(fast, slow, drift=0.4).summary if r.metric == "fake_median_ms")
     assert w.ci is not None and w.significant is False
+    # a run's drift moves both arms of a process alike, so it does not widen their paired ratio
+    (pd,) = (r for r in drifted.summary if r.metric == "fake_vs_genuine_ci_value")
+    assert pd.ci is not None and p.ci is not None and (pd.ci.lo, pd.ci.hi) == (p.ci.lo, p.ci.hi)
     r = lab("compare", fast.name, slow.name, "--runs-dir", str(runs), "--run-drift", "0.05")
     assert r.returncode == 0 and "a run-to-run drift of 5.0%" in r.stdout, r.stderr + r.stdout
 

@@ -163,6 +163,7 @@ def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:
         "baseline_median_ms",
         "opt_prefill_ms",
         "restore_prep_ci_value",
+        "fake_vs_genuine_ci_value",  # paired within each process
     }
     assert all(r.ratio == 1 and r.ci is not None and r.ci.lo <= 1 <= r.ci.hi for r in c.rows), c.rows
     assert compare_catalog(catalog, both_run.path.name, both_run.path.name).rows == c.rows

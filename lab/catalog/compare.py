@@ -37,6 +37,7 @@ class Kind:
     samples: tuple[str, ...]  # the tables of the samples behind them (for the intervals)
     keys: tuple[str, ...]
     metrics: dict[str, str]  # column -> what it is called in charts
+    paired: frozenset[str] = frozenset()  # ratios of two arms within a process: no run drift, not a time
 
 
 KINDS = {
@@ -52,7 +53,9 @@ KINDS = {
             "opt_prefill_ms": "estimate",
             "encode_ms": "vision encode",
             "restore_prep_ci_value": "restore (cache read)",
+            "fake_vs_genuine_ci_value": "fake / genuine",
         },
+        frozenset({"fake_vs_genuine_ci_value"}),
     ),
     "profile": Kind(
         "profile_bands",
@@ -106,8 +109,9 @@ class Comparison:
         return KINDS[self.experiment]
 
     def slowdowns(self, pct: float) -> list[CompareRow]:
-        """Geometric-mean rows significantly slower than 1 + pct/100 (their interval's low end is above it)."""
-        return [r for r in self.summary if r.ci is not None and r.ci.lo > 1 + pct / 100]
+        """Geometric-mean rows of times significantly slower than 1 + pct/100 (their interval's low end above it)."""
+        times = [r for r in self.summary if r.metric not in self.kind.paired]
+        return [r for r in times if r.ci is not None and r.ci.lo > 1 + pct / 100]
 
     def slowdown_report(self, pct: float) -> list[str]:
         """`lab compare --fail-above PCT`: one line per significant slowdown (none: B is not slower)."""
@@ -178,6 +182,8 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
             add(key, "encode_ms", smp["encode_ms"], smp)
         if smp["arm"] == "genuine" and _value(smp.get("prep_ms")) is not None:  # in-process: the cache read
             add(key, "restore_prep_ci_value", smp["prep_ms"], smp)
+    for key, ratio, row in _paired_ratios(side.get("sweep_samples", []), keys, "fake", "genuine"):
+        add(key, "fake_vs_genuine_ci_value", ratio, row)
     for t in side.get("prefill_tps", []):
         # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
         key = keys.get(("server", _value(t.get("point"))))
@@ -195,6 +201,23 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
             out[(key, "baseline_median_ms")] = Samples(baseline, procs)
         if chunks and _where(point) == "inproc":
             out[(key, "opt_prefill_ms")] = Samples(chunks, procs)
+    return out
+
+
+def _paired_ratios(
+    samples: list[dict[str, Any]], keys: dict[tuple[str, str], tuple[Any, ...]], top: str, bottom: str
+) -> list[tuple[tuple[Any, ...], float, dict[str, Any]]]:
+    """top / bottom per rep, paired by (place, point, process, rep): the two arms ran back to back in one
+    process, so the host's level at that moment cancels (a rerun's drift moves both arms alike)."""
+    arms: dict[tuple[Any, ...], dict[str, tuple[float, dict[str, Any]]]] = {}
+    for smp in samples:
+        if smp["arm"] in (top, bottom) and smp["ok"] and _value(smp.get("prompt_ms")):
+            pair = (_where(smp), smp["point"], _value(smp.get("process")) or 0, _value(smp.get("rep")))
+            arms.setdefault(pair, {})[smp["arm"]] = (float(smp["prompt_ms"]), smp)
+    out = []
+    for (where, point, _, _), got in arms.items():
+        if top in got and bottom in got and (where, point) in keys:
+            out.append((keys[(where, point)], got[top][0] / got[bottom][0], got[top][1]))
     return out
 
 
@@ -230,7 +253,8 @@ def compare_rows(
                 continue
             xa, xb = sa.get((key, metric), Samples([], [])), sb.get((key, metric), Samples([], []))
             tag = f"{key}/{metric}"
-            ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, shared)
+            drifts = None if metric in kind.paired else shared
+            ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, drifts)
             rows.append(CompareRow(key, metric, va, vb, ci, draws))
     summary = []
     for metric in kind.metrics:

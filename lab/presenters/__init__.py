@@ -61,11 +61,13 @@ def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _ratio_cell(r: CompareRow) -> str:
+def _ratio_cell(r: CompareRow, paired: bool) -> str:
     if r.ci is None:
         return "-" if r.ratio is None else f"{r.ratio:.3f}"
     if not r.significant:
         return f"[dim]{r.ci.fmt()} within noise[/dim]"
+    if paired:  # a ratio of two arms, not a time: higher or lower, neither better
+        return f"[yellow]{r.ci.fmt()} {'higher' if r.ci.value > 1 else 'lower'}[/yellow]"
     style = "red" if r.ci.value > 1 else "green"
     return f"[{style}]{r.ci.fmt()} {'slower' if r.ci.value > 1 else 'faster'}[/{style}]"
 
@@ -84,6 +86,8 @@ def compare_table(c: Comparison) -> Table:
         else "each interval carries both runs' spread between processes, not a drift of the host between the two "
         "runs (--run-drift: docs/repetition.md, the A/A test)"
     )
+    if c.kind.paired:
+        caption += "; a ratio of two arms run back to back in one process (fake / genuine) carries no drift"
     t = Table(
         *c.keys,
         "metric",
@@ -96,10 +100,12 @@ def compare_table(c: Comparison) -> Table:
     )
     for r in c.rows:
         scope = r.ci.scope if r.ci else ""
-        t.add_row(*(_fmt(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), _ratio_cell(r), scope)
+        cell = _ratio_cell(r, r.metric in c.kind.paired)
+        t.add_row(*(_fmt(k) for k in r.key), r.metric, _fmt(r.a), _fmt(r.b), cell, scope)
     for r in c.summary:
         scope = r.ci.scope if r.ci else ""
-        t.add_row("geomean", *[""] * (len(c.keys) - 1), r.metric, "", "", _ratio_cell(r), scope, end_section=False)
+        cell = _ratio_cell(r, r.metric in c.kind.paired)
+        t.add_row("geomean", *[""] * (len(c.keys) - 1), r.metric, "", "", cell, scope, end_section=False)
     return t
 
 
