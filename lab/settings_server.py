@@ -40,7 +40,6 @@ LAB_SERVER_FLAGS = {
     "--no-kv-unified",
     "-kvu",
     "-no-kvu",
-    "--swa-full",
     "--ctx-size",
     "-c",
     "--model",
@@ -90,12 +89,21 @@ class ServerSettings(Section):
         default=None, description="pin the server, llama-bench and the instrument to these CPUs, e.g. 0-7"
     )
     startup_timeout_s: float = Field(default=120.0, gt=0)
+    swa_full: bool = Field(
+        default=False,
+        description="--swa-full: a sliding-window model's window cache as large as the context (also as extra_args)",
+    )
     extra_args: list[str] = Field(default_factory=list, description="more llama-server flags (not the lab's own)")
 
     @field_validator("extra_args")
     @classmethod
     def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
         return refuse_lab_flags(v)
+
+    @property
+    def swa_full_on(self) -> bool:
+        """--swa-full by the setting or among the user's own flags: the server and the in-process driver alike."""
+        return self.swa_full or "--swa-full" in self.extra_args
 
 
 class ConversationSettings(Section):

@@ -99,12 +99,21 @@ def test_server_that_cannot_start_is_one_line(tmp_path: Path) -> None:
     assert m["status"] == "incomplete" and "llama-server exited" in m["reason"]
 
 
-def test_engine_check_exits_1_when_the_contract_fails(iswa_model: Path) -> None:
-    """The iSWA cache has no fake-prefix op: the server refuses n_fake_cached, and the check must say so."""
-    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(iswa_model))
+def test_engine_check_exits_1_when_the_contract_fails(tiny_model: Path) -> None:
+    """A server with a draft model (speculative decoding, as a user's own flag) refuses n_fake_cached: the check
+    must say so, with the reason and the memory type."""
+    draft = json.dumps(["--model-draft", str(tiny_model), "--spec-type", "draft-simple"])
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model),
+            env={"LAB_SERVER__EXTRA_ARGS": draft})  # fmt: skip
     one_line_error(r, 1, "does not honour the n_fake_cached contract: the fake arm")
-    assert "memory type" in r.stderr and "iswa" in r.stderr.lower(), r.stderr  # the reason, named
+    assert "speculative decoding" in r.stderr and "memory type hybrid" in r.stderr, r.stderr  # the reason, named
     assert "NO (http)" in r.stdout, r.stdout
+
+
+def test_engine_check_passes_on_a_sliding_window_model(iswa_model: Path) -> None:
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(iswa_model))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.count(" yes") == 3, r.stdout
 
 
 def test_engine_check_passes_on_the_hybrid(tiny_model: Path) -> None:

@@ -22,7 +22,8 @@ def test_each_arm_sends_the_same_timed_prompt() -> None:
 
 def test_the_genuine_arm_restores_a_saved_state_and_plain_prefills() -> None:
     restore, (_, timed) = arm_requests("genuine", STEP, "L4.bin")
-    assert restore == ("/slots/0?action=restore", {"filename": "L4.bin"}) and timed["cache_prompt"] is True
+    assert restore == ("/slots/0?action=restore", {"filename": "L4.bin", "exact_window": True})
+    assert timed["cache_prompt"] is True
     prefill, _ = arm_requests("genuine", STEP)  # no saved state: it prefills like plain
     assert prefill == (
         COMPLETION,

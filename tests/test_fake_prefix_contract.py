@@ -2,12 +2,14 @@
 
 from __future__ import annotations
 
+import random
 from typing import Any
 
 import pytest
 
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
 from lab.engine.server import LlamaServer
+from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
 
 from conftest import ServerFactory
 
@@ -135,15 +137,63 @@ def test_draft_model_is_400(start_server: ServerFactory, tiny_model: Any) -> Non
     assert_up(srv)
 
 
-def test_memory_without_the_op_is_400_not_abort(start_server: ServerFactory, iswa_model: Any) -> None:
-    srv = start_server(model=iswa_model)
-    assert srv.config.memory == "kv_iswa", srv.config
-    code, js = post(srv, prompt=PREFIX + NEW, n_fake_cached=1000)
-    assert code == 400, js
-    assert "n_fake_cached" in js["error"]["message"] and "memory type" in js["error"]["message"]
+# --- sliding-window models ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
+def test_a_sliding_window_fake_prefix_is_a_cache_hit(
+    start_server: ServerFactory, iswa_model: Any, tmp_path_factory: pytest.TempPathFactory, swa_full: bool
+) -> None:
+    """The tiny gemma3 (a window of 128 in three of four layers, a ubatch of 64), with --swa-full as a user's own
+    flag or not: the fake prefix, the genuine hit restored from a saved slot and the baseline honour the contract
+    (cache_n == L, prompt_n == new) at L below the window, one short of it, at it, one past it, L not a multiple
+    of the ubatch, L + new crossing the window and a ubatch boundary, and new larger than the ubatch."""
+    slots = tmp_path_factory.mktemp("slots")
+    extra = ["--slot-save-path", str(slots), *(["--swa-full"] if swa_full else [])]
+    srv = start_server(model=iswa_model, extra_args=extra, ubatch_size=64)
+    assert (srv.config.memory, srv.config.swa_full) == ("kv_iswa", swa_full), srv.config
+    assert srv.config.swa_cells == (srv.config.kv_cells if swa_full else 256), srv.config  # pad(128 + 64, 256)
+    client = ContractClient(srv)
+    cases = [(100, 16), (WINDOW - 1, 16), (WINDOW, 16), (WINDOW + 1, 16), (200, 16), (120, 20), (300, 100)]
+    for L, new in cases:
+        step = text_step(PREFIX[:L], NEW[:new] if new <= len(NEW) else PREFIX[-new:])
+        client.save_state(step, f"L{L}_{new}.bin")
+        for arm in ("fake", "genuine", "baseline", "fake"):
+            r = client.run_arm(arm, step, f"L{L}_{new}.bin" if arm == "genuine" else None)
+            assert r.ok, (L, new, r)
+    # the stock reuse rule on the same state: re-processed in full (it asks for one position more than a saved
+    # window holds), except with --swa-full, where the server's window is the whole context
+    assert srv.client.post("/slots/0?action=restore", json={"filename": "L300_100.bin"}).status_code == 200
+    code, js = post(srv, prompt=PREFIX[:300] + PREFIX[-100:], cache_prompt=True)
+    assert code == 200 and js["timings"]["cache_n"] == (300 if swa_full else 0), js["timings"]
+    bad = srv.client.post("/slots/0?action=restore", json={"filename": "L300_100.bin", "exact_window": "yes"})
+    assert bad.status_code == 400 and "exact_window" in bad.text, bad.text
     assert_up(srv)
-    code, js = post(srv, prompt=PREFIX[:64])  # normal requests still work
-    assert code == 200, js
+
+
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
+def test_a_sliding_window_server_survives_any_history(
+    start_server: ServerFactory, iswa_model: Any, swa_full: bool
+) -> None:
+    """A seeded random sequence of fake, cached and uncached requests of random depths around the window and the
+    ubatch, on the assertions-on build: every fake request is a hit of exactly its L, every normal one reuses no
+    fabricated cell, and the server stays up (a kv-cells assert would abort it)."""
+    rng = random.Random(5)
+    srv = start_server(model=iswa_model, extra_args=["--swa-full"] if swa_full else [], ubatch_size=64)
+    real = 0  # the longest prefix of PREFIX really decoded in the slot (what a normal request may reuse)
+    for _ in range(40):
+        L = rng.choice([1, 63, 64, 65, WINDOW - 1, WINDOW, WINDOW + 1, 200, 256, 257, 700, rng.randrange(2, 1400)])
+        new = rng.choice([1, 16, 63, 64, 65, 100])
+        kind = rng.choice(["fake", "fake", "cached", "uncached"])
+        if kind == "fake":
+            fake(srv, L, new=new, seed=rng.randrange(1000))
+            real = 0
+            continue
+        code, js = post(srv, prompt=PREFIX[: L + new], cache_prompt=kind == "cached")
+        assert code == 200, js
+        assert js["timings"]["cache_n"] <= (real if kind == "cached" else 0), (kind, L, new, real, js["timings"])
+        real = L + new
+    assert_up(srv)
 
 
 # --- fabricated state never leaks into a genuine hit ------------------------------------------------

@@ -56,7 +56,14 @@ def test_memory_shape_of_other_layouts() -> None:
     s = memory_shape(plain)
     assert s is not None and (s.attention_layers, s.recurrent_layers, s.recurrent_bytes) == (4, 0, 0)
     assert s.kv_bytes_per_cell == 4 * 2 * (64 + 64) * 2 and s.cell_meta_bytes == 12
-    assert memory_shape({**plain, "qwen3moe.attention.sliding_window": 128}) is None  # a window, not L cells
+    gemma = {k.replace("qwen3moe", "gemma3"): v for k, v in plain.items()} | {"general.architecture": "gemma3"}
+    w = memory_shape({**gemma, "gemma3.block_count": 6, "gemma3.attention.sliding_window": 128})
+    assert w is not None and (w.attention_layers, w.window) == (1, 128)  # every sixth layer is full attention
+    row = 2 * (64 + 64) * 2
+    assert (w.kv_bytes_per_cell, w.window_kv_bytes_per_cell) == (row, 5 * row)
+    # the full-attention layer keeps every cell; the window layers only the last 128, however deep
+    assert w.blob_bytes(1000) == 1000 * (row + 12) + 128 * (5 * row + 12)
+    assert w.blob_bytes(100) == 100 * (row + 12) + 100 * (5 * row + 12)
     assert memory_shape({"general.architecture": "x"}) is None
 
 

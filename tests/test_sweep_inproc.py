@@ -6,6 +6,7 @@ points and the server's own share per arm; one table family in the catalog, `lab
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 from pathlib import Path
@@ -31,8 +32,9 @@ LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 
 
-def lab(*args: str, timeout: float = 600) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout)
+def lab(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
+    env = {**os.environ, **env} if env else None
+    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")
@@ -172,25 +174,28 @@ def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:
     assert "plain genuine hit" in text and "memcpy of the same bytes" in text and both_run.path.name in text
 
 
-def test_bad_inputs_create_no_run(tmp_path: Path, iswa_model: Path) -> None:
+def test_a_sliding_window_model_sweeps_in_both_places(tmp_path: Path, iswa_model: Path) -> None:
+    """The tiny gemma3 (a window of 128, --swa-full as the user's own flag): every sample of every arm honours the
+    contract in both places, and in one process the fake prefix holds the genuine hit's window."""
+    runs = tmp_path / "runs"
+    r = lab("sweep", "--model", str(iswa_model), "--Ls", "100,300", "--news", "16", "--reps", "2",
+            "--where", "both", "--fill-passes", "2", "--runs-dir", str(runs),
+            env={"LAB_SERVER__EXTRA_ARGS": '["--swa-full"]'})  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    samples = run.read(SAMPLES, SweepSample)
+    assert {s.where for s in samples} == {"server", "inproc"} and all(s.ok for s in samples), samples
+    for s in samples:
+        if s.where == "inproc" and s.arm in ("fake", "genuine"):
+            assert (s.pos_min, s.pos_max) == (max(0, s.L - 128), s.L - 1), s
+    notes = [d for p in run.read(POINTS, SweepPoint) for d in p.diagnostics]
+    assert not [d for d in notes if "first held position" in d or "GGUF predicts" in d], notes  # window, blob
+
+
+def test_bad_inputs_create_no_run(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     r = lab("arms", "--Ls", "20000", "--news", "64", "--runs-dir", str(runs))
     assert r.returncode == 2 and "invalid settings" in r.stderr and "ctx_size" in r.stderr, r.stderr
-    for where in ("inproc", "server"):  # a model the fake prefix cannot serve: refused before any run folder
-        r = lab(
-            "sweep",
-            "--where",
-            where,
-            "--model",
-            str(iswa_model),
-            "--Ls",
-            "300",
-            "--news",
-            "16",
-            "--runs-dir",
-            str(runs),
-        )
-        assert r.returncode == 2 and "no fake-prefix op" in r.stderr.splitlines()[0], r.stderr
     r = lab("sweep", "--where", "elsewhere", "--runs-dir", str(runs))
     assert r.returncode == 2 and "where" in r.stderr and "invalid settings" in r.stderr, r.stderr
     r = lab("arms", "--images", "320x200", "--runs-dir", str(runs))

@@ -82,7 +82,14 @@ SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.
 FlavorOpt = Annotated[str, typer.Option("--flavor", help="release | assert (asserts on, for tests)")]
 
 # --- what is measured, and how the engine runs -------------------------------------------------------------
-ModelOpt = Annotated[Path | None, typer.Option("--model", help="GGUF to measure (default: the tiny synthetic model)")]
+ModelOpt = Annotated[
+    Path | None,
+    typer.Option(
+        "--model",
+        help="GGUF to measure: a path, pretrained:NAME (lab model pretrained) or tiny:ARCH (default: the tiny "
+        "synthetic qwen35moe)",
+    ),
+]
 Mmproj = Annotated[Path | None, typer.Option("--mmproj", help="vision projector (default: the tiny one)")]
 Seed = Annotated[int, typer.Option("--seed")]
 Threads = Annotated[

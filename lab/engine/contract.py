@@ -127,6 +127,13 @@ def decoding(n_out: int) -> dict[str, Any]:
     return {"n_predict": n_out, "ignore_eos": True} if n_out else {}
 
 
+def restore_body(saved: str) -> dict[str, Any]:
+    """Restore a saved slot for the next request to reuse. `exact_window`: a sliding-window model's saved state
+    holds exactly the positions the window reaches, which the stock server's reuse check counts one short (it
+    re-processes such a state in full); the patched server then checks what the window needs instead."""
+    return {"filename": saved, "exact_window": True}
+
+
 def arm_requests(arm: Arm, step: Step, saved: str | None = None, n_out: int = 0) -> list[tuple[str, dict[str, Any]]]:
     """The (path, body) requests of one sample of `arm`, in order; the last one is the timed one. `saved`: the
     slot file holding the step's really prefilled depth-L state (the genuine arm restores it); n_out: tokens the
@@ -142,7 +149,7 @@ def arm_requests(arm: Arm, step: Step, saved: str | None = None, n_out: int = 0)
         return [(COMPLETION, {**out, "prompt": step.prompt, "cache_prompt": False, "n_fake_cached": step.L})]
     timed = (COMPLETION, {**out, "prompt": step.prompt, "cache_prompt": True})
     if arm == "genuine" and saved is not None:
-        return [(f"{SLOT}?action=restore", {"filename": saved}), timed]
+        return [(f"{SLOT}?action=restore", restore_body(saved)), timed]
     return [(COMPLETION, {**base, "prompt": step.prefix, "cache_prompt": True}), timed]
 
 
@@ -236,7 +243,7 @@ class ContractClient:
         per rep); with `below` = (L', its saved name) the slot starts from that shallower state, so only the
         L - L' tokens between are prefilled (one cumulative fill over the grid). Returns the prefill ms."""
         if below is not None:
-            resp, kind, reason = self._post({"filename": below[1]}, f"{SLOT}?action=restore")
+            resp, kind, reason = self._post(restore_body(below[1]), f"{SLOT}?action=restore")
             if kind is not None:
                 raise ContractError(f"restoring the depth-{below[0]} state {below[1]}: {reason}")
         base = {"n_predict": 1, "temperature": 0.0, "stream": False, **step.extra}

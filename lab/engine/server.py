@@ -49,6 +49,8 @@ class ResolvedConfig(BaseModel):
     graph_nodes: int | None = None
     graph_splits: int | None = None
     memory: str | None = None  # "hybrid", "kv", "kv_iswa", "recurrent"
+    swa_cells: int | None = None  # a sliding-window model's window cache (all of the context with --swa-full)
+    swa_full: bool | None = None
     system_info: str | None = None
     build: str | None = None
     raw: dict[str, str] = Field(default_factory=dict)
@@ -82,6 +84,9 @@ def parse_resolved_config(log: str) -> ResolvedConfig:
         cfg["recurrent_cells"] = int(m.group(1))
     if m := re.search(r"llama_kv_cache(?:_iswa)?: size = .*?\(\s*(\d+) cells", log):
         cfg["kv_cells"] = int(m.group(1))
+    if m := re.search(r"creating\s+SWA KV cache, size = (\d+) cells", log):
+        cfg["swa_cells"] = int(m.group(1))
+        cfg["swa_full"] = "using full-size SWA cache" in log
     if m := re.search(r"v_trans\s*=\s*(\w+)", log):
         cfg["v_trans"] = _bool(m.group(1))
     if m := re.search(r"graph nodes\s*=\s*(\d+)", log):
@@ -163,6 +168,7 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
         "off",
         "--no-ui",
         *([] if mmproj else ["--no-mmproj"]),
+        *(["--swa-full"] if settings.swa_full and "--swa-full" not in extra else []),
         "--log-verbosity",
         "4",  # llama_context / memory lines: the resolved config is parsed from them
         *llama_args(settings.cpu_list),

@@ -50,6 +50,7 @@ def samples_of(rows: list[dict[str, Any]], point: str, process: int = 0) -> list
                 prep_ms=r["prep_ms"] if ok and arm in ("fake", "genuine") else None,
                 copy_ms=r["copy_ms"] if ok and arm == "genuine" else None,
                 blob_bytes=r["blob_bytes"] if arm == "genuine" and r["blob_bytes"] else None,
+                pos_min=r.get("pos_min"),
                 pos_max=r["pos_max"],
                 process=process,
                 t_utc=utc_now(),

@@ -53,6 +53,7 @@ def driver_command(
     fake: bool = True,
     check: bool = False,
     threadpool: bool = False,
+    swa_full: bool = False,
 ) -> list[str]:
     """tokens: a file of whitespace-separated ids (else a seeded filler); check: validate and exit; threadpool:
     attach a persistent one, as llama-bench does (llama-server does not, nor does the sweep)."""
@@ -66,6 +67,7 @@ def driver_command(
         *([] if fake else ["--no-fake"]),
         *(["--check"] if check else []),
         *(["--threadpool"] if threadpool else []),
+        *(["--swa-full"] if swa_full else []),
     ]
 
 
@@ -198,6 +200,7 @@ def sweep_driver_command(
         cpu_list=srv.cpu_list,
         fake=fake,
         check=check,
+        swa_full=srv.swa_full_on,
     )
 
 

@@ -19,7 +19,7 @@
 //     warmup    the genuine arm untimed (a sample row like the others): after another process measured on the
 //               same cores this one's caches are cold, and a shorter warm-up left the next chunk ~10% slow
 //   {"kind":"sample","L":..,"new":..,"arm":..,"rep":..,"ok":..,"reason":..,"decode_ms":..,"prep_ms":..,
-//    "copy_ms":..,"blob_bytes":..,"pos_max":..}
+//    "copy_ms":..,"blob_bytes":..,"pos_min":..,"pos_max":..}
 //   save DIR        write the depth-L states of the last fill, one file per grid L (DIR/L<L>.state), so another
 //                   process of the same driver (same model and options) can measure without a fill of its own:
 //                   {"kind":"saved","L":..,"bytes":..,"ms":..}
@@ -162,6 +162,7 @@ struct Sample {
     double prep_ms = 0.0;
     double copy_ms = 0.0;
     size_t blob_bytes = 0;
+    int pos_min = -1;  // a sliding-window cache holds only the window's positions: its first one shows which
     int pos_max = -1;
 };
 
@@ -224,6 +225,7 @@ class Driver {
             llama_memory_seq_rm(mem_, 0, -1, -1);
             Sample s;
             const int from = (this->*arms().at(arm))(L, s);
+            s.pos_min = (int) llama_memory_seq_pos_min(mem_, 0);
             s.pos_max = (int) llama_memory_seq_pos_max(mem_, 0);
             if (s.ok && from == L && s.pos_max != L - 1) {
                 s.ok = false;
@@ -234,9 +236,10 @@ class Driver {
                 yardstick(L, s);
             }
             printf("{\"kind\":\"sample\",\"L\":%d,\"new\":%d,\"arm\":%s,\"rep\":%d,\"ok\":%s,\"reason\":%s,"
-                   "\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"copy_ms\":%.4f,\"blob_bytes\":%zu,\"pos_max\":%d}\n",
+                   "\"decode_ms\":%.4f,\"prep_ms\":%.4f,\"copy_ms\":%.4f,\"blob_bytes\":%zu,\"pos_min\":%d,"
+                   "\"pos_max\":%d}\n",
                    L, n_new, json_str(arm).c_str(), rep, s.ok ? "true" : "false", json_str(s.reason).c_str(),
-                   s.decode_ms, s.prep_ms, s.copy_ms, s.blob_bytes, s.pos_max);
+                   s.decode_ms, s.prep_ms, s.copy_ms, s.blob_bytes, s.pos_min, s.pos_max);
         }
     }
 

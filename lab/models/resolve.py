@@ -94,8 +94,18 @@ def ensure_tiny(settings: Settings, arch: str, seed: int, vision: bool) -> list[
     return paths
 
 
+PRETRAINED_PREFIX, TINY_PREFIX = "pretrained:", "tiny:"
+
+
 def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path:
-    """settings.model if given, else the tiny synthetic model (the embedded default)."""
+    """settings.model if given (a path; `pretrained:NAME`: that pretrained model, fetched once and hash-checked;
+    `tiny:ARCH`: the lab's tiny model of that architecture), else the tiny synthetic model (the default)."""
+    if settings.model is not None and str(settings.model).startswith(PRETRAINED_PREFIX):
+        from lab.models.pretrained import ensure_pretrained
+
+        return ensure_pretrained(str(settings.model).removeprefix(PRETRAINED_PREFIX), settings.cache_dir)
+    if settings.model is not None and str(settings.model).startswith(TINY_PREFIX):
+        return ensure_tiny(settings, str(settings.model).removeprefix(TINY_PREFIX), seed=0, vision=False)[0]
     if settings.model is not None:
         path = settings.model.expanduser()
         if not path.exists():

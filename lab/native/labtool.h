@@ -5,7 +5,8 @@
 //   now_ms             the one clock (steady, milliseconds)
 //   json_str           a JSON string literal, quoted and escaped: every string a tool prints in JSON goes through it
 //   fail               one line on stderr, exit 2 (bad input, a model or context that cannot be had, a failed step)
-//   CommonArgs,        the options both tools take (--model, --n-ctx, -t, -tb, --seed, --flash-attn, --threadpool)
+//   CommonArgs,        the options both tools take (--model, --n-ctx, -t, -tb, --seed, --flash-attn, --threadpool,
+//                      --swa-full)
 //     ArgReader        and a small reader of argv that knows them; each tool reads its own options beside them
 //   quiet_log          warnings and errors reach stderr, nothing below them
 //   filler_tokens      the seeded filler stream, ids in [min(1000, n_vocab/2), 0.98 n_vocab)
@@ -67,6 +68,7 @@ struct CommonArgs {
     uint64_t seed = 1;      // the filler's seed
     std::string flash_attn = "auto";
     bool threadpool = false;  // a persistent polling threadpool, as llama-bench attaches (Engine)
+    bool swa_full = false;    // --swa-full: a sliding-window cache as large as the context (as llama-server's)
 };
 
 // argv, one option at a time: `while (r.next()) { if (!r.common(a.common) && r.key() == "--x") ... }`
@@ -133,6 +135,8 @@ class ArgReader {
             a.flash_attn = value();
         } else if (key_ == "--threadpool") {
             a.threadpool = true;
+        } else if (key_ == "--swa-full") {
+            a.swa_full = true;
         } else {
             return false;
         }
@@ -240,6 +244,7 @@ class Engine {
         cp.n_batch = (uint32_t) n_batch;
         cp.n_ubatch = (uint32_t) n_batch;
         cp.n_seq_max = 1;
+        cp.swa_full = a.swa_full;
         cp.n_threads = a.threads;
         cp.n_threads_batch = a.threads_batch;
         cp.flash_attn_type = a.flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED

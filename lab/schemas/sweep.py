@@ -39,6 +39,9 @@ class SweepSample(BaseModel):
     prep_ms: float | None = Field(default=None, description="inproc: fabricating the prefix (fake), the restore")
     copy_ms: float | None = Field(default=None, description="inproc genuine: a plain memcpy of blob_bytes")
     blob_bytes: int | None = Field(default=None, description="inproc genuine: the depth-L state blob (flags 0)")
+    pos_min: int | None = Field(
+        default=None, description="inproc: the sequence's first held position before the step (a window's start)"
+    )
     pos_max: int | None = Field(default=None, description="inproc: the sequence's max position before the step")
     predicted_n: int | None = Field(default=None, description="sweep.n_out: the tokens the fake arm generated")
     predicted_ms: float | None = Field(default=None, description="sweep.n_out: first to last generated token, ms")
