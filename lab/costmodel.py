@@ -39,7 +39,9 @@ from lab.models.gguf_io import TensorInfo, read_gguf_tensors
 from lab.models.hparams import Hparams, HparamsError, model_hparams
 from lab.schemas import BANDS, Band
 
-KNOWN_ARCHS = ("qwen35moe", "qwen3moe", "gemma3")
+# gpt-oss adds biases on q/k/v/o and the experts, and one sink logit per head and query: c (E + h) operations
+# next to matmuls of c E^2, below what the model resolves, so they are left out
+KNOWN_ARCHS = ("qwen35moe", "qwen3moe", "gemma3", "gpt-oss")
 SOFTMAX_FLOPS = 4  # per score: scale, running max, exp, sum
 NORM_FLOPS = 4  # per element of an RMS norm: square, sum, scale, weight
 F16, F32 = 2, 4

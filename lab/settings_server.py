@@ -120,6 +120,9 @@ class ConversationSettings(Section):
     checkpoint_min_step: int = Field(default=256, ge=0, description="today's --checkpoint-min-step")
     cache_ram_mib: int = Field(default=8192, ge=-1, description="today's --cache-ram (MiB; 0: off, -1: no limit)")
     cache_reuse: int = Field(default=0, ge=0, description="today's --cache-reuse")
+    swa_full: bool = Field(
+        default=False, description="today's --swa-full (a sliding-window model's window cache as large as the context)"
+    )
     extra_args: list[str] = Field(
         default_factory=list, description="more flags for today's server only, after server.extra_args"
     )

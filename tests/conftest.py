@@ -25,7 +25,7 @@ from lab.engine.build import EngineInfo, build_engine
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource, prepare_source
 from lab.models.resolve import ensure_tiny_model
-from lab.models.tinyarchs import TinyModelSpec
+from lab.models.tinyarchs import TinyModelSpec, tiny_spec
 from lab.settings import ServerSettings, Settings, load_settings
 
 TIERS = ("fast", "engine", "browser", "slow")
@@ -79,6 +79,12 @@ def tiny_model(settings: Settings, source: PreparedSource) -> Path:
 @pytest.fixture(scope="session")
 def iswa_model(settings: Settings, source: PreparedSource) -> Path:
     return ensure_tiny_model(settings.cache_dir, source, TinyModelSpec(arch="gemma3", n_layer=4))
+
+
+@pytest.fixture(scope="session")
+def oss_model(settings: Settings, source: PreparedSource) -> Path:
+    """The tiny gpt-oss: window and full attention alternating, attention sinks, a biased MoE."""
+    return ensure_tiny_model(settings.cache_dir, source, tiny_spec("gpt-oss", n_layer=4))
 
 
 def server_settings(**kw: object) -> ServerSettings:

@@ -187,6 +187,40 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
     assert "task000: prefill s, no cache" in svg and "of the saving" in svg and "diverges" in svg
 
 
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
+def test_a_sliding_window_conversation_says_what_today_s_window_kept(
+    tmp_path: Path, iswa_model: Path, swa_full: bool
+) -> None:
+    """The tiny gemma3 (a window of 128) replays a text-only conversation in all three arms; per step the lab
+    predicts from the window arithmetic whether the step departs beyond what today's window cache keeps, and
+    today's server's own log agrees (a departure restores a context checkpoint or re-processes the whole
+    prompt, nothing else does); with --swa-full
+    (conversation.swa_full) nothing departs, and the run records what each mode's caches hold."""
+    trace = synth_conversation(SynthConversation(steps=5, reasoning_words=700), tmp_path / "c.jsonl", shots=False)
+    runs = tmp_path / "runs"
+    env = {**os.environ, "COLUMNS": "200", "LAB_CONVERSATION__SWA_FULL": "true" if swa_full else "false"}
+    r = subprocess.run(
+        [LAB, "trace", "replay", str(trace), "--reps", "1", "--model", str(iswa_model), "--runs-dir", str(runs)],
+        capture_output=True,
+        text=True,
+        timeout=900,
+        env=env,
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    samples = run.read(SAMPLES, ConversationSample)
+    assert len(samples) == 5 * 3 and all(s.ok for s in samples), [s.reason for s in samples if not s.ok]
+    steps = run.read(STEPS, ConversationStepResult)
+    assert steps[0].window_departure is None and all(st.window_departure is not None for st in steps[1:])
+    for st in steps[1:]:  # the prediction, held by the log: a departure needs a checkpoint, or all of it again
+        assert st.full_reprocesses + st.checkpoint_restores == int(bool(st.window_departure)), st
+    departures = [st.step for st in steps if st.window_departure]
+    assert departures if not swa_full else not departures  # the agent drops its long reasoning: beyond the window
+    today = run.manifest().results["today_server"]
+    assert today["swa_full"] is swa_full and today["kv_mib"] > 0
+    assert today["swa_cells"] == (today["kv_cells"] if swa_full else 768)  # pad(128 + 512, 256)
+
+
 def test_an_interrupted_conversation_replay_resumes_with_its_whole_reps(tmp_path: Path) -> None:
     """SIGTERM once the first rep is written: the run is incomplete; --resume measures only the missing reps, so
     no rep is measured twice and none is lost."""

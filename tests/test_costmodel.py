@@ -80,6 +80,23 @@ def test_sliding_layers_read_at_most_their_window() -> None:
     assert any(t.name == "dense FFN (gate, up, down)" for t in m.terms(0))
 
 
+def test_gpt_oss_alternates_window_and_full_attention() -> None:
+    """gpt-oss without a pattern key alternates (llama.cpp's default for it, not gemma3's 6); its window layers
+    stop growing at the window, its full ones do not, so attention still meets the MoE FFN at some depth."""
+    oss = {"general.architecture": "gpt-oss", "gpt-oss.block_count": 4, "gpt-oss.embedding_length": 8,
+           "gpt-oss.attention.head_count": 2, "gpt-oss.attention.head_count_kv": 1,
+           "gpt-oss.attention.key_length": 4, "gpt-oss.attention.sliding_window": 16, "gpt-oss.expert_count": 4,
+           "gpt-oss.expert_used_count": 2, "gpt-oss.expert_feed_forward_length": 8}  # fmt: skip
+    h = hparams_of(oss)
+    assert h.kinds == ("sliding", "attention") * 2 and h.window == 16 and h.n_expert == 4
+    m = cost_model(h, chunk=4)
+    window = {L: sum(t.flops for t in m.terms(L) if t.band == "attn_core" and t.kind == "sliding") for L in (100, 900)}
+    full = {L: sum(t.flops for t in m.terms(L) if t.band == "attn_core" and t.kind == "attention") for L in (100, 900)}
+    assert window[100] == window[900] and full[900] > full[100]
+    crossing = m.crossover()
+    assert crossing is not None and crossing > 0
+
+
 def write_gguf(path: Path, meta: dict[str, Any]) -> Path:
     """A GGUF holding these keys and no tensor at all."""
     import gguf
@@ -128,7 +145,7 @@ def test_unknown_architecture_and_bad_files_are_one_line(tmp_path: Path) -> None
              "llama.attention.head_count": 2}  # fmt: skip
     r = lab("model", "cost", str(write_gguf(tmp_path / "llama.gguf", llama)))
     assert r.returncode == 2 and r.stderr.strip().splitlines()[0] == (
-        "the cost model does not know the architecture 'llama' (it knows qwen35moe, qwen3moe, gemma3)"
+        "the cost model does not know the architecture 'llama' (it knows qwen35moe, qwen3moe, gemma3, gpt-oss)"
     ), r.stderr
     (tmp_path / "junk.gguf").write_bytes(b"not a gguf at all")
     r = lab("model", "cost", str(tmp_path / "junk.gguf"))

@@ -7,8 +7,10 @@ from typing import Any
 
 import pytest
 
+from lab.conversation.window import WindowCache
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
 from lab.engine.server import LlamaServer
+from lab.models.gguf_io import read_gguf_metadata
 from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
 
 from conftest import ServerFactory
@@ -140,17 +142,26 @@ def test_draft_model_is_400(start_server: ServerFactory, tiny_model: Any) -> Non
 # --- sliding-window models ----------------------------------------------------------------------------
 
 
+SWA_MODELS = pytest.mark.parametrize("model", ["iswa_model", "oss_model"], ids=["gemma3", "gpt-oss"])
+
+
+@SWA_MODELS
 @pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
 def test_a_sliding_window_fake_prefix_is_a_cache_hit(
-    start_server: ServerFactory, iswa_model: Any, tmp_path_factory: pytest.TempPathFactory, swa_full: bool
+    start_server: ServerFactory,
+    request: pytest.FixtureRequest,
+    tmp_path_factory: pytest.TempPathFactory,
+    model: str,
+    swa_full: bool,
 ) -> None:
-    """The tiny gemma3 (a window of 128 in three of four layers, a ubatch of 64), with --swa-full as a user's own
-    flag or not: the fake prefix, the genuine hit restored from a saved slot and the baseline honour the contract
-    (cache_n == L, prompt_n == new) at L below the window, one short of it, at it, one past it, L not a multiple
-    of the ubatch, L + new crossing the window and a ubatch boundary, and new larger than the ubatch."""
+    """The tiny gemma3 (a window of 128 in three of four layers) and gpt-oss (the same window in every other
+    layer, attention sinks), a ubatch of 64, with --swa-full as a user's own flag or not: the fake prefix, the
+    genuine hit restored from a saved slot and the baseline honour the contract (cache_n == L, prompt_n == new)
+    at L below the window, one short of it, at it, one past it, L not a multiple of the ubatch, L + new
+    crossing the window and a ubatch boundary, and new larger than the ubatch."""
     slots = tmp_path_factory.mktemp("slots")
     extra = ["--slot-save-path", str(slots), *(["--swa-full"] if swa_full else [])]
-    srv = start_server(model=iswa_model, extra_args=extra, ubatch_size=64)
+    srv = start_server(model=request.getfixturevalue(model), extra_args=extra, ubatch_size=64)
     assert (srv.config.memory, srv.config.swa_full) == ("kv_iswa", swa_full), srv.config
     assert srv.config.swa_cells == (srv.config.kv_cells if swa_full else 256), srv.config  # pad(128 + 64, 256)
     client = ContractClient(srv)
@@ -171,15 +182,17 @@ def test_a_sliding_window_fake_prefix_is_a_cache_hit(
     assert_up(srv)
 
 
+@SWA_MODELS
 @pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
 def test_a_sliding_window_server_survives_any_history(
-    start_server: ServerFactory, iswa_model: Any, swa_full: bool
+    start_server: ServerFactory, request: pytest.FixtureRequest, model: str, swa_full: bool
 ) -> None:
     """A seeded random sequence of fake, cached and uncached requests of random depths around the window and the
     ubatch, on the assertions-on build: every fake request is a hit of exactly its L, every normal one reuses no
     fabricated cell, and the server stays up (a kv-cells assert would abort it)."""
     rng = random.Random(5)
-    srv = start_server(model=iswa_model, extra_args=["--swa-full"] if swa_full else [], ubatch_size=64)
+    extra = ["--swa-full"] if swa_full else []
+    srv = start_server(model=request.getfixturevalue(model), extra_args=extra, ubatch_size=64)
     real = 0  # the longest prefix of PREFIX really decoded in the slot (what a normal request may reuse)
     for _ in range(40):
         L = rng.choice([1, 63, 64, 65, WINDOW - 1, WINDOW, WINDOW + 1, 200, 256, 257, 700, rng.randrange(2, 1400)])
@@ -193,6 +206,28 @@ def test_a_sliding_window_server_survives_any_history(
         assert code == 200, js
         assert js["timings"]["cache_n"] <= (real if kind == "cached" else 0), (kind, L, new, real, js["timings"])
         real = L + new
+    assert_up(srv)
+
+
+@pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
+def test_the_window_rule_predicts_what_today_s_server_reuses(
+    start_server: ServerFactory, iswa_model: Any, swa_full: bool
+) -> None:
+    """lab.conversation.window's arithmetic against the stock server (no exact_window): after a prompt of
+    `end` tokens, a request sharing `common` of them is reused, or re-processed in full, as WindowCache.departs
+    says, below the window, at it, past it, and departing more or less than the window cache keeps."""
+    ctx = 4096
+    srv = start_server(model=iswa_model, extra_args=["--swa-full"] if swa_full else [], ubatch_size=64, ctx_size=ctx)
+    window = WindowCache.of(read_gguf_metadata(iswa_model), 64, ctx, swa_full)
+    assert window is not None and window.cells == (ctx if swa_full else 256) and window.n_swa == WINDOW
+    other = filler_tokens(200, seed=99, n_vocab=N_VOCAB)
+    for end, common in [(100, 100), (128, 128), (129, 129), (300, 300), (1000, 600), (1000, 900), (1000, 700)]:
+        code, js = post(srv, prompt=PREFIX[:end], cache_prompt=True)
+        assert code == 200, js
+        code, js = post(srv, prompt=PREFIX[:common] + other[:16], cache_prompt=True)
+        assert code == 200, js
+        reused = js["timings"]["cache_n"]
+        assert (reused == 0) == window.departs(common, end) and reused in (0, common), (end, common, reused)
     assert_up(srv)
 
 

@@ -65,16 +65,19 @@ def test_a_fill_then_every_arm_with_its_positions_checked(
     assert raw.read_text().count('"kind":"error"') == 2
 
 
+@pytest.mark.parametrize("model", ["iswa_model", "oss_model"], ids=["gemma3", "gpt-oss"])
 @pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
 def test_a_sliding_window_fake_prefix_holds_the_genuine_hit_s_positions(
-    driver: InstrumentInfo, iswa_model: Path, tmp_path: Path, swa_full: bool
+    driver: InstrumentInfo, request: pytest.FixtureRequest, tmp_path: Path, model: str, swa_full: bool
 ) -> None:
-    """On the tiny gemma3 (a window of 128 in three of four layers) at the depths where the window arithmetic is
-    easy to get wrong, with a ubatch of 64: the fake prefix and the restored genuine hit hold the same first and
-    last position (the window cache keeps the last 128, with or without --swa-full), and every arm decodes new
-    tokens that cross the window, a ubatch boundary, or are more than a ubatch."""
+    """On the tiny gemma3 and gpt-oss (a window of 128 in three of four, or every other, layer) at the depths
+    where the window arithmetic is easy to get wrong, with a ubatch of 64: the fake prefix and the restored
+    genuine hit hold the same first and last position (the window cache keeps the last 128, with or without
+    --swa-full), and every arm decodes new tokens that cross the window, a ubatch boundary, or are more than a
+    ubatch."""
     Ls = [100, WINDOW - 1, WINDOW, WINDOW + 1, 200, 300]
-    cmd = driver_command(driver, iswa_model, Ls=Ls, news=[20, 100], threads=2, ubatch=64, swa_full=swa_full)
+    path = request.getfixturevalue(model)
+    cmd = driver_command(driver, path, Ls=Ls, news=[20, 100], threads=2, ubatch=64, swa_full=swa_full)
     with DriverSession(cmd, tmp_path / "driver.log", tmp_path / "raw.jsonl") as d:
         d.fill(0)
         samples = [s for L in Ls for new in (20, 100) for s in d.rep(L, new, 0, ["fake", "genuine", "baseline"])]

@@ -14,7 +14,9 @@ app = group("models (the tiny synthetic default)")
 
 @app.command("tiny")
 def model_tiny(
-    arch: Annotated[str, typer.Option("--arch", help="qwen35moe (default) | qwen3moe | gemma3 (iSWA)")] = "qwen35moe",
+    arch: Annotated[
+        str, typer.Option("--arch", help="qwen35moe (default) | qwen3moe | gemma3 | gpt-oss (both iSWA)")
+    ] = "qwen35moe",
     seed: Seed = 0,
     vision: Annotated[bool, typer.Option("--vision", help="also the tiny qwen3vl projector (--mmproj)")] = False,
     cache_dir: CacheDir = None,

@@ -27,12 +27,13 @@ from lab.settings_server import ConversationSettings
 
 RESTORED_CHECKPOINT = "restored context checkpoint"
 RAM_CACHE_HIT = "found better prompt"
+FULL_REPROCESS = "forcing full prompt re-processing"  # the server found too little of the window (or state)
 
 
 def users_server(conversation: ConversationSettings) -> dict[str, Any]:
     """The server settings that make the lab's server today's (lab.experiments.protocol.OpenRun.server's
     overrides): the prompt cache and checkpoints the way users run them, and their own extra flags."""
-    keys = ("checkpoints", "checkpoint_min_step", "cache_ram_mib", "cache_reuse", "extra_args")
+    keys = ("checkpoints", "checkpoint_min_step", "cache_ram_mib", "cache_reuse", "swa_full", "extra_args")
     return {k: getattr(conversation, k) for k in keys}
 
 
@@ -69,6 +70,7 @@ def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) ->
         cache_n=int(t.get("cache_n", 0)),
         checkpoint_restore=RESTORED_CHECKPOINT in log,
         ram_cache_restore=RAM_CACHE_HIT in log,
+        full_reprocess=FULL_REPROCESS in log,
     )
     _hold_reply(srv, st)
     tail.read()

@@ -50,6 +50,7 @@ class ResolvedConfig(BaseModel):
     graph_splits: int | None = None
     memory: str | None = None  # "hybrid", "kv", "kv_iswa", "recurrent"
     swa_cells: int | None = None  # a sliding-window model's window cache (all of the context with --swa-full)
+    kv_mib: float | None = None  # what the attention caches hold, summed (both children of a sliding-window one)
     swa_full: bool | None = None
     system_info: str | None = None
     build: str | None = None
@@ -84,6 +85,8 @@ def parse_resolved_config(log: str) -> ResolvedConfig:
         cfg["recurrent_cells"] = int(m.group(1))
     if m := re.search(r"llama_kv_cache(?:_iswa)?: size = .*?\(\s*(\d+) cells", log):
         cfg["kv_cells"] = int(m.group(1))
+    if sizes := re.findall(r"llama_kv_cache: size =\s*([\d.]+) MiB", log):
+        cfg["kv_mib"] = sum(float(x) for x in sizes)
     if m := re.search(r"creating\s+SWA KV cache, size = (\d+) cells", log):
         cfg["swa_cells"] = int(m.group(1))
         cfg["swa_full"] = "using full-size SWA cache" in log

@@ -33,6 +33,7 @@ WEIGHT_EXACT: dict[str, Band] = {
     "attn_k": "proj",
     "attn_v": "proj",
     "attn_output": "proj",
+    "attn_sinks": "attn_core",  # gpt-oss: one sink logit per head, joined to the softmax
     "attn_qkv": "gdn",
     "attn_gate": "gdn",
     "ssm_out": "gdn",

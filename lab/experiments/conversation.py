@@ -32,11 +32,13 @@ from lab.conversation.arms import no_cache_step, optimum_step
 from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, load_conversation
 from lab.conversation.today import sample_base, today_step, users_server
+from lab.conversation.window import WindowCache
 from lab.engine.contract import ContractClient, Step
 from lab.engine.media import media_prompt
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
+from lab.models.gguf_io import read_gguf_metadata
 from lab.runs import RunFolder, atomic_write
 from lab.schemas import (
     ConversationArm,
@@ -66,6 +68,8 @@ class ConversationReplay(Experiment):
         self.optimum: dict[tuple[str, int], Step] = {}
         self.steps: list[ConversationStepResult] = []
         self.totals: list[ConversationTaskResult] = []
+        self.window: WindowCache | None = None  # today's server's window cache (sliding-window models)
+        self.memory: dict[str, Any] = {}  # what today's server's caches hold, from its log
 
     def own_params(self, settings: Settings) -> dict[str, Any]:
         assert self.trace is not None
@@ -82,6 +86,10 @@ class ConversationReplay(Experiment):
         self.raw = load_conversation(self.trace)
         log = settings.cache_dir / "logs" / "conversation-derive.log"
         self.tasks, self.projector = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace), log)
+        srv, today = settings.server, settings.conversation
+        full = today.swa_full or "--swa-full" in [*srv.extra_args, *today.extra_args] or srv.swa_full
+        meta = read_gguf_metadata(parts.model)
+        self.window = WindowCache.of(meta, srv.ubatch_size, srv.ctx_size, full)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run
@@ -106,13 +114,14 @@ class ConversationReplay(Experiment):
                         rows = []
                         for task_steps in self.tasks.values():  # a fresh today's server per conversation: empty cache
                             with self._today(sess) as today:
+                                self.memory = today_memory(today)
                                 rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
                     run.append(SAMPLES, rows)
                     samples += rows
-        self.steps, self.totals = summarize(self.tasks, samples)
+        self.steps, self.totals = summarize(self.tasks, samples, self.window)
         run.rewrite(STEPS, self.steps)
         run.rewrite(TASKS, self.totals)
-        return Outcome()
+        return Outcome(results={"today_server": self.memory} if self.memory else {})
 
     def _today(self, sess: OpenRun) -> LlamaServer:
         """Today's server: the run's server as users run it (conversation.*)."""
@@ -185,10 +194,18 @@ class ConversationReplay(Experiment):
             console.print(table)
 
 
+def today_memory(srv: LlamaServer) -> dict[str, Any]:
+    """What today's server's attention caches hold (MiB, both children of a sliding-window one) and its window
+    cache's cells, as its log says (--swa-full's cost is the difference)."""
+    c = srv.config
+    return {"kv_mib": c.kv_mib, "kv_cells": c.kv_cells, "swa_cells": c.swa_cells, "swa_full": c.swa_full}
+
+
 def summarize(
-    tasks: dict[str, list[StepTokens]], samples: list[ConversationSample]
+    tasks: dict[str, list[StepTokens]], samples: list[ConversationSample], window: WindowCache | None = None
 ) -> tuple[list[ConversationStepResult], list[ConversationTaskResult]]:
-    """Per step and per task, from every rep's samples (see the module's docstring)."""
+    """Per step and per task, from every rep's samples (see the module's docstring); `window`: today's
+    server's window cache, for whether each step departs beyond it."""
     by_step: dict[tuple[str, int], list[ConversationSample]] = defaultdict(list)
     for s in samples:
         by_step[(s.task_id, s.step)].append(s)
@@ -197,12 +214,15 @@ def summarize(
     for task, steps in tasks.items():
         # prompt seconds per arm and rep, each step's arms by rep
         per_rep: dict[int, dict[tuple[int, str], float]] = defaultdict(dict)
-        for st in steps:
+        for k, st in enumerate(steps):
             mine = sorted(by_step[(task, st.step)], key=lambda s: s.rep)
             for s in mine:
                 if s.ok and s.prompt_ms is not None:
                     per_rep[s.rep][(st.step, s.arm)] = s.prompt_ms
-            steps_out.append(step_result(task, st, mine))
+            row = step_result(task, st, mine)
+            if window is not None and k > 0:  # the previous step's prompt and reply were in the cache
+                row.window_departure = window.departs(st.common, steps[k - 1].cells + steps[k - 1].n_out)
+            steps_out.append(row)
         whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(ARMS) * len(steps)]
         totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in ARMS}
         realised = [
@@ -265,6 +285,7 @@ def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> Co
         tool_s=st.tool_s,
         checkpoint_restores=sum(s.checkpoint_restore for s in mine),
         ram_cache_restores=sum(s.ram_cache_restore for s in mine),
+        full_reprocesses=sum(s.full_reprocess for s in mine),
         order=order(ivs["optimum"], ivs["today"], ivs["no_cache"]),
     )
 

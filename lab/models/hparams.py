@@ -21,6 +21,7 @@ INTERVAL_HYBRIDS = ("qwen35moe", "qwen35", "qwen3next")
 GATED_Q = ("qwen35moe", "qwen35", "qwen3next")  # one Q projection that outputs the query and its output gate
 SHARED_EXPERT = ("qwen35moe", "qwen3next")
 GEMMA3_SWA_PATTERN = 6  # llama.cpp's default for gemma3 when the file does not say
+SWA_PATTERN = {"gpt-oss": 2}  # the same default for other sliding-window archs (gpt-oss alternates)
 
 # a table, left in rows for the formatter to skip
 # llama_ftype -> (name, nominal bits per weight of its base type; mixes keep a few tensors wider)
@@ -103,7 +104,8 @@ def hparams_of(meta: dict[str, Any]) -> Hparams:
     if arch in INTERVAL_HYBRIDS and isinstance(interval, int) and interval > 0:
         every, other = interval, "recurrent"
     elif window is not None:
-        every, other = int(key("attention.sliding_window_pattern", GEMMA3_SWA_PATTERN)), "sliding"
+        pattern = SWA_PATTERN.get(arch, GEMMA3_SWA_PATTERN)
+        every, other = int(key("attention.sliding_window_pattern", pattern)), "sliding"
     elif key("ssm.state_size") is not None:
         raise HparamsError(f"{arch}: a recurrent layout without full_attention_interval is not modelled")
     kinds = tuple(cast(LayerKind, "attention" if (il + 1) % every == 0 else other) for il in range(n_layer))

@@ -11,7 +11,7 @@ from types import ModuleType
 from lab.engine.source import PreparedSource, file_sha256, prepare_source
 from lab.errors import LabError, UsageError
 from lab.models import gguf_io, tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab
-from lab.models.tinyarchs import TinyModelSpec
+from lab.models.tinyarchs import TinyModelSpec, tiny_spec
 from lab.models.tinymodel import write_tiny_model
 from lab.models.tinyvision import TinyVisionSpec, write_tiny_projector
 from lab.settings import Settings
@@ -82,8 +82,8 @@ def ensure_tiny_projector(
 def ensure_tiny(settings: Settings, arch: str, seed: int, vision: bool) -> list[Path]:
     """`lab model tiny`: the tiny model of `arch` and `seed` (a bad pair is a UsageError before anything is
     prepared), written once into the cache, then with `vision` its projector; their paths in that order."""
-    spec = TinyModelSpec(arch=arch, seed=seed)
     try:
+        spec = tiny_spec(arch, seed=seed)
         spec.validate()
     except ValueError as e:
         raise UsageError(f"--arch/--seed: {e}") from e

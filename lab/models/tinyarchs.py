@@ -20,9 +20,16 @@ Supported architectures (``TinyModelSpec.arch``):
     :data:`GEMMA3_SLIDING_WINDOW` tokens.  Memory type ``llama_kv_cache_iswa``.
     Dense FFN width is ``n_ff_exp * n_expert_used`` (the active width of the
     MoE spec); ``n_expert`` and ``n_ff_shexp`` are ignored.
+``"gpt-oss"``
+    gpt-oss: sliding-window and full attention alternating (every
+    ``full_attention_interval``-th layer full, 2 as in the real model; a window
+    of :data:`GPT_OSS_SLIDING_WINDOW` tokens), an attention sink per head,
+    biased q/k/v/o projections and a biased softmax-routed MoE FFN (no shared
+    expert).  Memory type ``llama_kv_cache_iswa``.  Its output projection is
+    a tensor of its own (llama.cpp requires one for gpt-oss).
 
-Output embedding is tied to the token embedding (no ``output.weight``) for all
-archs, which keeps the file small (the F16 embedding dominates its size).
+Output embedding is tied to the token embedding (no ``output.weight``) for every
+arch but gpt-oss, which keeps the file small (the F16 embedding dominates its size).
 
 Weights are N(0, 0.02) (norms 1 + N(0, 0.02)); :mod:`lab.models.tinyemit` then overwrites a
 few of them deterministically.
@@ -38,10 +45,13 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-SUPPORTED_ARCHS: tuple[str, ...] = ("qwen35moe", "qwen3moe", "gemma3")
+SUPPORTED_ARCHS: tuple[str, ...] = ("qwen35moe", "qwen3moe", "gemma3", "gpt-oss")
 
 #: Sliding-window size (tokens) of the SWA layers of the ``gemma3`` tiny model.
 GEMMA3_SLIDING_WINDOW = 128
+
+#: Sliding-window size (tokens) of the ``gpt-oss`` tiny model (the real model's).
+GPT_OSS_SLIDING_WINDOW = 128
 
 #: Linear-attention (Gated-DeltaNet) causal conv kernel size, as in Qwen3.5.
 SSM_CONV_KERNEL = 4
@@ -86,7 +96,7 @@ class TinyModelSpec:
             raise ValueError("n_ff_exp and n_embd must be >= 2 (every FFN uses 2 units and embedding dim 0)")
         if self.n_head % self.n_head_kv != 0:
             raise ValueError(f"n_head ({self.n_head}) must be a multiple of n_head_kv ({self.n_head_kv})")
-        moe = self.arch in ("qwen35moe", "qwen3moe")
+        moe = self.arch in ("qwen35moe", "qwen3moe", "gpt-oss")
         if moe and not (0 < self.n_expert_used <= self.n_expert <= 512):
             raise ValueError(f"need 0 < n_expert_used <= n_expert <= 512, got {self.n_expert_used}/{self.n_expert}")
         if self.arch == "qwen35moe":
@@ -100,6 +110,15 @@ class TinyModelSpec:
     def is_full_attention(self, il: int) -> bool:
         """Whether layer ``il`` is full attention (qwen35moe) / global attention (gemma3)."""
         return (il + 1) % self.full_attention_interval == 0
+
+
+#: Shape defaults that differ by architecture (gpt-oss alternates window and full attention).
+ARCH_DEFAULTS: dict[str, dict[str, int]] = {"gpt-oss": {"full_attention_interval": 2}}
+
+
+def tiny_spec(arch: str, **kw: Any) -> TinyModelSpec:
+    """The tiny model of `arch`, with that architecture's own defaults under `kw`."""
+    return TinyModelSpec(arch=arch, **{**ARCH_DEFAULTS.get(arch, {}), **kw})
 
 
 Array = npt.NDArray[Any]
@@ -220,19 +239,39 @@ def _layer_gemma3(t: Tensors, p: str, spec: TinyModelSpec, il: int) -> None:
     t.norm(p + "post_ffw_norm.weight", e)
 
 
+def _layer_gpt_oss(t: Tensors, p: str, spec: TinyModelSpec, il: int) -> None:
+    e, hd = spec.n_embd, spec.head_dim
+    _plain_attention(t, p, spec)
+    t.mat(p + "attn_q.bias", (hd * spec.n_head,), F32)
+    t.mat(p + "attn_k.bias", (hd * spec.n_head_kv,), F32)
+    t.mat(p + "attn_v.bias", (hd * spec.n_head_kv,), F32)
+    t.mat(p + "attn_output.bias", (e,), F32)
+    t.mat(p + "attn_sinks.weight", (spec.n_head,), F32)  # one learned sink logit per head
+    t.norm(p + "post_attention_norm.weight", e)
+    _moe_ffn(t, p, spec)
+    t.mat(p + "ffn_gate_inp.bias", (spec.n_expert,), F32)
+    t.mat(p + "ffn_gate_exps.bias", (spec.n_expert, spec.n_ff_exp), F32)
+    t.mat(p + "ffn_up_exps.bias", (spec.n_expert, spec.n_ff_exp), F32)
+    t.mat(p + "ffn_down_exps.bias", (spec.n_expert, e), F32)
+
+
 # the tensors of layer `il` of each arch, named with the prefix `p` ("blk.<il>.")
 _LAYERS: dict[str, Callable[[Tensors, str, TinyModelSpec, int], None]] = {
     "qwen35moe": _layer_qwen35moe,
     "qwen3moe": _layer_qwen3moe,
     "gemma3": _layer_gemma3,
+    "gpt-oss": _layer_gpt_oss,
 }
 
 
 def build_tensors(spec: TinyModelSpec, n_vocab: int) -> Tensors:
-    """All tensors of a ``spec.arch`` model with an ``n_vocab``-token (tied) embedding, in file order."""
+    """All tensors of a ``spec.arch`` model with an ``n_vocab``-token embedding (tied but for gpt-oss), in
+    file order."""
     t = Tensors(spec.seed)
     t.mat("token_embd.weight", (n_vocab, spec.n_embd))
     t.norm("output_norm.weight", spec.n_embd)
+    if spec.arch == "gpt-oss":
+        t.mat("output.weight", (n_vocab, spec.n_embd))
     for il in range(spec.n_layer):
         _LAYERS[spec.arch](t, f"blk.{il}.", spec, il)
     return t
@@ -261,15 +300,18 @@ def hparams(spec: TinyModelSpec) -> list[tuple[str, Any, str]]:
         ("attention.value_length", spec.head_dim, "UINT32"),
         ("attention.layer_norm_rms_epsilon", _RMS_EPS, "FLOAT32"),
     ]
+    experts: list[tuple[str, Any, str]] = [
+        ("expert_count", spec.n_expert, "UINT32"),
+        ("expert_used_count", spec.n_expert_used, "UINT32"),
+        ("expert_feed_forward_length", spec.n_ff_exp, "UINT32"),
+    ]
     if spec.arch == "qwen35moe":
         n_rot = spec.head_dim // 4  # partial_rotary_factor 0.25
         kv += [
             ("rope.freq_base", 10_000_000.0, "FLOAT32"),
             ("rope.dimension_count", n_rot, "UINT32"),
             ("rope.dimension_sections", _imrope_sections(n_rot), "ARRAY:INT32"),
-            ("expert_count", spec.n_expert, "UINT32"),
-            ("expert_used_count", spec.n_expert_used, "UINT32"),
-            ("expert_feed_forward_length", spec.n_ff_exp, "UINT32"),
+            *experts,
             ("expert_shared_feed_forward_length", spec.n_ff_shexp, "UINT32"),
             ("ssm.conv_kernel", SSM_CONV_KERNEL, "UINT32"),
             ("ssm.state_size", spec.head_dim, "UINT32"),
@@ -279,11 +321,13 @@ def hparams(spec: TinyModelSpec) -> list[tuple[str, Any, str]]:
             ("full_attention_interval", spec.full_attention_interval, "UINT32"),
         ]
     elif spec.arch == "qwen3moe":
+        kv += [("rope.freq_base", 1_000_000.0, "FLOAT32"), *experts]
+    elif spec.arch == "gpt-oss":
         kv += [
-            ("rope.freq_base", 1_000_000.0, "FLOAT32"),
-            ("expert_count", spec.n_expert, "UINT32"),
-            ("expert_used_count", spec.n_expert_used, "UINT32"),
-            ("expert_feed_forward_length", spec.n_ff_exp, "UINT32"),
+            ("rope.freq_base", 150_000.0, "FLOAT32"),
+            *experts,
+            ("attention.sliding_window", GPT_OSS_SLIDING_WINDOW, "UINT32"),
+            ("attention.sliding_window_pattern", spec.full_attention_interval, "UINT32"),
         ]
     else:  # gemma3
         kv += [

@@ -43,7 +43,10 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
     ):
         t.add_column(c, justify="left" if c in ("task", "diverges", "restores", "order") else "right")
     for s in steps:
-        restores = ", ".join(x for x, n in (("ckpt", s.checkpoint_restores), ("ram", s.ram_cache_restores)) if n) or "-"
+        kinds = (("ckpt", s.checkpoint_restores), ("ram", s.ram_cache_restores), ("full", s.full_reprocesses))
+        restores = ", ".join(x for x, n in kinds if n) or "-"
+        if s.window_departure:  # a sliding-window model's step that departs beyond today's window cache
+            restores += " (window)"
         t.add_row(
             s.task_id,
             str(s.step),
@@ -61,7 +64,9 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
             cell(s.decode_ms_per_token, 2),
         )
     t.caption = (
-        "reused: today's server's cache_n (first rep); order: optimum <= today <= no cache within the intervals; "
+        "reused: today's server's cache_n (first rep); restores: a context checkpoint (ckpt), a RAM-cache prompt "
+        "(ram) or the whole prompt re-processed (full); (window): the step departs beyond what today's window "
+        "cache keeps (a sliding-window model); order: optimum <= today <= no cache within the intervals; "
         "decode: the reply generated at depth L + new after the optimum's prefill"
     )
     totals = Table(

@@ -143,6 +143,9 @@ class ConversationSample(BaseModel):
     cache_n: int | None = Field(default=None, description="tokens it reused (today) or fabricated (optimum)")
     checkpoint_restore: bool = Field(default=False, description="today: the server restored a context checkpoint")
     ram_cache_restore: bool = Field(default=False, description="today: the server loaded a prompt from its RAM cache")
+    full_reprocess: bool = Field(
+        default=False, description="today: the server re-processed the whole prompt, its cache lacking the data"
+    )
     n_out: int | None = Field(default=None, description="optimum: tokens generated after the prompt (the reply's)")
     decode_ms: float | None = Field(default=None, description="optimum: ms per generated token at depth L + new")
     process: int = Field(default=0, description="the rep's server processes (each rep its own; 0 before)")
@@ -170,6 +173,12 @@ class ConversationStepResult(BaseModel):
     tool_s: float | None = Field(default=None, description="the agent's own time after the reply (recorded)")
     checkpoint_restores: int = 0
     ram_cache_restores: int = 0
+    full_reprocesses: int = Field(default=0, description="today: reps whose server re-processed the whole prompt")
+    window_departure: bool | None = Field(
+        default=None,
+        description="sliding-window models: the step departs beyond what today's window cache keeps (the stock "
+        "server then needs a context checkpoint or re-processes the whole prompt); None without a window",
+    )
     order: Literal["holds", "violated", "-"] = Field(
         default="-", description="optimum <= today <= no cache within the intervals"
     )
