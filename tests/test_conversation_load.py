@@ -5,6 +5,8 @@ from __future__ import annotations
 
 import itertools
 import json
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -88,3 +90,18 @@ def test_a_duplicate_step_is_refused(tmp_path: Path) -> None:
     trace.write_text(step([{"role": "user", "content": "a"}]) + "\n" + step([{"role": "user", "content": "b"}]) + "\n")
     with pytest.raises(ConversationError, match=r"t.jsonl:2: task 't' step 0: a duplicate step"):
         load_conversation(trace)
+
+
+def test_a_text_only_conversation_for_a_model_without_a_projector(tmp_path: Path) -> None:
+    lab = str(Path(sys.executable).parent / "lab")
+    out = tmp_path / "t.jsonl"
+    r = subprocess.run([lab, "trace", "synth", "--conversation", "--text-only", "--steps", "4", "-o", str(out)],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 0, r.stderr
+    steps = load_conversation(out)["task000"]
+    assert len(steps) == 4 and not [p for s in steps for m in s.request["messages"] for p in images(m)]
+    assert not (tmp_path / "t_screenshots").exists()
+    r = subprocess.run([lab, "trace", "synth", "--text-only", "-o", str(tmp_path / "x.jsonl")],
+                       capture_output=True, text=True, timeout=120)  # fmt: skip
+    assert r.returncode == 2 and "--text-only: only with --conversation" in r.stderr, r.stderr
+    assert not (tmp_path / "x.jsonl").exists()

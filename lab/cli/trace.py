@@ -51,14 +51,22 @@ def trace_synth(
             "drops from the history it sends back (the next prompt departs at the previous reply)",
         ),
     ] = 0,
+    text_only: Annotated[
+        bool,
+        typer.Option("--text-only", help="a conversation without screenshots (a model with no vision projector)"),
+    ] = False,
 ) -> None:
     """Write a synthetic but plausible agent trace (deterministic from the seed)."""
     if conversation:
         from lab.conversation.synth import SynthConversation, synth_conversation
 
         spec = SynthConversation(tasks=tasks, steps=steps, seed=seed, reasoning_words=reasoning)
-        typer.echo(str(synth_conversation(spec, out)))
+        typer.echo(str(synth_conversation(spec, out, shots=not text_only)))
         return
+    if text_only:
+        from lab.errors import UsageError
+
+        raise UsageError("--text-only: only with --conversation (a step-shape trace has screenshots only if asked)")
     if reasoning:
         from lab.errors import UsageError
 
