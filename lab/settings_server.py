@@ -5,7 +5,7 @@
 from __future__ import annotations
 
 import os
-from typing import Literal
+from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
@@ -99,6 +99,13 @@ class ServerSettings(Section):
     @classmethod
     def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
         return refuse_lab_flags(v)
+
+    def with_overrides(self, **overrides: Any) -> ServerSettings:
+        """These settings with some replaced; `extra_args` come after the user's server.extra_args, never
+        instead (today's server: lab.conversation.today.users_server)."""
+        if "extra_args" in overrides:
+            overrides["extra_args"] = [*self.extra_args, *overrides["extra_args"]]
+        return self.model_copy(update=overrides)
 
     @property
     def swa_full_on(self) -> bool:

@@ -139,23 +139,6 @@ def paired_ratio(
     return median_interval([a[r] / b[r] for r in reps], key, procs)
 
 
-def unpaired_draws(
-    a: Sequence[float],
-    b: Sequence[float],
-    key: str = "",
-    procs_a: Sequence[int] | None = None,
-    procs_b: Sequence[int] | None = None,
-) -> npt.NDArray[np.float64] | None:
-    """Bootstrap draws of median(a) / median(b), each side resampled on its own (None if a side is empty);
-    with a side's processes, that side resamples processes, then samples within them."""
-    xa, xb = _clean(a), _clean(b)
-    if len(xa) == 0 or len(xb) == 0:
-        return None
-    da = median_draws(xa, _rng(key + "/a", xa), _procs(procs_a, a))
-    db = median_draws(xb, _rng(key + "/b", xb), _procs(procs_b, b))
-    return da / db
-
-
 def unpaired_ratio(
     a: Sequence[float],
     b: Sequence[float],
@@ -175,17 +158,21 @@ def unpaired(
     procs_b: Sequence[int] | None = None,
     shift: npt.NDArray[np.float64] | None = None,
 ) -> tuple[Interval | None, npt.NDArray[np.float64] | None]:
-    """unpaired_ratio and the bootstrap draws its interval comes from (one bootstrap for both); `shift`: a
-    factor per draw put on the ratio (lab.catalog.compare's run drift)."""
-    draws = unpaired_draws(a, b, key, procs_a, procs_b)
-    if draws is None:
+    """unpaired_ratio and the bootstrap draws of median(a) / median(b) its interval comes from (one bootstrap
+    for both; each side resampled on its own, processes first when a side has them); `shift`: a factor per
+    draw put on the ratio (lab.catalog.compare's run drift). (None, None) when a side is empty."""
+    xa, xb = _clean(a), _clean(b)
+    if len(xa) == 0 or len(xb) == 0:
         return None, None
+    draws = median_draws(xa, _rng(key + "/a", xa), _procs(procs_a, a)) / median_draws(
+        xb, _rng(key + "/b", xb), _procs(procs_b, b)
+    )
     if shift is not None:
         draws = draws * shift
     lo, hi = _bounds(draws)
-    value = float(np.median(_clean(a)) / np.median(_clean(b)))
+    value = float(np.median(xa) / np.median(xb))
     n_procs = min(_n_procs(procs_a, a), _n_procs(procs_b, b))
-    iv = Interval(value=value, lo=lo, hi=hi, n=min(len(_clean(a)), len(_clean(b))), processes=n_procs)
+    iv = Interval(value=value, lo=lo, hi=hi, n=min(len(xa), len(xb)), processes=n_procs)
     return iv, draws
 
 

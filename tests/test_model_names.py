@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.errors import UsageError
 from lab.models.pretrained import PRETRAINED, PretrainedError, pretrained_path
 from lab.models.resolve import resolve_model
 from lab.settings import Settings
@@ -36,3 +37,11 @@ def test_an_unknown_pretrained_name_is_refused_with_the_known_ones(settings: Set
 def test_a_tiny_architecture_by_name(settings: Settings) -> None:
     path = resolve_model(settings.model_copy(update={"model": Path("tiny:gemma3")}))
     assert path.name.startswith("tiny-gemma3-") and path.exists()
+
+
+@pytest.mark.fast
+def test_an_unknown_tiny_architecture_is_refused_by_its_name(settings: Settings, tmp_path: Path) -> None:
+    s = settings.model_copy(update={"cache_dir": tmp_path, "model": Path("tiny:llama")})
+    with pytest.raises(UsageError, match="--model tiny:llama: no tiny model of that architecture; known: qwen35moe"):
+        resolve_model(s)
+    assert not any(tmp_path.iterdir())

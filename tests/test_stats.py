@@ -16,7 +16,7 @@ from lab.stats import (
     proportion_interval,
     reps_per_process,
     reps_to_decide,
-    unpaired_draws,
+    unpaired,
     unpaired_ratio,
     variance_components,
     verdict,
@@ -76,7 +76,7 @@ def test_unpaired_ratio_and_geomean() -> None:
     b = rng.lognormal(0, 0.05, 20).tolist()
     iv = unpaired_ratio(a, b, "x")
     assert iv is not None and iv.lo < 2.0 < iv.hi and iv.n == 20
-    d1, d2 = unpaired_draws(a, b, "p1"), unpaired_draws(b, b, "p2")
+    d1, d2 = unpaired(a, b, "p1")[1], unpaired(b, b, "p2")[1]
     assert d1 is not None and d2 is not None
     g = geomean_ratio([d1, d2], [iv.value, 1.0])
     assert g is not None and g.lo < 2**0.5 < g.hi

@@ -86,10 +86,9 @@ class ConversationReplay(Experiment):
         self.raw = load_conversation(self.trace)
         log = settings.cache_dir / "logs" / "conversation-derive.log"
         self.tasks, self.projector = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace), log)
-        srv, today = settings.server, settings.conversation
-        full = today.swa_full or "--swa-full" in [*srv.extra_args, *today.extra_args] or srv.swa_full
+        today = settings.server.with_overrides(**users_server(settings.conversation))
         meta = read_gguf_metadata(parts.model)
-        self.window = WindowCache.of(meta, srv.ubatch_size, srv.ctx_size, full)
+        self.window = WindowCache.of(meta, today.ubatch_size, today.ctx_size, today.swa_full_on)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run

@@ -84,9 +84,7 @@ class OpenRun:
     def server(self, log: str = "server.log", **overrides: Any) -> LlamaServer:
         """A server on the run's settings, logging to the run's logs/`log`; `extra_args` come after the user's
         server.extra_args, never instead."""
-        if "extra_args" in overrides:
-            overrides["extra_args"] = [*self.settings.server.extra_args, *overrides["extra_args"]]
-        server_settings = self.settings.server.model_copy(update=overrides)
+        server_settings = self.settings.server.with_overrides(**overrides)
         srv = LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / log)
         self.servers.append(srv)
         return srv

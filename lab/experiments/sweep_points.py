@@ -310,11 +310,13 @@ def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]
     failed = [s for s in samples if not s.ok]
     if failed:
         out.append(f"{len(failed)} failed sample(s), excluded: {failed[0].arm} rep {failed[0].rep}: {failed[0].reason}")
-    starts = {arm: {s.pos_min for s in samples if s.arm == arm and s.ok and s.pos_min is not None} for arm in ARMS}
-    if starts["fake"] and starts["genuine"] and starts["fake"] != starts["genuine"]:
+    fake, genuine = (
+        {s.pos_min for s in samples if s.arm == a and s.ok and s.pos_min is not None} for a in ("fake", "genuine")
+    )
+    if fake and genuine and fake != genuine:
         out.append(
-            f"the fake prefix's first held position {sorted(starts['fake'])} is not the genuine hit's "
-            f"{sorted(starts['genuine'])}: a sliding-window cache holds different cells in the two arms"
+            f"the fake prefix's first held position {sorted(fake)} is not the genuine hit's {sorted(genuine)}: "
+            "a sliding-window cache holds different cells in the two arms"
         )
     if p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes / p.predicted_blob_bytes - 1) > 0.01:
         out.append(

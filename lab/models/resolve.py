@@ -105,7 +105,11 @@ def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path
 
         return ensure_pretrained(str(settings.model).removeprefix(PRETRAINED_PREFIX), settings.cache_dir)
     if settings.model is not None and str(settings.model).startswith(TINY_PREFIX):
-        return ensure_tiny(settings, str(settings.model).removeprefix(TINY_PREFIX), seed=0, vision=False)[0]
+        arch = str(settings.model).removeprefix(TINY_PREFIX)
+        if arch not in tinyarchs.SUPPORTED_ARCHS:
+            raise UsageError(f"--model {settings.model}: no tiny model of that architecture; known: "
+                             f"{', '.join(tinyarchs.SUPPORTED_ARCHS)}")  # fmt: skip
+        return ensure_tiny(settings, arch, seed=0, vision=False)[0]
     if settings.model is not None:
         path = settings.model.expanduser()
         if not path.exists():
