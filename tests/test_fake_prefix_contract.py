@@ -189,7 +189,7 @@ def test_a_sliding_window_server_survives_any_history(
 ) -> None:
     """A seeded random sequence of fake, cached and uncached requests of random depths around the window and the
     ubatch, on the assertions-on build: every fake request is a hit of exactly its L, every normal one reuses no
-    fabricated cell, and the server stays up (a kv-cells assert would abort it)."""
+    fabricated cell, and the server stays up (a kv-cells assert would abort it), also after a refusal."""
     rng = random.Random(5)
     extra = ["--swa-full"] if swa_full else []
     srv = start_server(model=request.getfixturevalue(model), extra_args=extra, ubatch_size=64)
@@ -206,6 +206,10 @@ def test_a_sliding_window_server_survives_any_history(
         assert code == 200, js
         assert js["timings"]["cache_n"] <= (real if kind == "cached" else 0), (kind, L, new, real, js["timings"])
         real = L + new
+    # a fake prefix the cache has no room for is refused in one line, and the cache still serves
+    code, js = post(srv, prompt=filler_tokens(8300, seed=5, n_vocab=N_VOCAB), n_fake_cached=8000)
+    assert code == 400 and "n_fake_cached" in js["error"]["message"], js
+    fake(srv, WINDOW + 1)
     assert_up(srv)
 
 

@@ -135,6 +135,7 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert "achieved GFLOP/s by band" in r.stdout
     # a profile to 512 does not reach the crossover on the tiny model: said once, with the time prediction beside
     assert summary.crossover_depth is None and summary.crossover_note == "not reached by depth 512"
+    assert summary.attn_kinds == [] and "by layer kind" not in r.stdout  # no window layers: one attention kind
     assert "crossover: measured not reached by depth 512; predicted in time" in r.stdout
     assert set(summary.band_gflops_ci) == set(BANDS) and summary.time_crossover_ci is not None
     # `lab model cost --rates RUN`: the same fit (same rows, same resamples) applied to the model at any depth
@@ -190,6 +191,33 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert bad.returncode == 2 and bad.stderr.strip().startswith("--rates nope: no unique run"), bad.stderr
     print(f"parquet is {summary.dump_json_bytes / summary.dump_parquet_bytes:.1f}x smaller than the JSON dump")
     assert summary.dump_json_bytes >= 5 * summary.dump_parquet_bytes
+
+
+def test_sliding_window_attention_splits_into_full_and_window_layers(tmp_path: Path) -> None:
+    """The tiny gpt-oss alternates window (128 keys) and full-attention layers: attn_core splits into the two,
+    each kind's ms/token adds up to the band's, and each kind's slope is fitted where it should be flat or grow
+    (a window layer's from the window on)."""
+    args = ["profile", "--model", "tiny:gpt-oss", "--chunk", "64", "--max-depth", "384", "--cycles", "2"]
+    r = subprocess.run([LAB, *args, "--no-peaks", "--runs-dir", str(tmp_path)], capture_output=True, text=True,
+                       cwd=REPO, timeout=600)  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    summary = ProfileSummary.model_validate_json((run.path / "raw" / "profile_summary.json").read_text())
+    full, window = summary.attn_kinds
+    assert (full.kind, full.window, full.fit_from) == ("full", None, 0)
+    assert (window.kind, window.window, window.fit_from) == ("window", 128, 128)
+    assert full.layers == window.layers >= 2  # alternating
+    depths = [str(d) for d in range(0, 385, 64)]
+    assert list(full.ms_per_token) == list(window.ms_per_token) == depths
+    attn = {str(b.depth): b.ms_per_token for b in run.read(BANDS_TABLE, BandDepth) if b.band == "attn_core"}
+    for d in depths:  # every attn_core node sits in a layer of one kind or the other
+        assert full.ms_per_token[d].value + window.ms_per_token[d].value == pytest.approx(attn[d], rel=1e-9)
+        assert all(
+            iv.lo <= iv.value <= iv.hi and iv.processes == 2 for iv in (full.ms_per_token[d], window.ms_per_token[d])
+        )
+    for k in (full, window):
+        assert k.slope_ci is not None and k.slope_ci.lo <= k.slope_ci.value <= k.slope_ci.hi
+    assert "attn_core by layer kind" in r.stdout and "window: " in r.stdout and "from depth 128" in r.stdout
 
 
 @pytest.mark.parametrize("how", ["SIGTERM", "SIGKILL"])

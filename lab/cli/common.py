@@ -47,7 +47,7 @@ def settings_for(cache_dir: Path | None = None, engine: dict[str, Any] | None = 
     except ValidationError as e:  # names the offending key
         if (line := unknown_key(e)) is not None:
             raise UsageError(line) from e
-        raise UsageError(f"invalid settings: {validation_line(e, root='settings', limit=1)}\n{e}") from e
+        raise UsageError(f"invalid settings: {validation_line(e, root='settings', limit=3)}") from e
 
 
 def resolve(ref: str | None, runs_dir: Path) -> Any:

@@ -24,7 +24,15 @@ from lab.experiments.profile_bench import (
     read_bench,
     undecided_references,
 )
-from lab.experiments.profile_derive import add_time_model, band_cycles, band_nodes, cycle_cells, derive, too_wide
+from lab.experiments.profile_derive import (
+    AttnLayers,
+    add_time_model,
+    band_cycles,
+    band_nodes,
+    cycle_cells,
+    derive,
+    too_wide,
+)
 from lab.experiments.profile_dump import (
     DUMP,
     keep_complete_cycles,
@@ -36,10 +44,16 @@ from lab.experiments.profile_dump import (
 from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
-from lab.models.hparams import HparamsError
+from lab.models.hparams import HparamsError, model_hparams
 from lab.peaks import measure_peaks
 from lab.presenters import time_tables
-from lab.presenters.profile import efficiency_table, prediction_lines, profile_table, reference_lines
+from lab.presenters.profile import (
+    attn_kind_table,
+    efficiency_table,
+    prediction_lines,
+    profile_table,
+    reference_lines,
+)
 from lab.runs import RunError, RunFolder
 from lab.schemas import BandDepth, ProfileSummary
 from lab.settings import Settings
@@ -59,6 +73,8 @@ class Profile(Experiment):
         self.instrument: InstrumentInfo | None = None
         self.cost: CostModel | None = None
         self.no_cost = ""  # why there is no cost model for this model
+        self.layers: AttnLayers = {}  # a sliding-window model's attention layers by kind
+        self.window: int | None = None
         self.rows: list[BandDepth] = []
         self.summary: ProfileSummary | None = None
         self.prediction: TimePrediction | None = None
@@ -82,6 +98,14 @@ class Profile(Experiment):
             self.cost = model_cost(parts.model, settings.profile.chunk)
         except HparamsError as e:
             self.no_cost = f"no prediction: {e}"
+        try:
+            h = model_hparams(parts.model)
+        except HparamsError:
+            return
+        if h.count("sliding"):  # attn_core split: the full-attention layers grow with depth, the window's stop
+            kind = {"attention": "full", "sliding": "window"}
+            self.layers = {il: kind[k] for il, k in enumerate(h.kinds) if k in kind}
+            self.window = h.window
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         settings, run, inst = sess.settings, sess.run, self.instrument
@@ -137,7 +161,7 @@ class Profile(Experiment):
                 meta, walls, nodes = parse_dump(dump)
                 walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
                 nodes = band_nodes(nodes)
-                rows, summary = derive(walls, nodes, p.chunk)
+                rows, summary = derive(walls, nodes, p.chunk, self.layers, self.window)
                 decide_references(summary, walls, read_bench(run), p.bench_tolerance, p.timed_tolerance)
                 wide = too_wide(summary, p.target) or undecided_references(summary)
                 if not wide or want >= (p.max_cycles or p.cycles):
@@ -175,6 +199,8 @@ class Profile(Experiment):
     def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
         assert self.summary is not None
         console.print(profile_table(self.rows, self.summary))
+        if self.summary.attn_kinds:
+            console.print(attn_kind_table(self.summary))
         if any(r.gflops for r in self.rows):
             console.print(efficiency_table(self.rows, self.summary))
         if self.prediction is not None and self.prediction.at and self.cost is not None:

@@ -11,9 +11,12 @@ from typing import Any
 
 from lab.costmodel import CostModel
 from lab.experiments.bands import Node, classify_all, resolve_layers
-from lab.schemas import BANDS, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.schemas import BANDS, AttnKind, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.stats import from_draws, linear_fit, resamples
 from lab.timemodel import TimePrediction, fit, predict
+
+AttnLayers = dict[int, str]  # layer -> "full" or "window", the attention layers of a sliding-window model
+KindCells = dict[tuple[int, str, int], float]  # TIMED attn_core ms per (depth, kind, cycle)
 
 
 def band_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -74,16 +77,33 @@ def band_cycles(cells: Cells, chunk: int) -> list[BandCycle]:
     return out
 
 
-def derive_for(cells: Cells, cycles: list[int], chunk: int) -> tuple[list[BandDepth], dict[int, float]]:
-    """Band rows and TIMED/FUSED gaps per depth from the medians over `cycles` (repeats allowed: a resample)."""
+def kind_cells(nodes: list[dict[str, Any]], layers: AttnLayers) -> KindCells:
+    """attn_core's TIMED ms split by the kind of its layer (full attention or a window)."""
+    out: KindCells = defaultdict(float)
+    for r in nodes:
+        if r["band"] == "attn_core" and r.get("layer") in layers:
+            out[(r["depth"], layers[r["layer"]], r["cycle"])] += r["ms"]
+    return out
+
+
+def derive_for(
+    cells: Cells, cycles: list[int], chunk: int, kinds: KindCells | None = None
+) -> tuple[list[BandDepth], dict[int, float], dict[tuple[int, str], float]]:
+    """Band rows, TIMED/FUSED gaps per depth and attn_core's ms/token per (depth, layer kind) from the medians
+    over `cycles` (repeats allowed: a resample). A kind's ms/token is its TIMED share x the FUSED chunk ms, as a
+    band's is."""
     fused, band_ms, _ = cells
     rows: list[BandDepth] = []
     gaps: dict[int, float] = {}
+    by_kind: dict[tuple[int, str], float] = {}
     for depth in sorted({d for d, _ in fused}):
         per_band = {b: statistics.median(band_ms[(depth, b, c)] for c in cycles) for b in BANDS}
         total = sum(per_band.values())
         fused_ms = statistics.median(fused[(depth, c)] for c in cycles if (depth, c) in fused)
         gaps[depth] = total / fused_ms - 1
+        for kind in {k for _, k, _ in kinds or {}}:
+            ms = statistics.median((kinds or {}).get((depth, kind, c), 0.0) for c in cycles)
+            by_kind[(depth, kind)] = ms / total * fused_ms / chunk if total else 0.0
         for b in BANDS:
             share = per_band[b] / total if total else 0.0
             rows.append(
@@ -96,23 +116,66 @@ def derive_for(cells: Cells, cycles: list[int], chunk: int) -> tuple[list[BandDe
                     ms_per_token=share * fused_ms / chunk,
                 )
             )
-    return rows, gaps
+    return rows, gaps, by_kind
 
 
-def derive(walls: list[ProfileWall], nodes: list[dict[str, Any]], chunk: int) -> tuple[list[BandDepth], ProfileSummary]:
+def kind_slopes(by_kind: dict[tuple[int, str], float], window: int | None) -> dict[str, float]:
+    """Each kind's ms/token per 1k depth: a full-attention layer's over every depth, a window layer's from the
+    window on (where each query reads the same number of keys)."""
+    out = {}
+    for kind in sorted({k for _, k in by_kind}):
+        start = fit_start(kind, window)
+        pts = sorted((d, v) for (d, k), v in by_kind.items() if k == kind and d >= start)
+        if len(pts) >= 2:
+            out[kind] = linear_fit([float(d) for d, _ in pts], [v for _, v in pts])[0] * 1000
+    return out
+
+
+def fit_start(kind: str, window: int | None) -> int:
+    return (window or 0) if kind == "window" else 0
+
+
+def derive(
+    walls: list[ProfileWall],
+    nodes: list[dict[str, Any]],
+    chunk: int,
+    layers: AttnLayers | None = None,
+    window: int | None = None,
+) -> tuple[list[BandDepth], ProfileSummary]:
     """The per-depth band table and the summary from the medians over cycles, each number with its interval
     from a bootstrap over cycles (a resample draws whole cycles: a cycle's passes ran back to back; with one
-    cycle per instrument process, whole processes)."""
+    cycle per instrument process, whole processes). `layers`: a sliding-window model's attention layers by
+    kind, for attn_core split into full-attention and window layers (`window`: n_swa)."""
     cells = cycle_cells(walls, nodes)
     cycles = cells[2]
-    rows, gaps = derive_for(cells, cycles, chunk)
+    kinds = kind_cells(nodes, layers) if layers else None
+    rows, gaps, by_kind = derive_for(cells, cycles, chunk, kinds)
     summary = summarize(rows, gaps)
-    boot_rows, boot_sums = [], []
+    boot_rows, boot_sums, boot_kinds = [], [], []
     for idx in resamples(len(cycles), f"profile/{chunk}", count=400):
-        b_rows, b_gaps = derive_for(cells, [cycles[i] for i in idx], chunk)
+        b_rows, b_gaps, b_kind = derive_for(cells, [cycles[i] for i in idx], chunk, kinds)
         boot_rows.append({(x.depth, x.band): x.ms_per_token for x in b_rows})
         boot_sums.append(summarize(b_rows, b_gaps))
+        boot_kinds.append((b_kind, kind_slopes(b_kind, window)))
     n, procs = len(cycles), len({w.process for w in walls})  # a resample draws whole cycles, so whole processes
+    slopes = kind_slopes(by_kind, window)
+    for kind in sorted({k for _, k in by_kind}):
+        summary.attn_kinds.append(
+            AttnKind(
+                kind="full" if kind == "full" else "window",
+                layers=sum(1 for k in (layers or {}).values() if k == kind),
+                window=window if kind == "window" else None,
+                ms_per_token={
+                    str(d): iv
+                    for (d, k), v in sorted(by_kind.items())
+                    if k == kind and (iv := from_draws(v, [b[(d, k)] for b, _ in boot_kinds], n, procs))
+                },
+                fit_from=fit_start(kind, window),
+                slope_ci=from_draws(slopes[kind], [s[kind] for _, s in boot_kinds if kind in s], n, procs)
+                if kind in slopes
+                else None,
+            )
+        )
     for row in rows:
         iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n, procs)
         row.ms_per_token_lo, row.ms_per_token_hi = (iv.lo, iv.hi) if iv else (None, None)

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from lab.schemas import BANDS, BandDepth, ProfileSummary, cell
+from lab.schemas import BANDS, AttnKind, BandDepth, ProfileSummary, cell
 
 
 def _pm(value: float, lo: float | None, hi: float | None) -> str:
@@ -51,6 +51,29 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
         f"ms/token per 1k depth, R^2 {cell(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
     )
     return t
+
+
+def attn_kind_table(s: ProfileSummary) -> Table:
+    """attn_core split by layer kind on a sliding-window model: ms/token per depth and each kind's slope."""
+    t = Table(title="attn_core by layer kind: ms/token (+- the 95% interval)")
+    t.add_column("depth", justify="right")
+    for k in s.attn_kinds:
+        t.add_column(f"{k.kind} ({k.layers} layers)", justify="right")
+    for depth in sorted({int(d) for k in s.attn_kinds for d in k.ms_per_token}, key=int):
+        ivs = [k.ms_per_token.get(str(depth)) for k in s.attn_kinds]
+        t.add_row(str(depth), *(_pm(iv.value, iv.lo, iv.hi) if iv else "-" for iv in ivs))
+    t.caption = "; ".join(slope_text(k) for k in s.attn_kinds)
+    return t
+
+
+def slope_text(k: AttnKind) -> str:
+    """`window: 0.0012 [-0.0004, 0.0030] ms/token per 1k depth from depth 512: flat (the interval holds 0)`."""
+    where = f" from depth {k.fit_from}" if k.fit_from else ""
+    if k.slope_ci is None:
+        return f"{k.kind}: no slope{where} (fewer than two depths)"
+    iv = k.slope_ci
+    trend = "grows" if iv.lo > 0 else "falls" if iv.hi < 0 else "flat (the interval holds 0)"
+    return f"{k.kind}: {iv.fmt(digits=4)} ms/token per 1k depth{where}: {trend}"
 
 
 def _judged(text: str, verdicts: Mapping[str, str], depth: int) -> str:

@@ -15,7 +15,7 @@ from lab.schemas.base import (
     ggml_pad,
 )
 from lab.schemas.decode import BenchDecode, DecodeDepth
-from lab.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
 from lab.schemas.trace import (
@@ -36,6 +36,7 @@ __all__ = [
     "ArmName",
     "ArmStats",
     "ArmsSummary",
+    "AttnKind",
     "Band",
     "BandAt",
     "BandCycle",

@@ -59,6 +59,18 @@ class BandAt(BaseModel):
     ms_per_token: Interval
 
 
+class AttnKind(BaseModel):
+    """attn_core of one kind of attention layer (a sliding-window model's full-attention or window layers):
+    its share of the band's TIMED nodes x FUSED chunk ms / chunk, per depth, and its slope in depth."""
+
+    kind: Literal["full", "window"]
+    layers: int = Field(description="layers of this kind")
+    window: int | None = Field(default=None, description="keys a window layer's query reads (n_swa)")
+    ms_per_token: dict[str, Interval] = Field(default_factory=dict, description="per depth, over cycles")
+    fit_from: int = Field(default=0, description="the slope's first depth (a window layer's: the window)")
+    slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth from fit_from on")
+
+
 class ProfileSummary(BaseModel):
     """raw/profile_summary.json: the derived results of a profile run."""
 
@@ -119,4 +131,7 @@ class ProfileSummary(BaseModel):
     )
     attn_overhead_ms_ci: Interval | None = Field(
         default=None, description="attn_core's per-token time that does not grow with depth (lab.timemodel)"
+    )
+    attn_kinds: list[AttnKind] = Field(
+        default_factory=list, description="attn_core split by layer kind (sliding-window models only)"
     )
