@@ -77,6 +77,7 @@ lint: $(VENV)/.installed
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
+	$(VENV)/bin/lint-imports --no-cache
 	$(VENV)/bin/clang-format --dry-run --Werror $$(find lab -name '*.cpp' -o -name '*.h' | sort)
 
 bench: setup

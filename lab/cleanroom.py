@@ -25,8 +25,7 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from rich.console import Console
-
+from lab.console import lab_console
 from lab.errors import LabError
 from lab.runs import RunFolder, RunInterrupted
 from lab.target import Target
@@ -66,7 +65,7 @@ def hold(target: Target, room: CleanRoom | None, run: RunFolder) -> Iterator[Non
             again = target.run(f"setsid -w sh -c {shlex.quote(room.start)}", timeout=300)
             run.add_results(clean_room=room.record("lab", stop_rc=r.exited, start_rc=again.exited))
         if not again.ok:
-            Console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {room.start}")
+            lab_console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {room.start}")
         if later:
             raise RunInterrupted(f"interrupted by {later[0]} (the host's server was started again first)")
 

@@ -1,5 +1,5 @@
 """The work of one prefill chunk, predicted from the model's GGUF metadata alone: FLOPs and bytes moved per band
-(ffn_moe, attn_core, proj, gdn, other, as lab.experiments.bands sorts a profile's nodes) and per layer kind.
+(ffn_moe, attn_core, proj, gdn, other, as lab.models.bands sorts a profile's nodes) and per layer kind.
 
 A chunk is `chunk` new tokens at depth L (L tokens already cached). FLOPs count a multiply-add as 2 and an
 elementwise operation as 1. Per chunk, c = chunk, E = n_embd, for every term below (docs/cost-model.md
@@ -34,7 +34,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.experiments.bands import WEIGHT_EXACT, weight_token
+from lab.models.bands import WEIGHT_EXACT, weight_token
 from lab.models.gguf_io import TensorInfo, read_gguf_tensors
 from lab.models.hparams import Hparams, HparamsError, model_hparams
 from lab.schemas import BANDS, Band

@@ -15,7 +15,6 @@ import os
 import threading
 import time
 from dataclasses import dataclass, field
-from typing import Any
 
 from pydantic import BaseModel, Field
 
@@ -228,10 +227,6 @@ def proc_ctx_switches(pid: int) -> dict[str, int]:
         if key in ("voluntary_ctxt_switches", "nonvoluntary_ctxt_switches"):
             out[key.split("_")[0]] = int(val.strip())
     return out
-
-
-def state_record(s: HostState) -> dict[str, Any]:
-    return s.model_dump(mode="json")
 
 
 @dataclass(frozen=True)

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from lab.engine.build import EngineInfo
-from lab.experiments.bands import (
+from lab.models.bands import (
     CoverageError,
     Node,
     classify,

@@ -5,6 +5,7 @@ changed message, and a step beyond the context is refused by name."""
 from __future__ import annotations
 
 import itertools
+import json
 import os
 import subprocess
 import sys
@@ -199,18 +200,21 @@ def test_a_sliding_window_conversation_says_what_today_s_window_kept(
     trace = synth_conversation(SynthConversation(steps=5, reasoning_words=700), tmp_path / "c.jsonl", shots=False)
     runs = tmp_path / "runs"
     env = {**os.environ, "COLUMNS": "200", "LAB_CONVERSATION__SWA_FULL": "true" if swa_full else "false"}
+    cmd = [LAB, "trace", "replay", str(trace), "--reps", "1", "--model", str(iswa_model), "--runs-dir", str(runs)]
     r = subprocess.run(
-        [LAB, "trace", "replay", str(trace), "--reps", "1", "--model", str(iswa_model), "--runs-dir", str(runs)],
+        [*cmd, "--json"],
         capture_output=True,
         text=True,
         timeout=900,
         env=env,
     )
     assert r.returncode == 0, r.stderr + r.stdout
-    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    out = json.loads(r.stdout)  # --json: the records the tables are printed from, and the run folder
+    run = RunFolder.open(Path(out["run"]))
     samples = run.read(SAMPLES, ConversationSample)
     assert len(samples) == 5 * 3 and all(s.ok for s in samples), [s.reason for s in samples if not s.ok]
     steps = run.read(STEPS, ConversationStepResult)
+    assert [ConversationStepResult.model_validate(x) for x in out["steps"]] == steps and len(out["tasks"]) == 1
     assert steps[0].window_departure is None and all(st.window_departure is not None for st in steps[1:])
     for st in steps[1:]:  # the prediction, held by the log: a departure needs a checkpoint, or all of it again
         assert st.full_reprocesses + st.checkpoint_restores == int(bool(st.window_departure)), st

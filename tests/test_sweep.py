@@ -78,6 +78,7 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
     assert "smt" in m.results["host_state"] and m.results["host_noise"]["seconds"] > 0
     assert set(m.results["host_noise"]["server_ctx_switches"]) == {"voluntary", "nonvoluntary"}
     assert "host noise over the run:" in r.stdout
+    assert "…" not in r.stdout  # written to a pipe, as in a log: every table at its width, no number cut
     for f in ("host/uname.txt", "host/lscpu.txt", "git/git_diff.patch", "git/engine.patch", "logs/server.log"):
         assert (run.path / f).exists(), f
     assert "seq_fake_prefix" in (run.path / "git" / "engine.patch").read_text()
@@ -178,9 +179,13 @@ def test_server_crash_leaves_run_incomplete_then_resumes(tmp_path: Path) -> None
 
 
 def test_resume_refuses_a_complete_run(tmp_path: Path) -> None:
-    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--runs-dir", str(tmp_path))
+    r = lab("sweep", "--Ls", "256", "--news", "8", "--reps", "1", "--runs-dir", str(tmp_path), "--json")
     assert r.returncode == 0, r.stderr
     run = only_run(tmp_path)
+    # --json: nothing but the records the tables are printed from, and the run folder
+    out = json.loads(r.stdout)
+    assert out["run"] == str(run.path) and set(out) == {"run", "points", "summary"}
+    assert [SweepPoint.model_validate(p) for p in out["points"]] == run.read(POINTS, SweepPoint)
     before = (run.path / "manifest.json").read_text()
     r = lab("sweep", "--resume", run.path.name, "--runs-dir", str(tmp_path))
     assert r.returncode == 1 and "complete" in r.stderr

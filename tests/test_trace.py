@@ -157,11 +157,14 @@ def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
 def test_steps_measured_several_times_carry_their_interval(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
     subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "1", "--steps", "2"], cwd=REPO, check=True)
-    r = subprocess.run([LAB, "replay-trace", str(trace), "--reps", "3", "--runs-dir", str(tmp_path / "runs")],
-                       capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    r = subprocess.run([LAB, "trace", "replay", str(trace), "--reps", "3", "--runs-dir", str(tmp_path / "runs"),
+                        "--json"], capture_output=True, text=True, cwd=REPO)  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
-    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    out = json.loads(r.stdout)  # --json: the records the tables are printed from, and the run folder
+    run = RunFolder.open(Path(out["run"]))
     assert run.manifest().params["reps"] == 3
+    assert [TraceStepResult.model_validate(x) for x in out["steps"]] == run.read(STEPS, TraceStepResult)
+    assert len(out["tasks"]) == 1 and out["tasks"][0]["n_steps"] == 2
     for s in run.read(STEPS, TraceStepResult):
         assert s.ok and s.reps == 3 and s.measured_ci is not None and s.measured_ci.n == 3
         assert s.measured_ci.lo <= (s.measured_opt_prefill_s or 0) <= s.measured_ci.hi

@@ -26,11 +26,10 @@ def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> 
 @app.command("ls")
 def catalog_ls(runs_dir: RunsDir = None) -> None:
     """List run folders: id, experiment, host, engine commit, status."""
-    from rich.console import Console
-
+    from lab.console import lab_console
     from lab.presenters import runs_listing
 
-    Console().print(runs_listing(settings_for(runs_dir=runs_dir).runs_dir))
+    lab_console().print(runs_listing(settings_for(runs_dir=runs_dir).runs_dir))
 
 
 @app.command("show")
@@ -60,13 +59,12 @@ def catalog_export(
 @app.command("headline")
 def catalog_headline_cmd(catalog_dir: CatalogDir = None, reports_dir: ReportsDir = None) -> None:
     """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
-    from rich.console import Console
-
+    from lab.console import lab_console
     from lab.headline import catalog_headline, conversation_lines
     from lab.presenters import print_headline
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=reports_dir)
-    console = Console()
+    console = lab_console()
     print_headline(console, *catalog_headline(s.catalog_dir), empty="no complete sweep or profile in the catalog yet")
     for line in conversation_lines(s.catalog_dir):
         console.print(line, highlight=False)

@@ -55,17 +55,17 @@ def engine_info(
     cache_dir: CacheDir = None,
 ) -> None:
     """Where the built engine is, which source and patch it came from, and its flags."""
+    from lab.console import lab_console
     from lab.engine.build import engine_info_json
 
     built = _built(flavor, source_mode, path, cache_dir, quiet=True)
     if as_json:
         typer.echo(engine_info_json(built))
         return
-    from rich.console import Console
 
     from lab.presenters import engine_table
 
-    Console().print(engine_table(built))
+    lab_console().print(engine_table(built))
 
 
 @app.command("prune")

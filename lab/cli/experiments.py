@@ -9,6 +9,7 @@ import typer
 
 from lab.cli.common import (
     ArmsOpt,
+    AsJson,
     BaselineReps,
     BudgetOpt,
     CtxSize,
@@ -62,6 +63,7 @@ def sweep(
     plan: PlanOpt = False,
     rates: RatesOpt = None,
     budget: BudgetOpt = None,
+    as_json: AsJson = False,
 ) -> None:
     """Live sweep over L x new: fake prefix and genuine hit, against opt_prefill = new / prefill_tps(L).
 
@@ -76,10 +78,10 @@ def sweep(
     --where both at every point in both places (server / in-process per arm: the server's own share).
     --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
-    from rich.console import Console
-
+    from lab.console import lab_console
     from lab.experiments.planning import plan_first
-    from lab.experiments.sweep import run_sweep
+    from lab.experiments.protocol import run_experiment, run_output
+    from lab.experiments.sweep import Sweep
 
     s = settings_for(
         model=model,
@@ -103,9 +105,11 @@ def sweep(
         },
         server={"threads": threads, "ctx_size": ctx_size},
     )
-    if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, Console())) is None:
+    console = lab_console(quiet=as_json)
+    if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, console)) is None:
         return
-    typer.echo(str(run_sweep(s, resume=resolve(resume, s.runs_dir)).path))
+    experiment = Sweep()
+    typer.echo(run_output(experiment, run_experiment(experiment, s, resolve(resume, s.runs_dir), console), as_json))
 
 
 @functools.wraps(sweep)

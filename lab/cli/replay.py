@@ -27,12 +27,12 @@ def _lab(which: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., 
     def register(replay_settings: Callable[..., dict[str, Any]]) -> Callable[..., None]:
         @functools.wraps(replay_settings)
         def command(as_json: bool = False, runs_dir: Path | None = None, **options: Any) -> None:
-            from rich.console import Console
 
+            from lab.console import lab_console
             from lab.experiments.replay_labs import lab_output, run_replay_lab
 
             s = settings_for(runs_dir=runs_dir, replay=replay_settings(**options))
-            run, result = run_replay_lab(s, which, Console(stderr=True, quiet=as_json))
+            run, result = run_replay_lab(s, which, lab_console(stderr=True, quiet=as_json))
             typer.echo(lab_output(run, result, as_json))
             if not result.ok:
                 raise typer.Exit(1)

@@ -42,14 +42,13 @@ def compare(
 ) -> None:
     """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
     runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
-    from rich.console import Console
-
     from lab.catalog.compare import compare_runs
+    from lab.console import lab_console
     from lab.presenters import compare_table
 
     s = settings_for(runs_dir=runs_dir)
     c = compare_runs(resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path, run_drift)
-    Console().print(compare_table(c))
+    lab_console().print(compare_table(c))
     if as_report:
         from lab.reports import render_compare
 

@@ -9,6 +9,7 @@ from typing import Annotated
 import typer
 
 from lab.cli.common import (
+    AsJson,
     CtxSize,
     Mmproj,
     ModelOpt,
@@ -87,13 +88,12 @@ def trace_derive(
 ) -> None:
     """Each step of a conversation in tokens (the model's own chat template and tokenizer): its prompt, what it
     shares with the step before (the optimum's L), its new part, where it diverges (evictions), its reply."""
-    from rich.console import Console
-
+    from lab.console import lab_console
     from lab.conversation.derive import derive_conversation
     from lab.presenters.conversation import tokens_table
 
     s = settings_for(model=model, mmproj=mmproj, server={"ctx_size": ctx_size})
-    Console().print(tokens_table(derive_conversation(s, trace)))
+    lab_console().print(tokens_table(derive_conversation(s, trace)))
 
 
 @app.command("replay")
@@ -113,21 +113,26 @@ def trace_replay(
             "--reps", min=1, help="measure each step this often (default 1; a conversation: conversation.reps, 5)"
         ),
     ] = None,
+    as_json: AsJson = False,
 ) -> None:
     """Replay an agent trace. Step shapes: each step with a fake prefix (measured_opt_prefill_s, opt_wall per
     task). A conversation: every step in three arms, today's server, the optimum and no cache, with intervals."""
+    from lab.console import lab_console
     from lab.conversation.load import is_conversation
-    from lab.experiments.conversation import run_conversation
-    from lab.experiments.trace import run_replay
+    from lab.experiments.conversation import ConversationReplay
+    from lab.experiments.protocol import Experiment, run_experiment, run_output
+    from lab.experiments.trace import TraceReplay
 
     s = settings_for(model=model, mmproj=mmproj, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
     run = resolve(resume, s.runs_dir)
     if (run is not None and run.manifest().experiment == "conversation") or (
         trace is not None and trace.is_file() and is_conversation(trace)
     ):
-        typer.echo(str(run_conversation(s, trace, reps or s.conversation.reps, resume=run).path))
-        return
-    typer.echo(str(run_replay(s, trace, resume=run, reps=reps or 1).path))
+        experiment: Experiment = ConversationReplay(trace, reps or s.conversation.reps)
+    else:
+        experiment = TraceReplay(trace, reps or 1)
+    done = run_experiment(experiment, s, run, lab_console(quiet=as_json))
+    typer.echo(run_output(experiment, done, as_json))
 
 
 @app.command("record")

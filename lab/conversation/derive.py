@@ -65,7 +65,6 @@ class StepTokens:
     previous: int = 0  # cells of the previous step's prompt + reply
     at_message: int | None = None
     images: int = 0
-    extends_from: int = 0  # messages of the previous request and its reply
     completion_tokens: int | None = None  # as recorded (the decode length), else the reply's tokens
     tool_s: float | None = None  # the agent's own time after the reply, as recorded
     messages: list[dict[str, Any]] = field(default_factory=list, repr=False)
@@ -82,12 +81,6 @@ class StepTokens:
     @property
     def new(self) -> int:
         return self.cells - self.common
-
-    @property
-    def new_from(self) -> int:
-        """The first message of the new part: where it diverged, else the first after the previous request and
-        its reply (0 at a task's first step)."""
-        return self.at_message if self.at_message is not None else self.extends_from
 
     @property
     def diverged(self) -> bool:
@@ -177,7 +170,6 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
             prev = out[-1]
             held = prev.prompt + list(prev.reply)
             st.common, st.previous = common_cells(st.prompt, held), cells(held)
-            st.extends_from = len(prev.messages) + (1 if prev_reply(steps, prev.step) else 0)
             st.at_message = first_changed(prev.messages, prev_reply(steps, prev.step), msgs)
             if st.at_message is None and st.common < cells(prev.prompt):
                 st.at_message = len(prev.messages)  # same messages, a template that renders them differently

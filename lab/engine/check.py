@@ -7,6 +7,7 @@ import time
 from rich.console import Console
 from rich.table import Table
 
+from lab.console import lab_console
 from lab.engine.build import build_engine
 from lab.engine.contract import ContractClient, filler_tokens, text_step
 from lab.engine.server import LlamaServer
@@ -18,7 +19,7 @@ from lab.settings import Settings
 def run_check(settings: Settings, L: int, new: int, console: Console | None = None) -> str:
     """One sample of each arm; why the contract was not honoured (the first failing arm and the memory type the
     server resolved), or "" when every arm honoured it."""
-    console = console or Console()
+    console = console or lab_console()
     if L + new >= settings.server.ctx_size:
         raise UsageError(f"--L {L} + --new {new} do not fit server.ctx_size {settings.server.ctx_size}")
     engine = build_engine(settings.engine, settings.cache_dir, quiet=True)

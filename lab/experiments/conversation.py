@@ -192,6 +192,12 @@ class ConversationReplay(Experiment):
         for table in replay_tables(self.steps, self.totals):
             console.print(table)
 
+    def tables(self) -> dict[str, Any]:
+        return {
+            "steps": [s.model_dump(mode="json") for s in self.steps],
+            "tasks": [t.model_dump(mode="json") for t in self.totals],
+        }
+
 
 def today_memory(srv: LlamaServer) -> dict[str, Any]:
     """What today's server's attention caches hold (MiB, both children of a sliding-window one) and its window

@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from lab.costmodel import CostModel
-from lab.experiments.bands import Node, classify_all, resolve_layers
+from lab.models.bands import Node, classify_all, resolve_layers
 from lab.schemas import BANDS, AttnKind, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.stats import from_draws, linear_fit, resamples
 from lab.timemodel import TimePrediction, fit, predict

@@ -34,6 +34,7 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lab import __version__
+from lab.console import lab_console
 from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
 from lab.engine.server import LlamaServer
 from lab.engine.source import file_sha256
@@ -125,6 +126,10 @@ class Experiment(ABC):
 
     def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:  # noqa: B027 (optional hook)
         """Print what the run found (after it is complete or failed)."""
+
+    def tables(self) -> dict[str, Any]:
+        """The records `present` prints its tables from, JSON-ready (what `--json` prints)."""
+        return {}
 
 
 def model_sha256(path: Path, cache_dir: Path) -> str:
@@ -228,11 +233,17 @@ def open_run(
     return OpenRun(settings, run, parts)
 
 
+def run_output(experiment: Experiment, run: RunFolder, as_json: bool) -> str:
+    """What a command prints when its run is done: the run folder, or with --json the folder (`run`) and the
+    records its tables were printed from."""
+    return json.dumps({"run": str(run.path), **experiment.tables()}, indent=1) if as_json else str(run.path)
+
+
 def run_experiment(
     experiment: Experiment, settings: Settings, resume: RunFolder | None = None, console: Console | None = None
 ) -> RunFolder:
     """Run (or resume) one experiment under the protocol above; returns its run folder."""
-    console = console or Console()
+    console = console or lab_console()
     with contextlib.ExitStack() as writer:
         if resume is not None:  # one writer per run folder, from before its inputs are read
             writer.enter_context(resume.writer())

@@ -26,6 +26,7 @@ import time
 from collections.abc import Hashable
 from dataclasses import dataclass
 from pathlib import Path
+from typing import Any
 
 from rich.console import Console
 from rich.progress import Progress
@@ -305,6 +306,12 @@ class Sweep(Experiment):
         steps = steps_of(server, host, sess.model.name, sess.run.path.name)
         profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
         print_headline(console, steps, [profile] if profile else [])
+
+    def tables(self) -> dict[str, Any]:
+        return {
+            "points": [p.model_dump(mode="json") for p in self.points],
+            "summary": self.summary.model_dump(mode="json") if self.summary else None,
+        }
 
 
 def needs_fill(fills: list[InprocFill], states_dir: Path, sw: SweepSettings) -> bool:

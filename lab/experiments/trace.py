@@ -302,6 +302,12 @@ class TraceReplay(Experiment):
             if not r.ok:
                 console.print(f"[red]failed[/red] {r.task_id} step {r.step}: {r.reason}")
 
+    def tables(self) -> dict[str, Any]:
+        return {
+            "steps": [r.model_dump(mode="json") for r in self.results],
+            "tasks": [t.model_dump(mode="json") for t in self.tasks],
+        }
+
 
 def run_replay(
     settings: Settings,

@@ -68,10 +68,6 @@ class Hparams:
         return self.kinds.count(kind)
 
     @property
-    def ssm_head_v(self) -> int:
-        return self.ssm_d_inner // self.ssm_dt_rank if self.ssm_dt_rank else 0
-
-    @property
     def conv_dim(self) -> int:
         """Channels of the Gated-DeltaNet convolution: Q and K of every key head, V of every value head."""
         return 2 * self.ssm_n_group * self.ssm_d_state + self.ssm_d_inner

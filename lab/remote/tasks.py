@@ -17,6 +17,7 @@ from invoke.exceptions import Exit
 from rich.console import Console
 
 from lab.cleanroom import CleanRoom
+from lab.console import lab_console
 from lab.errors import LabError
 from lab.remote.connect import SshTarget, explain
 from lab.remote.forward import forwarding_task
@@ -70,7 +71,7 @@ def snapshot(c: Any, out: str | None = None, checkout: str | None = None) -> str
     """Snapshot the host: uname, lscpu, free, df, ... and the git state of a lab checkout there."""
     dest = Path(out or f"catalog/hosts/{getattr(c, 'original_host', c.host)}")
     summary = _guarded(c, lambda t: host_snapshot(t, dest, checkout))
-    Console().print(summary)
+    lab_console().print(summary)
     print(dest)
     return str(dest)
 
@@ -89,7 +90,7 @@ def push(
 ) -> str:
     """Push the pinned build unless the host has it: the container image (docker save | docker load) or the
     bundle (engine + instrument + lab wheel + tiny model)."""
-    settings, console = load_settings(), Console()
+    settings, console = load_settings(), lab_console()
     how = _guarded(c, lambda t: deploy(t, settings, absolute_dir(t, remote_dir), console, via, image, docker_host))
     if how.image is not None:
         what = f"image {how.image.name} {how.image.id[7:19]} (lab {how.image.revision[:12]})"
@@ -106,7 +107,7 @@ VIA_OPTS["remote_dir"] = (REMOTE_DIR, VIA["remote_dir"])
 
 
 def _measure(c: Any, args: list[str], own: dict[str, Any]) -> str:
-    settings, console = load_settings(), Console()
+    settings, console = load_settings(), lab_console()
     resume = own.get("resume")
     if resume is not None:
         args = args[:1]  # a resumed run keeps its own params
@@ -123,7 +124,7 @@ def _profile(c: Any, args: list[str], own: dict[str, Any]) -> str:
     stop, start = own.get("clean_room_stop"), own.get("clean_room_start")
     if (stop is None) != (start is None):
         raise Exit("--clean-room-stop and --clean-room-start go together", code=2)
-    settings, console = load_settings(), Console()
+    settings, console = load_settings(), lab_console()
     resume = own.get("resume")
     if resume is not None:
         args = args[:1]

@@ -63,7 +63,7 @@ def cell(iv: Interval | None, digits: int = 3, pct: bool = False, share: bool = 
     return iv.fmt(pct=pct, digits=digits) if iv.n > 1 or pct else f"{iv.value:.{digits}f}"
 
 
-# Where prefill time goes, per profiled graph node (lab.experiments.bands sorts nodes into these):
+# Where prefill time goes, per profiled graph node (lab.models.bands sorts nodes into these):
 Band = Literal["ffn_moe", "attn_core", "proj", "gdn", "other"]
 BANDS: tuple[Band, ...] = ("ffn_moe", "attn_core", "proj", "gdn", "other")
 
