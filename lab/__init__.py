@@ -7,7 +7,7 @@ lint-imports against the contract in pyproject.toml, which lists the few known e
     remote                      running the lab on a target host (fab tasks, the bundle, the image)
     cli                         thin commands over the library
     reports, dvc_setup          the HTML site and its charts; the DVC remote
-    presenters, headline        what is printed, and the answer
+    presenters, headline        what is printed, from the records the experiments keep; the answer
     catalog                     run folders into tables, comparisons
     experiments                 the experiments under one protocol
     conversation, replay, ...   what an experiment is made of (conversation arms, replay labs, clean room,

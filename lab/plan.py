@@ -352,3 +352,22 @@ def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rate
     if flat <= 0:
         flat, slope = min(ys), 0.0
     return Rates(flat_ms_per_token=flat, attn_ms_per_token_per_1k=max(0.0, slope), source=source)
+
+
+def plan_line(new: Plan, actual_s: float | None = None, revised: Plan | None = None) -> str:
+    """The plan in one line (a sweep prints it as it starts, and with what it took at the end)."""
+    each = sorted(set(new.reps_each))
+    if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
+        reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
+        line = (
+            f"predicted {fmt_duration(new.total_s)} for {new.points} points at {reps} reps each (from "
+            f"{new.spread_source}); at most {fmt_duration(new.bound_s)} at {new.reps} reps"
+        )
+    else:
+        line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
+    if actual_s is not None and new.total_s:
+        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction"
+        if revised is not None and revised.total_s:
+            line += f", {actual_s / revised.total_s:.2f}x its revision to {fmt_duration(revised.total_s)}"
+        line += ")"
+    return line

@@ -43,6 +43,13 @@ class Service:
     def log(self) -> list[str]:
         return self.events.read_text().split()
 
+    def gone(self, timeout: float = 20.0) -> bool:
+        """Whether the process has exited within `timeout` (kill only sends the signal)."""
+        deadline = time.monotonic() + timeout
+        while self.running() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        return not self.running()
+
 
 @pytest.fixture
 def service(tmp_path: Path) -> Iterator[Service]:
@@ -131,7 +138,7 @@ def test_a_second_signal_during_the_restart_does_not_skip_it(service: Service, t
     assert m.status == "incomplete" and m.results["clean_room"]["start_rc"] == 0, m.reason
     # a SIGKILL left it stopped: the recorded start command brings it back
     subprocess.run(service.stop_cmd, shell=True, check=True)
-    assert not service.running()
+    assert service.gone()
     r = subprocess.run(
         [LAB, "host", "restore", run_dir.name, "--runs-dir", str(tmp_path / "runs")],
         capture_output=True,

@@ -24,6 +24,9 @@ NEW = filler_tokens(48, seed=12, n_vocab=N_VOCAB)
 
 def post(srv: LlamaServer, **body: Any) -> tuple[int, dict[str, Any]]:
     body.setdefault("n_predict", 1)
+    # greedy, as the lab's client: a sampled token of a random-weight gpt-oss may be a stray UTF-8 byte that the
+    # server's harmony parser refuses (HTTP 500)
+    body.setdefault("temperature", 0.0)
     r = srv.completion(body)
     return r.status_code, r.json()
 

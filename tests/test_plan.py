@@ -220,8 +220,7 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
 
 
 def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -> None:
-    from lab.plan import ArmCost, Plan, Rates
-    from lab.presenters.plan import plan_line
+    from lab.plan import ArmCost, Plan, Rates, plan_line
 
     rates = Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01)
     first = Plan(design="cumulative", where="server", reps=100, points=8, rates=rates,

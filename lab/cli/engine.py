@@ -117,9 +117,12 @@ def engine_decode(
     """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench, in
     a run folder (its rows: the catalog's decode_depths). Exit 1 when a sample failed."""
     from lab.experiments.decode import run_decode
+    from lab.presenters.runs import show_run
 
     s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads})
-    run = run_decode(s, int_list(depths) or [], new, n_out or 0, reps, tolerance, resume=resolve(resume, s.runs_dir))
+    run = run_decode(
+        s, int_list(depths) or [], new, n_out or 0, reps, tolerance, resume=resolve(resume, s.runs_dir), show=show_run
+    )
     typer.echo(str(run.path))
     m = run.manifest()
     if m.status != "complete":

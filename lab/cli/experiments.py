@@ -79,9 +79,10 @@ def sweep(
     --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
     from lab.console import lab_console
-    from lab.experiments.planning import plan_first
     from lab.experiments.protocol import run_experiment, run_output
     from lab.experiments.sweep import Sweep
+    from lab.presenters.plan import plan_first
+    from lab.presenters.runs import show_run
 
     s = settings_for(
         model=model,
@@ -109,7 +110,8 @@ def sweep(
     if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, console)) is None:
         return
     experiment = Sweep()
-    typer.echo(run_output(experiment, run_experiment(experiment, s, resolve(resume, s.runs_dir), console), as_json))
+    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), console, show_run)
+    typer.echo(run_output(experiment, run, as_json))
 
 
 @functools.wraps(sweep)
@@ -149,6 +151,7 @@ def profile(
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
     from lab.experiments.profile import run_profile
+    from lab.presenters.runs import show_run
 
     stop, start = clean_room or (None, None)
     s = settings_for(
@@ -168,4 +171,4 @@ def profile(
             "clean_room_start": start,
         },
     )
-    typer.echo(str(run_profile(s, resume=resolve(resume, s.runs_dir)).path))
+    typer.echo(str(run_profile(s, resume=resolve(resume, s.runs_dir), show=show_run).path))

@@ -65,7 +65,8 @@ def model_cost(
     if as_json:
         typer.echo(report.json())
         return
+    from lab.presenters import cost_report_parts
 
     console = lab_console()
-    for part in report.parts():
+    for part in cost_report_parts(report):
         console.print(part, highlight=False)

@@ -122,6 +122,7 @@ def trace_replay(
     from lab.experiments.conversation import ConversationReplay
     from lab.experiments.protocol import Experiment, run_experiment, run_output
     from lab.experiments.trace import TraceReplay
+    from lab.presenters.runs import show_run
 
     s = settings_for(model=model, mmproj=mmproj, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
     run = resolve(resume, s.runs_dir)
@@ -131,7 +132,7 @@ def trace_replay(
         experiment: Experiment = ConversationReplay(trace, reps or s.conversation.reps)
     else:
         experiment = TraceReplay(trace, reps or 1)
-    done = run_experiment(experiment, s, run, lab_console(quiet=as_json))
+    done = run_experiment(experiment, s, run, lab_console(quiet=as_json), show_run)
     typer.echo(run_output(experiment, done, as_json))
 
 

@@ -186,12 +186,6 @@ class ConversationReplay(Experiment):
             decode_ms=tm.decode_ms if tm and n_out else None,
         )
 
-    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-        from lab.presenters.conversation import replay_tables
-
-        for table in replay_tables(self.steps, self.totals):
-            console.print(table)
-
     def tables(self) -> dict[str, Any]:
         return {
             "steps": [s.model_dump(mode="json") for s in self.steps],

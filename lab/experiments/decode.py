@@ -29,7 +29,7 @@ from lab.engine.contract import (
 )
 from lab.errors import UsageError
 from lab.experiments.prefill_tps import LlamaBench, measure_decode_tps
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
 from lab.runs import RunFolder
 from lab.schemas import DecodeDepth
 from lab.settings import Settings
@@ -158,11 +158,6 @@ class DecodeCheck(Experiment):
         failures = [f"depth {r.depth}: {why}" for r in self.rows for why in r.failed]
         return Outcome(failure="; ".join(failures))
 
-    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-        from lab.presenters.decode import decode_table
-
-        console.print(decode_table(self.rows, sess.model.name, sess.settings.server.threads))
-
 
 def run_decode(
     settings: Settings,
@@ -172,7 +167,8 @@ def run_decode(
     reps: int,
     tolerance: float,
     resume: RunFolder | None = None,
+    show: Show | None = None,
 ) -> RunFolder:
     """Decode ms per token at each depth through the server and in llama-bench (the settings' model, threads and
     pinning), rep by rep, in a run folder."""
-    return run_experiment(DecodeCheck(depths, new, n_out, reps, tolerance), settings, resume)
+    return run_experiment(DecodeCheck(depths, new, n_out, reps, tolerance), settings, resume, show=show)

@@ -20,8 +20,8 @@ from lab.plan import (
     Rates,
     Where,
     fit_reps,
-    parse_duration,
     plan,
+    plan_line,
     predicted_reps,
     processes_needed,
     rates_from_chunks,
@@ -29,7 +29,6 @@ from lab.plan import (
     reps_in_further_process,
 )
 from lab.plan import rates_from_profile as _profile_rates
-from lab.presenters.plan import plan_line, plan_table
 from lab.runs import RunError, RunFolder, resolve_run
 from lab.schemas import Components, InprocFill, SweepPoint
 from lab.settings import Settings
@@ -245,24 +244,6 @@ def with_decode(settings: Settings, rates: Rates) -> Rates:
     source = f"{rates.source}; decode: the server's generated tokens at depths L = {', '.join(map(str, Ls))}"
     update = {"decode_ms_per_token": max(a - slope * d0 / 1000, 1e-6), "decode_ms_per_token_per_1k": slope}
     return rates.model_copy(update={**update, "source": source})
-
-
-def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
-    """`--plan` (print the plan and measure nothing: returns None) and `--budget` (the reps it affords)."""
-    if not show and budget is None:
-        return settings
-    rates = rates_for(settings)
-    if budget is not None:
-        settings = budget_reps(settings, rates, where, parse_duration(budget))
-        console.print(f"--budget {budget}: up to {settings.sweep.max_reps} reps per point", highlight=False)
-    old, new = plans(settings, rates, where)
-    console.print(plan_table(old, new))
-    from lab.experiments.protocol import resolve_parts
-
-    parts = resolve_parts(settings, needs_engine=True)
-    before = newest_sweep_points(settings.runs_dir, parts.model_record["sha256"], parts.target.name)
-    console.print(f"plan: {plan_line(predicted_plan(settings, rates, where, *before))}", highlight=False)
-    return None if show else settings
 
 
 def plan_of_run(

@@ -42,18 +42,10 @@ from lab.experiments.profile_dump import (
     write_parquet,
 )
 from lab.experiments.profile_rates import BAND_CYCLES
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.models.hparams import HparamsError, model_hparams
 from lab.peaks import measure_peaks
-from lab.presenters import time_tables
-from lab.presenters.profile import (
-    attn_kind_table,
-    efficiency_table,
-    prediction_lines,
-    profile_table,
-    reference_lines,
-)
 from lab.runs import RunError, RunFolder
 from lab.schemas import BandDepth, ProfileSummary
 from lab.settings import Settings
@@ -196,18 +188,8 @@ class Profile(Experiment):
         self.rows, self.summary = rows, summary
         return Outcome(results={"instrument_meta": meta})
 
-    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-        assert self.summary is not None
-        console.print(profile_table(self.rows, self.summary))
-        if self.summary.attn_kinds:
-            console.print(attn_kind_table(self.summary))
-        if any(r.gflops for r in self.rows):
-            console.print(efficiency_table(self.rows, self.summary))
-        if self.prediction is not None and self.prediction.at and self.cost is not None:
-            console.print(time_tables(self.prediction, self.cost)[0])
-        for line in [*reference_lines(self.summary), *prediction_lines(self.summary)]:
-            console.print(line, highlight=False)
 
-
-def run_profile(settings: Settings, resume: RunFolder | None = None, console: Console | None = None) -> RunFolder:
-    return run_experiment(Profile(), settings, resume, console)
+def run_profile(
+    settings: Settings, resume: RunFolder | None = None, console: Console | None = None, show: Show | None = None
+) -> RunFolder:
+    return run_experiment(Profile(), settings, resume, console, show)

@@ -7,7 +7,6 @@ import json
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any
 
 from lab.costmodel import CostModel, cost_record, model_cost
 from lab.errors import UsageError
@@ -68,13 +67,6 @@ class CostReport:
         if self.timed is not None:
             record["time"] = self.timed.model_dump(mode="json")
         return json.dumps(record, indent=2)
-
-    def parts(self) -> list[Any]:
-        """The tables and lines, in order (rich printables)."""
-        from lab.presenters import cost_tables, time_tables
-
-        timed = time_tables(self.timed, self.model) if self.timed else []
-        return cost_tables(self.model, self.depths) + timed
 
 
 def cost_report(

@@ -15,6 +15,8 @@ the same way for all of them:
              one (same engine and model)
     measure  under the run's guard: an interruption or a failure leaves it `incomplete`, with the reason
     finish   results into the manifest (never into params), then `.ready`
+    show     the caller's printer of what it found (`show`: the CLI passes lab.presenters.runs.show_run, which
+             prints from the experiment's records; a library caller may pass none)
 
 Provenance is one record for every run (`open_run`): host snapshot, the lab checkout's git state, and for
 runs that use the engine the engine's source, patch and flags and the model's path, size and sha256.
@@ -25,6 +27,7 @@ from __future__ import annotations
 import contextlib
 import json
 from abc import ABC, abstractmethod
+from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -124,11 +127,9 @@ class Experiment(ABC):
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         """The work, in the open run; raise to leave the run incomplete."""
 
-    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:  # noqa: B027 (optional hook)
-        """Print what the run found (after it is complete or failed)."""
-
     def tables(self) -> dict[str, Any]:
-        """The records `present` prints its tables from, JSON-ready (what `--json` prints)."""
+        """The records its closing tables are printed from (lab.presenters.runs), JSON-ready (what `--json`
+        prints)."""
         return {}
 
 
@@ -239,15 +240,22 @@ def run_output(experiment: Experiment, run: RunFolder, as_json: bool) -> str:
     return json.dumps({"run": str(run.path), **experiment.tables()}, indent=1) if as_json else str(run.path)
 
 
+Show = Callable[[Experiment, OpenRun, Outcome, Console], None]  # prints what a finished run found
+
+
 def run_experiment(
-    experiment: Experiment, settings: Settings, resume: RunFolder | None = None, console: Console | None = None
+    experiment: Experiment,
+    settings: Settings,
+    resume: RunFolder | None = None,
+    console: Console | None = None,
+    show: Show | None = None,
 ) -> RunFolder:
     """Run (or resume) one experiment under the protocol above; returns its run folder."""
     console = console or lab_console()
     with contextlib.ExitStack() as writer:
         if resume is not None:  # one writer per run folder, from before its inputs are read
             writer.enter_context(resume.writer())
-        return _run(experiment, settings, resume, console, writer)
+        return _run(experiment, settings, resume, console, writer, show)
 
 
 def _run(
@@ -256,6 +264,7 @@ def _run(
     resume: RunFolder | None,
     console: Console,
     writer: contextlib.ExitStack,
+    show: Show | None,
 ) -> RunFolder:
     if resume is not None:
         resume.resumable(experiment.name)  # before its inputs are read back
@@ -289,7 +298,8 @@ def _run(
             sess.run.fail(outcome.failure)
         else:
             sess.run.complete()
-    experiment.present(sess, outcome, console)
+    if show is not None:
+        show(experiment, sess, outcome, console)
     return sess.run
 
 

@@ -51,16 +51,12 @@ from lab.experiments.sweep_server import (
     no_estimate,
 )
 from lab.fills import complete_fills, run_fill
-from lab.headline import newest_profile, steps_of
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
 from lab.models.gguf_io import read_gguf_metadata
 from lab.models.memshape import MemoryShape, memory_shape
 from lab.models.resolve import resolve_projector
 from lab.plan import Plan
-from lab.presenters import print_headline
-from lab.presenters.plan import plan_line
-from lab.presenters.sweep import print_summary
 from lab.runs import RunFolder
 from lab.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample, Where
 from lab.settings import Settings, SweepSettings
@@ -295,17 +291,6 @@ class Sweep(Experiment):
         if sw.estimate_tool == "inproc" and driver is not None:
             return driver_estimate(driver, self.geometry)
         return bench_estimate(sess, self.geometry)
-
-    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-        print_summary(console, self.points, self.summary, outcome.results.get("process_start_s", []))
-        if self.plan is not None:
-            console.print(plan_line(self.plan, self.took_s, self.revised), highlight=False)
-        # the answer: the step with the cache vs re-prefilled, and where the newest profile says time goes
-        host = sess.run.manifest().host
-        server = [p for p in self.points if p.where == "server"]
-        steps = steps_of(server, host, sess.model.name, sess.run.path.name)
-        profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
-        print_headline(console, steps, [profile] if profile else [])
 
     def tables(self) -> dict[str, Any]:
         return {

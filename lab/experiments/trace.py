@@ -25,7 +25,6 @@ from lab.engine.server import LlamaServer, mmproj_args
 from lab.errors import LabError, validation_line
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.resolve import resolve_projector
-from lab.presenters.trace import replay_table
 from lab.runs import RunFolder, utc_now
 from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
 from lab.settings import Settings
@@ -295,12 +294,6 @@ class TraceReplay(Experiment):
         self.tasks = task_results(self.results)
         run.rewrite(TASKS, self.tasks)
         return Outcome()
-
-    def present(self, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-        console.print(replay_table(self.tasks))
-        for r in self.results:
-            if not r.ok:
-                console.print(f"[red]failed[/red] {r.task_id} step {r.step}: {r.reason}")
 
     def tables(self) -> dict[str, Any]:
         return {

@@ -16,6 +16,7 @@ from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record,
 from lab.catalog.tables import SPEC_BY_NAME, SPECS
 from lab.costmodel import CostModel, band_label
 from lab.engine.build import EngineInfo
+from lab.experiments.profile_rates import CostReport
 from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
 from lab.schemas import BANDS, cell
 from lab.timemodel import TimePrediction
@@ -227,3 +228,9 @@ def print_headline(
         console.print(t)
     for line in summary_lines(steps, profiles) or ([empty] if empty else []):
         console.print(line, highlight=False)
+
+
+def cost_report_parts(report: CostReport) -> list[Any]:
+    """What `lab model cost` prints: the cost model's tables, then the time model's with --rates, in order."""
+    timed = time_tables(report.timed, report.model) if report.timed else []
+    return cost_tables(report.model, report.depths) + timed

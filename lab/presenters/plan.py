@@ -1,14 +1,15 @@
-"""The plan's printers: the predicted wall time per arm for the lab's design beside the per-rep prefill one, and the
-one-line plan a sweep prints as it starts."""
+"""The plan's printers: the predicted wall time per arm for the lab's design beside the per-rep prefill one
+(`--plan`), and `--plan` / `--budget` themselves."""
 
 from __future__ import annotations
 
+from rich.console import Console
 from rich.table import Table
 
-from lab.plan import (
-    Plan,
-    fmt_duration,
-)
+from lab.experiments.planning import budget_reps, newest_sweep_points, plans, predicted_plan, rates_for
+from lab.experiments.protocol import resolve_parts
+from lab.plan import Plan, Where, fmt_duration, parse_duration, plan_line
+from lab.settings import Settings
 
 
 def plan_table(old: Plan, new: Plan) -> Table:
@@ -26,19 +27,17 @@ def plan_table(old: Plan, new: Plan) -> Table:
     return t
 
 
-def plan_line(new: Plan, actual_s: float | None = None, revised: Plan | None = None) -> str:
-    each = sorted(set(new.reps_each))
-    if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
-        reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
-        line = (
-            f"predicted {fmt_duration(new.total_s)} for {new.points} points at {reps} reps each (from "
-            f"{new.spread_source}); at most {fmt_duration(new.bound_s)} at {new.reps} reps"
-        )
-    else:
-        line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
-    if actual_s is not None and new.total_s:
-        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction"
-        if revised is not None and revised.total_s:
-            line += f", {actual_s / revised.total_s:.2f}x its revision to {fmt_duration(revised.total_s)}"
-        line += ")"
-    return line
+def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
+    """`--plan` (print the plan and measure nothing: returns None) and `--budget` (the reps it affords)."""
+    if not show and budget is None:
+        return settings
+    rates = rates_for(settings)
+    if budget is not None:
+        settings = budget_reps(settings, rates, where, parse_duration(budget))
+        console.print(f"--budget {budget}: up to {settings.sweep.max_reps} reps per point", highlight=False)
+    old, new = plans(settings, rates, where)
+    console.print(plan_table(old, new))
+    parts = resolve_parts(settings, needs_engine=True)
+    before = newest_sweep_points(settings.runs_dir, parts.model_record["sha256"], parts.target.name)
+    console.print(f"plan: {plan_line(predicted_plan(settings, rates, where, *before))}", highlight=False)
+    return None if show else settings
