@@ -2,14 +2,14 @@
 cache hit, and where the time goes.
 
 The layers, top to bottom; a module imports only from layers below its own (`make lint` checks it with
-lint-imports against the contract in pyproject.toml, which lists the few known exceptions):
+lint-imports against the contract in pyproject.toml):
 
     remote                      running the lab on a target host (fab tasks, the bundle, the image)
     cli                         thin commands over the library
     reports, dvc_setup          the HTML site and its charts; the DVC remote
     presenters, headline        what is printed, from the records the experiments keep; the answer
-    catalog                     run folders into tables, comparisons
     experiments                 the experiments under one protocol
+    catalog                     run folders into tables, comparisons, the newest run of each kind
     conversation, replay, ...   what an experiment is made of (conversation arms, replay labs, clean room,
                                 peaks, plan, fills, time model), then inproc and the cost model, the instrument
     engine, models              the patched llama.cpp (source, build, server, contract) and the models

@@ -8,16 +8,16 @@ reports/index.html.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
 from pathlib import Path
 from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
+from lab.catalog.newest import newest, newest_run
 from lab.schemas import BANDS, ArmStats, BandDepth, Interval, ProfileSummary, SweepPoint
 
 if TYPE_CHECKING:
-    from lab.catalog.tables import RunRecord
+    pass
 
 
 class HeadlineStep(BaseModel):
@@ -124,16 +124,6 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
     return out
 
 
-def newest(records: Iterable[RunRecord], experiment: str) -> list[RunRecord]:
-    """The newest complete run of `experiment` per (host, model sha256), newest first: the one choice behind the
-    catalog's headline and `lab sweep`'s closing table."""
-    best: dict[tuple[str, str], RunRecord] = {}
-    mine = (r for r in records if r.experiment == experiment and r.in_figures)
-    for r in sorted(mine, key=lambda r: (r.started_utc, r.run_id)):
-        best[(r.host, r.model_sha256)] = r
-    return sorted(best.values(), key=lambda r: (r.started_utc, r.run_id), reverse=True)
-
-
 def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
     """The newest complete sweep and profile run per (host, model) in the catalog."""
     from lab.catalog.tables import RunRecord, load_table, rows_at, unflatten
@@ -160,20 +150,6 @@ def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[Headli
         if b and s:
             profiles.append(profile_of(b, s[0], r.host, Path(r.model_path).name, r.run_id))
     return steps, profiles
-
-
-def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> Path | None:
-    """The newest complete run folder of `experiment` of this model on this host."""
-    from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record
-
-    records = []
-    for d in run_dirs(runs_dir):
-        try:
-            records.append(run_record(d, read_manifest(d)))
-        except IngestError:
-            continue
-    r = next((r for r in newest(records, experiment) if (r.host, r.model_sha256) == (host, model_sha256)), None)
-    return None if r is None else runs_dir / r.path
 
 
 def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:

@@ -199,8 +199,9 @@ def test_sliding_window_attention_splits_into_full_and_window_layers(tmp_path: P
     each kind's ms/token adds up to the band's, and each kind's slope is fitted where it should be flat or grow
     (a window layer's from the window on)."""
     args = ["profile", "--model", "tiny:gpt-oss", "--chunk", "64", "--max-depth", "384", "--cycles", "2"]
-    r = subprocess.run([LAB, *args, "--no-peaks", "--runs-dir", str(tmp_path)], capture_output=True, text=True,
-                       cwd=REPO, timeout=600)  # fmt: skip
+    r = subprocess.run(
+        [LAB, *args, "--no-peaks", "--runs-dir", str(tmp_path)], capture_output=True, text=True, cwd=REPO, timeout=600
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     summary = ProfileSummary.model_validate_json((run.path / "raw" / "profile_summary.json").read_text())

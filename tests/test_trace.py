@@ -115,8 +115,12 @@ def test_replay_trace_with_screenshots(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr
     steps = [json.loads(x) for x in trace.read_text().splitlines()]
     assert all(s["screenshot"].startswith("trace_screenshots/") for s in steps)  # relative to the trace
-    r = subprocess.run([LAB, "replay-trace", str(trace), "--runs-dir", str(tmp_path / "runs")],
-                       capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    r = subprocess.run(
+        [LAB, "replay-trace", str(trace), "--runs-dir", str(tmp_path / "runs")],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     results = run.read("steps", TraceStepResult)

@@ -11,6 +11,7 @@ from typing import Any
 
 from rich.console import Console
 
+from lab.catalog.newest import newest_run
 from lab.engine.imagegrid import ImageGeometry
 from lab.errors import UsageError
 from lab.experiments.profile_rates import BAND_CYCLES, plan_rates
@@ -130,8 +131,6 @@ def predicted_plan(settings: Settings, rates: Rates, where: Where, previous: lis
 def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str) -> tuple[list[SweepPoint], str]:
     """The points of the newest complete sweep of this model on this host, and where the prediction's spread
     comes from (that run, or the lab's default when there is none, or none with the spread recorded)."""
-    from lab.headline import newest_run
-
     found = newest_run(runs_dir, "sweep", model_sha256, host)
     if found is not None:
         points = [p for p in RunFolder.open(found).read("points", SweepPoint) if p.components]

@@ -107,8 +107,10 @@ def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path
     if settings.model is not None and str(settings.model).startswith(TINY_PREFIX):
         arch = str(settings.model).removeprefix(TINY_PREFIX)
         if arch not in tinyarchs.SUPPORTED_ARCHS:
-            raise UsageError(f"--model {settings.model}: no tiny model of that architecture; known: "
-                             f"{', '.join(tinyarchs.SUPPORTED_ARCHS)}")  # fmt: skip
+            raise UsageError(
+                f"--model {settings.model}: no tiny model of that architecture; known: "
+                f"{', '.join(tinyarchs.SUPPORTED_ARCHS)}"
+            )
         return ensure_tiny(settings, arch, seed=0, vision=False)[0]
     if settings.model is not None:
         path = settings.model.expanduser()
