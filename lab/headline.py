@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from lab.catalog.newest import newest, newest_run
-from lab.schemas import BANDS, ArmStats, BandDepth, Interval, ProfileSummary, SweepPoint
+from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary, SweepPoint
 
 if TYPE_CHECKING:
     pass
@@ -54,19 +54,6 @@ class HeadlineProfile(BaseModel):
         return f"{time} in time, {flops} from FLOPs"
 
 
-def _median(a: ArmStats) -> Interval | None:
-    """An arm's median with its interval (None for a run measured before intervals existed)."""
-    if a.median_ms is None or a.median_lo_ms is None or a.median_hi_ms is None:
-        return None
-    return Interval(value=a.median_ms, lo=a.median_lo_ms, hi=a.median_hi_ms, n=max(a.n_ok, 1))
-
-
-def _inverse(iv: Interval | None) -> Interval | None:
-    if iv is None or iv.lo <= 0:
-        return None
-    return Interval(value=1 / iv.value, lo=1 / iv.hi, hi=1 / iv.lo, n=iv.n)
-
-
 def steps_of(points: list[SweepPoint], host: str, model: str, run_id: str) -> list[HeadlineStep]:
     return [
         HeadlineStep(
@@ -76,9 +63,9 @@ def steps_of(points: list[SweepPoint], host: str, model: str, run_id: str) -> li
             L=p.L,
             new=p.new,
             image=p.image,
-            cached_ms=_median(p.fake),
-            reprefill_ms=_median(p.baseline),
-            speedup=_inverse(p.fake_vs_baseline_ci),
+            cached_ms=p.fake.median,
+            reprefill_ms=p.baseline.median,
+            speedup=p.fake_vs_baseline_ci.inverse() if p.fake_vs_baseline_ci else None,
         )
         for p in sorted(points, key=lambda p: (p.image or "", p.L, p.new))
     ]

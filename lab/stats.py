@@ -23,11 +23,14 @@ import hashlib
 import math
 import statistics
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
 from lab.schemas import ArmStats, Components, Interval, Verdict
+
+T = TypeVar("T")
 
 LEVEL = 0.95
 N_BOOT = 4000
@@ -301,3 +304,19 @@ def linear_fit(xs: list[float], ys: list[float]) -> tuple[float, float, float]:
     ss_tot = sum((y - my) ** 2 for y in ys)
     ss_res = sum((y - (a * x + b)) ** 2 for x, y in zip(xs, ys, strict=True))
     return a, b, 1 - ss_res / ss_tot if ss_tot else 1.0
+
+
+def rotated(items: Sequence[T], k: int) -> list[T]:
+    """`items` from the k-th on, wrapping round: interleaved measurements (arms, points, depths) in an order that
+    rotates with the rep or process, so none always goes first and a drift on a shared machine hits each alike."""
+    if not items:
+        return []
+    k %= len(items)
+    return [*items[k:], *items[:k]]
+
+
+def mean_interval(mean: float, stddev: float, n: int) -> Interval:
+    """A mean with its 95% interval from a tool's own summary (normal approximation), for a tool such as
+    llama-bench that keeps no samples to bootstrap."""
+    half = 1.96 * stddev / max(1, n) ** 0.5
+    return Interval(value=mean, lo=mean - half, hi=mean + half, n=max(1, n))

@@ -6,13 +6,11 @@ from __future__ import annotations
 import csv
 import io
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from labcli import lab
 
 from lab.catalog.ingest import IngestError, ingest
 from lab.catalog.tables import RUNS, SPECS, columns, load_table
@@ -20,13 +18,6 @@ from lab.runs import RunFolder
 from lab.schemas import ArmStats, SweepPoint
 
 pytestmark = pytest.mark.fast
-
-LAB = str(Path(sys.executable).parent / "lab")
-
-
-def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}  # rich wraps tables to the terminal width
-    return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 @pytest.fixture
@@ -116,9 +107,8 @@ def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path)
     keys = {r.key for r in c.rows}
     # keyed by place too (a both-places sweep has a row per place); the image step is its own row, not merged
     assert keys == {("server", 512, 64, None), ("server", 512, 64, "320x200")}, keys
-    env = {**os.environ, "COLUMNS": "200", "LAB_REPORTS_DIR": str(tmp_path / "reports")}
-    cmd = [LAB, "compare", a.path.name, b.path.name, "--runs-dir", str(runs), "--report"]
-    r = subprocess.run(cmd, capture_output=True, text=True, timeout=120, env=env)
+    env = {"LAB_REPORTS_DIR": str(tmp_path / "reports")}
+    r = lab("compare", a.path.name, b.path.name, "--runs-dir", str(runs), "--report", env=env)
     assert r.returncode == 0, r.stderr
     printed = [line for line in r.stdout.splitlines() if "fake_median_ms" in line]
     assert len(printed) == 2 and any("320x200" in line for line in printed), r.stdout

@@ -4,29 +4,14 @@ traceback, and nothing created before the inputs are validated."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab, one_line_error
 
 pytestmark = pytest.mark.engine
 
-LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def lab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200", **(env or {})}
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=600)
-
-
-def one_line_error(r: subprocess.CompletedProcess[str], code: int, needle: str) -> None:
-    assert r.returncode == code, (r.returncode, r.stdout, r.stderr)
-    assert "Traceback" not in r.stderr and "Traceback" not in r.stdout, r.stderr
-    first = r.stderr.strip().splitlines()[0]
-    assert needle in first, r.stderr
 
 
 def test_missing_model_is_one_line_and_creates_no_run(tmp_path: Path) -> None:

@@ -5,13 +5,12 @@ slower, and --fail-above says so with its exit code."""
 from __future__ import annotations
 
 import json
-import os
 import shutil
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.catalog.compare import compare_runs
 from lab.runs import RunFolder
@@ -20,11 +19,6 @@ pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "220"}
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env=env, timeout=900)
 
 
 def sweep(runs: Path) -> Path:

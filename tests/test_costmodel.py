@@ -4,13 +4,12 @@ an unknown architecture, and the printed table."""
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 from typing import Any
 
 import pytest
+from labcli import lab
 
 from lab.costmodel import attended_keys, cost_model
 from lab.models.hparams import hparams_of
@@ -117,11 +116,6 @@ def write_gguf(path: Path, meta: dict[str, Any]) -> Path:
     w.write_tensors_to_file()
     w.close()
     return path
-
-
-def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "200"}  # the table's columns unwrapped
-    return subprocess.run([LAB, *args], capture_output=True, text=True, timeout=120, env=env)
 
 
 def test_lab_model_cost_on_a_metadata_only_gguf(tmp_path: Path) -> None:

@@ -4,13 +4,12 @@ sweep with `--n-out` storing a decode interval on every point."""
 
 from __future__ import annotations
 
-import os
 import re
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.engine.contract import ContractClient, filler_tokens, measure_decode, text_step
 from lab.engine.server import LlamaServer
@@ -24,11 +23,6 @@ pytestmark = pytest.mark.engine
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
 TOKENS = filler_tokens(8192, seed=21, n_vocab=151936)
-
-
-def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, "COLUMNS": "250"}  # one table row per line
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env=env)
 
 
 @pytest.mark.parametrize("L", [0, 300, 1000, 2500])

@@ -16,7 +16,8 @@ from lab.errors import UsageError
 from lab.experiments.decode import check_depths, decode_steps, summarize_depth
 from lab.experiments.prefill_tps import LlamaBench, bench_command, parse_bench_jsonl, parse_decode_jsonl
 from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import sample_row, summarize_point
+from lab.experiments.sweep_points import sample_row
+from lab.experiments.sweep_server import summarize_server
 from lab.presenters.decode import decode_table
 from lab.presenters.sweep import summary_table
 from lab.settings import Settings, SweepSettings
@@ -140,17 +141,17 @@ def test_the_sweep_stores_the_fake_arms_decode_on_samples_and_points() -> None:
     fake = [s for s in samples if s.arm == "fake"]
     assert all(s.predicted_n == 8 and s.decode_ms is not None for s in fake)
     assert all(s.decode_ms is None and s.predicted_n is None for s in samples if s.arm == "genuine")
-    point = summarize_point(p, samples, [], sw.tolerance)
+    point = summarize_server(p, samples, [], sw.tolerance)
     assert point.n_out == 8 and point.decode_ci is not None and point.decode_ci.n == 3
     assert point.decode_ci.value == pytest.approx(10.0)
     assert "decode ms/token at L+new" in render(summary_table([point], {}))
-    off = summarize_point(p, [sample_row(p, 0, fake_result(1, 0.0))], [], sw.tolerance)
+    off = summarize_server(p, [sample_row(p, 0, fake_result(1, 0.0))], [], sw.tolerance)
     assert off.n_out == 0 and off.decode_ci is None  # without n_out: no decode, no column
     assert "decode ms/token" not in render(summary_table([off], {}))
 
 
 def test_older_rows_without_decode_fields_still_read() -> None:
-    p = summarize_point(GridPoint(4, 2), [sample_row(GridPoint(4, 2), 0, fake_result(1, 0.0))], [], 0.05)
+    p = summarize_server(GridPoint(4, 2), [sample_row(GridPoint(4, 2), 0, fake_result(1, 0.0))], [], 0.05)
     old = p.model_dump(mode="json", exclude={"n_out", "decode_ci"})
     assert type(p).model_validate(old).decode_ci is None
 

@@ -4,23 +4,17 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.engine.build import STAMP, EngineInfo, _run_logged
 
 pytestmark = pytest.mark.engine
 
 LAB = [str(Path(sys.executable).parent / "lab")]
-
-
-def lab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run(
-        [*LAB, *args], capture_output=True, text=True, env=env or dict(os.environ), cwd=Path(__file__).parent.parent
-    )
 
 
 def test_assert_flavor_drops_ndebug(engine: EngineInfo) -> None:
@@ -57,7 +51,7 @@ def test_engine_info_json(engine: EngineInfo) -> None:
 
 
 def test_invalid_setting_is_refused_naming_the_key() -> None:
-    r = lab("engine", "build", env=dict(os.environ, LAB_ENGINE__SOURCE_MODE="svn"))
+    r = lab("engine", "build", env={"LAB_ENGINE__SOURCE_MODE": "svn"})
     assert r.returncode == 2
     assert "source_mode" in r.stderr
 

@@ -18,12 +18,11 @@ import warnings
 from pathlib import Path
 
 import pytest
+from labcli import LabResult, lab, one_line_error
 
 from lab.engine.build import STAMP, BuildError, EngineInfo, build_engine, in_use, prune_engines
 from lab.engine.source import PreparedSource
 from lab.settings import EngineSettings, Settings
-
-from test_cli_errors import lab, one_line_error
 
 LAB = str(Path(sys.executable).parent / "lab")
 
@@ -208,5 +207,5 @@ def test_build_failure_is_one_line_with_the_log_tail(
     r = lab("engine", "build", "--cache-dir", str(cache), env=env)
     progress, *rest = r.stderr.strip().splitlines()
     assert progress.startswith("engine release: configuring (full log: ") and "lab-build.log" in progress
-    one_line_error(subprocess.CompletedProcess(r.args, r.returncode, r.stdout, "\n".join(rest)), 1, "cmake failed")
+    one_line_error(LabResult(r.args, r.returncode, r.stdout, "\n".join(rest)), 1, "cmake failed")
     assert "lab-build.log" in rest[0] and len(rest) > 1  # the log's tail below the red line

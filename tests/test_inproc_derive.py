@@ -7,8 +7,8 @@ from __future__ import annotations
 import pytest
 
 from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_inproc import restore_summary
-from lab.experiments.sweep_points import decided, rep_arms, summarize_point
+from lab.experiments.sweep_inproc import restore_summary, summarize_inproc
+from lab.experiments.sweep_points import decided, rep_arms
 from lab.fills import fill_values
 from lab.models.memshape import MemoryShape, memory_shape
 from lab.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
@@ -96,7 +96,7 @@ def rows(
 def inproc(
     L: int, samples: list[SweepSample], f: list[InprocFill] | None = None, shape: MemoryShape | None = None
 ) -> SweepPoint:
-    return summarize_point(GridPoint(L, 16), samples, [], 0.05, fills=f, where="inproc", shape=shape)
+    return summarize_inproc(GridPoint(L, 16), samples, 0.05, f, shape)
 
 
 def fills(Ls: list[int], new: int, passes: int, seg_ms: float = 100.0, chunk_ms: float = 10.0) -> list[InprocFill]:

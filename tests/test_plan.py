@@ -4,11 +4,11 @@ the CLI, which measures nothing."""
 
 from __future__ import annotations
 
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.errors import UsageError
 from lab.plan import Plan, Rates, fit_reps, parse_duration, plan, rates_from_chunks, rates_from_file
@@ -117,68 +117,50 @@ def test_rates_fitted_to_chunks_recover_the_rates() -> None:
 def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
     rates = REPO / "docs" / "examples" / "nuc16-holo3-rates.yaml"
     runs = tmp_path / "runs"
-    r = subprocess.run(
-        [
-            LAB,
-            "sweep",
-            "--plan",
-            "--rates",
-            str(rates),
-            "--Ls",
-            "4096,8192,16384,32768,40960",
-            "--news",
-            "256,1024",
-            "--max-reps",
-            "12",
-            "--ctx-size",
-            "45000",
-            "--fill-passes",
-            "1",
-            "--runs-dir",
-            str(runs),
-        ],
-        capture_output=True,
-        text=True,
+    r = lab(
+        "sweep",
+        "--plan",
+        "--rates",
+        str(rates),
+        "--Ls",
+        "4096,8192,16384,32768,40960",
+        "--news",
+        "256,1024",
+        "--max-reps",
+        "12",
+        "--ctx-size",
+        "45000",
+        "--fill-passes",
+        "1",
+        "--runs-dir",
+        str(runs),
         cwd=tmp_path,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
     )
     assert r.returncode == 0, r.stderr
     assert "31.8 h" in r.stdout and "1.8 h" in r.stdout and "llama-bench check" in r.stdout, r.stdout
     assert not runs.exists()
-    r = subprocess.run(
-        [
-            LAB,
-            "arms",
-            "--plan",
-            "--budget",
-            "1h",
-            "--rates",
-            str(rates),
-            "--Ls",
-            "4096,8192,16384,32768,40960",
-            "--news",
-            "256,1024",
-            "--ctx-size",
-            "45000",
-            "--runs-dir",
-            str(runs),
-        ],
-        capture_output=True,
-        text=True,
+    r = lab(
+        "arms",
+        "--plan",
+        "--budget",
+        "1h",
+        "--rates",
+        str(rates),
+        "--Ls",
+        "4096,8192,16384,32768,40960",
+        "--news",
+        "256,1024",
+        "--ctx-size",
+        "45000",
+        "--runs-dir",
+        str(runs),
         cwd=tmp_path,
-        env={"COLUMNS": "200", "PATH": "/usr/bin:/bin"},
-        timeout=120,
+        env={"PATH": "/usr/bin:/bin"},
     )
     assert r.returncode == 0 and "--budget 1h: up to 3 reps per point" in r.stdout, r.stdout + r.stderr
     assert not runs.exists()
-    r = subprocess.run(
-        [LAB, "arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs)],
-        capture_output=True,
-        text=True,
-        cwd=tmp_path,
-        timeout=120,
-    )
+    r = lab("arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs), cwd=tmp_path)
     assert r.returncode == 2 and "--rates" in r.stderr and "neither a rates file nor a run" in r.stderr, r.stderr
 
 

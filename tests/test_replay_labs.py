@@ -4,12 +4,12 @@ what the seed printed (results/19_replay.txt and results/20_replay_cost.txt, quo
 from __future__ import annotations
 
 import json
-import subprocess
 import sys
 from fractions import Fraction
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.replay import cost, span, tables, toy
 from lab.runs import RunFolder
@@ -152,10 +152,6 @@ def test_chunked_prompt_executes_placeholders() -> None:
     per_chunk = cost.chunked_consumer_rows(1024, 256, 140)
     assert per_chunk == [1, 1, 1, 140] and sum(per_chunk) == 143
     assert cost.chunked_consumer_rows(1024, 1024, 140) == [140]
-
-
-def lab(*args: str) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=120)
 
 
 def test_cli_runs_land_in_run_folders(tmp_path: Path) -> None:

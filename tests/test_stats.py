@@ -200,3 +200,15 @@ def test_row_medians_skip_the_padding_as_numpy_does() -> None:
     v[rng.random(v.shape) < 0.5] = np.nan
     v[:, 4] = 2.0  # every row has a value
     assert np.array_equal(_row_nanmedians(v), np.nanmedian(v, axis=1))
+
+
+def test_a_rotated_order_starts_one_further_each_time_and_keeps_every_item() -> None:
+    from lab.stats import rotated
+
+    assert [rotated(["a", "b", "c"], k) for k in range(4)] == [
+        ["a", "b", "c"],
+        ["b", "c", "a"],
+        ["c", "a", "b"],
+        ["a", "b", "c"],
+    ]
+    assert rotated([], 5) == []

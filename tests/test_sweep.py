@@ -13,11 +13,13 @@ from collections import Counter
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.experiments.sweep import FILLS
 from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import decided, summarize_point
+from lab.experiments.sweep_points import decided
 from lab.experiments.sweep_rounds import POINTS, SAMPLES, TPS
+from lab.experiments.sweep_server import summarize_server
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
 from lab.settings import SweepSettings
@@ -27,10 +29,6 @@ pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def lab(*args: str, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, env={**os.environ, **(env or {})})
 
 
 def start(*args: str) -> subprocess.Popen[str]:
@@ -272,7 +270,7 @@ def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
     stops = [
         k
         for k in range(3, 10)
-        if decided(summarize_point(GridPoint(512, 16), [x for x in samples if x.rep < k], [], 0.9), sw)
+        if decided(summarize_server(GridPoint(512, 16), [x for x in samples if x.rep < k], [], 0.9), sw)
     ]
     assert point.reps == min(stops, default=9), (point.reps, stops)
 

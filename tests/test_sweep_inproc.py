@@ -6,12 +6,11 @@ points and the server's own share per arm; one table family in the catalog, `lab
 from __future__ import annotations
 
 import json
-import os
-import subprocess
 import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab
 
 from lab.catalog.compare import compare_catalog, compare_runs
 from lab.catalog.ingest import ingest
@@ -30,11 +29,6 @@ pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
 REPO = Path(__file__).resolve().parent.parent
-
-
-def lab(*args: str, timeout: float = 600, env: dict[str, str] | None = None) -> subprocess.CompletedProcess[str]:
-    env = {**os.environ, **env} if env else None
-    return subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=timeout, env=env)
 
 
 @pytest.fixture(scope="module")

@@ -10,11 +10,10 @@ import tarfile
 from pathlib import Path
 
 import pytest
+from labcli import lab, one_line_error
 
 from lab.runs import RunError, check_run_id
 from lab.safetar import UnsafeArchive, check_members, safe_extract
-
-from test_cli_errors import lab, one_line_error
 
 pytestmark = pytest.mark.fast
 

@@ -49,7 +49,7 @@ from lab.schemas import (
     Interval,
 )
 from lab.settings import Settings
-from lab.stats import median_interval
+from lab.stats import median_interval, rotated
 
 SAMPLES, STEPS, TASKS = "conversation_samples", "conversation_steps", "conversation_tasks"
 ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")
@@ -140,9 +140,8 @@ class ConversationReplay(Experiment):
         tail.read()
         rows: list[ConversationSample] = []
         for k, st in enumerate(steps):
-            shift = (rep + k) % len(ARMS)
             previous = None
-            for arm in ARMS[shift:] + ARMS[:shift]:
+            for arm in rotated(ARMS, rep + k):
                 if arm != "today" and previous in (None, "today"):
                     client.warm_up()  # after the other process's work
                 rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, today, tail))

@@ -33,7 +33,7 @@ from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Sho
 from lab.runs import RunFolder
 from lab.schemas import DecodeDepth
 from lab.settings import Settings
-from lab.stats import median_interval, unpaired_ratio, verdict
+from lab.stats import median_interval, rotated, unpaired_ratio, verdict
 from lab.target import Target
 
 DEPTHS = "decode_depths"
@@ -92,10 +92,7 @@ def measure_rep(
     server wakes after llama-bench with its caches cold), then one llama-bench call over every depth."""
     depths = sorted(steps)
     client.warm_up(steps[depths[0]], n_out=2)
-    server = {
-        d: measure_decode(client, steps[d], n_out, 1)[0][0]
-        for d in depths[rep % len(depths) :] + depths[: rep % len(depths)]
-    }
+    server = {d: measure_decode(client, steps[d], n_out, 1)[0][0] for d in rotated(depths, rep)}
     return server, {row.depth: row.samples_ms for row in measure_decode_tps(target, bench, log)}
 
 

@@ -16,13 +16,6 @@ from lab.peaks import Peaks
 from lab.schemas import BandDepth, Interval, ProfileSummary
 
 
-def scaled(iv: Interval | None, by: float) -> Interval | None:
-    """An interval divided by an exact number."""
-    if iv is None or by == 0:
-        return None
-    return Interval(value=iv.value / by, lo=iv.lo / by, hi=iv.hi / by, n=iv.n)
-
-
 def annotate(rows: list[BandDepth], summary: ProfileSummary, model: CostModel, peaks: Peaks | None) -> None:
     """Fill the prediction and efficiency fields of a profile's band rows and summary."""
     c = model.chunk
@@ -44,13 +37,13 @@ def annotate(rows: list[BandDepth], summary: ProfileSummary, model: CostModel, p
     summary.cost_model = f"{h.arch}, {h.file_type}, chunk {c} (lab.costmodel)"
     summary.predicted_crossover_depth = model.crossover()
     if summary.predicted_crossover_depth:
-        summary.crossover_vs_predicted_ci = scaled(summary.crossover_ci, summary.predicted_crossover_depth)
+        summary.crossover_vs_predicted_ci = divided(summary.crossover_ci, summary.predicted_crossover_depth)
     summary.attn_flops_per_token_per_1k = model.attn_flops_per_token_per_1k()
     ffn = [r.gflops for r in rows if r.band == "ffn_moe" and r.gflops]
     if ffn and summary.attn_flops_per_token_per_1k:
         predicted = summary.attn_flops_per_token_per_1k / (statistics.median(ffn) * 1e9) * 1e3
         summary.predicted_attn_slope_ms_per_token_per_1k = predicted
-        summary.attn_slope_vs_predicted_ci = scaled(summary.attn_slope_ci, predicted)
+        summary.attn_slope_vs_predicted_ci = divided(summary.attn_slope_ci, predicted)
     if peaks is not None:
         summary.peak_gemm_gflops_ci, summary.peak_copy_gbps_ci = peaks.gemm_gflops, peaks.copy_gbps
         summary.peak_gemm_shape = list(peaks.gemm_shape)
@@ -60,3 +53,7 @@ def probe_shape(model: CostModel) -> tuple[int, int, int]:
     """The GEMM the peak is probed at: a chunk of tokens times the model's widest projection."""
     h = model.h
     return model.chunk, h.n_embd, max(h.n_ff_exp, h.n_ff_shexp, h.n_ff, h.conv_dim, h.n_embd)
+
+
+def divided(iv: Interval | None, by: float | None) -> Interval | None:
+    return iv.divided(by) if iv is not None and by else None

@@ -10,6 +10,8 @@ the TIMED-sum vs FUSED-wall gap per depth.
 from __future__ import annotations
 
 import shutil
+from dataclasses import dataclass
+from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -45,14 +47,26 @@ from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.models.hparams import HparamsError, model_hparams
-from lab.peaks import measure_peaks
+from lab.peaks import Peaks, measure_peaks
 from lab.runs import RunError, RunFolder
-from lab.schemas import BandDepth, ProfileSummary
+from lab.schemas import BandDepth, ProfileSummary, ProfileWall
 from lab.settings import Settings
 from lab.timemodel import TimePrediction
 
 WALLS, BANDS_TABLE, PREDICTED = "profile_walls", "profile_bands", "profile_predicted"
 NODES_PARQUET = "profile_nodes.parquet"
+
+
+@dataclass
+class Cycles:
+    """The complete cycles a profile measured: the instrument's meta, FUSED walls and TIMED nodes, and what they
+    derive to (per depth and band, and the summary)."""
+
+    meta: dict[str, Any]
+    walls: list[ProfileWall]
+    nodes: list[dict[str, Any]]
+    rows: list[BandDepth]
+    summary: ProfileSummary
 
 
 class Profile(Experiment):
@@ -103,68 +117,100 @@ class Profile(Experiment):
         settings, run, inst = sess.settings, sess.run, self.instrument
         assert inst is not None
         p = settings.profile
-        threads = p.threads or settings.server.threads
         for src in (SOURCE, *HEADERS):  # what measured: the instrument's source (with the shared header) and build
             shutil.copyfile(src, run.path / "raw" / src.name)
         (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
         dump = run.table_path(DUMP)
-        part = dump.with_suffix(".part.jsonl")
-        merge_part(dump, part)  # left by a hard-killed run
-        n_depths = p.max_depth // p.chunk + 1
-        done = keep_complete_cycles(run, n_depths)
+        merge_part(dump, dump.with_suffix(".part.jsonl"))  # left by a hard-killed run
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
-        bench_depths = [d * p.chunk for d in range(n_depths)]
         with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
-            if p.bench_check:  # a resumed run: the llama-bench calls its complete processes still lack
-                for k, reps in processes_without_bench(run, done, p.cycles_per_process).items():
-                    bench_process(sess, p, threads, bench_depths, reps, k)
-            want = p.cycles
-            while True:
-                if done < want:
-                    if done and want == p.cycles:  # an interrupted run, resumed
-                        console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
-                    # the cycles spread over instrument processes (profile.cycles_per_process each): a process is
-                    # a level of variance of its own, which cycles in one process would keep out of the intervals
-                    while done < want:
-                        last = min(want, (done // p.cycles_per_process + 1) * p.cycles_per_process)
-                        cmd = instrument_command(
-                            inst,
-                            sess.model,
-                            part,
-                            chunk=p.chunk,
-                            max_depth=p.max_depth,
-                            cycles=last,
-                            threads=threads,
-                            threads_batch=p.threads_batch or threads,
-                            threadpool=p.threadpool,
-                            first_cycle=done,
-                            cpu_list=settings.server.cpu_list,
-                        )
-                        log = run.path / "logs" / "instrument.log"
-                        try:
-                            run_instrument(cmd, log, console, want * 2 * n_depths, done * 2 * n_depths)
-                        finally:  # what the instrument wrote so far is kept for a resume
-                            merge_part(dump, part)
-                        before, done = done, keep_complete_cycles(run, n_depths)
-                        if done <= before:
-                            raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
-                        if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
-                            bench_process(sess, p, threads, bench_depths, done - before, before // p.cycles_per_process)
-                meta, walls, nodes = parse_dump(dump)
-                walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
-                nodes = band_nodes(nodes)
-                rows, summary = derive(walls, nodes, p.chunk, self.layers, self.window)
-                decide_references(summary, walls, read_bench(run), p.bench_tolerance, p.timed_tolerance)
-                wide = too_wide(summary, p.target) or undecided_references(summary)
-                if not wide or want >= (p.max_cycles or p.cycles):
-                    break
-                want += 1
-                console.print(f"after {done} cycles {wide}: one more cycle (at most {p.max_cycles})")
-            write_parquet(nodes, run.path / "raw" / NODES_PARQUET)
+            got = self.cycles_until_narrow(sess, console, dump)
+            write_parquet(got.nodes, run.path / "raw" / NODES_PARQUET)
             peaks = None
             if p.peaks and self.cost is not None:
                 with console.status("probing this host's GEMM and memcpy peaks ..."):
+                    threads = p.threads or settings.server.threads
                     peaks = measure_peaks(*probe_shape(self.cost), threads, settings.server.cpu_list)
+        self.store(sess, dump, got, peaks)
+        return Outcome(results={"instrument_meta": got.meta})
+
+    def cycles_until_narrow(self, sess: OpenRun, console: Console, dump: Path) -> Cycles:
+        """profile.cycles, and one more while an interval is wider than profile.target or a reference is undecided
+        (at most profile.max_cycles); a resumed run keeps its complete cycles and its llama-bench calls."""
+        run, p = sess.run, sess.settings.profile
+        n_depths = p.max_depth // p.chunk + 1
+        done, want = keep_complete_cycles(run, n_depths), p.cycles
+        if p.bench_check:  # a resumed run: the llama-bench calls its complete processes still lack
+            for k, reps in processes_without_bench(run, done, p.cycles_per_process).items():
+                bench_process(sess, p, self.threads(sess), self.bench_depths(sess), reps, k)
+        if 0 < done < want:
+            console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
+        while True:
+            done = self.run_cycles(sess, console, dump, done, want)
+            meta, walls, nodes = parse_dump(dump)
+            walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
+            nodes = band_nodes(nodes)
+            rows, summary = derive(walls, nodes, p.chunk, self.layers, self.window)
+            decide_references(summary, walls, read_bench(run), p.bench_tolerance, p.timed_tolerance)
+            wide = too_wide(summary, p.target) or undecided_references(summary)
+            if not wide or want >= (p.max_cycles or p.cycles):
+                return Cycles(meta, walls, nodes, rows, summary)
+            want += 1
+            console.print(f"after {done} cycles {wide}: one more cycle (at most {p.max_cycles})")
+
+    def run_cycles(self, sess: OpenRun, console: Console, dump: Path, done: int, want: int) -> int:
+        """Cycles `done`..`want`-1, spread over instrument processes (profile.cycles_per_process each: a process is
+        a level of variance of its own, which cycles in one process would keep out of the intervals), each
+        followed by its llama-bench call. Returns the complete cycles the dump then holds."""
+        run, p, inst = sess.run, sess.settings.profile, self.instrument
+        assert inst is not None
+        n_depths, part, threads = p.max_depth // p.chunk + 1, dump.with_suffix(".part.jsonl"), self.threads(sess)
+        log = run.path / "logs" / "instrument.log"
+        while done < want:
+            last = min(want, (done // p.cycles_per_process + 1) * p.cycles_per_process)
+            cmd = instrument_command(
+                inst,
+                sess.model,
+                part,
+                chunk=p.chunk,
+                max_depth=p.max_depth,
+                cycles=last,
+                threads=threads,
+                threads_batch=p.threads_batch or threads,
+                threadpool=p.threadpool,
+                first_cycle=done,
+                cpu_list=sess.settings.server.cpu_list,
+            )
+            try:
+                run_instrument(cmd, log, console, want * 2 * n_depths, done * 2 * n_depths)
+            finally:  # what the instrument wrote so far is kept for a resume
+                merge_part(dump, part)
+            before, done = done, keep_complete_cycles(run, n_depths)
+            if done <= before:
+                raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
+            if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
+                k = before // p.cycles_per_process
+                bench_process(sess, p, threads, self.bench_depths(sess), done - before, k)
+        return done
+
+    def threads(self, sess: OpenRun) -> int:
+        return sess.settings.profile.threads or sess.settings.server.threads
+
+    def bench_depths(self, sess: OpenRun) -> list[int]:
+        p = sess.settings.profile
+        return [d * p.chunk for d in range(p.max_depth // p.chunk + 1)]
+
+    def store(
+        self,
+        sess: OpenRun,
+        dump: Path,
+        got: Cycles,
+        peaks: Peaks | None,
+    ) -> None:
+        """The profile's tables: per cycle and band, per depth and band with the cost model's prediction and the
+        time model's, the walls, the summary; the raw dump goes (its Parquet file holds the same)."""
+        run, p = sess.run, sess.settings.profile
+        walls, nodes, rows, summary = got.walls, got.nodes, got.rows, got.summary
         process_of = {w.cycle: w.process for w in walls}
         cycle_rows = [
             r.model_copy(update={"process": process_of.get(r.cycle, 0)})
@@ -186,7 +232,6 @@ class Profile(Experiment):
         (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
         dump.unlink()  # the Parquet file and the walls table hold the same content
         self.rows, self.summary = rows, summary
-        return Outcome(results={"instrument_meta": meta})
 
 
 def run_profile(

@@ -18,13 +18,31 @@ import time
 from typing import Any
 
 from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import RepOut, processes_of, rep_arms, rep_values, summarize_point
+from lab.experiments.sweep_points import (
+    PointEstimate,
+    PointSamples,
+    RepOut,
+    processes_of,
+    rep_arms,
+    rep_values,
+    summarize_point,
+)
+from lab.fills import fill_values
 from lab.inproc import DriverSession
 from lab.models.memshape import MemoryShape
 from lab.runs import utc_now
-from lab.schemas import ArmsSummary, InprocFill, Interval, PrefillTps, SweepPoint, SweepSample, Where
+from lab.schemas import (
+    ArmsSummary,
+    InprocFill,
+    InprocPointFields,
+    Interval,
+    PrefillTps,
+    SweepPoint,
+    SweepSample,
+    Where,
+)
 from lab.settings import SweepSettings
-from lab.stats import linear_fit, median_interval
+from lab.stats import linear_fit, median_interval, unpaired_ratio
 
 INPROC_ARMS = ("baseline", "fake", "genuine", "plain")
 
@@ -81,7 +99,53 @@ class InprocPlace:
         return out
 
     def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
-        return summarize_point(p, samples, [], self.sw.tolerance, fills=self.fills, where="inproc", shape=self.shape)
+        return summarize_inproc(p, samples, self.sw.tolerance, self.fills, self.shape)
+
+
+def summarize_inproc(
+    p: GridPoint,
+    samples: list[SweepSample],
+    tol: float,
+    fills: list[InprocFill] | None = None,
+    shape: MemoryShape | None = None,
+) -> SweepPoint:
+    """One point in one process: its samples, the fill passes (the estimate and the baseline), the GGUF's shape."""
+    ps, fills = PointSamples.of(p, samples, "inproc"), fills or []
+    return summarize_point(ps, fill_estimate(ps, fills), tol, fills, restore_fields(ps, shape))
+
+
+def fill_estimate(ps: PointSamples, fills: list[InprocFill]) -> PointEstimate:
+    """The estimate in one process: the fill passes' chunks (unpaired: the genuine arm is that very chunk, so the
+    estimate comes free, and no rep narrows it)."""
+    _, chunks, procs = fill_values(fills, ps.p.L, ps.p.new)
+    fake = ps.by_rep("fake")
+    vs_fake = unpaired_ratio(list(fake.values()), chunks, f"{ps.key}/fake/estimate", ps.procs(fake), procs)
+    return PointEstimate(ms=chunks, vs_fake=vs_fake, chunk=ps.p.new, procs=procs)
+
+
+def restore_fields(ps: PointSamples, shape: MemoryShape | None) -> InprocPointFields:
+    """What one process adds to a point: what having the prefix cost, the cache read a server would do (the
+    restore's ms, bandwidth and share of the step) against a memcpy of as many bytes, and the GGUF's prediction
+    of the state blob."""
+    values = rep_values(ps.samples)
+    blobs = {s.blob_bytes for s in ps.samples if s.arm == "genuine" and s.blob_bytes}
+    return InprocPointFields(
+        fake_prep_ci=ps.interval(ps.by_rep("fake", "prep_ms"), "fake/prep_ms"),
+        restore_prep_ci=ps.interval(ps.by_rep("genuine", "prep_ms"), "genuine/prep_ms"),
+        memcpy_ci=ps.interval(ps.by_rep("genuine", "copy_ms"), "genuine/copy_ms"),
+        blob_bytes=max(blobs) if blobs else None,
+        predicted_blob_bytes=shape.blob_bytes(ps.p.L) if shape else None,
+        **{field: ps.interval(values[name], name) for field, name in RESTORE_RATIOS.items()},
+    )
+
+
+RESTORE_RATIOS = {  # SweepPoint field: the per-rep figure (lab.experiments.sweep_points.rep_values)
+    "restore_gbps_ci": "restore/gbps",
+    "memcpy_gbps_ci": "memcpy/gbps",
+    "restore_vs_memcpy_ci": "memcpy/restore",
+    "cache_read_share_ci": "share",
+    "restore_step_vs_genuine_ci": "restore-step/genuine",
+}
 
 
 def restore_summary(

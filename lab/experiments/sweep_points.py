@@ -1,6 +1,6 @@
 """What a sweep point's samples say, through the server or in one process alike: one row per timed step, each
-arm's median with its interval, the ratios paired by rep with their verdicts, the cache read's cost in one
-process, when a point is decided, and the notes on what to check."""
+arm's median with its interval, the ratios paired by rep with their verdicts, and when a point is decided. Each
+place adds its own part of the point (lab.experiments.sweep_server, lab.experiments.sweep_inproc)."""
 
 from __future__ import annotations
 
@@ -11,16 +11,19 @@ from typing import Any
 
 from lab.engine.contract import ARMS, Arm, ArmResult
 from lab.engine.imagegrid import ImageGeometry
+from lab.experiments.sweep_diagnose import diagnose
 from lab.experiments.sweep_grid import GridPoint, image_counts
 from lab.fills import fill_values
-from lab.models.memshape import MemoryShape
 from lab.runs import utc_now
 from lab.schemas import (
     KV_PAD,
     ArmStats,
+    Components,
     InprocFill,
+    InprocPointFields,
     Interval,
     PrefillTps,
+    ServerPointFields,
     SweepPoint,
     SweepSample,
     Where,
@@ -30,9 +33,9 @@ from lab.settings import SweepSettings
 from lab.stats import (
     arm_stats,
     median_interval,
-    paired_ratio,
     paired_reps,
     reps_to_decide,
+    rotated,
     unpaired_ratio,
     variance_components,
     verdict,
@@ -57,9 +60,7 @@ def rep_arms(arms: Sequence[str], rep: int, sw: SweepSettings) -> list[Arm]:
     """The arms of one rep in a rotating order (no arm always goes first); the direct baseline only in the first
     sweep.baseline_reps reps (every rep when None): it is in no verdict and costs L + new."""
     cap = sw.max_reps if sw.baseline_reps is None else sw.baseline_reps
-    todo = [a for a in ARMS if a in arms and not (a == "baseline" and rep >= cap)]
-    k = rep % len(todo) if todo else 0
-    return todo[k:] + todo[:k]
+    return rotated([a for a in ARMS if a in arms and not (a == "baseline" and rep >= cap)], rep)
 
 
 def sample_row(
@@ -95,6 +96,7 @@ def decode_fields(r: ArmResult) -> dict[str, Any]:
 
 
 Keyed = dict[int, float]  # a value per rep
+PlaceFields = ServerPointFields | InprocPointFields  # what a place adds to the point every place fills
 
 
 def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
@@ -104,13 +106,6 @@ def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats
     return arm_stats(
         [s.prompt_ms for s in ok if s.prompt_ms is not None], failed, f"{key}/{arm}", [s.process for s in ok]
     )
-
-
-def bench_interval(t: PrefillTps) -> Interval:
-    """llama-bench's mean chunk ms with a 95% interval from its own reps (normal approximation: it keeps no
-    samples we could bootstrap here)."""
-    half = 1.96 * t.stddev_ms / max(1, t.reps) ** 0.5
-    return Interval(value=t.avg_ms, lo=t.avg_ms - half, hi=t.avg_ms + half, n=max(1, t.reps))
 
 
 def rep_values(samples: list[SweepSample]) -> dict[str, Keyed]:
@@ -152,139 +147,130 @@ def keyed_interval(values: Keyed, key: str, proc_of: dict[int, int]) -> Interval
     return median_interval([values[r] for r in reps], key, [proc_of.get(r, 0) for r in reps])
 
 
+@dataclass
+class PointSamples:
+    """One point's samples in one place, by rep, with the process each rep ran in (what every interval
+    resamples). `key` names the point's intervals (their resampling is seeded by it)."""
+
+    p: GridPoint
+    samples: list[SweepSample]
+    key: str
+    proc_of: dict[int, int]
+
+    @classmethod
+    def of(cls, p: GridPoint, samples: list[SweepSample], where: Where, tps: Sequence[PrefillTps] = ()) -> PointSamples:
+        estimates = {t.rep: t.process for t in tps if t.rep is not None}
+        return cls(p, samples, p.id if where == "server" else f"inproc/{p.id}", processes_of(samples) | estimates)
+
+    def by_rep(self, arm: str, field: str = "prompt_ms") -> Keyed:
+        return _by_rep(self.samples, arm, field)
+
+    def procs(self, values: Keyed) -> list[int]:
+        return [self.proc_of.get(r, 0) for r in values]
+
+    def interval(self, values: Keyed, name: str) -> Interval | None:
+        return keyed_interval(values, f"{self.key}/{name}", self.proc_of)
+
+
+@dataclass
+class PointEstimate:
+    """What a place takes as a point's estimate (only_new / prefill_tps(L)): its samples in ms, the fake arm
+    against it, and through the server its value per rep (paired with the arms, the image's encode added)."""
+
+    ms: list[float]
+    vs_fake: Interval | None
+    chunk: int  # the tokens it decodes: only_new (an image step's image tokens too)
+    by_rep: Keyed = field(default_factory=dict)
+    procs: list[int] | None = None
+    encode_ms: float = 0.0  # an image step: the fake arm's median vision encode, added to the estimate
+
+    def interval(self, ps: PointSamples) -> Interval | None:
+        if self.by_rep:
+            return ps.interval(self.by_rep, "estimate")
+        return median_interval(self.ms, f"{ps.key}/estimate", self.procs)
+
+
 def summarize_point(
-    p: GridPoint,
-    samples: list[SweepSample],
-    tps: list[PrefillTps],
-    tol: float,
-    geom: ImageGeometry | None = None,
-    fills: list[InprocFill] | None = None,
-    where: Where = "server",
-    shape: MemoryShape | None = None,
-    inproc: list[SweepSample] | None = None,
+    ps: PointSamples, est: PointEstimate, tol: float, fills: list[InprocFill], extension: PlaceFields
 ) -> SweepPoint:
-    """One point measured in one place, from its samples. The estimate: through the server, the driver's chunks
-    interleaved with the reps (`tps`, paired); in one process, the fill passes' chunks (unpaired: the genuine arm
-    is that very chunk, so the estimate comes free). `inproc`: the same point's in-process samples, for the
-    server's own share per arm (a both-places sweep)."""
-    key = p.id if where == "server" else f"inproc/{p.id}"
-    stats = {arm: server_arm_stats(samples, arm, key) for arm in ARMS}
-    by_rep = {arm: _by_rep(samples, arm) for arm in ARMS}
-    values = rep_values(samples)
-    proc_of = processes_of(samples) | {t.rep: t.process for t in tps if t.rep is not None}
-
-    def iv(name: str) -> Interval | None:
-        return keyed_interval(values[name], f"{key}/{name}", proc_of)
-
-    def keyed(field: str, arm: str) -> Interval | None:
-        return keyed_interval(_by_rep(samples, arm, field), f"{key}/{arm}/{field}", proc_of)
-
-    # image steps: the estimate adds the vision encode explicitly (the fake arm's, per rep)
-    encode = _by_rep(samples, "fake", "encode_ms")
-    est = [t for t in tps if t.rep is not None]  # interleaved estimate samples; rep None: the cross-check
-    check = next((t for t in tps if t.rep is None), None)
-    only_new = est[0].chunk if est else p.new  # image steps: image tokens + text tokens
-    base_fill, chunks, fill_procs = fill_values(fills or [], p.L, only_new)
-    est_by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in est if t.rep is not None}
-    est_ms = [t.avg_ms for t in est] if est else chunks if where == "inproc" else []
-    img = image_counts(p, geom)
-    encode_ci = keyed_interval(encode, f"{key}/encode", proc_of)
-    lm = {r: by_rep["fake"][r] - e for r, e in encode.items() if r in by_rep["fake"]}
-    lm_ci = keyed_interval(lm, f"{key}/lm", proc_of)
-    fake_procs = [proc_of.get(r, 0) for r in by_rep["fake"]]
-    if where == "inproc":
-        vs_est = unpaired_ratio(list(by_rep["fake"].values()), chunks, f"{key}/fake/estimate", fake_procs, fill_procs)
-    else:
-        vs_est = paired_ratio(by_rep["fake"], est_by_rep, f"{key}/fake/estimate", proc_of)
-    vs_gen, vs_plain, vs_base = iv("fake/genuine"), iv("genuine/plain"), iv("fake/baseline")
-    if not by_rep["baseline"] and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
+    """One point measured in one place: what every place fills (each arm, the ratios and their verdicts, the
+    baseline from the fill passes when it had no direct reps, the spread, decode at depth) and the place's own
+    `extension` (its SweepPoint fields)."""
+    p, key = ps.p, ps.key
+    stats = {arm: server_arm_stats(ps.samples, arm, key) for arm in ARMS}
+    values, fake = rep_values(ps.samples), ps.by_rep("fake")
+    vs_gen, vs_plain, vs_base = (ps.interval(values[n], n) for n in ("fake/genuine", "genuine/plain", "fake/baseline"))
+    base_fill, _, fill_procs = fill_values(fills, p.L, est.chunk)
+    direct = bool(ps.by_rep("baseline"))
+    if not direct and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
         stats["baseline"] = arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs)
-        fake = list(by_rep["fake"].values())
-        vs_base = unpaired_ratio(fake, base_fill, f"{key}/fake/baseline/fill", fake_procs, fill_procs)
-    verdicts = {"genuine": verdict(vs_gen, tol), "estimate": verdict(vs_est, tol), "plain": verdict(vs_plain, tol)}
-    undecided = [
-        reps_to_decide(iv, tol)
-        for iv, v in ((vs_gen, verdicts["genuine"]), (vs_est, verdicts["estimate"]), (vs_plain, verdicts["plain"]))
-        if iv is not None and v == "undecided"
-    ]
-    est_median = statistics.median(est_ms) if est_ms else None
+        fake_ms = list(fake.values())
+        vs_base = unpaired_ratio(fake_ms, base_fill, f"{key}/fake/baseline/fill", ps.procs(fake), fill_procs)
+    checked = {"genuine": vs_gen, "estimate": est.vs_fake, "plain": vs_plain}
+    verdicts = {name: verdict(iv, tol) for name, iv in checked.items()}
+    more = [reps_to_decide(iv, tol) for name, iv in checked.items() if iv is not None and verdicts[name] == "undecided"]
+    est_median = statistics.median(est.ms) if est.ms else None
     point = SweepPoint(
-        where=where,
+        where="server" if key == p.id else "inproc",
         point=p.id,
         L=p.L,
         new=p.new,
         image=p.image,
-        image_tokens=img[0],
-        image_positions=img[1],
-        encode_ms=encode_ci.value if encode_ci else None,
-        lm_ms=lm_ci.value if lm_ci else None,
-        encode_ci=encode_ci,
-        lm_ci=lm_ci,
-        n_kv_padded=ggml_pad(p.L + only_new),
+        n_kv_padded=ggml_pad(p.L + est.chunk),
         measurable=p.L >= KV_PAD,
-        prefill_tps=only_new / est_median * 1e3 if est_median else None,
+        prefill_tps=est.chunk / est_median * 1e3 if est_median else None,
         # only_new / prefill_tps(L) = the chunk's time at depth L (+ the encode for an image step)
-        opt_prefill_ms=est_median + (encode_ci.value if encode_ci else 0.0) if est_median is not None else None,
-        fake_vs_estimate=vs_est.value - 1 if vs_est else None,
+        opt_prefill_ms=est_median + est.encode_ms if est_median is not None else None,
+        fake_vs_estimate=est.vs_fake.value - 1 if est.vs_fake else None,
         fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
         fake_vs_baseline=vs_base.value if vs_base else None,
-        fake_vs_estimate_ci=vs_est,
-        estimate_ci=keyed_interval(est_by_rep, f"{key}/estimate", proc_of)
-        if est_by_rep
-        else median_interval(est_ms, f"{key}/estimate", fill_procs if where == "inproc" else None),
+        fake_vs_estimate_ci=est.vs_fake,
+        estimate_ci=est.interval(ps),
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
         genuine_verdict=verdicts["genuine"],
         estimate_verdict=verdicts["estimate"],
         genuine_vs_plain_ci=vs_plain,
         plain_verdict=verdicts["plain"],
-        bench_check_ci=bench_interval(check) if check is not None else None,
-        genuine_warm=",".join(sorted({s.warm for s in samples if s.arm == "genuine" and s.warm})),
-        reps=len({s.rep for s in samples} | set(est_by_rep)),
-        processes=max(1, len({s.process for s in samples})),
-        reps_to_decide=max((n for n in undecided if n is not None), default=None),
+        genuine_warm=",".join(sorted({s.warm for s in ps.samples if s.arm == "genuine" and s.warm})),
+        reps=len({s.rep for s in ps.samples} | set(est.by_rep)),
+        processes=max(1, len({s.process for s in ps.samples})),
+        reps_to_decide=max((n for n in more if n is not None), default=None),
+        baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs),
+        baseline_source="direct reps" if direct else "fill passes" if base_fill else "",
+        components=spread_components(ps, values, est),
         baseline=stats["baseline"],
         fake=stats["fake"],
         genuine=stats["genuine"],
         plain=stats["plain"],
-        baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs),
-        baseline_source="direct reps" if by_rep["baseline"] else "fill passes" if base_fill else "",
+        **decode_at_depth(ps),
+        **dict(extension),
     )
-    if where == "inproc":
-        blobs = {s.blob_bytes for s in samples if s.arm == "genuine" and s.blob_bytes}
-        point.fake_prep_ci, point.restore_prep_ci = keyed("prep_ms", "fake"), keyed("prep_ms", "genuine")
-        point.memcpy_ci = keyed("copy_ms", "genuine")
-        point.blob_bytes = max(blobs) if blobs else None
-        point.predicted_blob_bytes = shape.blob_bytes(p.L) if shape else None
-        point.restore_gbps_ci, point.memcpy_gbps_ci = iv("restore/gbps"), iv("memcpy/gbps")
-        point.restore_vs_memcpy_ci, point.cache_read_share_ci = iv("memcpy/restore"), iv("share")
-        point.restore_step_vs_genuine_ci = iv("restore-step/genuine")
-    spread = {arm: by_rep[arm] for arm in ("fake", "genuine")} | {"fake/genuine": values["fake/genuine"]}
-    if est_by_rep:
-        spread |= {"estimate": est_by_rep, "fake/estimate": _ratio(by_rep["fake"], est_by_rep)}
+    point.diagnostics = diagnose(point, ps.samples, tol)
+    return point
+
+
+def spread_components(ps: PointSamples, values: dict[str, Keyed], est: PointEstimate) -> dict[str, Components]:
+    """The spread between processes and within one, per arm and ratio (what sizes a further process)."""
+    spread = {arm: ps.by_rep(arm) for arm in ("fake", "genuine")} | {"fake/genuine": values["fake/genuine"]}
+    if est.by_rep:
+        spread |= {"estimate": est.by_rep, "fake/estimate": _ratio(ps.by_rep("fake"), est.by_rep)}
+    out = {}
     for name, keyed_values in spread.items():
         reps = sorted(keyed_values)
-        c = variance_components([keyed_values[r] for r in reps], [proc_of.get(r, 0) for r in reps])
+        c = variance_components([keyed_values[r] for r in reps], [ps.proc_of.get(r, 0) for r in reps])
         if c is not None:
-            point.components[name] = c
-    in_of = processes_of(inproc or [])
-    for arm in ARMS if inproc else ():  # the server's own share: server / in-process (unpaired: one after the other)
-        mine, theirs = by_rep[arm], _by_rep(inproc or [], arm)
-        ratio = unpaired_ratio(
-            list(mine.values()),
-            list(theirs.values()),
-            f"{key}/{arm}/in",
-            [proc_of.get(r, 0) for r in mine],
-            [in_of.get(r, 0) for r in theirs],
-        )
-        if ratio is not None:
-            point.vs_inproc[arm] = ratio
-    decode = _by_rep(samples, "fake", "decode_ms")
-    if decode:  # sweep.n_out: the fake arm's generation, decode ms per token at depth L + new
-        point.n_out = max(s.predicted_n or 0 for s in samples if s.arm == "fake")
-        point.decode_ci = keyed_interval(decode, f"{key}/decode", proc_of)
-    point.diagnostics = diagnose(point, samples, tol)
-    return point
+            out[name] = c
+    return out
+
+
+def decode_at_depth(ps: PointSamples) -> dict[str, Any]:
+    """sweep.n_out: the fake arm's generation, decode ms per token at depth L + new."""
+    decode = ps.by_rep("fake", "decode_ms")
+    if not decode:
+        return {}
+    n_out = max(s.predicted_n or 0 for s in ps.samples if s.arm == "fake")
+    return {"n_out": n_out, "decode_ci": ps.interval(decode, "decode")}
 
 
 def decided(point: SweepPoint, sw: SweepSettings) -> bool:
@@ -298,75 +284,3 @@ def decided(point: SweepPoint, sw: SweepSettings) -> bool:
         return False
     estimated = "estimate" in sw.arms and point.where == "server"
     return not (estimated and point.estimate_verdict == "undecided")
-
-
-def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]:
-    """Notes on a point: the checks to make where a verdict is `disagree` (what to look at when the fabricated
-    prefix does not do a cache hit's work), how many reps would decide an `undecided` one, and facts (the
-    256-column floor, failed samples)."""
-    out: list[str] = []
-    if not p.measurable:
-        out.append(f"L={p.L} is below the {KV_PAD}-column floor: attention reads {p.n_kv_padded} columns anyway")
-    failed = [s for s in samples if not s.ok]
-    if failed:
-        out.append(f"{len(failed)} failed sample(s), excluded: {failed[0].arm} rep {failed[0].rep}: {failed[0].reason}")
-    fake, genuine = (
-        {s.pos_min for s in samples if s.arm == a and s.ok and s.pos_min is not None} for a in ("fake", "genuine")
-    )
-    if fake and genuine and fake != genuine:
-        out.append(
-            f"the fake prefix's first held position {sorted(fake)} is not the genuine hit's {sorted(genuine)}: "
-            "a sliding-window cache holds different cells in the two arms"
-        )
-    if p.blob_bytes and p.predicted_blob_bytes and abs(p.blob_bytes / p.predicted_blob_bytes - 1) > 0.01:
-        out.append(
-            f"the state blob is {p.blob_bytes:,} B, the GGUF predicts {p.predicted_blob_bytes:,} B: a KV type other "
-            "than f16 (-ctk/-ctv), or a layout lab.models.memshape does not model"
-        )
-    only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
-    prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
-    est, gen = p.fake_vs_estimate_ci, p.fake_vs_genuine_ci
-    if p.where == "inproc":  # the estimate is the fill passes' (unpaired, the same decode): only shown
-        est = None
-    if p.estimate_verdict == "disagree" and est is not None and est.value > 1:
-        if prompt_ns != [only_new]:
-            out.append(
-                f"fake {est.fmt(pct=True)} vs the estimate, and prompt_n {prompt_ns} != only_new {only_new}: "
-                "the only-new branch did not fire"
-            )
-        else:
-            out.append(
-                f"fake {est.fmt(pct=True)} vs the estimate although prompt_n == only_new: per-request "
-                "server overhead (compare fake/genuine, which shares it)"
-            )
-    if p.estimate_verdict == "disagree" and est is not None and est.value < 1:
-        out.append(
-            f"fake {est.fmt(pct=True)} vs the estimate: check that both memory children report "
-            f"seq_pos_max == L-1 (the hybrid takes the min) and that the attended KV is padded to "
-            f"{p.n_kv_padded} >= L+new"
-        )
-    if p.genuine_verdict == "disagree" and gen is not None:
-        out.append(
-            f"fake {gen.fmt(pct=True)} vs the genuine hit: the fabricated prefix does not do the hit's work; "
-            f"check prompt_n {prompt_ns} == {only_new}, both children's seq_pos_max == L-1, and the padded "
-            f"n_kv {p.n_kv_padded}"
-        )
-    checks = [("fake/genuine", gen, p.genuine_verdict), ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict)]
-    if p.where == "server":  # in one process the estimate does not narrow with reps
-        checks.append(("fake/estimate", est, p.estimate_verdict))
-    if p.plain_verdict == "disagree" and p.genuine_vs_plain_ci is not None:
-        out.append(
-            f"genuine/plain {p.genuine_vs_plain_ci.fmt(pct=True)}: the restored state does not cost what decoding L "
-            "in the same sequence does; check that the sequence's max position was L-1 before the new tokens"
-        )
-    for name, iv, v in checks:
-        if v == "undecided" and iv is not None:
-            more = reps_to_decide(iv, tol)
-            if more is None:
-                hint = "it sits on the bound: no number of reps decides it at this tolerance"
-            elif more > 1000:
-                hint = "far too noisy to decide at this tolerance (over 1000 reps); check the host's noise figures"
-            else:
-                hint = f"about {more} reps would likely decide it"
-            out.append(f"{name} {iv.fmt(pct=True)} straddles 1 +- {tol:.0%} after {iv.n} reps: {hint}")
-    return out

@@ -33,7 +33,7 @@ from lab.plan import reps_in_further_process
 from lab.runs import RunFolder
 from lab.schemas import InprocFill, Interval, PrefillTps, SweepPoint, SweepRound, SweepSample, Where
 from lab.settings import SweepSettings
-from lab.stats import median_interval
+from lab.stats import median_interval, rotated
 
 SAMPLES, POINTS, TPS, ROUNDS = "samples", "points", "prefill_tps", "rounds"
 
@@ -126,9 +126,7 @@ class Ledger:
         always measured first after a start."""
         out: list[tuple[Where, GridPoint]] = []
         for where in ("inproc", "server"):
-            mine = [(w, p) for w, p in todo if w == where]
-            k = process % len(mine) if mine else 0
-            out += mine[k:] + mine[:k]
+            out += rotated([(w, p) for w, p in todo if w == where], process)
         return out
 
     def reps(self, where: Where, point: str) -> set[int]:

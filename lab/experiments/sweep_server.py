@@ -19,17 +19,26 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
-from lab.engine.contract import ContractClient, Step
+from lab.engine.contract import ARMS, ContractClient, Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
 from lab.engine.slots import SavedStates
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
-from lab.experiments.sweep_grid import GridPoint, only_new, point_seed, point_text_step
-from lab.experiments.sweep_points import RepOut, rep_arms, sample_row, summarize_point
+from lab.experiments.sweep_grid import GridPoint, image_counts, only_new, point_seed, point_text_step
+from lab.experiments.sweep_points import (
+    PointEstimate,
+    PointSamples,
+    RepOut,
+    processes_of,
+    rep_arms,
+    sample_row,
+    summarize_point,
+)
 from lab.inproc import DriverError, DriverSession
-from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample, Where
+from lab.schemas import InprocFill, Interval, PrefillTps, ServerPointFields, SweepPoint, SweepSample, Where
 from lab.settings import SweepSettings
+from lab.stats import mean_interval, paired_ratio, unpaired_ratio
 
 Estimate = Callable[[GridPoint, int], PrefillTps]
 
@@ -98,10 +107,75 @@ class ServerPlace:
         return out
 
     def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
-        checks = self.checks.get(p.id, [])
-        return summarize_point(
-            p, samples, tps + checks, self.sw.tolerance, self.geom, self.fills, inproc=self.inproc.get(p.id)
+        checks, inproc = self.checks.get(p.id, []), self.inproc.get(p.id, [])
+        return summarize_server(p, samples, tps, self.sw.tolerance, self.geom, self.fills, checks, inproc)
+
+
+def summarize_server(
+    p: GridPoint,
+    samples: list[SweepSample],
+    tps: list[PrefillTps],
+    tol: float,
+    geom: ImageGeometry | None = None,
+    fills: list[InprocFill] | None = None,
+    checks: list[PrefillTps] | None = None,
+    inproc: list[SweepSample] | None = None,
+) -> SweepPoint:
+    """One point through the server: its samples, the estimate's interleaved samples (`tps`), llama-bench's
+    cross-check (`checks`) and, in a both-places sweep, the same point's in-process samples."""
+    ps = PointSamples.of(p, samples, "server", tps)
+    ext = server_fields(ps, geom, checks or [], inproc or [])
+    return summarize_point(ps, paired_estimate(ps, tps), tol, fills or [], ext)
+
+
+def paired_estimate(ps: PointSamples, tps: list[PrefillTps]) -> PointEstimate:
+    """The estimate through the server: the driver's chunks interleaved with the reps, paired with the fake arm
+    by rep (an image step's estimate adds the fake arm's vision encode of that rep)."""
+    encode, fake = ps.by_rep("fake", "encode_ms"), ps.by_rep("fake")
+    est = [t for t in tps if t.rep is not None]  # rep None: the llama-bench cross-check
+    by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in est if t.rep is not None}
+    encode_ci = ps.interval(encode, "encode")
+    return PointEstimate(
+        ms=[t.avg_ms for t in est],
+        vs_fake=paired_ratio(fake, by_rep, f"{ps.key}/fake/estimate", ps.proc_of),
+        chunk=est[0].chunk if est else ps.p.new,  # an image step's: its image tokens and text tokens
+        by_rep=by_rep,
+        encode_ms=encode_ci.value if encode_ci else 0.0,
+    )
+
+
+def server_fields(
+    ps: PointSamples, geom: ImageGeometry | None, checks: list[PrefillTps], inproc: list[SweepSample]
+) -> ServerPointFields:
+    """What the server adds to a point: an image step's encode and LM parts, llama-bench's cross-check, and in a
+    both-places sweep its own share per arm (server / in process; unpaired: one ran after the other)."""
+    encode, fake = ps.by_rep("fake", "encode_ms"), ps.by_rep("fake")
+    encode_ci = ps.interval(encode, "encode")
+    lm_ci = ps.interval({r: fake[r] - e for r, e in encode.items() if r in fake}, "lm")
+    image_tokens, image_positions = image_counts(ps.p, geom)
+    vs_inproc: dict[str, Interval] = {}
+    in_of = processes_of(inproc)
+    for arm in ARMS if inproc else ():
+        mine, theirs = ps.by_rep(arm), {s.rep: s.prompt_ms for s in inproc if s.arm == arm and s.ok and s.prompt_ms}
+        ratio = unpaired_ratio(
+            list(mine.values()),
+            list(theirs.values()),
+            f"{ps.key}/{arm}/in",
+            ps.procs(mine),
+            [in_of.get(r, 0) for r in theirs],
         )
+        if ratio is not None:
+            vs_inproc[arm] = ratio
+    return ServerPointFields(
+        image_tokens=image_tokens,
+        image_positions=image_positions,
+        encode_ms=encode_ci.value if encode_ci else None,
+        lm_ms=lm_ci.value if lm_ci else None,
+        encode_ci=encode_ci,
+        lm_ci=lm_ci,
+        bench_check_ci=mean_interval(checks[0].avg_ms, checks[0].stddev_ms, checks[0].reps) if checks else None,
+        vs_inproc=vs_inproc,
+    )
 
 
 def driver_estimate(driver: DriverSession, geometry: ImageGeometry | None) -> Estimate:

@@ -19,12 +19,9 @@ def ms_text(v: float | None) -> str:
 
 
 def arm_cell(a: ArmStats) -> str:
-    """`12.3 [11.9-12.8]`: the median ms and its 95% interval."""
-    if a.median_ms is None:
-        return "-"
-    if a.median_lo_ms is None or a.median_hi_ms is None or a.n_ok < 2:
-        return f"{a.median_ms:.1f}"
-    return f"{a.median_ms:.1f} [{a.median_lo_ms:.1f}-{a.median_hi_ms:.1f}]"
+    """`12.3 [11.9, 12.8]`: the median ms and its 95% interval (the median alone from fewer than two samples)."""
+    iv = a.median
+    return ms_text(a.median_ms) if iv is None or a.n_ok < 2 else iv.fmt(digits=1)
 
 
 def _est(p: SweepPoint) -> str:

@@ -17,7 +17,17 @@ from lab.schemas.base import (
 from lab.schemas.decode import BenchDecode, DecodeDepth
 from lab.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
-from lab.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
+from lab.schemas.sweep import (
+    ArmsSummary,
+    InprocFill,
+    InprocPointFields,
+    PointCore,
+    PrefillTps,
+    ServerPointFields,
+    SweepPoint,
+    SweepRound,
+    SweepSample,
+)
 from lab.schemas.trace import (
     ChatMessage,
     ConversationArm,
@@ -51,7 +61,9 @@ __all__ = [
     "ConversationTaskResult",
     "DecodeDepth",
     "InprocFill",
+    "InprocPointFields",
     "Interval",
+    "PointCore",
     "PrefillTps",
     "ProfileSummary",
     "ProfileWall",
@@ -59,6 +71,7 @@ __all__ = [
     "ReplayExactRow",
     "ReplayRowWork",
     "ReplaySpanRow",
+    "ServerPointFields",
     "SweepPoint",
     "SweepRound",
     "SweepSample",

@@ -36,6 +36,16 @@ class Interval(BaseModel):
         """Half the interval's width, relative to the estimate (0.03: +-3%)."""
         return (self.hi - self.lo) / 2 / abs(self.value) if self.value else float("inf")
 
+    def divided(self, by: float) -> Interval:
+        """The interval divided by an exact positive number (a prediction, a count)."""
+        return self.model_copy(update={"value": self.value / by, "lo": self.lo / by, "hi": self.hi / by})
+
+    def inverse(self) -> Interval | None:
+        """1 / the interval (its ends swap); None when it holds 0 or less."""
+        if self.lo <= 0:
+            return None
+        return self.model_copy(update={"value": 1 / self.value, "lo": 1 / self.hi, "hi": 1 / self.lo})
+
     def fmt(self, pct: bool = False, digits: int = 3) -> str:
         """`1.012 [0.998, 1.027]`, or with pct=True, as a change: `+1.2% [-0.2%, +2.7%]`."""
         if pct:
@@ -83,3 +93,11 @@ class ArmStats(BaseModel):
     n_ok: int = 0
     n_failed: int = 0
     processes: int = Field(default=1, description="processes the interval resampled (1: within one process)")
+
+    @property
+    def median(self) -> Interval | None:
+        """The median with its interval (None for a run measured before intervals existed)."""
+        if self.median_ms is None or self.median_lo_ms is None or self.median_hi_ms is None:
+            return None
+        n = max(self.n_ok, 1)
+        return Interval(value=self.median_ms, lo=self.median_lo_ms, hi=self.median_hi_ms, n=n, processes=self.processes)

@@ -70,8 +70,9 @@ class PrefillTps(BaseModel):
     process: int = Field(default=0, description="an estimate sample: the run's driver process that measured it")
 
 
-class SweepPoint(BaseModel):
-    """raw/points.jsonl: one (L, new) point measured in one place, written when all its samples are in."""
+class PointCore(BaseModel):
+    """What every place fills in a sweep point: the arms, the estimate, the ratios with their verdicts, the spread,
+    decode at depth."""
 
     where: Where = "server"
     point: str
@@ -104,29 +105,44 @@ class SweepPoint(BaseModel):
     )
     reps_to_decide: int | None = Field(default=None, description="undecided: about how many reps would decide")
     diagnostics: list[str] = Field(default_factory=list)
+    image: str | None = Field(default=None, description="screenshot size WxH; None: a text-only step")
+    genuine_vs_plain_ci: Interval | None = Field(
+        default=None, description="genuine (restored) / plain genuine, paired by rep: the restore's proof"
+    )
+    plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
+    genuine_warm: str = Field(default="", description="how the genuine arm's prefix got into the slot")
+    baseline_source: str = Field(default="", description="direct reps, or the fill passes' prefix sums")
+    rep_s: Interval | None = Field(default=None, description="wall seconds of one rep past the direct baseline's")
+    n_out: int = Field(default=0, description="tokens the fake arm generated after the step (sweep.n_out; 0: none)")
+    decode_ci: Interval | None = Field(
+        default=None, description="sweep.n_out: the fake arm's decode ms per token at depth L + new (server)"
+    )
 
     def verdict_spread(self) -> Components | None:
         """The spread the adaptive stop sizes a further process by: fake/genuine's, else the fake arm's."""
         return self.components.get("fake/genuine") or self.components.get("fake")
 
-    image: str | None = Field(default=None, description="screenshot size WxH; None: a text-only step")
+
+class ServerPointFields(BaseModel):
+    """What the server adds: an image step's parts, llama-bench's cross-check, its own share per arm."""
+
     image_tokens: int | None = Field(default=None, description="prompt tokens of the image (nx*ny + 2 markers)")
     image_positions: int | None = Field(default=None, description="positions it advances: L counts cells, not these")
     encode_ms: float | None = Field(default=None, description="median vision encode ms of the fake arm")
     lm_ms: float | None = Field(default=None, description="median fake prompt_ms - encode_ms: the LM part")
     encode_ci: Interval | None = Field(default=None, description="the fake arm's vision encode ms")
     lm_ci: Interval | None = Field(default=None, description="the fake arm's LM part (prompt_ms - encode_ms)")
-    genuine_vs_plain_ci: Interval | None = Field(
-        default=None, description="genuine (restored) / plain genuine, paired by rep: the restore's proof"
-    )
-    plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
     bench_check_ci: Interval | None = Field(
         default=None, description="llama-bench's chunk ms at depth L (mean, 95% interval from its reps)"
     )
-    genuine_warm: str = Field(default="", description="how the genuine arm's prefix got into the slot")
-    baseline_source: str = Field(default="", description="direct reps, or the fill passes' prefix sums")
-    rep_s: Interval | None = Field(default=None, description="wall seconds of one rep past the direct baseline's")
-    # in one process: what having the prefix cost (the cache read a server would do, against memcpy)
+    vs_inproc: dict[str, Interval] = Field(
+        default_factory=dict, description="server points of a both-places sweep: server / in-process per arm"
+    )
+
+
+class InprocPointFields(BaseModel):
+    """What one process adds: what having the prefix cost (the cache read a server would do, against memcpy)."""
+
     fake_prep_ci: Interval | None = Field(default=None, description="inproc: ms to fabricate the prefix")
     restore_prep_ci: Interval | None = Field(default=None, description="inproc: ms of set_data_ext, the cache read")
     memcpy_ci: Interval | None = Field(default=None, description="inproc: ms of a plain memcpy of the blob's bytes")
@@ -139,13 +155,11 @@ class SweepPoint(BaseModel):
         default=None, description="(restore + decode) / genuine decode: the no-patch fallback's step"
     )
     cache_read_share_ci: Interval | None = Field(default=None, description="restore ms / (restore + decode) ms")
-    vs_inproc: dict[str, Interval] = Field(
-        default_factory=dict, description="server points of a both-places sweep: server / in-process per arm"
-    )
-    n_out: int = Field(default=0, description="tokens the fake arm generated after the step (sweep.n_out; 0: none)")
-    decode_ci: Interval | None = Field(
-        default=None, description="sweep.n_out: the fake arm's decode ms per token at depth L + new (server)"
-    )
+
+
+class SweepPoint(InprocPointFields, ServerPointFields, PointCore):
+    """raw/points.jsonl: one (L, new) point measured in one place, written when all its samples are in. Stored
+    flat: the core, then the server's fields, then one process's (each empty where its place did not measure)."""
 
 
 class InprocFill(BaseModel):
