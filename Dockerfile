@@ -64,7 +64,9 @@ ARG LAB_ENGINE__NATIVE=true
 ENV LAB_ENGINE__SOURCE_MODE=${LAB_ENGINE__SOURCE_MODE} \
     LAB_ENGINE__NATIVE=${LAB_ENGINE__NATIVE}
 COPY patches/ patches/
-COPY lab/__init__.py lab/settings.py lab/settings_server.py lab/errors.py lab/safetar.py lab/redact.py lab/runs.py lab/
+COPY lab/__init__.py lab/
+COPY lab/core/__init__.py lab/core/settings.py lab/core/settings_server.py lab/core/errors.py lab/core/safetar.py \
+     lab/core/redact.py lab/core/runs.py lab/core/
 COPY lab/engine/__init__.py lab/engine/source.py lab/engine/build.py lab/engine/pinning.py lab/engine/
 RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/.cache/pip \
     case "$LAB_ENGINE__SOURCE_MODE" in \
@@ -73,7 +75,7 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
     esac \
  && umask 0000 \
  && CCACHE_DIR=/var/cache/ccache python -c 'if 1: \
-      from lab.settings import load_settings; from lab.engine.build import build_engine; \
+      from lab.core.settings import load_settings; from lab.engine.build import build_engine; \
       s = load_settings(); print(build_engine(s.engine, s.cache_dir, quiet=True).server)' \
  && rm -rf "$LAB_CACHE_DIR/downloads" \
  && find "$LAB_CACHE_DIR" -type d ! -perm -0777 -exec chmod 0777 {} + \
@@ -84,7 +86,7 @@ COPY lab/models/__init__.py lab/models/resolve.py lab/models/gguf_io.py lab/mode
      lab/models/tinyarchs.py lab/models/tinyvocab.py lab/models/tinyemit.py lab/models/tinyvision.py lab/models/
 RUN umask 0000 \
  && python -c 'if 1: \
-      from lab.settings import load_settings; from lab.engine.source import prepare_source; \
+      from lab.core.settings import load_settings; from lab.engine.source import prepare_source; \
       from lab.models.resolve import ensure_tiny_model, ensure_tiny_projector; \
       s = load_settings(); src = prepare_source(s.engine, s.cache_dir); \
       print(ensure_tiny_model(s.cache_dir, src)); print(ensure_tiny_projector(s.cache_dir, src))' \
@@ -98,7 +100,7 @@ COPY lab/instrument/ lab/instrument/
 COPY lab/inproc/ lab/inproc/
 RUN umask 0000 \
  && python -c 'if 1: \
-      from lab.settings import load_settings; from lab.engine.build import build_engine; \
+      from lab.core.settings import load_settings; from lab.engine.build import build_engine; \
       from lab.instrument import build_instrument; from lab.inproc import build_driver; \
       s = load_settings(); e = build_engine(s.engine, s.cache_dir); \
       print(build_instrument(e, s.cache_dir).binary, build_driver(e, s.cache_dir).binary)' \
@@ -117,7 +119,7 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
  && CCACHE_DIR=/var/cache/ccache lab engine build --quiet \
  && lab model tiny --vision \
  && python -c 'if 1: \
-      from lab.settings import load_settings; from lab.engine.build import build_engine; \
+      from lab.core.settings import load_settings; from lab.engine.build import build_engine; \
       from lab.instrument import build_instrument; from lab.inproc import build_driver; \
       s = load_settings(); e = build_engine(s.engine, s.cache_dir); \
       print(build_instrument(e, s.cache_dir).binary, build_driver(e, s.cache_dir).binary)' \

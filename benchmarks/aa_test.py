@@ -35,12 +35,12 @@ from rich.table import Table
 
 from lab.catalog.compare import Comparison, compare_runs
 from lab.conversation.synth import SynthConversation, synth_conversation
+from lab.core.runs import RunFolder
+from lab.core.settings import Settings, load_settings
+from lab.core.stats import drift_of_shifts, proportion_interval
 from lab.experiments.conversation import run_conversation
 from lab.experiments.profile import run_profile
 from lab.experiments.sweep import run_sweep
-from lab.runs import RunFolder
-from lab.settings import Settings, load_settings
-from lab.stats import drift_of_shifts, proportion_interval
 
 CORES = os.cpu_count() or 1
 AA_BOUND = 0.05  # one comparison in 20 called significant by chance, at 95% intervals

@@ -17,9 +17,8 @@ import time
 from pathlib import Path
 
 from lab.catalog.ingest import ingest
-from lab.replay import cost
-from lab.runs import RunFolder
-from lab.schemas import (
+from lab.core.runs import RunFolder
+from lab.core.schemas import (
     ArmStats,
     BandDepth,
     PrefillTps,
@@ -29,6 +28,7 @@ from lab.schemas import (
     SweepPoint,
     SweepSample,
 )
+from lab.replay import cost
 
 
 def arm(rng: random.Random, ms: float) -> ArmStats:

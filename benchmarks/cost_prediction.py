@@ -4,7 +4,7 @@ Per model (--models: `tiny`, the embedded tiny qwen35moe, and names of lab.model
 gemma3-270m-q4_k_m: a pretrained quantized GGUF the lab did not write, from the package index), two profile runs
 in a runs folder of their own, one after the other: to --short (default 1024) and to --long (4096), --cycles
 cycles of --chunk-token chunks each. The long run measures the crossover in time and each band's ms/token at
---long; two predictions of them stand beside it (lab.timemodel): from the long run's own depths up to --short
+--long; two predictions of them stand beside it (lab.measure.timemodel): from the long run's own depths up to --short
 (held out in depth) and from the short run (held out in depth and in run: what a user who stops early gets).
 Each with its 95% interval; predicted / measured (its interval the conservative one, predicted's ends over
 measured's), the verdict at +-15% (agree: that interval wholly inside; disagree: wholly outside; else
@@ -29,13 +29,13 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import BANDS, BandDepth, Interval, ProfileSummary
+from lab.core.settings import load_settings
+from lab.core.stats import verdict
 from lab.experiments.profile import BANDS_TABLE, run_profile
 from lab.experiments.profile_rates import profile_fit
+from lab.measure.timemodel import predict
 from lab.models.pretrained import ensure_pretrained
-from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary
-from lab.settings import load_settings
-from lab.stats import verdict
-from lab.timemodel import predict
 
 TOL = 0.15
 NO_AMX = "-mno-amx-tile -mno-amx-int8 -mno-amx-bf16"
@@ -103,7 +103,7 @@ def main() -> int:
 
 def stored_pairs(runs_dir: Path) -> dict[str, dict[int, Path]]:
     """The complete profile runs of a runs folder by model file and max depth."""
-    from lab.runs import RunFolder
+    from lab.core.runs import RunFolder
 
     out: dict[str, dict[int, Path]] = {}
     for folder in sorted(p for p in runs_dir.iterdir() if (p / "manifest.json").exists()):
@@ -162,7 +162,7 @@ def drift(short: Path, long: Path, upto: int) -> str:
 
 
 def read_bands(run: Path) -> list[BandDepth]:
-    from lab.runs import RunFolder
+    from lab.core.runs import RunFolder
 
     return RunFolder.open(run).read(BANDS_TABLE, BandDepth)
 

@@ -18,14 +18,14 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import Interval
+from lab.core.settings import load_settings
+from lab.core.settings_server import ServerSettings
+from lab.core.stats import median_interval, paired_ratio
 from lab.engine.build import build_engine
 from lab.engine.contract import ARMS, ContractClient, filler_tokens, text_step
 from lab.engine.server import LlamaServer
 from lab.models.resolve import resolve_model
-from lab.schemas import Interval
-from lab.settings import load_settings
-from lab.settings_server import ServerSettings
-from lab.stats import median_interval, paired_ratio
 
 
 def ints(s: str) -> list[int]:

@@ -23,11 +23,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import ArmsSummary, Interval, SweepPoint
+from lab.core.settings import load_settings
+from lab.core.stats import median_interval
 from lab.experiments.sweep import SUMMARY, run_sweep
 from lab.experiments.sweep_rounds import POINTS
-from lab.schemas import ArmsSummary, Interval, SweepPoint
-from lab.settings import load_settings
-from lab.stats import median_interval
 
 GOAL = (0.98, 1.02)
 

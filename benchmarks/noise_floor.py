@@ -24,11 +24,11 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import SweepPoint
+from lab.core.settings import load_settings
+from lab.core.stats import median_interval
 from lab.experiments.sweep import run_sweep
 from lab.experiments.sweep_rounds import POINTS
-from lab.schemas import SweepPoint
-from lab.settings import load_settings
-from lab.stats import median_interval
 
 CORES = os.cpu_count() or 1
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {

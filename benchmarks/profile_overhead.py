@@ -26,16 +26,16 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import Interval
+from lab.core.settings import load_settings
+from lab.core.stats import median_interval, verdict
+from lab.core.target import LocalTarget
 from lab.engine.build import build_engine
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.profile_derive import band_nodes
 from lab.experiments.profile_dump import parse_dump, write_parquet
 from lab.instrument import build_instrument, instrument_command
 from lab.models.resolve import resolve_model
-from lab.schemas import Interval
-from lab.settings import load_settings
-from lab.stats import median_interval, verdict
-from lab.target import LocalTarget
 
 
 def _fmt(iv: Interval | None, pct: bool = False) -> str:

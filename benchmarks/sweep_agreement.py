@@ -22,11 +22,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import Interval, SweepPoint
+from lab.core.settings import load_settings
+from lab.core.stats import median_interval
 from lab.experiments.sweep import run_sweep
 from lab.experiments.sweep_rounds import POINTS
-from lab.schemas import Interval, SweepPoint
-from lab.settings import load_settings
-from lab.stats import median_interval
 
 
 def ints(s: str) -> list[int]:

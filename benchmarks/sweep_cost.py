@@ -28,13 +28,13 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import Interval, SweepPoint
+from lab.core.settings import Settings, load_settings
 from lab.experiments.planning import budget_reps, plans
 from lab.experiments.sweep import run_sweep
 from lab.experiments.sweep_rounds import POINTS
-from lab.plan import Rates
-from lab.runs import RunFolder
-from lab.schemas import Interval, SweepPoint
-from lab.settings import Settings, load_settings
+from lab.measure.plan import Rates
 
 OLD = {
     "genuine_prefix": "prefill",

@@ -23,12 +23,12 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.schemas import Interval
+from lab.core.settings import load_settings
+from lab.core.stats import median_interval, unpaired_ratio, verdict
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import resolve_parts
 from lab.inproc import DriverSession, driver_command, prepare_driver
-from lab.schemas import Interval
-from lab.settings import load_settings
-from lab.stats import median_interval, unpaired_ratio, verdict
 
 TOL = 0.05
 WAYS = ("llama-bench", "driver", "driver + threadpool")

@@ -21,12 +21,12 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.settings import ServerSettings, Settings, load_settings
 from lab.engine.build import EngineInfo, build_engine
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource, prepare_source
 from lab.models.resolve import ensure_tiny_model
 from lab.models.tinyarchs import TinyModelSpec, tiny_spec
-from lab.settings import ServerSettings, Settings, load_settings
 
 TIERS = ("fast", "engine", "browser", "slow")
 

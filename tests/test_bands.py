@@ -78,8 +78,8 @@ def test_audit_rejects_a_recurrent_matmul_in_an_attention_band() -> None:
 
 
 def test_real_graph_is_fully_covered(engine: EngineInfo, tiny_model: Path, tmp_path: Path) -> None:
+    from lab.core.settings import load_settings
     from lab.instrument import build_instrument
-    from lab.settings import load_settings
 
     info = build_instrument(engine, load_settings().cache_dir)
     out = tmp_path / "p.jsonl"

@@ -14,8 +14,8 @@ from labcli import lab
 
 from lab.catalog.ingest import IngestError, ingest
 from lab.catalog.tables import RUNS, SPECS, columns, load_table
-from lab.runs import RunFolder
-from lab.schemas import ArmStats, SweepPoint
+from lab.core.runs import RunFolder
+from lab.core.schemas import ArmStats, SweepPoint
 
 pytestmark = pytest.mark.fast
 
@@ -122,7 +122,7 @@ def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path)
 
 def test_export_speaks_llama_bench_where_the_columns_overlap(tmp_path: Path) -> None:
     from lab.catalog.export import export_table
-    from lab.errors import UsageError
+    from lab.core.errors import UsageError
 
     runs = tmp_path / "runs"
     sweep_run(runs, 25.0, params={"server": {"threads": 2}})

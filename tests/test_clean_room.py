@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.runs import RunFolder
+from lab.core.runs import RunFolder
 
 pytestmark = pytest.mark.engine
 

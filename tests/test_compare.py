@@ -13,7 +13,7 @@ import pytest
 from labcli import lab
 
 from lab.catalog.compare import compare_runs
-from lab.runs import RunFolder
+from lab.core.runs import RunFolder
 
 pytestmark = pytest.mark.engine
 

@@ -24,10 +24,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.runs import Manifest, RunFolder
+from lab.core.schemas import SweepPoint
+from lab.core.settings import load_settings
 from lab.engine.source import locked
-from lab.runs import Manifest, RunFolder
-from lab.schemas import SweepPoint
-from lab.settings import load_settings
 
 from sshd import alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
@@ -231,7 +231,7 @@ def test_compose_run_sweep_writes_a_run_folder(built: Built, tmp_path: Path) -> 
     not_owned = [p for p in [run, *run.rglob("*")] if p.lstat().st_uid != uid]
     assert not not_owned, f"written by another uid than the mapped {uid}: {not_owned[:5]}"
 
-    # the host's lab reads what the container wrote: every row validates against lab/schemas/
+    # the host's lab reads what the container wrote: every row validates against lab/core/schemas/
     lab = str(Path(sys.executable).parent / "lab")
     ingest = subprocess.run(
         [lab, "catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(tmp_path / "catalog")],

@@ -17,14 +17,14 @@ from lab.conversation.derive import derive_conversation
 from lab.conversation.load import ConversationError
 from lab.conversation.synth import SynthConversation, synth_conversation
 from lab.conversation.today import replay_today, users_server
+from lab.core.runs import RunFolder
+from lab.core.schemas import ConversationSample, ConversationStepResult, ConversationTaskResult
+from lab.core.settings import load_settings
+from lab.core.settings_server import ConversationSettings
 from lab.engine.build import EngineInfo
 from lab.engine.server import LlamaServer
 from lab.experiments.conversation import SAMPLES, STEPS, TASKS
 from lab.models.resolve import resolve_projector
-from lab.runs import RunFolder
-from lab.schemas import ConversationSample, ConversationStepResult, ConversationTaskResult
-from lab.settings import load_settings
-from lab.settings_server import ConversationSettings
 
 from conftest import interrupt_after_first_row, server_settings
 

@@ -11,7 +11,7 @@ from typing import Any
 import pytest
 from labcli import lab
 
-from lab.costmodel import attended_keys, cost_model
+from lab.measure.costmodel import attended_keys, cost_model
 from lab.models.hparams import hparams_of
 
 pytestmark = pytest.mark.fast

@@ -11,12 +11,12 @@ from pathlib import Path
 import pytest
 from labcli import lab
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import DecodeDepth, SweepPoint, SweepSample
 from lab.engine.contract import ContractClient, filler_tokens, measure_decode, text_step
 from lab.engine.server import LlamaServer
 from lab.experiments.decode import DEPTHS
 from lab.experiments.sweep_rounds import POINTS, SAMPLES
-from lab.runs import RunFolder
-from lab.schemas import DecodeDepth, SweepPoint, SweepSample
 
 pytestmark = pytest.mark.engine
 

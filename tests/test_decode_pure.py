@@ -10,9 +10,10 @@ import pytest
 from pydantic import ValidationError
 from rich.console import Console
 
+from lab.core.errors import UsageError
+from lab.core.settings import Settings, SweepSettings
 from lab.engine.build import EngineInfo
 from lab.engine.contract import ArmResult, Timings, arm_reason, arm_requests, decode_samples, text_step
-from lab.errors import UsageError
 from lab.experiments.decode import check_depths, decode_steps, summarize_depth
 from lab.experiments.prefill_tps import LlamaBench, bench_command, parse_bench_jsonl, parse_decode_jsonl
 from lab.experiments.sweep_grid import GridPoint
@@ -20,7 +21,6 @@ from lab.experiments.sweep_points import sample_row
 from lab.experiments.sweep_server import summarize_server
 from lab.presenters.decode import decode_table
 from lab.presenters.sweep import summary_table
-from lab.settings import Settings, SweepSettings
 
 pytestmark = pytest.mark.fast
 

@@ -13,8 +13,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.runs import RunFolder
 from lab.dvc_hostkeys import install_pth
-from lab.runs import RunFolder
 
 from sshd import Sshd, start_sshd
 

@@ -20,9 +20,9 @@ from pathlib import Path
 import pytest
 from labcli import LabResult, lab, one_line_error
 
+from lab.core.settings import EngineSettings, Settings
 from lab.engine.build import STAMP, BuildError, EngineInfo, build_engine, in_use, prune_engines
 from lab.engine.source import PreparedSource
-from lab.settings import EngineSettings, Settings
 
 LAB = str(Path(sys.executable).parent / "lab")
 

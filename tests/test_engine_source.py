@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.settings import EngineSettings, Settings
 from lab.engine.source import (
     SDIST_PINS,
     PreparedSource,
@@ -17,7 +18,6 @@ from lab.engine.source import (
     patch_files,
     prepare_source,
 )
-from lab.settings import EngineSettings, Settings
 
 pytestmark = pytest.mark.slow
 

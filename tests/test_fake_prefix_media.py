@@ -10,6 +10,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.settings import Settings
 from lab.engine.build import EngineInfo
 from lab.engine.imagegrid import TINY_GEOMETRY
 from lab.engine.media import data_url, filler_text, media_prompt
@@ -17,7 +18,6 @@ from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource
 from lab.models.resolve import ensure_tiny_projector
-from lab.settings import Settings
 
 from conftest import server_settings
 

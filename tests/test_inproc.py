@@ -10,11 +10,11 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.settings import Settings
 from lab.engine.build import EngineInfo
 from lab.inproc import DriverError, DriverSession, build_driver, check_driver, driver_command
 from lab.instrument import InstrumentInfo
 from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
-from lab.settings import Settings
 
 pytestmark = pytest.mark.engine
 

@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import pytest
 
+from lab.core.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
+from lab.core.settings import SweepSettings
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_inproc import restore_summary, summarize_inproc
 from lab.experiments.sweep_points import decided, rep_arms
-from lab.fills import fill_values
+from lab.measure.fills import fill_values
 from lab.models.memshape import MemoryShape, memory_shape
-from lab.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
-from lab.settings import SweepSettings
 
 pytestmark = pytest.mark.fast
 

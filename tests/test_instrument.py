@@ -18,7 +18,7 @@ pytestmark = pytest.mark.engine
 
 @pytest.fixture(scope="module")
 def rows(engine: EngineInfo, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory) -> list[dict[str, Any]]:
-    from lab.settings import load_settings
+    from lab.core.settings import load_settings
 
     info = build_instrument(engine, load_settings().cache_dir)
     assert build_instrument(engine, load_settings().cache_dir) == info  # cached: a stamp check

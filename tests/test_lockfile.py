@@ -12,7 +12,7 @@ import pytest
 from packaging.requirements import Requirement
 from packaging.utils import canonicalize_name
 
-from lab.lockfile import DEV_LOCK, LOCK, pins
+from lab.core.lockfile import DEV_LOCK, LOCK, pins
 from lab.remote.bundle import runtime_requirements
 
 pytestmark = pytest.mark.fast

@@ -7,10 +7,10 @@ from pathlib import Path
 
 import pytest
 
-from lab.errors import UsageError
+from lab.core.errors import UsageError
+from lab.core.settings import Settings
 from lab.models.pretrained import PRETRAINED, PretrainedError, pretrained_path
 from lab.models.resolve import resolve_model
-from lab.settings import Settings
 
 
 @pytest.mark.fast

@@ -1,4 +1,4 @@
-"""The plan's arithmetic (lab.plan) on constructed rates: the cost of decoding at depth, the two designs on the
+"""The plan's arithmetic (lab.measure.plan) on constructed rates: the cost of decoding at depth, the two designs on the
 reference host's grid, the reps a budget affords, rates from a file and fitted from chunks; and `--plan` through
 the CLI, which measures nothing."""
 
@@ -10,8 +10,8 @@ from pathlib import Path
 import pytest
 from labcli import lab
 
-from lab.errors import UsageError
-from lab.plan import Plan, Rates, fit_reps, parse_duration, plan, rates_from_chunks, rates_from_file
+from lab.core.errors import UsageError
+from lab.measure.plan import Plan, Rates, fit_reps, parse_duration, plan, rates_from_chunks, rates_from_file
 
 pytestmark = pytest.mark.fast
 
@@ -165,8 +165,8 @@ def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
 
 
 def test_a_sweep_in_both_places_plans_each_arm_per_place_and_fills_once() -> None:
+    from lab.core.settings import Settings
     from lab.experiments.planning import plans
-    from lab.settings import Settings
 
     s = Settings(sweep={"Ls": [4096, 8192], "news": [256], "where": "both", "fill_passes": 1}, server={})
     server, inproc = plans(s, NUC16, "server")[1], plans(s, NUC16, "inproc")[1]
@@ -183,8 +183,8 @@ def test_a_sweep_in_both_places_plans_each_arm_per_place_and_fills_once() -> Non
 def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     """A ratio's half-width after P processes of r reps is about 1.96 sqrt((between^2 + 2 within^2 / r) / P): a
     quiet point stops after its first processes, a noisy one takes more, one that sat on the bound takes them all."""
-    from lab.plan import predicted_reps
-    from lab.schemas import Components
+    from lab.core.schemas import Components
+    from lab.measure.plan import predicted_reps
 
     bounds = {"fake/genuine": (0.03, 0.05)}
     quiet = {"fake/genuine": (Components(between=0.0, within=0.02, processes=3, reps=6), 0.0)}
@@ -202,7 +202,7 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
 
 
 def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -> None:
-    from lab.plan import ArmCost, Plan, Rates, plan_line
+    from lab.measure.plan import ArmCost, Plan, Rates, plan_line
 
     rates = Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01)
     first = Plan(design="cumulative", where="server", reps=100, points=8, rates=rates,
@@ -219,10 +219,10 @@ def test_the_plan_counts_every_process_a_point_may_need() -> None:
     """A point takes its share in each of the first sweep.processes processes, then further processes of as many
     reps as its spread calls for: the bound assumes one rep in each (processes differing more than reps within
     one), so a point allowed 20 reps may need 20 processes; a prediction from a quiet point's spread fewer."""
+    from lab.core.schemas import Components, Interval, SweepPoint
+    from lab.core.settings import Settings
     from lab.experiments.planning import plans
-    from lab.plan import processes_needed
-    from lab.schemas import Components, Interval, SweepPoint
-    from lab.settings import Settings
+    from lab.measure.plan import processes_needed
 
     assert processes_needed(5, 1, 5, 1) == 5 and processes_needed(3, 1, 5, 1) == 3  # stops at max_reps
     assert processes_needed(20, 1, 5, 1) == 20 and processes_needed(20, 1, 5, 5) == 8

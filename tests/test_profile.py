@@ -16,14 +16,14 @@ from typing import Any
 
 import pytest
 
-from lab.costmodel import model_cost
+from lab.core.runs import RunFolder
+from lab.core.schemas import BANDS, BandAt, BandDepth, Interval, PrefillTps, ProfileSummary, ProfileWall
+from lab.core.stats import linear_fit
 from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, PREDICTED, WALLS
 from lab.experiments.profile_bench import decide_references, undecided_references
 from lab.experiments.profile_derive import summarize, too_wide
+from lab.measure.costmodel import model_cost
 from lab.presenters.profile import reference_lines
-from lab.runs import RunFolder
-from lab.schemas import BANDS, BandAt, BandDepth, Interval, PrefillTps, ProfileSummary, ProfileWall
-from lab.stats import linear_fit
 
 pytestmark = pytest.mark.engine
 
@@ -115,7 +115,7 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert all(b.ms_per_token_lo is not None and b.ms_per_token_lo <= b.ms_per_token <= (b.ms_per_token_hi or 0)
                for b in bands)  # fmt: skip
     assert "+-" in r.stdout and "R^2" in r.stdout
-    # the cost model's predictions beside the measurement (lab.costmodel on the same GGUF, chunk 128)
+    # the cost model's predictions beside the measurement (lab.measure.costmodel on the same GGUF, chunk 128)
     model = model_cost(Path(run.manifest().model["path"]), 128)
     assert summary.cost_model.startswith("qwen35moe, F16, chunk 128")
     assert summary.predicted_crossover_depth == pytest.approx(model.crossover())

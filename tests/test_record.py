@@ -16,12 +16,12 @@ import httpx
 import openai
 import pytest
 
+from lab.core.schemas import ConversationSample, ConversationStep, ConversationStepResult
+from lab.core.settings import load_settings
 from lab.engine.media import data_url
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, free_port
 from lab.models.resolve import resolve_projector
-from lab.schemas import ConversationSample, ConversationStep, ConversationStepResult
-from lab.settings import load_settings
 
 from conftest import ServerFactory
 

@@ -12,8 +12,8 @@ import pytest
 from lab.conversation.assemble import StreamAssembler, assemble, reply_of_body
 from lab.conversation.log import ConversationLog, RecordError
 from lab.conversation.record import upstream_url
-from lab.runs import RunError
-from lab.schemas import ConversationStep
+from lab.core.runs import RunError
+from lab.core.schemas import ConversationStep
 
 pytestmark = pytest.mark.fast
 

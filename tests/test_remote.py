@@ -14,8 +14,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.runs import RunFolder
-from lab.schemas import SweepPoint, SweepSample
+from lab.core.runs import RunFolder
+from lab.core.schemas import SweepPoint, SweepSample
 
 from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 

@@ -12,7 +12,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.runs import RunFolder
+from lab.core.runs import RunFolder
 
 from sshd import Sshd, alias, fab, fab_project, start_sshd
 

@@ -11,9 +11,9 @@ from pathlib import Path
 import pytest
 from labcli import lab
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.replay import cost, span, tables, toy
-from lab.runs import RunFolder
-from lab.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 
 pytestmark = pytest.mark.fast
 

@@ -21,17 +21,8 @@ from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
 from lab.catalog.legacy import InprocPoint, InprocSample
 from lab.catalog.tables import load_table, table_path, unflatten
-from lab.costmodel import cost_model
-from lab.experiments.efficiency import annotate
-from lab.experiments.profile_derive import summarize
-from lab.models.hparams import hparams_of
-from lab.peaks import Peaks
-from lab.reports import render_compare, render_reports
-from lab.reports.agreement import agreement_chart
-from lab.reports.data import catalog_runs, figure_rows
-from lab.reports.render import save_chart
-from lab.runs import RunError, RunFolder
-from lab.schemas import (
+from lab.core.runs import RunError, RunFolder
+from lab.core.schemas import (
     ArmName,
     ArmsSummary,
     ArmStats,
@@ -47,7 +38,16 @@ from lab.schemas import (
     SweepSample,
     ggml_pad,
 )
-from lab.settings import ReportSettings
+from lab.core.settings import ReportSettings
+from lab.experiments.efficiency import annotate
+from lab.experiments.profile_derive import summarize
+from lab.measure.costmodel import cost_model
+from lab.measure.peaks import Peaks
+from lab.models.hparams import hparams_of
+from lab.reports import render_compare, render_reports
+from lab.reports.agreement import agreement_chart
+from lab.reports.data import catalog_runs, figure_rows
+from lab.reports.render import save_chart
 
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")

@@ -12,10 +12,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.errors import UsageError
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import cpus
 from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, server_args
-from lab.errors import UsageError
 from lab.experiments.prefill_tps import LlamaBench, bench_command
 
 from conftest import ServerFactory, server_settings
@@ -99,7 +99,7 @@ def test_server_dies_with_its_parent(engine: EngineInfo, tiny_model: Path, tmp_p
         from pathlib import Path
         from lab.engine.build import EngineInfo
         from lab.engine.server import LlamaServer
-        from lab.settings_server import ServerSettings
+        from lab.core.settings_server import ServerSettings
         engine = EngineInfo.model_validate_json({engine.model_dump_json()!r})
         srv = LlamaServer(engine, Path({str(tiny_model)!r}), ServerSettings(threads=1, ctx_size=2048),
                           Path({str(tmp_path / "log")!r})).start()

@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.snapshot import snapshot_git
-from lab.target import LocalTarget
+from lab.core.snapshot import snapshot_git
+from lab.core.target import LocalTarget
 
 pytestmark = pytest.mark.fast
 

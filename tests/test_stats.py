@@ -8,7 +8,7 @@ import math
 import numpy as np
 import pytest
 
-from lab.stats import (
+from lab.core.stats import (
     Interval,
     geomean_ratio,
     median_interval,
@@ -183,7 +183,7 @@ def test_variance_components_find_each_level() -> None:
 def test_the_run_level_drift_from_aa_shifts_and_its_draws() -> None:
     """A/A pairs' whole-run shifts give the run level's spread (each log shift has variance 2 sigma^2); its draws
     put that spread, times sqrt(2), on a ratio of two runs."""
-    from lab.stats import drift_of_shifts, run_drift_factors
+    from lab.core.stats import drift_of_shifts, run_drift_factors
 
     assert drift_of_shifts([]) == 0.0
     assert drift_of_shifts([math.exp(0.1), math.exp(-0.1)]) == pytest.approx(0.1 / math.sqrt(2))
@@ -193,7 +193,7 @@ def test_the_run_level_drift_from_aa_shifts_and_its_draws() -> None:
 
 
 def test_row_medians_skip_the_padding_as_numpy_does() -> None:
-    from lab.stats import _row_nanmedians
+    from lab.core.stats import _row_nanmedians
 
     rng = np.random.default_rng(3)
     v = rng.lognormal(size=(500, 9))
@@ -203,7 +203,7 @@ def test_row_medians_skip_the_padding_as_numpy_does() -> None:
 
 
 def test_a_rotated_order_starts_one_further_each_time_and_keeps_every_item() -> None:
-    from lab.stats import rotated
+    from lab.core.stats import rotated
 
     assert [rotated(["a", "b", "c"], k) for k in range(4)] == [
         ["a", "b", "c"],

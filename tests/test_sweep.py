@@ -15,15 +15,15 @@ from pathlib import Path
 import pytest
 from labcli import lab
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
+from lab.core.settings import SweepSettings
+from lab.core.stats import verdict
 from lab.experiments.sweep import FILLS
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import decided
 from lab.experiments.sweep_rounds import POINTS, SAMPLES, TPS
 from lab.experiments.sweep_server import summarize_server
-from lab.runs import RunFolder
-from lab.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
-from lab.settings import SweepSettings
-from lab.stats import verdict
 
 pytestmark = pytest.mark.engine
 

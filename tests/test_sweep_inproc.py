@@ -15,13 +15,13 @@ from labcli import lab
 from lab.catalog.compare import compare_catalog, compare_runs
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
+from lab.core.runs import RunFolder
+from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample
+from lab.core.settings import ReportSettings
 from lab.experiments.sweep import FILLS, SUMMARY
 from lab.experiments.sweep_rounds import POINTS, SAMPLES
 from lab.reports.arms import arms_chart
 from lab.reports.data import catalog_runs
-from lab.runs import RunFolder
-from lab.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample
-from lab.settings import ReportSettings
 
 from conftest import interrupt_after_first_row
 

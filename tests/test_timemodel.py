@@ -9,10 +9,10 @@ import math
 
 import pytest
 
-from lab.costmodel import CostModel, cost_model
+from lab.core.schemas import BANDS, BandCycle
+from lab.measure.costmodel import CostModel, cost_model
+from lab.measure.timemodel import BandTime, FlopTable, fit, predict, predict_ms, time_crossover
 from lab.models.hparams import hparams_of
-from lab.schemas import BANDS, BandCycle
-from lab.timemodel import BandTime, FlopTable, fit, predict, predict_ms, time_crossover
 
 pytestmark = pytest.mark.fast
 
@@ -171,8 +171,8 @@ def test_a_single_depth_is_refused() -> None:
 
 
 def test_the_crossover_line_prints_its_number_once() -> None:
+    from lab.core.schemas import Interval, ProfileSummary
     from lab.presenters.profile import prediction_lines
-    from lab.schemas import Interval, ProfileSummary
 
     s = ProfileSummary(
         max_depth=4096,

@@ -13,6 +13,7 @@ from typing import Any
 
 import pytest
 
+from lab.core.settings import Settings
 from lab.engine.build import EngineInfo
 from lab.engine.imagegrid import ImageGeometry, ProjectorError
 from lab.engine.png import make_png
@@ -22,7 +23,6 @@ from lab.models.resolve import ModelError, ensure_tiny_projector
 from lab.models.tinyarchs import TinyModelSpec
 from lab.models.tinyvision import TinyVisionSpec, write_tiny_projector
 from lab.models.tinyvocab import QWEN_ADDED_TOKENS
-from lab.settings import Settings
 
 from conftest import ServerFactory, server_settings
 

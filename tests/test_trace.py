@@ -11,10 +11,10 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import TraceStep, TraceStepResult, TraceTaskResult
 from lab.engine.imagegrid import TINY_GEOMETRY
 from lab.experiments.trace import STEPS, TASKS, TraceError, check_replayable, load_trace, synth_trace, write_trace
-from lab.runs import RunFolder
-from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
 
 from conftest import interrupt_after_first_row
 

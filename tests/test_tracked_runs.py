@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.runs import RunFolder
+from lab.core.runs import RunFolder
 
 from conftest import interrupt_after_first_row
 from test_dvc_catalog import BIN, dvc, lab, make_project, project_env

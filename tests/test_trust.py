@@ -12,8 +12,8 @@ from pathlib import Path
 import pytest
 from labcli import lab, one_line_error
 
-from lab.runs import RunError, check_run_id
-from lab.safetar import UnsafeArchive, check_members, safe_extract
+from lab.core.runs import RunError, check_run_id
+from lab.core.safetar import UnsafeArchive, check_members, safe_extract
 
 pytestmark = pytest.mark.fast
 
@@ -87,7 +87,7 @@ def test_on_a_python_without_tar_filters_the_same_archives_are_refused(tmp_path:
         (tmp_path / f"{case}.tar").write_bytes(archive(*members))
     (tmp_path / "good.tar").write_bytes(archive())
     script = (
-        "import sys, tarfile, pathlib; from lab.safetar import safe_extract, UnsafeArchive\n"
+        "import sys, tarfile, pathlib; from lab.core.safetar import safe_extract, UnsafeArchive\n"
         "for f in sorted(pathlib.Path(sys.argv[1]).glob('*.tar')):\n"
         "    d = f.with_suffix(''); d.mkdir()\n"
         "    try:\n"
@@ -122,7 +122,7 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_holder(tmp_path: Path) -
     import os
     import sys
 
-    from lab.runs import RunFolder
+    from lab.core.runs import RunFolder
 
     runs = tmp_path / "runs"
     run = RunFolder.create(runs, "sweep", "h", {"sweep": {}})
@@ -143,10 +143,10 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_holder(tmp_path: Path) -
 def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path) -> None:
     """A git_url with credentials, a DVC remote password in a tracked config, a tracked .env: none of them
     reaches the run folder's git record or an error message."""
+    from lab.core.redact import redact_text, redact_url
+    from lab.core.snapshot import snapshot_git
+    from lab.core.target import LocalTarget
     from lab.engine.source import SourceError, _run
-    from lab.redact import redact_text, redact_url
-    from lab.snapshot import snapshot_git
-    from lab.target import LocalTarget
 
     assert (
         redact_url("clone https://ann:hunter2@git.example/x.git failed") == "clone https://***@git.example/x.git failed"
@@ -180,8 +180,8 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
 
 def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> None:
     """A killed instrument leaves a part whose last line is cut; merged and resumed twice, the dump still reads."""
+    from lab.core.runs import RunFolder
     from lab.experiments.profile_dump import keep_complete_cycles, merge_part
-    from lab.runs import RunFolder
 
     run = RunFolder.create(tmp_path, "profile", "host", {})
     dump, part = run.table_path("profile"), run.path / "raw" / "profile.part.jsonl"

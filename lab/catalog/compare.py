@@ -17,11 +17,11 @@ from typing import Any, NamedTuple
 
 from lab.catalog.ingest import read_manifest, run_rows
 from lab.catalog.tables import load_table
-from lab.errors import LabError
-from lab.fills import fill_values
-from lab.runs import match_run_id
-from lab.schemas import BANDS, InprocFill, Interval
-from lab.stats import geomean_ratio, run_drift_factors, unpaired
+from lab.core.errors import LabError
+from lab.core.runs import match_run_id
+from lab.core.schemas import BANDS, InprocFill, Interval
+from lab.core.stats import geomean_ratio, run_drift_factors, unpaired
+from lab.measure.fills import fill_values
 
 
 class CompareError(LabError):

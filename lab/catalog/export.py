@@ -9,7 +9,7 @@ from pathlib import Path
 from typing import Any, Literal
 
 from lab.catalog.tables import RUNS, SPEC_BY_NAME, load_table
-from lab.errors import UsageError
+from lab.core.errors import UsageError
 
 Format = Literal["csv", "jsonl", "md"]
 FORMATS: tuple[Format, ...] = ("csv", "jsonl", "md")

@@ -25,8 +25,8 @@ from lab.catalog.tables import (
     columns,
     flatten,
 )
-from lab.errors import LabError, validation_line, warn
-from lab.runs import Manifest, RunError, read_jsonl
+from lab.core.errors import LabError, validation_line, warn
+from lab.core.runs import Manifest, RunError, read_jsonl
 
 
 class IngestError(LabError):

@@ -13,7 +13,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lab.schemas import ArmStats, Interval, SweepPoint, SweepSample, Verdict
+from lab.core.schemas import ArmStats, Interval, SweepPoint, SweepSample, Verdict
 
 InprocArm = Literal["baseline", "fake", "genuine", "plain", "restore"]
 # genuine: the new tokens after restoring the really decoded depth-L state of a cumulative fill (its prep_ms is

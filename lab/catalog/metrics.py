@@ -5,7 +5,7 @@ from __future__ import annotations
 from typing import Any
 
 from lab.catalog.tables import rows_at
-from lab.stats import median_interval
+from lab.core.stats import median_interval
 
 
 def _median_abs(values: Any, key: str) -> dict[str, float | int] | None:

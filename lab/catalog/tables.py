@@ -16,7 +16,7 @@ from typing import Any, TypeVar
 from pydantic import BaseModel, Field
 
 from lab.catalog.legacy import InprocPoint, InprocSample
-from lab.schemas import (
+from lab.core.schemas import (
     ArmsSummary,
     BandAt,
     BandCycle,

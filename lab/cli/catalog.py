@@ -26,7 +26,7 @@ def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> 
 @app.command("ls")
 def catalog_ls(runs_dir: RunsDir = None) -> None:
     """List run folders: id, experiment, host, engine commit, status."""
-    from lab.console import lab_console
+    from lab.core.console import lab_console
     from lab.presenters import runs_listing
 
     lab_console().print(runs_listing(settings_for(runs_dir=runs_dir).runs_dir))
@@ -59,8 +59,8 @@ def catalog_export(
 @app.command("headline")
 def catalog_headline_cmd(catalog_dir: CatalogDir = None, reports_dir: ReportsDir = None) -> None:
     """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
-    from lab.console import lab_console
-    from lab.headline import catalog_headline, conversation_lines
+    from lab.catalog.headline import catalog_headline, conversation_lines
+    from lab.core.console import lab_console
     from lab.presenters import print_headline
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=reports_dir)
@@ -75,7 +75,7 @@ def catalog_headline_cmd(catalog_dir: CatalogDir = None, reports_dir: ReportsDir
 @app.command("track")
 def catalog_track(runs_dir: RunsDir = None) -> None:
     """`dvc add` every finished run folder not tracked yet (then commit the .dvc files and `dvc push`)."""
-    from lab.dvc_setup import track_runs
+    from lab.catalog.dvc import track_runs
 
     s = settings_for(runs_dir=runs_dir)
     added = track_runs(s.runs_dir, s.runs_dir.resolve().parent)

@@ -19,7 +19,7 @@ class LabApp(typer.Typer):
     with its details below; anything else is a bug in the lab and keeps its traceback."""
 
     def __call__(self, *args: Any, **kwargs: Any) -> Any:
-        from lab.errors import LabError
+        from lab.core.errors import LabError
 
         try:
             return super().__call__(*args, **kwargs)
@@ -39,8 +39,8 @@ def settings_for(cache_dir: Path | None = None, engine: dict[str, Any] | None = 
     """The settings with these flags on top (None: not given); a bad key or value is a UsageError naming it."""
     from pydantic import ValidationError
 
-    from lab.errors import UsageError, validation_line
-    from lab.settings import load_settings, unknown_key
+    from lab.core.errors import UsageError, validation_line
+    from lab.core.settings import load_settings, unknown_key
 
     try:
         return load_settings(cache_dir=cache_dir, engine=engine or {}, **kw)
@@ -52,7 +52,7 @@ def settings_for(cache_dir: Path | None = None, engine: dict[str, Any] | None = 
 
 def resolve(ref: str | None, runs_dir: Path) -> Any:
     """The run folder `ref` names (id, unique prefix or path), None without one."""
-    from lab.runs import resolve_run
+    from lab.core.runs import resolve_run
 
     return resolve_run(ref, runs_dir) if ref else None
 
@@ -64,7 +64,7 @@ def str_list(v: str | None) -> list[str] | None:
 def int_list(v: str | None) -> list[int] | None:
     if v is None:
         return None
-    from lab.errors import UsageError
+    from lab.core.errors import UsageError
 
     try:
         return [int(x) for x in v.split(",") if x.strip()]

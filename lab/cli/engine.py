@@ -55,7 +55,7 @@ def engine_info(
     cache_dir: CacheDir = None,
 ) -> None:
     """Where the built engine is, which source and patch it came from, and its flags."""
-    from lab.console import lab_console
+    from lab.core.console import lab_console
     from lab.engine.build import engine_info_json
 
     built = _built(flavor, source_mode, path, cache_dir, quiet=True)

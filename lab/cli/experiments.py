@@ -78,7 +78,7 @@ def sweep(
     --where both at every point in both places (server / in-process per arm: the server's own share).
     --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
-    from lab.console import lab_console
+    from lab.core.console import lab_console
     from lab.experiments.protocol import run_experiment, run_output
     from lab.experiments.sweep import Sweep
     from lab.presenters.plan import plan_first

@@ -17,8 +17,8 @@ def host_check(
 ) -> None:
     """What can disturb a measurement here (governor, turbo, SMT, THP, load, busy processes), and steal time,
     context switches and the clock over a short window; every run records the same."""
-    from lab.hostnoise import check_host
-    from lab.target import LocalTarget
+    from lab.core.hostnoise import check_host
+    from lab.core.target import LocalTarget
 
     found = check_host(LocalTarget(), seconds)
     for line in found.lines:
@@ -36,6 +36,6 @@ def host_restore(
 ) -> None:
     """Start the host's server again with the start command a clean-room run recorded: after a SIGKILL of the
     lab (no handler sees one, so nothing restarted it). Prints the command, then runs it here."""
-    from lab.cleanroom import restore
+    from lab.measure.cleanroom import restore
 
     restore(resolve(run, settings_for(runs_dir=runs_dir).runs_dir), typer.echo)

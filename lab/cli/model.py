@@ -58,7 +58,7 @@ def model_cost(
     """Predicted FLOPs and bytes per band of a prefill chunk at each depth, from the GGUF's metadata alone, and
     the depth at which attention does as much arithmetic as the MoE FFN; with --rates RUN, each band's ms/token
     and the crossover in time from a profile's measured rates (docs/cost-model.md)."""
-    from lab.console import lab_console
+    from lab.core.console import lab_console
     from lab.experiments.profile_rates import cost_report
 
     report = cost_report(model, int_list(depths) or [0], chunk, rates, lambda: settings_for(runs_dir=runs_dir).runs_dir)

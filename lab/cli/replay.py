@@ -28,7 +28,7 @@ def _lab(which: str) -> Callable[[Callable[..., dict[str, Any]]], Callable[..., 
         @functools.wraps(replay_settings)
         def command(as_json: bool = False, runs_dir: Path | None = None, **options: Any) -> None:
 
-            from lab.console import lab_console
+            from lab.core.console import lab_console
             from lab.experiments.replay_labs import lab_output, run_replay_lab
 
             s = settings_for(runs_dir=runs_dir, replay=replay_settings(**options))

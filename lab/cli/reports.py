@@ -43,7 +43,7 @@ def compare(
     """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
     runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
     from lab.catalog.compare import compare_runs
-    from lab.console import lab_console
+    from lab.core.console import lab_console
     from lab.presenters import compare_table
 
     s = settings_for(runs_dir=runs_dir)
@@ -63,8 +63,8 @@ def compare(
 
 def dvc_setup_cmd() -> None:
     """Configure DVC for this clone: SSH host-key verification, analytics off, local site cache."""
-    from lab.dvc_setup import dvc_setup
-    from lab.settings import REPO_ROOT
+    from lab.catalog.dvc import dvc_setup
+    from lab.core.settings import REPO_ROOT
 
     for line in dvc_setup(REPO_ROOT, settings_for().cache_dir):
         typer.echo(line)

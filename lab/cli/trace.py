@@ -65,11 +65,11 @@ def trace_synth(
         typer.echo(str(synth_conversation(spec, out, shots=not text_only)))
         return
     if text_only:
-        from lab.errors import UsageError
+        from lab.core.errors import UsageError
 
         raise UsageError("--text-only: only with --conversation (a step-shape trace has screenshots only if asked)")
     if reasoning:
-        from lab.errors import UsageError
+        from lab.core.errors import UsageError
 
         raise UsageError("--reasoning: only with --conversation (a step-shape trace has no replies)")
     from lab.experiments.trace import synth_trace, write_trace
@@ -81,15 +81,17 @@ def trace_synth(
 
 @app.command("derive")
 def trace_derive(
-    trace: Annotated[Path, typer.Argument(help="conversation trace JSONL (lab.schemas.ConversationStep per line)")],
+    trace: Annotated[
+        Path, typer.Argument(help="conversation trace JSONL (lab.core.schemas.ConversationStep per line)")
+    ],
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     mmproj: Mmproj = None,
 ) -> None:
     """Each step of a conversation in tokens (the model's own chat template and tokenizer): its prompt, what it
     shares with the step before (the optimum's L), its new part, where it diverges (evictions), its reply."""
-    from lab.console import lab_console
     from lab.conversation.derive import derive_conversation
+    from lab.core.console import lab_console
     from lab.presenters.conversation import tokens_table
 
     s = settings_for(model=model, mmproj=mmproj, server={"ctx_size": ctx_size})
@@ -117,8 +119,8 @@ def trace_replay(
 ) -> None:
     """Replay an agent trace. Step shapes: each step with a fake prefix (measured_opt_prefill_s, opt_wall per
     task). A conversation: every step in three arms, today's server, the optimum and no cache, with intervals."""
-    from lab.console import lab_console
     from lab.conversation.load import is_conversation
+    from lab.core.console import lab_console
     from lab.experiments.conversation import ConversationReplay
     from lab.experiments.protocol import Experiment, run_experiment, run_output
     from lab.experiments.trace import TraceReplay

@@ -21,13 +21,13 @@ from pathlib import Path
 from typing import Any
 
 from lab.conversation.load import ConversationError, image_bytes, images, load_conversation
+from lab.core.schemas import ConversationStep
+from lab.core.settings import Settings
 from lab.engine.build import EngineInfo, build_engine
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.png import png_size
 from lab.engine.server import LlamaServer, mmproj_args
 from lab.models.resolve import resolve_model, resolve_projector
-from lab.schemas import ConversationStep
-from lab.settings import Settings
 
 Unit = int | tuple[str, int]  # a token id, or (an image's digest, the cells it takes)
 # the request's fields besides its messages that the chat template renders into the prompt (a tool's schema

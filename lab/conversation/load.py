@@ -17,10 +17,10 @@ from typing import Any
 
 from pydantic import ValidationError
 
+from lab.core.errors import LabError, validation_line
+from lab.core.schemas import ConversationStep
 from lab.engine.media import data_url
 from lab.engine.png import png_check
-from lab.errors import LabError, validation_line
-from lab.schemas import ConversationStep
 
 
 class ConversationError(LabError):

@@ -12,9 +12,9 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.errors import LabError
-from lab.runs import read_jsonl
-from lab.schemas import ConversationStep
+from lab.core.errors import LabError
+from lab.core.runs import read_jsonl
+from lab.core.schemas import ConversationStep
 
 
 class RecordError(LabError):

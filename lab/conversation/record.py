@@ -23,9 +23,9 @@ from pydantic import ValidationError
 
 from lab.conversation.assemble import Reply, StreamAssembler, reply_of_body
 from lab.conversation.log import ConversationLog, RecordError
-from lab.errors import validation_line, warn
-from lab.runs import utc_now
-from lab.schemas import ConversationStep
+from lab.core.errors import validation_line, warn
+from lab.core.runs import utc_now
+from lab.core.schemas import ConversationStep
 
 TASK_HEADER = "X-Lab-Task"
 DEFAULT_TASK = "task000"

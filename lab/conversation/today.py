@@ -19,11 +19,11 @@ import httpx
 
 from lab.conversation.derive import StepTokens
 from lab.conversation.load import ConversationError
+from lab.core.runs import utc_now
+from lab.core.schemas import ConversationArm, ConversationSample
+from lab.core.settings_server import ConversationSettings
 from lab.engine.contract import ServerDied
 from lab.engine.server import LlamaServer, LogTail
-from lab.runs import utc_now
-from lab.schemas import ConversationArm, ConversationSample
-from lab.settings_server import ConversationSettings
 
 RESTORED_CHECKPOINT = "restored context checkpoint"
 RAM_CACHE_HIT = "found better prompt"

@@ -24,6 +24,8 @@ from typing import Literal, TextIO, cast, get_args
 
 from pydantic import BaseModel
 
+from lab.core.errors import LabError, UsageError
+from lab.core.settings import EngineSettings
 from lab.engine.source import (
     PreparedSource,
     SourceInfo,
@@ -35,8 +37,6 @@ from lab.engine.source import (
     prepare_source,
     source_id,
 )
-from lab.errors import LabError, UsageError
-from lab.settings import EngineSettings
 
 Flavor = Literal["release", "assert"]
 TARGETS = ["llama-server", "llama", "llama-bench"]

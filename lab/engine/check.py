@@ -7,13 +7,13 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from lab.console import lab_console
+from lab.core.console import lab_console
+from lab.core.errors import UsageError
+from lab.core.settings import Settings
 from lab.engine.build import build_engine
 from lab.engine.contract import ContractClient, filler_tokens, text_step
 from lab.engine.server import LlamaServer
-from lab.errors import UsageError
 from lab.models.resolve import resolve_model
-from lab.settings import Settings
 
 
 def run_check(settings: Settings, L: int, new: int, console: Console | None = None) -> str:

@@ -34,10 +34,10 @@ import httpx
 import numpy as np
 from pydantic import BaseModel
 
+from lab.core.errors import LabError
+from lab.core.schemas import Interval
+from lab.core.stats import median_interval
 from lab.engine.server import LlamaServer, LogTail
-from lab.errors import LabError
-from lab.schemas import Interval
-from lab.stats import median_interval
 
 Arm = Literal["baseline", "fake", "genuine", "plain"]
 ARMS: tuple[Arm, ...] = ("baseline", "fake", "genuine", "plain")
@@ -96,7 +96,7 @@ def text_step(prefix: list[int], new_tokens: list[int]) -> Step:
     return Step(L=len(prefix), new=len(new_tokens), prompt=prefix + new_tokens, prefix=prefix)
 
 
-WARM_UP = 16  # new tokens of the untimed warm-up request (lab.plan counts them)
+WARM_UP = 16  # new tokens of the untimed warm-up request (lab.measure.plan counts them)
 
 
 def warm_step(step: Step) -> Step:

@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.core.errors import LabError
 from lab.models.gguf_io import read_gguf_metadata
 
 IMAGE_MARKERS = 2  # <|vision_start|>, <|vision_end|>

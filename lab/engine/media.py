@@ -13,11 +13,11 @@ import functools
 import random
 from typing import Any
 
+from lab.core.errors import LabError
 from lab.engine.contract import Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer
-from lab.errors import LabError
 
 # a word list, many to a line for the formatter to skip
 WORDS = (

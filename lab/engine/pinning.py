@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import re
 
-from lab.errors import UsageError
+from lab.core.errors import UsageError
 
 _LIST = re.compile(r"^\d+(-\d+)?(,\d+(-\d+)?)*$")
 

@@ -18,11 +18,11 @@ from typing import Any
 import httpx
 from pydantic import BaseModel, Field
 
+from lab.core.errors import LabError
+from lab.core.hostnoise import proc_ctx_switches
+from lab.core.settings_server import ServerSettings
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import llama_args, taskset
-from lab.errors import LabError
-from lab.hostnoise import proc_ctx_switches
-from lab.settings_server import ServerSettings
 
 
 class ServerError(LabError):

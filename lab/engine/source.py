@@ -31,11 +31,11 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from lab.errors import LabError
-from lab.redact import redact_url
-from lab.runs import atomic_write
-from lab.safetar import safe_extract
-from lab.settings import PIN_COMMIT, EngineSettings
+from lab.core.errors import LabError
+from lab.core.redact import redact_url
+from lab.core.runs import atomic_write
+from lab.core.safetar import safe_extract
+from lab.core.settings import PIN_COMMIT, EngineSettings
 
 
 @dataclass(frozen=True)

@@ -14,7 +14,7 @@ Lifecycle (the protocol's, lab.experiments.protocol):
               off), and per conversation a fresh server as users run it (a rep is a whole conversation, and its
               cache must start empty); per step the three arms in an order rotated by rep and step; a rep's
               samples are appended once the rep is whole, so a resumed run keeps its whole reps
-              (lab.runs.RunFolder.keep_whole)
+              (lab.core.runs.RunFolder.keep_whole)
     summary   per step each arm's median prompt ms [95% interval, over the reps' processes] and whether
               optimum <= today <= no cache holds within the intervals; per task the three totals and the share
               of the optimum's saving that today's server realises, paired by rep
@@ -33,14 +33,8 @@ from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, load_conversation
 from lab.conversation.today import sample_base, today_step, users_server
 from lab.conversation.window import WindowCache
-from lab.engine.contract import ContractClient, Step
-from lab.engine.media import media_prompt
-from lab.engine.png import make_png
-from lab.engine.server import LlamaServer, LogTail, mmproj_args
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
-from lab.models.gguf_io import read_gguf_metadata
-from lab.runs import RunFolder, atomic_write
-from lab.schemas import (
+from lab.core.runs import RunFolder, atomic_write
+from lab.core.schemas import (
     ConversationArm,
     ConversationSample,
     ConversationStep,
@@ -48,8 +42,14 @@ from lab.schemas import (
     ConversationTaskResult,
     Interval,
 )
-from lab.settings import Settings
-from lab.stats import median_interval, rotated
+from lab.core.settings import Settings
+from lab.core.stats import median_interval, rotated
+from lab.engine.contract import ContractClient, Step
+from lab.engine.media import media_prompt
+from lab.engine.png import make_png
+from lab.engine.server import LlamaServer, LogTail, mmproj_args
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
+from lab.models.gguf_io import read_gguf_metadata
 
 SAMPLES, STEPS, TASKS = "conversation_samples", "conversation_steps", "conversation_tasks"
 ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")

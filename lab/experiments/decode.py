@@ -18,6 +18,12 @@ from typing import Any
 
 from rich.console import Console
 
+from lab.core.errors import UsageError
+from lab.core.runs import RunFolder
+from lab.core.schemas import DecodeDepth
+from lab.core.settings import Settings
+from lab.core.stats import median_interval, rotated, unpaired_ratio, verdict
+from lab.core.target import Target
 from lab.engine.contract import (
     ArmResult,
     ContractClient,
@@ -27,14 +33,8 @@ from lab.engine.contract import (
     measure_decode,
     text_step,
 )
-from lab.errors import UsageError
 from lab.experiments.prefill_tps import LlamaBench, measure_decode_tps
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
-from lab.runs import RunFolder
-from lab.schemas import DecodeDepth
-from lab.settings import Settings
-from lab.stats import median_interval, rotated, unpaired_ratio, verdict
-from lab.target import Target
 
 DEPTHS = "decode_depths"
 

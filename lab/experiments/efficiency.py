@@ -11,9 +11,9 @@ from __future__ import annotations
 
 import statistics
 
-from lab.costmodel import CostModel
-from lab.peaks import Peaks
-from lab.schemas import BandDepth, Interval, ProfileSummary
+from lab.core.schemas import BandDepth, Interval, ProfileSummary
+from lab.measure.costmodel import CostModel
+from lab.measure.peaks import Peaks
 
 
 def annotate(rows: list[BandDepth], summary: ProfileSummary, model: CostModel, peaks: Peaks | None) -> None:
@@ -34,7 +34,7 @@ def annotate(rows: list[BandDepth], summary: ProfileSummary, model: CostModel, p
             if peaks is not None:
                 r.peak_share = r.gflops / peaks.gemm_gflops.value
     h = model.h
-    summary.cost_model = f"{h.arch}, {h.file_type}, chunk {c} (lab.costmodel)"
+    summary.cost_model = f"{h.arch}, {h.file_type}, chunk {c} (lab.measure.costmodel)"
     summary.predicted_crossover_depth = model.crossover()
     if summary.predicted_crossover_depth:
         summary.crossover_vs_predicted_ci = divided(summary.crossover_ci, summary.predicted_crossover_depth)

@@ -1,6 +1,6 @@
 """A sweep's plan on this host: the rates (a rates file, a profile run, or a short calibration with the in-process
 driver), the grid's predicted wall time per arm for the lab's design and for one that prefills per rep, the
-reps a budget affords, and after a run, predicted against actual (lab.plan holds the arithmetic)."""
+reps a budget affords, and after a run, predicted against actual (lab.measure.plan holds the arithmetic)."""
 
 from __future__ import annotations
 
@@ -12,10 +12,13 @@ from typing import Any
 from rich.console import Console
 
 from lab.catalog.newest import newest_run
+from lab.core.errors import UsageError
+from lab.core.runs import RunError, RunFolder, resolve_run
+from lab.core.schemas import Components, InprocFill, SweepPoint
+from lab.core.settings import Settings
 from lab.engine.imagegrid import ImageGeometry
-from lab.errors import UsageError
 from lab.experiments.profile_rates import BAND_CYCLES, plan_rates
-from lab.plan import (
+from lab.measure.plan import (
     DEFAULT_SPREAD,
     Plan,
     Rates,
@@ -29,10 +32,7 @@ from lab.plan import (
     rates_from_file,
     reps_in_further_process,
 )
-from lab.plan import rates_from_profile as _profile_rates
-from lab.runs import RunError, RunFolder, resolve_run
-from lab.schemas import Components, InprocFill, SweepPoint
-from lab.settings import Settings
+from lab.measure.plan import rates_from_profile as _profile_rates
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
@@ -80,7 +80,7 @@ def plans(
 
 def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to take in each process past its first ones: the ledger's
-    split (lab.plan.reps_in_further_process) from the point's spread in `previous` (else the
+    split (lab.measure.plan.reps_in_further_process) from the point's spread in `previous` (else the
     default), a process start at rates.process_start_s and a rep at its timed arms' chunks."""
     from lab.experiments.sweep_grid import grid
 
@@ -99,7 +99,7 @@ def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: 
 
 def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to need in this place, from the spread its ratios had in `previous`
-    (the same point measured here before; else the lab's default spread, lab.plan.DEFAULT_SPREAD)."""
+    (the same point measured here before; else the lab's default spread, lab.measure.plan.DEFAULT_SPREAD)."""
     from lab.experiments.sweep_grid import grid
 
     sw = settings.sweep
@@ -174,8 +174,8 @@ def calibrate(settings: Settings) -> Rates:
     """A short calibration: the in-process driver times a chunk of the grid's smallest `new` at its smallest L
     and at min(its largest L, 2048) after one cumulative fill, and the rates are fitted to them."""
     from lab.experiments.protocol import resolve_parts
-    from lab.fills import fills_of
     from lab.inproc import DriverSession, prepare_driver, sweep_driver_command
+    from lab.measure.fills import fills_of
 
     sw = settings.sweep
     Ls = sorted({min(sw.Ls), min(max(sw.Ls), CALIBRATION_DEPTH)})
@@ -273,7 +273,7 @@ def plan_of_run(
 
 def revise_plan(settings: Settings, first: Plan, points: list[SweepPoint], processes: int, console: Console) -> Plan:
     """The plan again once the run's first processes have measured every point's spread: each point at the reps
-    its own components now predict (lab.plan.predicted_reps), at the rates and start cost of the first plan."""
+    its own components now predict (lab.measure.plan.predicted_reps), at the rates and start cost of the first plan."""
     source = f"this run's first {processes} processes"
     revised = predicted_plan(settings, first.rates, first.where, points, source)
     console.print(f"plan revised: {plan_line(revised)}", highlight=False)

@@ -10,11 +10,11 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.core.errors import LabError
+from lab.core.schemas import BenchDecode, PrefillTps
+from lab.core.target import Target
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import llama_args, taskset
-from lab.errors import LabError
-from lab.schemas import BenchDecode, PrefillTps
-from lab.target import Target
 
 
 class BenchError(LabError):

@@ -16,8 +16,9 @@ from typing import Any
 
 from rich.console import Console
 
-from lab.cleanroom import CleanRoom, hold
-from lab.costmodel import CostModel, model_cost
+from lab.core.runs import RunError, RunFolder
+from lab.core.schemas import BandDepth, ProfileSummary, ProfileWall
+from lab.core.settings import Settings
 from lab.experiments.efficiency import annotate, probe_shape
 from lab.experiments.profile_bench import (
     bench_process,
@@ -46,12 +47,11 @@ from lab.experiments.profile_dump import (
 from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
+from lab.measure.cleanroom import CleanRoom, hold
+from lab.measure.costmodel import CostModel, model_cost
+from lab.measure.peaks import Peaks, measure_peaks
+from lab.measure.timemodel import TimePrediction
 from lab.models.hparams import HparamsError, model_hparams
-from lab.peaks import Peaks, measure_peaks
-from lab.runs import RunError, RunFolder
-from lab.schemas import BandDepth, ProfileSummary, ProfileWall
-from lab.settings import Settings
-from lab.timemodel import TimePrediction
 
 WALLS, BANDS_TABLE, PREDICTED = "profile_walls", "profile_bands", "profile_predicted"
 NODES_PARQUET = "profile_nodes.parquet"

@@ -5,19 +5,19 @@ the instrument's cycles, clustered in time depth by depth, so a minute of the ho
 showed up as a pattern over depth (FUSED / llama-bench 1.38 at shallow depths and 0.95 at 4096 in one run,
 0.86 to 1.09 in the next). Here one llama-bench call (every depth, one rep per cycle) follows every instrument
 process, so the host's drift reaches both sides alike, and the ratio's interval resamples both sides'
-processes (lab.stats.unpaired_ratio). Each reference gets a verdict at its tolerance.
+processes (lab.core.stats.unpaired_ratio). Each reference gets a verdict at its tolerance.
 """
 
 from __future__ import annotations
 
 from collections import Counter, defaultdict
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import PrefillTps, ProfileSummary, ProfileWall
+from lab.core.settings import ProfileSettings
+from lab.core.stats import unpaired_ratio, verdict
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
-from lab.runs import RunFolder
-from lab.schemas import PrefillTps, ProfileSummary, ProfileWall
-from lab.settings import ProfileSettings
-from lab.stats import unpaired_ratio, verdict
 
 BENCH = "prefill_tps"
 

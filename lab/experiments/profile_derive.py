@@ -1,6 +1,6 @@
 """What a profile's walls and nodes say: nodes sorted into bands, per-cycle band rows, ms/token per band and depth
 (TIMED share x FUSED chunk ms / chunk) with intervals over cycles, the crossover, the attention fit, the TIMED/FUSED
-gap, and the run's own time model (lab.timemodel)."""
+gap, and the run's own time model (lab.measure.timemodel)."""
 
 from __future__ import annotations
 
@@ -9,11 +9,11 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from lab.costmodel import CostModel
+from lab.core.schemas import BANDS, AttnKind, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.core.stats import from_draws, linear_fit, resamples
+from lab.measure.costmodel import CostModel
+from lab.measure.timemodel import TimePrediction, fit, predict
 from lab.models.bands import Node, classify_all, resolve_layers
-from lab.schemas import BANDS, AttnKind, BandCycle, BandDepth, ProfileSummary, ProfileWall
-from lab.stats import from_draws, linear_fit, resamples
-from lab.timemodel import TimePrediction, fit, predict
 
 AttnLayers = dict[int, str]  # layer -> "full" or "window", the attention layers of a sliding-window model
 KindCells = dict[tuple[int, str, int], float]  # TIMED attn_core ms per (depth, kind, cycle)
@@ -234,7 +234,7 @@ def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
 def add_time_model(
     summary: ProfileSummary, rows: list[BandCycle], cost: CostModel, run_id: str, model: str, depths: list[int]
 ) -> TimePrediction | None:
-    """The profile's own rates (lab.timemodel), the crossover in time they predict (into its summary) and each
+    """The profile's own rates (lab.measure.timemodel), the crossover in time they predict (into its summary) and each
     band's ms/token at `depths` (returned: the run's profile_predicted table)."""
     try:
         tf = fit(rows, cost, key=run_id)

@@ -1,5 +1,5 @@
 """The instrument's dump while a profile measures: its JSON lines merged whole into the run, cut back to complete
-cycles on resume (lab.runs.RunFolder.keep_whole), parsed, and stored as compressed Parquet."""
+cycles on resume (lab.core.runs.RunFolder.keep_whole), parsed, and stored as compressed Parquet."""
 
 from __future__ import annotations
 
@@ -11,10 +11,10 @@ from typing import Any
 
 from rich.console import Console
 
+from lab.core.runs import RunError, RunFolder
+from lab.core.schemas import ProfileWall
 from lab.engine.server import die_with_parent
 from lab.experiments.protocol import progress_bar
-from lab.runs import RunError, RunFolder
-from lab.schemas import ProfileWall
 
 DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run measures (then Parquet)
 

@@ -1,5 +1,5 @@
 """A profile run's time model: its per-cycle band rows fitted against the cost model of the model it profiled
-(lab.timemodel), for `lab model cost` (with --rates), `lab sweep --plan --rates` and the held-out benchmark."""
+(lab.measure.timemodel), for `lab model cost` (with --rates), `lab sweep --plan --rates` and the held-out benchmark."""
 
 from __future__ import annotations
 
@@ -8,13 +8,13 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.costmodel import CostModel, cost_record, model_cost
-from lab.errors import UsageError
+from lab.core.errors import UsageError
+from lab.core.runs import RunError, RunFolder, resolve_run
+from lab.core.schemas import BandCycle
+from lab.measure.costmodel import CostModel, cost_record, model_cost
+from lab.measure.plan import Rates
+from lab.measure.timemodel import TimeFit, TimePrediction, fit, predict
 from lab.models.hparams import HparamsError
-from lab.plan import Rates
-from lab.runs import RunError, RunFolder, resolve_run
-from lab.schemas import BandCycle
-from lab.timemodel import TimeFit, TimePrediction, fit, predict
 
 BAND_CYCLES = "profile_band_cycles"
 

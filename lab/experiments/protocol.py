@@ -37,16 +37,16 @@ from rich.console import Console
 from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 
 from lab import __version__
-from lab.console import lab_console
+from lab.core.console import lab_console
+from lab.core.hostnoise import NoiseWindow, read_state
+from lab.core.runs import RunError, RunFolder, atomic_write
+from lab.core.settings import REPO_ROOT, Settings
+from lab.core.snapshot import snapshot_git, snapshot_host
+from lab.core.target import LocalTarget, Target
 from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
 from lab.engine.server import LlamaServer
 from lab.engine.source import file_sha256
-from lab.hostnoise import NoiseWindow, read_state
 from lab.models.resolve import resolve_model
-from lab.runs import RunError, RunFolder, atomic_write
-from lab.settings import REPO_ROOT, Settings
-from lab.snapshot import snapshot_git, snapshot_host
-from lab.target import LocalTarget, Target
 
 
 @dataclass

@@ -12,12 +12,12 @@ from typing import Any
 from pydantic import BaseModel
 from rich.console import Console
 
-from lab.errors import UsageError
+from lab.core.errors import UsageError
+from lab.core.runs import RunFolder
+from lab.core.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.settings import ReplaySettings, Settings
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
 from lab.replay import cost, span, tables, toy
-from lab.runs import RunFolder
-from lab.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
-from lab.settings import ReplaySettings, Settings
 
 EXACT, SPAN, COST, ROW_WORK = "replay_exact", "replay_span", "replay_cost", "replay_row_work"
 

@@ -31,11 +31,14 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from lab.core.errors import UsageError
+from lab.core.runs import RunFolder
+from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample, Where
+from lab.core.settings import Settings, SweepSettings
 from lab.engine.contract import ContractClient
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.server import LlamaServer, mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
-from lab.errors import UsageError
 from lab.experiments import sweep_inproc
 from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
@@ -50,16 +53,13 @@ from lab.experiments.sweep_server import (
     driver_estimate,
     no_estimate,
 )
-from lab.fills import complete_fills, run_fill
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
+from lab.measure.fills import complete_fills, run_fill
+from lab.measure.plan import Plan
 from lab.models.gguf_io import read_gguf_metadata
 from lab.models.memshape import MemoryShape, memory_shape
 from lab.models.resolve import resolve_projector
-from lab.plan import Plan
-from lab.runs import RunFolder
-from lab.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample, Where
-from lab.settings import Settings, SweepSettings
 
 FILLS, SUMMARY = "fills", "arms_summary"
 

@@ -4,8 +4,8 @@ floor, failed samples, a window cache holding other cells, a state blob of anoth
 
 from __future__ import annotations
 
-from lab.schemas import KV_PAD, Interval, SweepPoint, SweepSample, Verdict
-from lab.stats import reps_to_decide
+from lab.core.schemas import KV_PAD, Interval, SweepPoint, SweepSample, Verdict
+from lab.core.stats import reps_to_decide
 
 
 def diagnose(p: SweepPoint, samples: list[SweepSample], tol: float) -> list[str]:

@@ -6,9 +6,9 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
+from lab.core.settings import SweepSettings
 from lab.engine.contract import Step, filler_tokens, text_step
 from lab.engine.imagegrid import ImageGeometry
-from lab.settings import SweepSettings
 
 
 def point_id(L: int, new: int, image: str | None = None) -> str:

@@ -17,6 +17,19 @@ from __future__ import annotations
 import time
 from typing import Any
 
+from lab.core.runs import utc_now
+from lab.core.schemas import (
+    ArmsSummary,
+    InprocFill,
+    InprocPointFields,
+    Interval,
+    PrefillTps,
+    SweepPoint,
+    SweepSample,
+    Where,
+)
+from lab.core.settings import SweepSettings
+from lab.core.stats import linear_fit, median_interval, unpaired_ratio
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import (
     PointEstimate,
@@ -27,22 +40,9 @@ from lab.experiments.sweep_points import (
     rep_values,
     summarize_point,
 )
-from lab.fills import fill_values
 from lab.inproc import DriverSession
+from lab.measure.fills import fill_values
 from lab.models.memshape import MemoryShape
-from lab.runs import utc_now
-from lab.schemas import (
-    ArmsSummary,
-    InprocFill,
-    InprocPointFields,
-    Interval,
-    PrefillTps,
-    SweepPoint,
-    SweepSample,
-    Where,
-)
-from lab.settings import SweepSettings
-from lab.stats import linear_fit, median_interval, unpaired_ratio
 
 INPROC_ARMS = ("baseline", "fake", "genuine", "plain")
 

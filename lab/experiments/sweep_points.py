@@ -9,13 +9,8 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
-from lab.engine.contract import ARMS, Arm, ArmResult
-from lab.engine.imagegrid import ImageGeometry
-from lab.experiments.sweep_diagnose import diagnose
-from lab.experiments.sweep_grid import GridPoint, image_counts
-from lab.fills import fill_values
-from lab.runs import utc_now
-from lab.schemas import (
+from lab.core.runs import utc_now
+from lab.core.schemas import (
     KV_PAD,
     ArmStats,
     Components,
@@ -29,8 +24,8 @@ from lab.schemas import (
     Where,
     ggml_pad,
 )
-from lab.settings import SweepSettings
-from lab.stats import (
+from lab.core.settings import SweepSettings
+from lab.core.stats import (
     arm_stats,
     median_interval,
     paired_reps,
@@ -40,6 +35,11 @@ from lab.stats import (
     variance_components,
     verdict,
 )
+from lab.engine.contract import ARMS, Arm, ArmResult
+from lab.engine.imagegrid import ImageGeometry
+from lab.experiments.sweep_diagnose import diagnose
+from lab.experiments.sweep_grid import GridPoint, image_counts
+from lab.measure.fills import fill_values
 
 # what a sample keeps of the arm's result as it is
 AS_MEASURED = {"arm", "ok", "reason", "encode_ms", "image_decode_ms", "warm"}
@@ -100,7 +100,8 @@ PlaceFields = ServerPointFields | InprocPointFields  # what a place adds to the 
 
 
 def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats:
-    """The prompt_ms of one arm's timed steps (lab.stats.arm_stats), resampled by process when there are several."""
+    """The prompt_ms of one arm's timed steps (lab.core.stats.arm_stats), resampled by process when there are
+    several."""
     ok = [s for s in samples if s.arm == arm and s.ok and s.prompt_ms is not None]
     failed = sum(1 for s in samples if s.arm == arm and not s.ok)
     return arm_stats(

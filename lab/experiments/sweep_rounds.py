@@ -5,7 +5,7 @@ A process is a level of variance of its own (its memory layout, thread placement
 process agree with each other more than with the next process's, so an interval from one process does not hold
 on the next run. Here each point gets its reps in at least `sweep.processes` processes (`ceil(min_reps /
 processes)` each), the processes interleave the points in time (each starts the grid at another point), and
-every interval resamples processes, then reps within them (lab.stats). A point that is still undecided after
+every interval resamples processes, then reps within them (lab.core.stats). A point that is still undecided after
 those rounds gets up to as many reps again in each further process, stopping as soon as it is decided, until
 `max_reps`.
 
@@ -27,13 +27,13 @@ from typing import Protocol
 from pydantic import BaseModel
 from rich.progress import Progress, TaskID
 
+from lab.core.runs import RunFolder
+from lab.core.schemas import InprocFill, Interval, PrefillTps, SweepPoint, SweepRound, SweepSample, Where
+from lab.core.settings import SweepSettings
+from lab.core.stats import median_interval, rotated
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import RepOut, decided
-from lab.plan import reps_in_further_process
-from lab.runs import RunFolder
-from lab.schemas import InprocFill, Interval, PrefillTps, SweepPoint, SweepRound, SweepSample, Where
-from lab.settings import SweepSettings
-from lab.stats import median_interval, rotated
+from lab.measure.plan import reps_in_further_process
 
 SAMPLES, POINTS, TPS, ROUNDS = "samples", "points", "prefill_tps", "rounds"
 
@@ -68,7 +68,7 @@ class Kept:
 
 
 def done_points(run: RunFolder) -> tuple[dict[Hashable, SweepPoint], Kept]:
-    """The finished points, and the rows kept for a resume (the one resume path, lab.runs.keep_whole: what an
+    """The finished points, and the rows kept for a resume (the one resume path, lab.core.runs.keep_whole: what an
     unfinished round wrote is dropped, so no rep is measured twice or lost)."""
     done: dict[Hashable, SweepPoint] = {
         k: rows[-1] for k, rows in run.keep_whole(POINTS, SweepPoint, point_key).items()
@@ -184,7 +184,7 @@ class Ledger:
 
     def extra_reps(self, key: tuple[Where, str], rounds: list[SweepRound]) -> int:
         """The reps an undecided point may take in one more process (it stops early once decided): as many as
-        narrow its verdict's interval most per second (lab.stats.reps_per_process, Kalibera and Jones), from how
+        narrow its verdict's interval most per second (lab.core.stats.reps_per_process, Kalibera and Jones), from how
         its fake/genuine ratio has varied between processes and within one, what a process start has cost and
         what its reps cost; at least its share per process, at most sweep.min_reps (and that many while no
         process has had two reps to show the spread within one)."""

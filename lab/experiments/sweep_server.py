@@ -19,6 +19,9 @@ from __future__ import annotations
 import time
 from collections.abc import Callable
 
+from lab.core.schemas import InprocFill, Interval, PrefillTps, ServerPointFields, SweepPoint, SweepSample, Where
+from lab.core.settings import SweepSettings
+from lab.core.stats import mean_interval, paired_ratio, unpaired_ratio
 from lab.engine.contract import ARMS, ContractClient, Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
@@ -36,9 +39,6 @@ from lab.experiments.sweep_points import (
     summarize_point,
 )
 from lab.inproc import DriverError, DriverSession
-from lab.schemas import InprocFill, Interval, PrefillTps, ServerPointFields, SweepPoint, SweepSample, Where
-from lab.settings import SweepSettings
-from lab.stats import mean_interval, paired_ratio, unpaired_ratio
 
 Estimate = Callable[[GridPoint, int], PrefillTps]
 

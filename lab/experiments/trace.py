@@ -2,7 +2,7 @@
 new text, giving the measured `measured_opt_prefill_s` a downstream simulator reads, and per task
 opt_wall = measured_opt_prefill + baseline_decode + baseline_exec.
 
-Trace format: JSONL, one `lab.schemas.TraceStep` per line (see docs/trace-format.md).
+Trace format: JSONL, one `lab.core.schemas.TraceStep` per line (see docs/trace-format.md).
 """
 
 from __future__ import annotations
@@ -17,18 +17,18 @@ from pydantic import ValidationError
 from rich.console import Console
 
 from lab.conversation.synth import AGENT_WORDS, SCREEN_SIZES
+from lab.core.errors import LabError, validation_line
+from lab.core.runs import RunFolder, utc_now
+from lab.core.schemas import TraceStep, TraceStepResult, TraceTaskResult
+from lab.core.settings import Settings
+from lab.core.stats import median_interval
 from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
 from lab.engine.imagegrid import TINY_GEOMETRY, ImageGeometry
 from lab.engine.media import filler_text, image_step
 from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer, mmproj_args
-from lab.errors import LabError, validation_line
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.resolve import resolve_projector
-from lab.runs import RunFolder, utc_now
-from lab.schemas import TraceStep, TraceStepResult, TraceTaskResult
-from lab.settings import Settings
-from lab.stats import median_interval
 
 STEPS, TASKS = "steps", "tasks"
 

@@ -16,13 +16,13 @@ from pathlib import Path
 from types import TracebackType
 from typing import IO, TYPE_CHECKING, Any
 
+from lab.core.errors import LabError, UsageError
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import taskset
-from lab.errors import LabError, UsageError
 from lab.instrument import InstrumentInfo, build_tool
 
 if TYPE_CHECKING:
-    from lab.settings import Settings
+    from lab.core.settings import Settings
 
 SOURCE = Path(__file__).with_name("arms.cpp")
 BINARY = "lab-inproc-arms"

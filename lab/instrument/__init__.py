@@ -12,10 +12,10 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
+from lab.core.errors import LabError
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import taskset
 from lab.engine.source import locked
-from lab.errors import LabError
 
 SOURCE = Path(__file__).with_name("profile_prefill.cpp")
 BINARY = "lab-profile-prefill"

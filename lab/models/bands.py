@@ -15,8 +15,8 @@ from collections.abc import Iterable
 from dataclasses import dataclass
 from typing import Literal
 
-from lab.errors import LabError
-from lab.schemas import Band
+from lab.core.errors import LabError
+from lab.core.schemas import Band
 
 LayerKind = Literal["attention", "recurrent"]
 

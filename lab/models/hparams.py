@@ -1,6 +1,6 @@
 """A model's hyperparameters from its GGUF metadata keys alone (no tensor is read; a file holding the keys and
 no tensor data is enough): what the sequence memory (lab.models.memshape) and the cost model
-(lab.costmodel) are computed from.
+(lab.measure.costmodel) are computed from.
 
 Layer kinds: `attention` (full attention over every cached key), `sliding` (attention over a window of the
 last `window` keys) and `recurrent` (a Gated-DeltaNet layer: a fixed-size state, no per-token KV).
@@ -12,7 +12,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
 
-from lab.errors import UsageError
+from lab.core.errors import UsageError
 from lab.models.gguf_io import read_gguf_metadata
 
 LayerKind = Literal["attention", "sliding", "recurrent"]

@@ -17,8 +17,8 @@ import zipfile
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.core.errors import LabError
 from lab.engine.source import file_sha256, locked
-from lab.errors import LabError
 
 
 class PretrainedError(LabError):

@@ -12,14 +12,14 @@ from rich.console import Console
 from rich.table import Column, Table
 
 from lab.catalog.compare import CompareRow, Comparison
+from lab.catalog.headline import HeadlineProfile, HeadlineStep, summary_lines
 from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record, run_rows
 from lab.catalog.tables import SPEC_BY_NAME, SPECS
-from lab.costmodel import CostModel, band_label
+from lab.core.schemas import BANDS, cell
 from lab.engine.build import EngineInfo
 from lab.experiments.profile_rates import CostReport
-from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
-from lab.schemas import BANDS, cell
-from lab.timemodel import TimePrediction
+from lab.measure.costmodel import CostModel, band_label
+from lab.measure.timemodel import TimePrediction
 
 
 def engine_table(info: EngineInfo) -> Table:

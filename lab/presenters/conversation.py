@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from lab.conversation.derive import StepTokens
-from lab.schemas import ConversationStepResult, ConversationTaskResult, cell
+from lab.core.schemas import ConversationStepResult, ConversationTaskResult, cell
 
 
 def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:

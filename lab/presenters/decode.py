@@ -5,8 +5,8 @@ from __future__ import annotations
 
 from rich.table import Table
 
+from lab.core.schemas import DecodeDepth, cell
 from lab.presenters.sweep import VERDICT_STYLE
-from lab.schemas import DecodeDepth, cell
 
 
 def decode_table(rows: list[DecodeDepth], model: str, threads: int) -> Table:

@@ -6,10 +6,10 @@ from __future__ import annotations
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.settings import Settings
 from lab.experiments.planning import budget_reps, newest_sweep_points, plans, predicted_plan, rates_for
 from lab.experiments.protocol import resolve_parts
-from lab.plan import Plan, Where, fmt_duration, parse_duration, plan_line
-from lab.settings import Settings
+from lab.measure.plan import Plan, Where, fmt_duration, parse_duration, plan_line
 
 
 def plan_table(old: Plan, new: Plan) -> Table:

@@ -7,7 +7,7 @@ from collections.abc import Mapping
 
 from rich.table import Table
 
-from lab.schemas import BANDS, AttnKind, BandDepth, ProfileSummary, cell
+from lab.core.schemas import BANDS, AttnKind, BandDepth, ProfileSummary, cell
 
 
 def _pm(value: float, lo: float | None, hi: float | None) -> str:

@@ -5,14 +5,14 @@ from __future__ import annotations
 
 from rich.console import Console
 
+from lab.catalog.headline import newest_profile, steps_of
 from lab.experiments.conversation import ConversationReplay
 from lab.experiments.decode import DecodeCheck
 from lab.experiments.profile import Profile
 from lab.experiments.protocol import Experiment, OpenRun, Outcome
 from lab.experiments.sweep import Sweep
 from lab.experiments.trace import TraceReplay
-from lab.headline import newest_profile, steps_of
-from lab.plan import plan_line
+from lab.measure.plan import plan_line
 from lab.presenters import print_headline, time_tables
 from lab.presenters.conversation import replay_tables
 from lab.presenters.decode import decode_table

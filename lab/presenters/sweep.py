@@ -8,8 +8,8 @@ import statistics
 from rich.console import Console
 from rich.table import Table
 
-from lab.schemas import ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
-from lab.stats import reps_per_process
+from lab.core.schemas import ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
+from lab.core.stats import reps_per_process
 
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from rich.table import Table
 
-from lab.schemas import TraceTaskResult
+from lab.core.schemas import TraceTaskResult
 
 
 def replay_table(tasks: list[TraceTaskResult]) -> Table:

@@ -15,13 +15,13 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.core.lockfile import LOCK, LockError, pins
+from lab.core.settings import REPO_ROOT
+from lab.core.snapshot import snapshot_git
+from lab.core.target import LocalTarget
 from lab.engine.build import STAMP, EngineInfo, engine_patch_text
 from lab.engine.source import locked
-from lab.lockfile import LOCK, LockError, pins
 from lab.remote.connect import RemoteError
-from lab.settings import REPO_ROOT
-from lab.snapshot import snapshot_git
-from lab.target import LocalTarget
 
 
 def lab_source_sha() -> str:
@@ -108,7 +108,7 @@ def _assemble(
 
 def runtime_requirements() -> list[str]:
     """The lab's runtime dependencies for this interpreter, exactly as the committed requirements.lock pins
-    them (lab.lockfile)."""
+    them (lab.core.lockfile)."""
     try:
         return pins(LOCK)
     except LockError as e:

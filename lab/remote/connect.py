@@ -16,9 +16,9 @@ from collections.abc import Callable
 from pathlib import Path
 from typing import Any, BinaryIO
 
-from lab.errors import LabError
-from lab.safetar import safe_extract
-from lab.target import CmdResult
+from lab.core.errors import LabError
+from lab.core.safetar import safe_extract
+from lab.core.target import CmdResult
 
 
 class HostKeyError(LabError):

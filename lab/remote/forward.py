@@ -9,7 +9,7 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any
 
-from lab.errors import UsageError
+from lab.core.errors import UsageError
 
 NOT_FORWARDED = {"runs_dir", "resume", "clean_room"}  # set by the task itself on the host
 

@@ -17,11 +17,15 @@ from pathlib import Path
 
 from rich.console import Console
 
-from lab.cleanroom import CleanRoom, parse, wrap
+from lab.core.errors import UsageError
+from lab.core.runs import RUN_ID, RunFolder, check_run_id
+from lab.core.settings import REPO_ROOT, Settings, params_file
+from lab.core.snapshot import snapshot_git, snapshot_host
+from lab.core.target import LocalTarget
 from lab.engine.build import build_engine
-from lab.errors import UsageError
 from lab.inproc import build_driver
 from lab.instrument import build_instrument
+from lab.measure.cleanroom import CleanRoom, parse, wrap
 from lab.models.resolve import resolve_model, resolve_projector
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
 from lab.remote.connect import RemoteError, SshTarget, sh
@@ -34,10 +38,6 @@ from lab.remote.image import (
     push_image,
     stop_container,
 )
-from lab.runs import RUN_ID, RunFolder, check_run_id
-from lab.settings import REPO_ROOT, Settings, params_file
-from lab.snapshot import snapshot_git, snapshot_host
-from lab.target import LocalTarget
 
 
 @dataclass
@@ -217,7 +217,7 @@ def run_remote(
 ) -> RemoteResult:
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
     A clean room is held by the host's shell around the whole command, from the bundle and the image alike
-    (lab.cleanroom.wrap); its record lands in the fetched run's results."""
+    (lab.measure.cleanroom.wrap); its record lands in the fetched run's results."""
     if resume is not None:
         check_run_id(resume, "--resume")
     remote_dir = absolute_dir(t, remote_dir)

@@ -16,15 +16,15 @@ from fabric import task
 from invoke.exceptions import Exit
 from rich.console import Console
 
-from lab.cleanroom import CleanRoom
-from lab.console import lab_console
-from lab.errors import LabError
+from lab.core.console import lab_console
+from lab.core.errors import LabError
+from lab.core.settings import Settings, load_settings
+from lab.measure.cleanroom import CleanRoom
 from lab.remote.connect import SshTarget, explain
 from lab.remote.forward import forwarding_task
 from lab.remote.image import IMAGE
 from lab.remote.session import RemoteResult, absolute_dir, deploy, run_remote
 from lab.remote.session import snapshot as host_snapshot
-from lab.settings import Settings, load_settings
 
 REMOTE_DIR = "~/prefill-lab"
 _DVC_LOCK = threading.Lock()  # hosts in parallel: DVC's repository lock refuses a concurrent `dvc add`
@@ -51,7 +51,7 @@ def _guarded(c: Any, work: Any) -> Any:
 
 def _finish(res: RemoteResult, settings: Settings, console: Console) -> str:
     if res.run is not None:
-        from lab.dvc_setup import DvcError, track_runs
+        from lab.catalog.dvc import DvcError, track_runs
 
         try:
             with _DVC_LOCK:

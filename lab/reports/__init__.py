@@ -12,7 +12,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.settings import ReportSettings
+from lab.core.settings import ReportSettings
 
 __all__ = ["compare_chart", "render_compare", "render_reports"]
 
@@ -22,7 +22,7 @@ def render_reports(catalog_dir: Path, out_dir: Path, settings: ReportSettings) -
 
     Charts draw complete runs only (`runs.in_figures`) and render an explanatory empty state when their
     tables are empty. The same catalog always gives byte-identical files."""
-    from lab.headline import catalog_headline, conversation_lines
+    from lab.catalog.headline import catalog_headline, conversation_lines
     from lab.reports.charts import CHARTS
     from lab.reports.data import catalog_runs
     from lab.reports.render import save_chart

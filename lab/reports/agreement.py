@@ -18,10 +18,10 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from lab.core.settings import ReportSettings
 from lab.reports.agreement_encode import IMAGE_SHAPES, encode_panel, size_key
 from lab.reports.data import drawn_runs, figure_rows
 from lab.reports.style import MUTED, Chart, error_bars, extent, log_axis, nothing_yet, run_filter, run_param, title
-from lab.settings import ReportSettings
 
 TITLE = "Fake-prefix prefill vs the estimate"
 NEEDED = ("opt_prefill_ms", "fake_median_ms", "genuine_median_ms", "baseline_median_ms", "L", "new")

@@ -13,9 +13,9 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows
 from lab.reports.style import Chart, info_panel, newest_run_picker, nothing_yet, title
-from lab.settings import ReportSettings
 
 TITLE = "In one process: what the new tokens cost after each way of having the prefix"
 PARAM = "arms_run"

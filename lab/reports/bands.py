@@ -14,10 +14,10 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from lab.core.schemas import BANDS
+from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows
 from lab.reports.style import MUTED, Chart, band_tips, info_panel, newest_run_picker, nothing_yet, title
-from lab.schemas import BANDS
-from lab.settings import ReportSettings
 
 TITLE = "Prefill time per token by band vs depth"
 PARAM = "profile_run"

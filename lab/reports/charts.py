@@ -7,6 +7,7 @@ from pathlib import Path
 
 import pandas as pd
 
+from lab.core.settings import ReportSettings
 from lab.reports.agreement import agreement_chart
 from lab.reports.arms import arms_chart
 from lab.reports.bands import bands_chart
@@ -14,7 +15,6 @@ from lab.reports.conversation import conversation_chart
 from lab.reports.replay import replay_chart
 from lab.reports.roofline import roofline_chart
 from lab.reports.style import Chart
-from lab.settings import ReportSettings
 
 Builder = Callable[[Path, pd.DataFrame, ReportSettings], Chart]
 

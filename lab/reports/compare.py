@@ -9,8 +9,8 @@ import altair as alt
 import pandas as pd
 
 from lab.catalog.compare import TOTAL_BAND, CompareError, Comparison
+from lab.core.schemas import BANDS
 from lab.reports.style import Chart, title
-from lab.schemas import BANDS
 
 NOISE = "#e1e5ea"
 ARM_METRICS = (

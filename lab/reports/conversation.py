@@ -10,9 +10,9 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows, newest_run
 from lab.reports.style import MUTED, Chart, nothing_yet, title
-from lab.settings import ReportSettings
 
 TITLE = "An agent conversation, step by step: what today's server pays, what a perfect cache would"
 ARMS = {"no_cache_ms": "no cache", "today_ms": "today's server", "optimum_ms": "optimum (fake prefix)"}

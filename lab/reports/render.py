@@ -6,8 +6,8 @@ import json
 import re
 from pathlib import Path
 
+from lab.core.settings import ReportSettings
 from lab.reports.style import Chart, finish
-from lab.settings import ReportSettings
 
 EMBED_OPTIONS = {"renderer": "svg", "actions": False}
 ORDER = ("html", "png", "svg")

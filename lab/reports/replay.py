@@ -11,9 +11,9 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows, newest_run
 from lab.reports.style import BAD, GOOD, MUTED, NEUTRAL, Chart, empty_chart, title
-from lab.settings import ReportSettings
 
 TITLE = "Replay labs"
 VERDICTS = ["agrees", "differs", "value"]

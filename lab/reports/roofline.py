@@ -1,6 +1,6 @@
 """roofline: each band of one profile run at each depth, placed by its predicted arithmetic intensity (FLOPs per
-byte moved, lab.costmodel) and its achieved GFLOP/s (predicted FLOPs / measured ms), under this host's roofs
-probed in the same run (lab.peaks): min(GEMM GFLOP/s, intensity x memcpy GB/s).
+byte moved, lab.measure.costmodel) and its achieved GFLOP/s (predicted FLOPs / measured ms), under this host's roofs
+probed in the same run (lab.measure.peaks): min(GEMM GFLOP/s, intensity x memcpy GB/s).
 """
 
 from __future__ import annotations
@@ -11,10 +11,10 @@ import altair as alt
 import numpy as np
 import pandas as pd
 
+from lab.core.schemas import BANDS
+from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows
 from lab.reports.style import MUTED, Chart, band_tips, newest_run_picker, nothing_yet, title
-from lab.schemas import BANDS
-from lab.settings import ReportSettings
 
 TITLE = "Roofline: achieved GFLOP/s per band against this host's peaks"
 PARAM = "roofline_run"

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.headline import HeadlineProfile, HeadlineStep, summary_lines
-from lab.schemas import BANDS, Interval, cell
+from lab.catalog.headline import HeadlineProfile, HeadlineStep, summary_lines
+from lab.core.schemas import BANDS, Interval, cell
 
 STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "Liberation Sans", sans-serif; margin: 2rem auto;
@@ -47,7 +47,7 @@ def write_index(
     conversations: list[str] | None = None,
 ) -> Path:
     """`charts`: name -> (description, files written for it); `headline`: the answer the page opens with
-    (lab.headline), and `conversations` its per-task conversation lines. Returns the path of index.html."""
+    (lab.catalog.headline), and `conversations` its per-task conversation lines. Returns the path of index.html."""
     parts = [
         "<!DOCTYPE html>",
         '<html lang="en">',

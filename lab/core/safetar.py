@@ -12,7 +12,7 @@ import tarfile
 from collections.abc import Iterable
 from pathlib import Path
 
-from lab.errors import LabError
+from lab.core.errors import LabError
 
 
 class UnsafeArchive(LabError):

@@ -1,10 +1,10 @@
 """Write-once run folders: catalog/runs/<UTC date>_<host>_<experiment>_<id>/
 
     manifest.json   resolved params, engine source/patch/flags, model, server config, status, times
-    host/           uname, lscpu, free, df, nproc, governor, boost (lab.snapshot)
+    host/           uname, lscpu, free, df, nproc, governor, boost (lab.core.snapshot)
     git/            the lab checkout's commit, status, git_diff.patch; engine.patch (the applied patch)
     logs/           server and tool logs
-    raw/            rows appended as JSONL while running, one schema per table (lab.schemas)
+    raw/            rows appended as JSONL while running, one schema per table (lab.core.schemas)
     .ready          written last: the run is complete
 
 A folder is never overwritten (creation is an exclusive mkdir). An interrupted run (Ctrl-C, SIGTERM, a
@@ -30,7 +30,7 @@ from typing import Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
-from lab.errors import LabError, validation_line
+from lab.core.errors import LabError, validation_line
 
 Status = Literal["running", "incomplete", "complete"]
 Row = TypeVar("Row", bound=BaseModel)

@@ -25,10 +25,10 @@ from dataclasses import dataclass
 from types import FrameType
 from typing import Any
 
-from lab.console import lab_console
-from lab.errors import LabError
-from lab.runs import RunFolder, RunInterrupted
-from lab.target import Target
+from lab.core.console import lab_console
+from lab.core.errors import LabError
+from lab.core.runs import RunFolder, RunInterrupted
+from lab.core.target import Target
 
 MARK = "lab-clean-room:"
 

@@ -6,12 +6,12 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
-from lab.runs import RunFolder
-from lab.schemas import InprocFill
+from lab.core.runs import RunFolder
+from lab.core.schemas import InprocFill
 
 if TYPE_CHECKING:
+    from lab.core.settings import Settings
     from lab.inproc import DriverSession
-    from lab.settings import Settings
 
 
 class FillValues(NamedTuple):

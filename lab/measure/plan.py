@@ -8,7 +8,7 @@ depth) plus attention's, which grows with the depth the token attends over:
     ms to decode positions [d0, d1)  =  flat * (d1 - d0) + slope * (d1^2 - d0^2) / 2000
 
 The rates come from a rates file (`flat_ms_per_token`, `attn_ms_per_token_per_1k`), from a profile run (its time
-model, lab.timemodel, applied to the sweep's model: ms per token at depths up to the grid's deepest, a curve
+model, lab.measure.timemodel, applied to the sweep's model: ms per token at depths up to the grid's deepest, a curve
 the plan integrates piecewise linearly, so a sliding-window model's attention levels off where it should),
 or from a short calibration (a few chunks at two depths). The plan counts what each design decodes; process
 starts, model loads and HTTP round trips are not in it (a few seconds per run here), so it is a floor on a
@@ -37,10 +37,10 @@ from typing import Literal
 import yaml
 from pydantic import BaseModel, Field, ValidationError
 
+from lab.core.errors import UsageError, validation_line
+from lab.core.schemas import Components
+from lab.core.stats import reps_per_process
 from lab.engine.contract import WARM_UP
-from lab.errors import UsageError, validation_line
-from lab.schemas import Components
-from lab.stats import reps_per_process
 
 Design = Literal["per-rep prefill", "cumulative"]
 Where = Literal["server", "inproc", "both"]
@@ -270,7 +270,7 @@ def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> i
 
 def reps_in_further_process(spread: Components, start_s: float, rep_s: float, share: int, most: int) -> int:
     """The reps an undecided point takes in each process past its first ones (the sweep's ledger and the plan
-    alike): as many as narrow its interval most per second (lab.stats.reps_per_process, Kalibera and Jones), at
+    alike): as many as narrow its interval most per second (lab.core.stats.reps_per_process, Kalibera and Jones), at
     least its share per process, at most `most` (sweep.min_reps: a process far larger than the point's others
     would weigh on its interval alone, and once processes differ at all more processes are what narrow it)."""
     return max(share, min(reps_per_process(spread, start_s, rep_s), most))
@@ -344,7 +344,7 @@ def rates_from_profile(summary_json: Path, bands_jsonl: Path, run_id: str) -> Ra
 
 def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rates:
     """Rates fitted to chunks (L, new, ms): ms / new = flat + slope * (L + new / 2) / 1000, least squares."""
-    from lab.stats import linear_fit
+    from lab.core.stats import linear_fit
 
     xs = [(L + n / 2) / 1000 for L, n, _ in chunks]
     ys = [ms / n for _, n, ms in chunks]

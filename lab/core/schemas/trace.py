@@ -6,8 +6,8 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
-from lab.errors import validation_line
-from lab.schemas.base import Interval
+from lab.core.errors import validation_line
+from lab.core.schemas.base import Interval
 
 
 class TraceStep(BaseModel):

@@ -1,7 +1,7 @@
 """One schema per table, shared by every writer (experiments) and reader (catalog, reports, compare): the
 shared pieces in `base`, then one module per experiment family. Import them from here."""
 
-from lab.schemas.base import (
+from lab.core.schemas.base import (
     BANDS,
     KV_PAD,
     ArmName,
@@ -14,10 +14,10 @@ from lab.schemas.base import (
     cell,
     ggml_pad,
 )
-from lab.schemas.decode import BenchDecode, DecodeDepth
-from lab.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
-from lab.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
-from lab.schemas.sweep import (
+from lab.core.schemas.decode import BenchDecode, DecodeDepth
+from lab.core.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.schemas.sweep import (
     ArmsSummary,
     InprocFill,
     InprocPointFields,
@@ -28,7 +28,7 @@ from lab.schemas.sweep import (
     SweepRound,
     SweepSample,
 )
-from lab.schemas.trace import (
+from lab.core.schemas.trace import (
     ChatMessage,
     ConversationArm,
     ConversationSample,

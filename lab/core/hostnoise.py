@@ -1,5 +1,5 @@
 """The host-noise guard: what on this host can disturb a measurement, checked before it and measured over it
-(in the spirit of `pyperf system show`). Read through the host shell (lab.target), so `lab host check` and
+(in the spirit of `pyperf system show`). Read through the host shell (lab.core.target), so `lab host check` and
 every run record the same facts, locally or on a target host.
 
 Before (through the host shell): the CPU frequency governor, turbo/boost, SMT, transparent huge pages, the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from lab.target import Target
+from lab.core.target import Target
 
 # one shell round trip reads everything the check needs; each file is optional
 FILES = {

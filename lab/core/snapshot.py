@@ -6,8 +6,8 @@ import os
 import shlex
 from pathlib import Path
 
-from lab.redact import diff_excludes, redact_text
-from lab.target import LocalTarget, Target
+from lab.core.redact import diff_excludes, redact_text
+from lab.core.target import LocalTarget, Target
 
 # file name -> shell command; whatever a host cannot answer is recorded as such, never fatal
 HOST_COMMANDS: dict[str, str] = {
@@ -55,7 +55,7 @@ def snapshot_git(target: Target, repo: str | Path, dest: Path, engine_diff: str 
     else:
         commit = f"{revision} (image revision)" if revision else "unknown (not a git checkout)"
     status = target.run(f"{git} status --porcelain", timeout=60)
-    # secret files stay out of the recorded diff, and secret values in what is left are masked (lab.redact)
+    # secret files stay out of the recorded diff, and secret values in what is left are masked (lab.core.redact)
     excludes = " ".join(shlex.quote(x) for x in diff_excludes())
     diff = target.run(f"{git} diff HEAD --no-color --no-ext-diff -- . {excludes}", timeout=60)
     (dest / "commit.txt").write_text(commit + "\n")

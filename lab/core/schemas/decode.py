@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from pydantic import BaseModel, Field
 
-from lab.schemas.base import Interval, Verdict
+from lab.core.schemas.base import Interval, Verdict
 
 
 class BenchDecode(BaseModel):

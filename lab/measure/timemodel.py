@@ -1,7 +1,7 @@
 """Time from FLOPs: each band's achieved rate, measured by a profile, turns the cost model's FLOPs at any depth
 into ms per token, and predicts the depth where attention overtakes the FFN in time, not only in FLOPs.
 
-Per band b, with F_b(d) the cost model's FLOPs per token of a chunk at depth d (lab.costmodel):
+Per band b, with F_b(d) the cost model's FLOPs per token of a chunk at depth d (lab.measure.costmodel):
 
     ms_b(d) = F_b(d) / rate_b,    rate_b = the median over the profiled depths of F_b(d) / measured ms_b(d)
 
@@ -35,9 +35,9 @@ from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
-from lab.costmodel import CostModel
-from lab.schemas import BANDS, Band, BandAt, BandCycle, Interval
-from lab.stats import from_draws, resamples
+from lab.core.schemas import BANDS, Band, BandAt, BandCycle, Interval
+from lab.core.stats import from_draws, resamples
+from lab.measure.costmodel import CostModel
 
 FLAT: tuple[Band, ...] = ("ffn_moe", "proj", "gdn", "other")
 LIMIT = 1 << 22  # the deepest depth a crossover is looked for (4M tokens)

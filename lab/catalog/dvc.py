@@ -11,8 +11,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+from lab.core.errors import LabError
 from lab.dvc_hostkeys import install_pth
-from lab.errors import LabError
 
 
 class DvcError(LabError):

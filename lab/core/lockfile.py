@@ -6,8 +6,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.errors import LabError
-from lab.settings import REPO_ROOT
+from lab.core.errors import LabError
+from lab.core.settings import REPO_ROOT
 
 LOCK = REPO_ROOT / "requirements.lock"
 DEV_LOCK = REPO_ROOT / "requirements-dev.lock"

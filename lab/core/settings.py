@@ -19,10 +19,10 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from lab.settings_server import ConversationSettings, Section, ServerSettings
+from lab.core.settings_server import ConversationSettings, Section, ServerSettings
 
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
-REPO_ROOT = Path(__file__).resolve().parent.parent
+REPO_ROOT = Path(__file__).resolve().parents[2]
 
 
 class EngineSettings(Section):
@@ -315,7 +315,7 @@ NOT_SETTINGS = {
 def check_environment() -> None:
     """A LAB_* variable whose first part is no setting is refused by name (the settings source would ignore it;
     an unknown key inside a section is refused by the section itself)."""
-    from lab.errors import UsageError
+    from lab.core.errors import UsageError
 
     for name in sorted(os.environ):
         if not name.startswith("LAB_") or name in NOT_SETTINGS:

@@ -6,7 +6,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lab.schemas.base import Interval, Verdict
+from lab.core.schemas.base import Interval, Verdict
 
 
 class ProfileWall(BaseModel):
@@ -30,7 +30,7 @@ class BandDepth(BaseModel):
     ms_per_token: float = Field(description="share x fused_chunk_ms / chunk")
     ms_per_token_lo: float | None = Field(default=None, description="its 95% interval (bootstrap over cycles)")
     ms_per_token_hi: float | None = None
-    flops_per_token: float | None = Field(default=None, description="predicted from the GGUF (lab.costmodel)")
+    flops_per_token: float | None = Field(default=None, description="predicted from the GGUF (lab.measure.costmodel)")
     bytes_per_token: float | None = Field(default=None, description="predicted bytes moved per token")
     intensity: float | None = Field(default=None, description="predicted FLOPs per byte moved")
     gflops: float | None = Field(default=None, description="achieved: predicted FLOPs / measured ms")
@@ -52,7 +52,7 @@ class BandCycle(BaseModel):
 
 class BandAt(BaseModel):
     """raw/profile_predicted.jsonl: a band's predicted ms/token at a depth, from a profile's own rates
-    (lab.timemodel); also what `lab model cost --rates` prints."""
+    (lab.measure.timemodel); also what `lab model cost --rates` prints."""
 
     depth: int
     band: str = Field(description="a band, or total (all bands)")
@@ -119,18 +119,20 @@ class ProfileSummary(BaseModel):
         default=None, description="the FLOP slope at the rate ffn_moe achieves (median over depths)"
     )
     attn_slope_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted slope")
-    peak_gemm_gflops_ci: Interval | None = Field(default=None, description="this host's GEMM GFLOP/s (lab.peaks)")
-    peak_copy_gbps_ci: Interval | None = Field(default=None, description="this host's memcpy GB/s (lab.peaks)")
+    peak_gemm_gflops_ci: Interval | None = Field(
+        default=None, description="this host's GEMM GFLOP/s (lab.measure.peaks)"
+    )
+    peak_copy_gbps_ci: Interval | None = Field(default=None, description="this host's memcpy GB/s (lab.measure.peaks)")
     peak_gemm_shape: list[int] = Field(default_factory=list, description="(m, k, n) of the probed GEMM")
     time_crossover_ci: Interval | None = Field(
         default=None, description="predicted in time: attn_core ms/token = ffn_moe's, from this profile's rates"
     )
     time_crossover_note: str = Field(default="", description="why there is none, or how many resamples lack one")
     band_gflops_ci: dict[str, Interval] = Field(
-        default_factory=dict, description="per band: GFLOP/s its counted FLOPs run at (lab.timemodel)"
+        default_factory=dict, description="per band: GFLOP/s its counted FLOPs run at (lab.measure.timemodel)"
     )
     attn_overhead_ms_ci: Interval | None = Field(
-        default=None, description="attn_core's per-token time that does not grow with depth (lab.timemodel)"
+        default=None, description="attn_core's per-token time that does not grow with depth (lab.measure.timemodel)"
     )
     attn_kinds: list[AttnKind] = Field(
         default_factory=list, description="attn_core split by layer kind (sliding-window models only)"

@@ -28,7 +28,7 @@ from typing import TypeVar
 import numpy as np
 import numpy.typing as npt
 
-from lab.schemas import ArmStats, Components, Interval, Verdict
+from lab.core.schemas import ArmStats, Components, Interval, Verdict
 
 T = TypeVar("T")
 

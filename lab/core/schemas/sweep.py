@@ -7,7 +7,7 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lab.schemas.base import ArmName, ArmStats, Components, Interval, Verdict, Where
+from lab.core.schemas.base import ArmName, ArmStats, Components, Interval, Verdict, Where
 
 
 class SweepSample(BaseModel):

@@ -16,7 +16,7 @@ Verdict = Literal["agree", "disagree", "undecided"]
 
 
 class Interval(BaseModel):
-    """A point estimate with its 95% interval (lab.stats), and how many samples (or pairs) it rests on."""
+    """A point estimate with its 95% interval (lab.core.stats), and how many samples (or pairs) it rests on."""
 
     value: float
     lo: float
@@ -54,7 +54,7 @@ class Interval(BaseModel):
 
 
 class Components(BaseModel):
-    """A metric's spread at two levels (lab.stats.variance_components): between the run's processes and within
+    """A metric's spread at two levels (lab.core.stats.variance_components): between the run's processes and within
     one, as standard deviations of its log values (about a relative spread: 0.05 is 5%)."""
 
     between: float

@@ -1,7 +1,7 @@
 """This host's peaks, probed in a few seconds: a GEMM at a profiled shape (GFLOP/s) and a large memcpy (GB/s),
 the roofs a band's achieved throughput is read against.
 
-The probe runs in its own process (`python -m lab.peaks`) with the measurement's thread count given to the
+The probe runs in its own process (`python -m lab.measure.peaks`) with the measurement's thread count given to the
 BLAS (OMP/OPENBLAS/MKL_NUM_THREADS) and the measurement's CPU pinning, so it uses the CPUs the profile used.
 The GEMM is float32 through numpy's BLAS: the host's dense-matmul rate, not ggml's own kernels. The copy is
 bytes copied per second of a buffer far larger than the caches (so it reads from and writes to memory).
@@ -19,10 +19,10 @@ import time
 
 from pydantic import BaseModel
 
+from lab.core.errors import LabError
+from lab.core.schemas import Interval
+from lab.core.stats import median_interval
 from lab.engine.pinning import taskset
-from lab.errors import LabError
-from lab.schemas import Interval
-from lab.stats import median_interval
 
 
 class Peaks(BaseModel):
@@ -68,7 +68,17 @@ def measure_peaks(
 ) -> Peaks:
     """Run the probe in a child process with `threads` BLAS threads, pinned like the measurement."""
     env = {**os.environ, **{v: str(threads) for v in ("OMP_NUM_THREADS", "OPENBLAS_NUM_THREADS", "MKL_NUM_THREADS")}}
-    cmd = [*taskset(cpu_list), sys.executable, "-m", "lab.peaks", str(m), str(k), str(n), str(copy_mb), str(reps)]
+    cmd = [
+        *taskset(cpu_list),
+        sys.executable,
+        "-m",
+        "lab.measure.peaks",
+        str(m),
+        str(k),
+        str(n),
+        str(copy_mb),
+        str(reps),
+    ]
     r = subprocess.run(cmd, capture_output=True, text=True, env=env, timeout=300)
     if r.returncode != 0:
         raise PeaksError(f"the peaks probe failed: {(r.stderr.strip().splitlines() or ['no reason'])[-1]}")

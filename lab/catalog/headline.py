@@ -14,7 +14,7 @@ from typing import TYPE_CHECKING
 from pydantic import BaseModel
 
 from lab.catalog.newest import newest, newest_run
-from lab.schemas import BANDS, BandDepth, Interval, ProfileSummary, SweepPoint
+from lab.core.schemas import BANDS, BandDepth, Interval, ProfileSummary, SweepPoint
 
 if TYPE_CHECKING:
     pass
@@ -162,7 +162,7 @@ def conversation_lines(catalog_dir: Path) -> list[str]:
     """Per task of the newest conversation replay per (host, model): no cache / today's server / optimum, and the
     share of the optimum's saving today's server realises, each with its interval."""
     from lab.catalog.tables import RunRecord, load_table, unflatten
-    from lab.schemas import ConversationTaskResult, cell
+    from lab.core.schemas import ConversationTaskResult, cell
 
     runs, tasks = load_table(catalog_dir, "runs"), load_table(catalog_dir, "conversation_tasks")
     if runs.empty or tasks.empty:
