@@ -28,6 +28,15 @@ from lab.core.schemas import (
     SweepPoint,
     SweepSample,
 )
+from lab.core.schemas.raw import (
+    PREFILL_TPS,
+    PROFILE_BANDS,
+    PROFILE_WALLS,
+    REPLAY_COST,
+    REPLAY_ROW_WORK,
+    SWEEP_POINTS,
+    SWEEP_SAMPLES,
+)
 from lab.replay import cost
 
 
@@ -56,9 +65,9 @@ def sweep_run(root: Path, rng: random.Random) -> None:
                         cache_n=L, t_utc="2026-11-29T00:00:00Z",
                     ))  # fmt: skip
                 tps.append(PrefillTps(point=pid, rep=rep, depth=L, chunk=new, tps=1.0, avg_ms=est, stddev_ms=1, reps=3))
-    run.rewrite("points", points)
-    run.rewrite("samples", samples)
-    run.rewrite("prefill_tps", tps)
+    run.rewrite(SWEEP_POINTS, points)
+    run.rewrite(SWEEP_SAMPLES, samples)
+    run.rewrite(PREFILL_TPS, tps)
     run.complete()
 
 
@@ -66,11 +75,11 @@ def profile_run(root: Path, rng: random.Random) -> None:
     run = RunFolder.create(root, "profile", "nuc16", {})
     depths = range(0, 4097, 512)
     bands = ["ffn_moe", "attn_core", "proj", "gdn", "other"]
-    run.rewrite("profile_bands", [
+    run.rewrite(PROFILE_BANDS, [
         BandDepth(depth=d, band=b, timed_ms=rng.uniform(5, 50), share=0.2, fused_chunk_ms=100, ms_per_token=0.04)
         for d in depths for b in bands
     ])  # fmt: skip
-    run.rewrite("profile_walls", [
+    run.rewrite(PROFILE_WALLS, [
         ProfileWall(mode=m, cycle=c, depth=d, ms=rng.uniform(90, 200))
         for m in ("fused", "timed") for c in range(3) for d in depths
     ])  # fmt: skip
@@ -94,8 +103,8 @@ def replay_cost_run(root: Path) -> None:
                 valid_start=ch.valid_start, mode=m, rows=w.rows, pairs=w.pairs, reference_rows=w.rows,
                 reference_pairs=w.pairs,
             ))  # fmt: skip
-    run.rewrite("replay_cost", rows)
-    run.rewrite("replay_row_work", [])
+    run.rewrite(REPLAY_COST, rows)
+    run.rewrite(REPLAY_ROW_WORK, [])
     run.complete()
 
 

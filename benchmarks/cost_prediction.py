@@ -30,9 +30,10 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.core.schemas import BANDS, BandDepth, Interval, ProfileSummary
+from lab.core.schemas.raw import PROFILE_BANDS
 from lab.core.settings import load_settings
 from lab.core.stats import verdict
-from lab.experiments.profile import BANDS_TABLE, run_profile
+from lab.experiments.profile import run_profile
 from lab.experiments.profile_rates import profile_fit
 from lab.measure.timemodel import predict
 from lab.models.pretrained import ensure_pretrained
@@ -164,7 +165,7 @@ def drift(short: Path, long: Path, upto: int) -> str:
 def read_bands(run: Path) -> list[BandDepth]:
     from lab.core.runs import RunFolder
 
-    return RunFolder.open(run).read(BANDS_TABLE, BandDepth)
+    return RunFolder.open(run).read(PROFILE_BANDS)
 
 
 if __name__ == "__main__":

@@ -23,11 +23,11 @@ from pathlib import Path
 from rich.console import Console
 from rich.table import Table
 
-from lab.core.schemas import ArmsSummary, Interval, SweepPoint
+from lab.core.schemas import Interval
+from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.core.stats import median_interval
-from lab.experiments.sweep import SUMMARY, run_sweep
-from lab.experiments.sweep_rounds import POINTS
+from lab.experiments.sweep import run_sweep
 
 GOAL = (0.98, 1.02)
 
@@ -77,10 +77,10 @@ def main() -> int:
     t0 = time.monotonic()
     run = run_sweep(settings, console=Console(quiet=True))
     wall = time.monotonic() - t0
-    rows = run.read(POINTS, SweepPoint)
+    rows = run.read(SWEEP_POINTS)
     points = [p for p in rows if p.where == "inproc"]
     http = {p.point: p for p in rows if p.where == "server"}
-    summary = ArmsSummary.model_validate_json((run.path / "raw" / f"{SUMMARY}.json").read_text())
+    (summary,) = run.read(ARMS_SUMMARY)
 
     t = Table(title=f"in-process vs server, {args.reps} interleaved reps per point ({run.path.name}); goal: "
               f"in-process fake/genuine inside [{GOAL[0]}, {GOAL[1]}]")  # fmt: skip

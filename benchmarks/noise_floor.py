@@ -24,11 +24,10 @@ from typing import Any
 from rich.console import Console
 from rich.table import Table
 
-from lab.core.schemas import SweepPoint
+from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.core.stats import median_interval
 from lab.experiments.sweep import run_sweep
-from lab.experiments.sweep_rounds import POINTS
 
 CORES = os.cpu_count() or 1
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {
@@ -55,7 +54,7 @@ def measure(where: str, server: dict[str, Any], args: argparse.Namespace, runs: 
     settings = load_settings(model=args.model, runs_dir=runs, sweep=sweep, server=server)
     t0 = time.monotonic()
     run = run_sweep(settings, console=Console(quiet=True))
-    points = run.read(POINTS, SweepPoint)
+    points = run.read(SWEEP_POINTS)
     wall = time.monotonic() - t0
     widths = [p.fake_vs_genuine_ci.half_width for p in points if p.fake_vs_genuine_ci is not None]
     return widths, sum(p.genuine_verdict != "undecided" for p in points), wall

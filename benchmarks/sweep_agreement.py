@@ -23,10 +23,10 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.core.schemas import Interval, SweepPoint
+from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.core.stats import median_interval
 from lab.experiments.sweep import run_sweep
-from lab.experiments.sweep_rounds import POINTS
 
 
 def ints(s: str) -> list[int]:
@@ -38,7 +38,7 @@ def sweep(args: argparse.Namespace, runs: Path, console: Console, **sw: object) 
     settings = load_settings(model=args.model, runs_dir=runs, sweep={**grid, "tolerance": args.tolerance, **sw})
     t0 = time.monotonic()
     run = run_sweep(settings, console=Console(quiet=True))
-    return run.read(POINTS, SweepPoint), time.monotonic() - t0
+    return run.read(SWEEP_POINTS), time.monotonic() - t0
 
 
 def cell(iv: Interval | None, verdict: str) -> str:

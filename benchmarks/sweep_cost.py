@@ -30,10 +30,10 @@ from rich.table import Table
 
 from lab.core.runs import RunFolder
 from lab.core.schemas import Interval, SweepPoint
+from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import Settings, load_settings
 from lab.experiments.planning import budget_reps, plans
 from lab.experiments.sweep import run_sweep
-from lab.experiments.sweep_rounds import POINTS
 from lab.measure.plan import Rates
 
 OLD = {
@@ -56,7 +56,7 @@ def settings_of(args: argparse.Namespace, runs: Path, **sw: Any) -> Settings:
 def measure(settings: Settings) -> tuple[RunFolder, list[SweepPoint], float]:
     t0 = time.monotonic()
     run = run_sweep(settings, console=Console(quiet=True))
-    return run, run.read(POINTS, SweepPoint), time.monotonic() - t0
+    return run, run.read(SWEEP_POINTS), time.monotonic() - t0
 
 
 def half(iv: Interval | None) -> str:

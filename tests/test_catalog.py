@@ -16,6 +16,7 @@ from lab.catalog.ingest import IngestError, ingest
 from lab.catalog.tables import RUNS, SPECS, columns, load_table
 from lab.core.runs import RunFolder
 from lab.core.schemas import ArmStats, SweepPoint
+from lab.core.schemas.raw import SWEEP_POINTS, SWEEP_SAMPLES
 
 pytestmark = pytest.mark.fast
 
@@ -74,14 +75,14 @@ def test_catalog_ls_and_show(runs: Path) -> None:
 def sweep_run(root: Path, fake_ms: float, params: dict[str, Any] | None = None) -> RunFolder:
     run = RunFolder.create(root, "sweep", "vm", params or {})
     stats = ArmStats(median_ms=fake_ms, n_ok=1)
-    run.rewrite("points", [
+    run.rewrite(SWEEP_POINTS, [
         SweepPoint(point="L512-n64", L=512, new=64, n_kv_padded=768, measurable=True, baseline=stats, fake=stats,
                    genuine=stats, opt_prefill_ms=20.0),
         SweepPoint(point="L512-n64-img", L=512, new=64, n_kv_padded=768, measurable=True, baseline=stats,
                    fake=ArmStats(median_ms=2 * fake_ms, n_ok=1), genuine=stats, opt_prefill_ms=40.0,
                    image="320x200", image_tokens=82, encode_ms=fake_ms),
     ])  # fmt: skip
-    run.rewrite("samples", [])
+    run.rewrite(SWEEP_SAMPLES, [])
     run.complete()
     return run
 

@@ -25,7 +25,7 @@ from pathlib import Path
 import pytest
 
 from lab.core.runs import Manifest, RunFolder
-from lab.core.schemas import SweepPoint
+from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.engine.source import locked
 
@@ -356,6 +356,6 @@ def test_fab_pushes_the_image_and_measures_in_it(
         assert _containers(host_docker) == []  # stopped and removed
         r = fab(project, config, "measure", *via, "--resume", run_dir.name, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
-        assert cut.ready and len(cut.manifest().resumed_utc) == 1 and len(cut.read("points", SweepPoint)) == 4
+        assert cut.ready and len(cut.manifest().resumed_utc) == 1 and len(cut.read(SWEEP_POINTS)) == 4
     finally:
         server.stop()

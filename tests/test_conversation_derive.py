@@ -18,12 +18,12 @@ from lab.conversation.load import ConversationError
 from lab.conversation.synth import SynthConversation, synth_conversation
 from lab.conversation.today import replay_today, users_server
 from lab.core.runs import RunFolder
-from lab.core.schemas import ConversationSample, ConversationStepResult, ConversationTaskResult
+from lab.core.schemas import ConversationStepResult
+from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import load_settings
 from lab.core.settings_server import ConversationSettings
 from lab.engine.build import EngineInfo
 from lab.engine.server import LlamaServer
-from lab.experiments.conversation import SAMPLES, STEPS, TASKS
 from lab.models.resolve import resolve_projector
 
 from conftest import interrupt_after_first_row, server_settings
@@ -132,12 +132,12 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     assert run.ready and run.manifest().experiment == "conversation"
-    samples = run.read(SAMPLES, ConversationSample)
+    samples = run.read(CONVERSATION_SAMPLES)
     assert sorted((s.step, s.rep, s.arm) for s in samples) == sorted(
         (k, rep, a) for k in range(5) for rep in range(2) for a in ("today", "optimum", "no_cache")
     )
     assert all(s.ok for s in samples), [s.reason for s in samples if not s.ok]
-    steps = {s.step: s for s in run.read(STEPS, ConversationStepResult)}
+    steps = {s.step: s for s in run.read(CONVERSATION_STEPS)}
     for s in samples:
         st = steps[s.step]
         assert s.prompt_n is not None and s.cache_n is not None
@@ -156,7 +156,7 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         for iv in (st.today_ms, st.optimum_ms, st.no_cache_ms):
             assert iv is not None and iv.n == 2 and iv.lo <= iv.value <= iv.hi and iv.processes == 2
         assert st.order in ("holds", "violated")
-    (task,) = run.read(TASKS, ConversationTaskResult)
+    (task,) = run.read(CONVERSATION_TASKS)
     assert task.n_steps == 5 and task.realised is not None and task.today_s is not None
     assert task.decode_s is not None and task.tool_s == pytest.approx(sum(st.tool_s or 0 for st in steps.values()))
     assert "share of the optimum's saving" in r.stdout
@@ -211,9 +211,9 @@ def test_a_sliding_window_conversation_says_what_today_s_window_kept(
     assert r.returncode == 0, r.stderr + r.stdout
     out = json.loads(r.stdout)  # --json: the records the tables are printed from, and the run folder
     run = RunFolder.open(Path(out["run"]))
-    samples = run.read(SAMPLES, ConversationSample)
+    samples = run.read(CONVERSATION_SAMPLES)
     assert len(samples) == 5 * 3 and all(s.ok for s in samples), [s.reason for s in samples if not s.ok]
-    steps = run.read(STEPS, ConversationStepResult)
+    steps = run.read(CONVERSATION_STEPS)
     assert [ConversationStepResult.model_validate(x) for x in out["steps"]] == steps and len(out["tasks"]) == 1
     assert steps[0].window_departure is None and all(st.window_departure is not None for st in steps[1:])
     for st in steps[1:]:  # the prediction, held by the log: a departure needs a checkpoint, or all of it again
@@ -231,17 +231,17 @@ def test_an_interrupted_conversation_replay_resumes_with_its_whole_reps(tmp_path
     trace = synth_conversation(SynthConversation(steps=3, shot_every=9), tmp_path / "c.jsonl")
     runs = tmp_path / "runs"
     cmd = [LAB, "trace", "replay", str(trace), "--reps", "3", "--runs-dir", str(runs)]
-    interrupt_after_first_row(cmd, f"*/raw/{SAMPLES}.jsonl", runs, tmp_path, timeout=600)
+    interrupt_after_first_row(cmd, f"*/raw/{CONVERSATION_SAMPLES.file}", runs, tmp_path, timeout=600)
     (folder,) = [p for p in runs.iterdir() if p.is_dir()]
     run = RunFolder.open(folder)
     assert run.manifest().status == "incomplete" and not run.ready
-    first = {(s.rep, s.step, s.arm): s.t_utc for s in run.read(SAMPLES, ConversationSample)}
+    first = {(s.rep, s.step, s.arm): s.t_utc for s in run.read(CONVERSATION_SAMPLES)}
     assert first and {rep for rep, _, _ in first} < {0, 1, 2}
     resume = [LAB, "trace", "replay", "--resume", folder.name, "--runs-dir", str(runs)]
     r = subprocess.run(resume, capture_output=True, text=True, timeout=900)
     assert r.returncode == 0, r.stderr + r.stdout
     assert run.ready and run.manifest().status == "complete"
-    after = run.read(SAMPLES, ConversationSample)
+    after = run.read(CONVERSATION_SAMPLES)
     assert sorted((s.rep, s.step, s.arm) for s in after) == sorted(
         (rep, k, a) for rep in range(3) for k in range(3) for a in ("today", "optimum", "no_cache")
     )

@@ -12,11 +12,9 @@ import pytest
 from labcli import lab
 
 from lab.core.runs import RunFolder
-from lab.core.schemas import DecodeDepth, SweepPoint, SweepSample
+from lab.core.schemas.raw import DECODE_DEPTHS, SWEEP_POINTS, SWEEP_SAMPLES
 from lab.engine.contract import ContractClient, filler_tokens, measure_decode, text_step
 from lab.engine.server import LlamaServer
-from lab.experiments.decode import DEPTHS
-from lab.experiments.sweep_rounds import POINTS, SAMPLES
 
 pytestmark = pytest.mark.engine
 
@@ -70,7 +68,7 @@ def test_lab_engine_decode_prints_a_verdict_per_depth_and_stores_its_run(tmp_pat
     assert "1 +- 10%" in r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     assert run.ready and run.manifest().experiment == "decode" and run.manifest().params["depths"] == [300, 1200]
-    stored = run.read(DEPTHS, DecodeDepth)
+    stored = run.read(DECODE_DEPTHS)
     assert [d.depth for d in stored] == [300, 1200] and all(d.server_ms and d.bench_ms for d in stored)
     assert (run.path / "logs" / "llama-bench.log").exists() and (run.path / "logs" / "server.log").exists()
     catalog = tmp_path / "catalog"
@@ -91,12 +89,12 @@ def test_a_sweep_with_n_out_stores_decode_intervals_on_every_point(tmp_path: Pat
     (run_dir,) = [p for p in tmp_path.iterdir() if p.is_dir()]
     run = RunFolder.open(run_dir)
     assert run.manifest().params["sweep"]["n_out"] == 8
-    points = run.read(POINTS, SweepPoint)
+    points = run.read(SWEEP_POINTS)
     assert sorted(p.L for p in points) == [256, 1024]
     for p in points:
         assert p.n_out == 8 and p.decode_ci is not None and p.decode_ci.n == 2
         assert p.decode_ci.lo <= p.decode_ci.value <= p.decode_ci.hi
-    for s in run.read(SAMPLES, SweepSample):
+    for s in run.read(SWEEP_SAMPLES):
         if s.arm == "fake":
             assert s.predicted_n == 8 and s.decode_ms is not None and s.cache_n == s.L
         else:

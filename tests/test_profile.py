@@ -17,9 +17,10 @@ from typing import Any
 import pytest
 
 from lab.core.runs import RunFolder
-from lab.core.schemas import BANDS, BandAt, BandDepth, Interval, PrefillTps, ProfileSummary, ProfileWall
+from lab.core.schemas import BANDS, BandDepth, Interval, PrefillTps, ProfileSummary, ProfileWall
+from lab.core.schemas.raw import PREFILL_TPS, PROFILE_BANDS, PROFILE_PREDICTED, PROFILE_WALLS
 from lab.core.stats import linear_fit
-from lab.experiments.profile import BANDS_TABLE, NODES_PARQUET, PREDICTED, WALLS
+from lab.experiments.profile import NODES_PARQUET
 from lab.experiments.profile_bench import decide_references, undecided_references
 from lab.experiments.profile_derive import summarize, too_wide
 from lab.measure.costmodel import model_cost
@@ -72,14 +73,14 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert run.ready and run.manifest().experiment == "profile"
     assert (run.path / "raw" / "profile_prefill.cpp").exists() and (run.path / "raw" / "instrument.json").exists()
     depths = [0, 128, 256, 384, 512]
-    walls = run.read(WALLS, ProfileWall)
+    walls = run.read(PROFILE_WALLS)
     assert sorted({(w.mode, w.cycle, w.depth) for w in walls}) == sorted(
         (m, c, d) for m in ("fused", "timed") for c in (0, 1) for d in depths
     )
     table = pq.read_table(run.path / "raw" / NODES_PARQUET)
     assert set(table.column("band").to_pylist()) == {"ffn_moe", "attn_core", "proj", "gdn", "other"}
     assert None not in table.column("band").to_pylist()  # 100% coverage
-    bands = run.read(BANDS_TABLE, BandDepth)
+    bands = run.read(PROFILE_BANDS)
     assert sorted({b.depth for b in bands}) == depths
     for d in depths:
         assert sum(b.share for b in bands if b.depth == d) == pytest.approx(1.0)
@@ -96,7 +97,7 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert set(summary.fused_vs_bench_ci) == {str(d) for d in depths}
     # llama-bench ran once after each instrument process (one rep per cycle), so both sides' intervals rest on
     # two processes, and each reference has a verdict at its tolerance at every depth
-    bench = run.read("prefill_tps", PrefillTps)
+    bench = run.read(PREFILL_TPS)
     assert Counter((b.process, b.depth, len(b.samples_ms)) for b in bench) == {
         (k, d, 1): 1 for k in (0, 1) for d in depths
     }
@@ -170,7 +171,7 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert at[(4096, "ffn_moe")]["lo"] <= at[(0, "ffn_moe")]["lo"] <= at[(0, "ffn_moe")]["hi"]
     assert at[(0, "ffn_moe")]["hi"] <= at[(4096, "ffn_moe")]["hi"]
     # the profile stored and printed the same predictions from its own rates (profile_predicted)
-    stored = {(x.depth, x.band): x.ms_per_token.model_dump() for x in run.read(PREDICTED, BandAt)}
+    stored = {(x.depth, x.band): x.ms_per_token.model_dump() for x in run.read(PROFILE_PREDICTED)}
     assert stored == at and "predicted ms per token by band" in r.stdout
     # `lab sweep --plan --rates RUN` plans from the same time model (measuring nothing)
     before = sorted(tmp_path.iterdir())
@@ -211,7 +212,7 @@ def test_sliding_window_attention_splits_into_full_and_window_layers(tmp_path: P
     assert full.layers == window.layers >= 2  # alternating
     depths = [str(d) for d in range(0, 385, 64)]
     assert list(full.ms_per_token) == list(window.ms_per_token) == depths
-    attn = {str(b.depth): b.ms_per_token for b in run.read(BANDS_TABLE, BandDepth) if b.band == "attn_core"}
+    attn = {str(b.depth): b.ms_per_token for b in run.read(PROFILE_BANDS) if b.band == "attn_core"}
     for d in depths:  # every attn_core node sits in a layer of one kind or the other
         assert full.ms_per_token[d].value + window.ms_per_token[d].value == pytest.approx(attn[d], rel=1e-9)
         assert all(
@@ -255,14 +256,14 @@ def test_interrupted_profile_resumes_keeping_complete_cycles(tmp_path: Path, how
     assert "resuming: cycles 0..0 are complete" in r.stdout
     run = RunFolder.open(run_dir)
     assert run.ready and len(run.manifest().resumed_utc) == 1
-    walls = run.read(WALLS, ProfileWall)
+    walls = run.read(PROFILE_WALLS)
     assert Counter((w.mode, w.cycle, w.depth) for w in walls) == {
         (m, c, d): 1 for m in ("fused", "timed") for c in range(3) for d in (0, 128, 256, 384)
     }
     kept = {(w.depth, round(w.ms, 6)) for w in walls if w.mode == "fused" and w.cycle == 0}
     assert kept == {(r["depth"], round(r["ms"], 6)) for r in cycle0}  # cycle 0 kept, not remeasured
     # llama-bench once after each instrument process, the killed one's call never made twice
-    bench = run.read("prefill_tps", PrefillTps)
+    bench = run.read(PREFILL_TPS)
     assert Counter((b.process, b.depth) for b in bench) == {(k, d): 1 for k in range(3) for d in (0, 128, 256, 384)}
 
 
@@ -292,7 +293,7 @@ def test_more_cycles_while_the_intervals_are_wide(tmp_path: Path) -> None:
                        timeout=600, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    assert {w.cycle for w in run.read(WALLS, ProfileWall)} == {0, 1, 2, 3} and "one more cycle" in r.stdout
+    assert {w.cycle for w in run.read(PROFILE_WALLS)} == {0, 1, 2, 3} and "one more cycle" in r.stdout
     summary = ProfileSummary.model_validate_json((run.path / "raw" / "profile_summary.json").read_text())
     assert summary.cycles == 4
 

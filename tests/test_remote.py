@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 
 from lab.core.runs import RunFolder
-from lab.core.schemas import SweepPoint, SweepSample
+from lab.core.schemas.raw import SWEEP_POINTS, SWEEP_SAMPLES
 
 from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
@@ -99,7 +99,7 @@ def test_arms_run_there_with_the_bundled_driver(host: Sshd, project: Path, tmp_p
     assert run.ready and "_nuc16_sweep_" in run.manifest().run_id  # `lab arms`: the sweep in one process
     # compiled here, run there: the host needs no compiler
     assert str(rdir / "bundle" / "engine") in (local / "raw" / "inproc_driver.json").read_text()
-    samples = run.read("samples", SweepSample)
+    samples = run.read(SWEEP_SAMPLES)
     assert len(samples) == 2 * 2 and {s.where for s in samples} == {"inproc"}
 
 
@@ -137,7 +137,7 @@ def test_connection_cut_mid_run_leaves_incomplete_and_resumes(host: Sshd, projec
     assert r.returncode == 0, r.stdout + r.stderr
     run = RunFolder.open(local)
     assert run.ready and len(run.manifest().resumed_utc) == 1
-    assert len(run.read("points", SweepPoint)) == 4
+    assert len(run.read(SWEEP_POINTS)) == 4
 
 
 def test_profile_runs_in_a_clean_room_on_the_host(host: Sshd, project: Path, tmp_path: Path) -> None:
@@ -178,7 +178,7 @@ def test_measure_screenshots_with_the_bundled_projector_and_the_params_file_in_f
     assert (rdir / "params.yaml").read_text() == params.read_text()
     m = run.manifest()
     assert m.params["sweep"]["bench_reps"] == 1 and m.params["sweep"]["images"] == ["320x200"]
-    (point,) = run.read("points", SweepPoint)
+    (point,) = run.read(SWEEP_POINTS)
     assert point.image == "320x200" and point.fake.n_ok == 1 and point.encode_ms is not None, point
     assert m.params["mmproj"] and "bundle/models/tiny-mmproj" in m.params["mmproj"]
 
@@ -196,7 +196,7 @@ def test_hosts_run_in_parallel_keyed_by_host(host: Sshd, host_b: Sshd, project: 
     assert sorted(p.name.split("_")[1] for p in new) == ["nuc16", "nuc16b"], new
     for p in new:
         run = RunFolder.open(p)
-        assert run.ready and len(run.read("points", SweepPoint)) == 2
+        assert run.ready and len(run.read(SWEEP_POINTS)) == 2
         assert p.with_name(p.name + ".dvc").exists()
         assert f"  {run.manifest().host:<6}  ok      {p.relative_to(project)}" in r.stdout, r.stdout
     # parallel, not one after the other: nuc16b's bundle landed before nuc16's sweep finished

@@ -12,7 +12,7 @@ import pytest
 from labcli import lab
 
 from lab.core.runs import RunFolder
-from lab.core.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.schemas.raw import REPLAY_COST, REPLAY_EXACT, REPLAY_ROW_WORK, REPLAY_SPAN
 from lab.replay import cost, span, tables, toy
 
 pytestmark = pytest.mark.fast
@@ -160,7 +160,7 @@ def test_cli_runs_land_in_run_folders(tmp_path: Path) -> None:
     assert SEED_19 in r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     assert run.ready and run.manifest().experiment == "replay_exact"
-    rows = run.read("replay_exact", ReplayExactRow)
+    rows = run.read(REPLAY_EXACT)
     assert [(x.kv_source, x.last_suffix, x.next_suffix, x.first_diff_pos) for x in rows] == [
         ("shared", "22", "25", None),
         ("per-layer", "57/2", "193/6", 5),
@@ -173,13 +173,13 @@ def test_cli_runs_land_in_run_folders(tmp_path: Path) -> None:
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["summary"]["formula_cases"] >= 8910 and doc["summary"]["chunked"]["total"] == 143
     run = RunFolder.open(Path(doc["run"]))
-    assert len(run.read("replay_cost", ReplayCostRow)) == 15
-    assert [w.compact for w in run.read("replay_row_work", ReplayRowWork)] == [2560, 23280, 330480]
+    assert len(run.read(REPLAY_COST)) == 15
+    assert [w.compact for w in run.read(REPLAY_ROW_WORK)] == [2560, 23280, 330480]
 
     r = lab("replay", "span", "--windows", "2,3", "--depths", "1,2", "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    assert [(x.window, x.depth, x.ok) for x in run.read("replay_span", ReplaySpanRow)] == [
+    assert [(x.window, x.depth, x.ok) for x in run.read(REPLAY_SPAN)] == [
         (2, 1, True), (2, 2, True), (3, 1, True), (3, 2, True),
     ]  # fmt: skip
 

@@ -20,7 +20,7 @@ from pydantic import BaseModel
 from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
 from lab.catalog.legacy import InprocPoint, InprocSample
-from lab.catalog.tables import load_table, table_path, unflatten
+from lab.catalog.tables import SPECS, load_table, table_path, unflatten
 from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import (
     ArmName,
@@ -70,6 +70,9 @@ IMAGE_COLUMNS = ["image", "image_tokens", "image_positions", "encode_ms", "lm_ms
 # --- run folders built from the schemas ------------------------------------------------------------------
 
 
+TABLES = {spec.source.name: spec.source for spec in SPECS}  # every run table, an old `arms` run's too
+
+
 def make_run(
     root: Path,
     experiment: str,
@@ -86,9 +89,9 @@ def make_run(
         lab={"commit": "0" * 40, "dirty": False},
     )
     for table, table_rows in rows.items():
-        run.append(table, table_rows)
+        run.append(TABLES[table], table_rows)
     for name, row in (single or {}).items():
-        (run.path / "raw" / f"{name}.json").write_text(row.model_dump_json())
+        run.rewrite(TABLES[name], [row])
     if complete:
         run.complete()
     else:

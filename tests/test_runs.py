@@ -11,6 +11,7 @@ import pytest
 
 from lab.core.runs import RunError, RunFolder, RunInterrupted, read_jsonl, resolve_run
 from lab.core.schemas import PrefillTps
+from lab.core.schemas.raw import PREFILL_TPS
 
 pytestmark = pytest.mark.fast
 
@@ -34,7 +35,7 @@ def test_create_layout_and_never_overwrite(tmp_path: Path) -> None:
 
 def test_complete_writes_ready_last_and_is_final(tmp_path: Path) -> None:
     run = RunFolder.create(tmp_path, "sweep", "h", {})
-    run.append("prefill_tps", [tps(0), tps(512)])
+    run.append(PREFILL_TPS, [tps(0), tps(512)])
     assert not run.ready
     run.complete()
     assert run.ready and run.manifest().status == "complete" and run.manifest().finished_utc
@@ -44,11 +45,11 @@ def test_complete_writes_ready_last_and_is_final(tmp_path: Path) -> None:
 
 def test_bad_row_is_rejected_with_file_and_line(tmp_path: Path) -> None:
     run = RunFolder.create(tmp_path, "sweep", "h", {})
-    run.append("prefill_tps", [tps(0)])
-    with run.table_path("prefill_tps").open("a") as fh:
+    run.append(PREFILL_TPS, [tps(0)])
+    with run.table_path(PREFILL_TPS).open("a") as fh:
         fh.write('{"depth": "deep", "chunk": 64}\n')
     with pytest.raises(RunError, match=r"prefill_tps\.jsonl:2: bad PrefillTps row: depth"):
-        run.read("prefill_tps", PrefillTps)
+        run.read(PREFILL_TPS)
 
 
 def test_torn_last_line_only_tolerated_when_asked(tmp_path: Path) -> None:
@@ -74,12 +75,12 @@ def test_guard_marks_incomplete_with_reason(tmp_path: Path) -> None:
 def test_resume_keeps_whole_units_only(tmp_path: Path) -> None:
     """The one resume path: units whose rows are whole are kept, the rest (and a torn last line) go."""
     run = RunFolder.create(tmp_path, "sweep", "h", {})
-    run.append("prefill_tps", [tps(0), tps(0), tps(512)])
-    with run.table_path("prefill_tps").open("a") as fh:
+    run.append(PREFILL_TPS, [tps(0), tps(0), tps(512)])
+    with run.table_path(PREFILL_TPS).open("a") as fh:
         fh.write('{"depth": 10')  # killed mid-line
-    kept = run.keep_whole("prefill_tps", PrefillTps, lambda r: r.depth, lambda _d, rows: len(rows) == 2)
-    assert list(kept) == [0] and [r.depth for r in run.read("prefill_tps", PrefillTps)] == [0, 0]
-    raw = run.keep_whole("prefill_tps", None, lambda r: r["depth"])  # plain JSON rows, every unit whole
+    kept = run.keep_whole(PREFILL_TPS, lambda r: r.depth, lambda _d, rows: len(rows) == 2)
+    assert list(kept) == [0] and [r.depth for r in run.read(PREFILL_TPS)] == [0, 0]
+    raw = run.keep_whole("prefill_tps", lambda r: r["depth"])  # plain JSON rows, every unit whole
     assert list(raw) == [0] and len(raw[0]) == 2
 
 
@@ -98,9 +99,9 @@ def test_a_signal_whose_exception_was_swallowed_still_interrupts(tmp_path: Path)
     with pytest.raises(RunInterrupted), run.guard():
         with contextlib.suppress(RunInterrupted):  # swallowed where it landed
             os.kill(os.getpid(), signal.SIGINT)
-        run.append("rows", [PrefillTps(depth=0, chunk=1, tps=1.0, avg_ms=1.0, stddev_ms=0.0, reps=1)])
+        run.append(PREFILL_TPS, [PrefillTps(depth=0, chunk=1, tps=1.0, avg_ms=1.0, stddev_ms=0.0, reps=1)])
     assert run.manifest().status == "incomplete" and run.manifest().reason == "interrupted by SIGINT"
-    assert not run.table_path("rows").exists()  # the write after the signal did not happen
+    assert not run.table_path(PREFILL_TPS).exists()  # the write after the signal did not happen
     ended = RunFolder.create(tmp_path, "sweep", "h", {})
     with pytest.raises(RunInterrupted), ended.guard(), contextlib.suppress(RunInterrupted):
         os.kill(os.getpid(), signal.SIGTERM)

@@ -16,13 +16,12 @@ import pytest
 from labcli import lab
 
 from lab.core.runs import RunFolder
-from lab.core.schemas import InprocFill, PrefillTps, SweepPoint, SweepSample
+from lab.core.schemas import SweepPoint
+from lab.core.schemas.raw import PREFILL_TPS, SWEEP_FILLS, SWEEP_POINTS, SWEEP_SAMPLES
 from lab.core.settings import SweepSettings
 from lab.core.stats import verdict
-from lab.experiments.sweep import FILLS
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import decided
-from lab.experiments.sweep_rounds import POINTS, SAMPLES, TPS
 from lab.experiments.sweep_server import summarize_server
 
 pytestmark = pytest.mark.engine
@@ -43,7 +42,7 @@ def only_run(runs: Path) -> RunFolder:
 
 def wait_for_points(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout: float = 240) -> None:
     deadline = time.monotonic() + timeout
-    points = run_dir / "raw" / f"{POINTS}.jsonl"
+    points = run_dir / "raw" / f"{SWEEP_POINTS.file}"
     while time.monotonic() < deadline:
         assert proc.poll() is None, proc.communicate()
         if points.exists() and points.read_text().count("\n") >= n:
@@ -54,8 +53,8 @@ def wait_for_points(run_dir: Path, n: int, proc: subprocess.Popen[str], timeout:
 
 def check_complete(run: RunFolder, Ls: list[int], news: list[int], reps: int, arms: int = 2) -> list[SweepPoint]:
     assert run.ready and run.manifest().status == "complete"
-    points = run.read(POINTS, SweepPoint)
-    samples = run.read(SAMPLES, SweepSample)
+    points = run.read(SWEEP_POINTS)
+    samples = run.read(SWEEP_SAMPLES)
     assert sorted((p.L, p.new) for p in points) == sorted((L, n) for L in Ls for n in news)  # none lost or doubled
     assert Counter(s.point for s in samples) == {p.point: reps * arms for p in points}
     assert Counter((s.point, s.arm, s.rep) for s in samples).most_common(1)[0][1] == 1
@@ -83,20 +82,20 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
     assert (run.path / "raw" / "arms.cpp").exists() and (run.path / "raw" / "inproc_driver.json").exists()
     assert m.results["plan"]["predicted_s"] > 0 and m.results["plan"]["actual_s"] > 0  # predicted vs actual
     assert "plan: predicted" in r.stdout and "x the prediction" in r.stdout
-    tps = run.read(TPS, PrefillTps)
+    tps = run.read(PREFILL_TPS)
     # the estimate: the driver's chunk per rep; llama-bench once at the two smallest L, the cross-check
     assert sorted((t.depth, t.rep if t.rep is not None else -1, t.tool) for t in tps) == sorted(
         [(L, rep, "lab-inproc-arms") for L in (128, 512, 1024) for rep in (0, 1)]
         + [(L, -1, "llama-bench") for L in (128, 512)]
     )
-    fills = run.read(FILLS, InprocFill)  # two cumulative passes: a segment and a chunk per L
+    fills = run.read(SWEEP_FILLS)  # two cumulative passes: a segment and a chunk per L
     assert sorted((f.fill_pass, f.kind, f.L) for f in fills) == sorted(
         (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (128, 512, 1024)
     )
-    assert {s.warm for s in run.read(SAMPLES, SweepSample) if s.arm == "genuine"} == {"restore"}
+    assert {s.warm for s in run.read(SWEEP_SAMPLES) if s.arm == "genuine"} == {"restore"}
     # the two reps ran in two server (and driver) processes, each point's rep 0 in the first: every interval
     # resamples processes; the second process read the depth-L states the first saved, and made a fill pass
-    assert {(s.rep, s.process) for s in run.read(SAMPLES, SweepSample)} == {(0, 0), (1, 1)}
+    assert {(s.rep, s.process) for s in run.read(SWEEP_SAMPLES)} == {(0, 0), (1, 1)}
     assert {(f.fill_pass, f.process) for f in fills} == {(0, 0), (1, 1)}
     assert (run.path / "logs" / "server.log").read_text().count("server is listening") == 2
     for p in points:
@@ -116,7 +115,7 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         assert p.n_kv_padded == (p.L + 32 + 255) // 256 * 256
         assert p.measurable == (p.L >= 256)
     assert any("below the 256-column floor" in d for d in next(p for p in points if p.L == 128).diagnostics)
-    for s in run.read(SAMPLES, SweepSample):
+    for s in run.read(SWEEP_SAMPLES):
         if s.arm == "fake":
             assert (s.cache_n, s.prompt_n) == (s.L, s.new) and s.fake_ms is not None and s.fake_ms > 0
 
@@ -151,7 +150,7 @@ def test_interrupted_sweep_resumes_without_duplicates(tmp_path: Path, how: str) 
         assert (m.status, m.reason) == ("incomplete", "interrupted by SIGTERM")
     else:
         assert m.status == "running"  # a hard kill leaves no chance to say more; resume still works
-    done_before = len(run.read(POINTS, SweepPoint, tolerate_torn_tail=True))
+    done_before = len(run.read(SWEEP_POINTS, tolerate_torn_tail=True))
     assert 1 <= done_before < len(Ls)
     r = lab("sweep", "--resume", run_dir.name, "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr + r.stdout
@@ -183,7 +182,7 @@ def test_resume_refuses_a_complete_run(tmp_path: Path) -> None:
     # --json: nothing but the records the tables are printed from, and the run folder
     out = json.loads(r.stdout)
     assert out["run"] == str(run.path) and set(out) == {"run", "points", "summary"}
-    assert [SweepPoint.model_validate(p) for p in out["points"]] == run.read(POINTS, SweepPoint)
+    assert [SweepPoint.model_validate(p) for p in out["points"]] == run.read(SWEEP_POINTS)
     before = (run.path / "manifest.json").read_text()
     r = lab("sweep", "--resume", run.path.name, "--runs-dir", str(tmp_path))
     assert r.returncode == 1 and "complete" in r.stderr
@@ -233,13 +232,13 @@ def test_sweep_image_axis(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr + r.stdout
     run = only_run(tmp_path)
     assert run.ready
-    points = {p.image: p for p in run.read(POINTS, SweepPoint)}
+    points = {p.image: p for p in run.read(SWEEP_POINTS)}
     assert set(points) == {None, "320x200"}
     img = points["320x200"]
     assert (img.image_tokens, img.image_positions) == (10 * 6 + 2, 10)  # 320x200 -> 10x6 merged patches
     assert img.encode_ms is not None and img.lm_ms is not None and img.opt_prefill_ms is not None
     assert img.n_kv_padded == 768  # L + image tokens + text tokens, padded: L counts cells, not positions
-    samples = [s for s in run.read(SAMPLES, SweepSample) if s.image == "320x200"]
+    samples = [s for s in run.read(SWEEP_SAMPLES) if s.image == "320x200"]
     assert {s.arm for s in samples if s.ok} == {"baseline", "fake", "genuine"}, [s.reason for s in samples]
     fake = next(s for s in samples if s.arm == "fake")
     assert (fake.cache_n, fake.prompt_n) == (512, 62 + 16) and fake.encode_ms is not None
@@ -254,15 +253,15 @@ def test_adaptive_reps_stop_when_decided_or_at_max(tmp_path: Path) -> None:
     r = lab("sweep", "--Ls", "512", "--news", "16", "--min-reps", "2", "--max-reps", "4", "--target", "0.000001",
             "--arms", "fake,genuine", "--runs-dir", str(runs / "a"))  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
-    (point,) = only_run(runs / "a").read(POINTS, SweepPoint)
+    (point,) = only_run(runs / "a").read(SWEEP_POINTS)
     assert point.reps == 4 and point.baseline.n_ok == 0 and point.opt_prefill_ms is None  # arms chosen
     assert "fake vs genuine hit:" in r.stdout
     r = lab("sweep", "--Ls", "512", "--news", "16", "--min-reps", "3", "--max-reps", "9", "--target", "0.9",
             "--processes", "3", "--arms", "fake,genuine", "--runs-dir", str(runs / "b"),
             env={"LAB_SWEEP__TOLERANCE": "0.9"})  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
-    (point,) = only_run(runs / "b").read(POINTS, SweepPoint)
-    samples = only_run(runs / "b").read(SAMPLES, SweepSample)
+    (point,) = only_run(runs / "b").read(SWEEP_POINTS)
+    samples = only_run(runs / "b").read(SWEEP_SAMPLES)
     assert {s.arm for s in samples} == {"fake", "genuine"} and len(samples) == 2 * point.reps
     # the point stopped at the first rep count from min_reps on whose samples decide it (else at max_reps):
     # replayed from the stored samples, so the check holds however fast or noisy this machine is

@@ -16,10 +16,9 @@ from lab.catalog.compare import compare_catalog, compare_runs
 from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
 from lab.core.runs import RunFolder
-from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample
+from lab.core.schemas import SweepPoint, SweepSample
+from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_FILLS, SWEEP_POINTS, SWEEP_SAMPLES
 from lab.core.settings import ReportSettings
-from lab.experiments.sweep import FILLS, SUMMARY
-from lab.experiments.sweep_rounds import POINTS, SAMPLES
 from lab.reports.arms import arms_chart
 from lab.reports.data import catalog_runs
 
@@ -56,11 +55,11 @@ def both_run(tmp_path_factory: pytest.TempPathFactory) -> RunFolder:
 
 
 def inproc_samples(run: RunFolder) -> list[SweepSample]:
-    return [s for s in run.read(SAMPLES, SweepSample) if s.where == "inproc"]
+    return [s for s in run.read(SWEEP_SAMPLES) if s.where == "inproc"]
 
 
 def points_at(run: RunFolder, where: str) -> dict[int, SweepPoint]:
-    return {p.L: p for p in run.read(POINTS, SweepPoint) if p.where == where}
+    return {p.L: p for p in run.read(SWEEP_POINTS) if p.where == where}
 
 
 def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None:
@@ -74,7 +73,7 @@ def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None
         assert s.prompt_ms and s.prompt_ms > 0
         assert (s.prep_ms is not None) == (s.arm in ("fake", "genuine"))
         assert (s.copy_ms is not None and s.blob_bytes is not None) == (s.arm == "genuine")
-    fills = both_run.read(FILLS, InprocFill)  # two passes: a segment and a chunk per L
+    fills = both_run.read(SWEEP_FILLS)  # two passes: a segment and a chunk per L
     assert sorted((f.fill_pass, f.kind, f.L) for f in fills) == sorted(
         (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (300, 700)
     )
@@ -108,7 +107,7 @@ def test_a_complete_run_checks_every_arms_positions(both_run: RunFolder) -> None
 
 
 def test_the_server_side_gives_its_share_per_arm(both_run: RunFolder) -> None:
-    server = [s for s in both_run.read(SAMPLES, SweepSample) if s.where == "server"]
+    server = [s for s in both_run.read(SWEEP_SAMPLES) if s.where == "server"]
     assert len(server) == 2 * 3 * 4 and all(s.ok for s in server), [s for s in server if not s.ok]
     assert {s.arm for s in server} == {"baseline", "fake", "genuine", "plain"}
     assert {s.warm for s in server if s.arm == "genuine"} == {"restore"}
@@ -124,7 +123,7 @@ def test_the_server_side_gives_its_share_per_arm(both_run: RunFolder) -> None:
 
 
 def test_the_restore_cost_is_explained(both_run: RunFolder) -> None:
-    s = ArmsSummary.model_validate_json((both_run.path / "raw" / f"{SUMMARY}.json").read_text())
+    (s,) = both_run.read(ARMS_SUMMARY)
     assert (s.attention_layers, s.recurrent_layers) == (2, 6)  # the tiny qwen35moe: every 4th layer attends
     assert s.bytes_per_cell == pytest.approx(s.predicted_bytes_per_cell, rel=1e-3)
     assert s.fixed_bytes == pytest.approx(s.predicted_fixed_bytes, rel=0.01)
@@ -177,12 +176,12 @@ def test_a_sliding_window_model_sweeps_in_both_places(tmp_path: Path, iswa_model
             env={"LAB_SERVER__EXTRA_ARGS": '["--swa-full"]'})  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    samples = run.read(SAMPLES, SweepSample)
+    samples = run.read(SWEEP_SAMPLES)
     assert {s.where for s in samples} == {"server", "inproc"} and all(s.ok for s in samples), samples
     for s in samples:
         if s.where == "inproc" and s.arm in ("fake", "genuine"):
             assert (s.pos_min, s.pos_max) == (max(0, s.L - 128), s.L - 1), s
-    notes = [d for p in run.read(POINTS, SweepPoint) for d in p.diagnostics]
+    notes = [d for p in run.read(SWEEP_POINTS) for d in p.diagnostics]
     assert not [d for d in notes if "first held position" in d or "GGUF predicts" in d], notes  # window, blob
 
 
@@ -214,22 +213,22 @@ def test_sigterm_leaves_it_incomplete_and_resume_finishes_it(tmp_path: Path) -> 
         "--runs-dir",
         str(runs),
     ]
-    interrupt_after_first_row(cmd, f"*/raw/{POINTS}.jsonl", runs, REPO)
+    interrupt_after_first_row(cmd, f"*/raw/{SWEEP_POINTS.file}", runs, REPO)
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
     run = RunFolder.open(run_dir)
     assert run.manifest().status == "incomplete"
-    before = run.read(POINTS, SweepPoint, tolerate_torn_tail=True)
+    before = run.read(SWEEP_POINTS, tolerate_torn_tail=True)
     assert 1 <= len(before) < 3
     r = lab("arms", "--resume", run_dir.name, "--runs-dir", str(runs))
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(run_dir)
     assert run.ready and len(run.manifest().resumed_utc) == 1
-    points = run.read(POINTS, SweepPoint)
+    points = run.read(SWEEP_POINTS)
     assert sorted(p.L for p in points) == [300, 2500, 4000]  # none lost, none measured twice
     assert points[0] == before[0] and {p.where for p in points} == {"inproc"}  # what was done is kept as it was
-    samples = run.read(SAMPLES, SweepSample)
+    samples = run.read(SWEEP_SAMPLES)
     assert sorted((s.L, s.arm, s.rep) for s in samples) == sorted(
         (L, a, rep) for L in (300, 2500, 4000) for a in ("fake", "genuine", "plain") for rep in range(3)
     )
-    passes = {f.fill_pass for f in run.read(FILLS, InprocFill)}
+    passes = {f.fill_pass for f in run.read(SWEEP_FILLS)}
     assert passes == set(range(len(passes))) and len(passes) >= 3  # two, and one more to get the states back

@@ -12,9 +12,10 @@ from pathlib import Path
 import pytest
 
 from lab.core.runs import RunFolder
-from lab.core.schemas import TraceStep, TraceStepResult, TraceTaskResult
+from lab.core.schemas import TraceStep, TraceStepResult
+from lab.core.schemas.raw import TRACE_STEPS, TRACE_TASKS
 from lab.engine.imagegrid import TINY_GEOMETRY
-from lab.experiments.trace import STEPS, TASKS, TraceError, check_replayable, load_trace, synth_trace, write_trace
+from lab.experiments.trace import TraceError, check_replayable, load_trace, synth_trace, write_trace
 
 from conftest import interrupt_after_first_row
 
@@ -89,20 +90,20 @@ def test_replay_trace_end_to_end(tmp_path: Path) -> None:
     run = RunFolder.open(Path(r2.stdout.strip().splitlines()[-1]))
     assert run.ready and run.manifest().experiment == "trace_replay"
     assert (run.path / "raw" / "trace.jsonl").read_bytes() == trace.read_bytes()
-    steps = run.read(STEPS, TraceStepResult)
+    steps = run.read(TRACE_STEPS)
     trace_steps = load_trace(trace)
     assert len(steps) == len(trace_steps)
     for res, st in zip(steps, trace_steps, strict=True):
         assert res.ok, res.reason
         assert st.prior_depth() == res.L and res.cache_n == res.L and res.prompt_n == res.new_tokens
         assert res.measured_opt_prefill_s is not None and res.measured_opt_prefill_s > 0
-    for task in run.read(TASKS, TraceTaskResult):
+    for task in run.read(TRACE_TASKS):
         mine = [s for s in steps if s.task_id == task.task_id]
         opt = sum(s.measured_opt_prefill_s or 0 for s in mine)
         dec = sum(s.baseline_decode_s or 0 for s in mine)
         exe = sum(s.baseline_exec_s or 0 for s in mine)
         assert task.opt_wall_s == pytest.approx(opt + dec + exe)
-    lines = [json.loads(x) for x in (run.path / "raw" / f"{STEPS}.jsonl").read_text().splitlines()]
+    lines = [json.loads(x) for x in run.table_path(TRACE_STEPS).read_text().splitlines()]
     assert all("measured_opt_prefill_s" in x for x in lines)  # the field a downstream simulator reads
 
 
@@ -123,7 +124,7 @@ def test_replay_trace_with_screenshots(tmp_path: Path) -> None:
     )
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    results = run.read("steps", TraceStepResult)
+    results = run.read(TRACE_STEPS)
     assert len(results) == 3 and all(x.ok for x in results), [x.reason for x in results]
     sizes = [(320, 200), (640, 400), (1280, 800)]
     for x, size in zip(results, sizes, strict=True):
@@ -143,7 +144,7 @@ def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
     run = RunFolder.open(run_dir)
     assert run.manifest().status == "incomplete", run.manifest()
-    done_before = len(run.read(STEPS, TraceStepResult, tolerate_torn_tail=True))
+    done_before = len(run.read(TRACE_STEPS, tolerate_torn_tail=True))
     assert done_before < len(load_trace(trace))
     env = {**os.environ, "LAB_SERVER__THREADS": "2", "LAB_SERVER__CTX_SIZE": "16384"}
     r = subprocess.run([LAB, "replay-trace", "--resume", run_dir.name, "--runs-dir", str(runs)],
@@ -153,7 +154,7 @@ def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
     assert run.ready and len(m.resumed_utc) == 1
     assert (m.server_config["threads"], m.server_config["n_ctx"]) == (1, 12288), m.server_config
     assert m.params["server"]["threads"] == 1
-    steps = run.read(STEPS, TraceStepResult)
+    steps = run.read(TRACE_STEPS)
     assert len(steps) == len(load_trace(trace)) and all(s.ok for s in steps)
     assert len({(s.task_id, s.step) for s in steps}) == len(steps)  # none measured twice
 
@@ -167,8 +168,8 @@ def test_steps_measured_several_times_carry_their_interval(tmp_path: Path) -> No
     out = json.loads(r.stdout)  # --json: the records the tables are printed from, and the run folder
     run = RunFolder.open(Path(out["run"]))
     assert run.manifest().params["reps"] == 3
-    assert [TraceStepResult.model_validate(x) for x in out["steps"]] == run.read(STEPS, TraceStepResult)
+    assert [TraceStepResult.model_validate(x) for x in out["steps"]] == run.read(TRACE_STEPS)
     assert len(out["tasks"]) == 1 and out["tasks"][0]["n_steps"] == 2
-    for s in run.read(STEPS, TraceStepResult):
+    for s in run.read(TRACE_STEPS):
         assert s.ok and s.reps == 3 and s.measured_ci is not None and s.measured_ci.n == 3
         assert s.measured_ci.lo <= (s.measured_opt_prefill_s or 0) <= s.measured_ci.hi

@@ -26,7 +26,7 @@ from lab.catalog.tables import (
     flatten,
 )
 from lab.core.errors import LabError, validation_line, warn
-from lab.core.runs import Manifest, RunError, read_jsonl
+from lab.core.runs import Manifest, RunError, read_document, read_jsonl
 
 
 class IngestError(LabError):
@@ -91,19 +91,19 @@ def run_record(run_dir: Path, m: Manifest) -> RunRecord:
 
 
 def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
-    path = run_dir / "raw" / (f"{spec.source}.json" if spec.single else f"{spec.source}.jsonl")
+    path = run_dir / "raw" / spec.source.file
     if not path.exists():
         if spec.required:
             raise IngestError(f"{path}: missing, but the run says it is complete")
         return []
-    schema = spec.legacy or spec.schema
+    schema = spec.source.schema
     try:
-        rows: list[Any] = [schema.model_validate_json(path.read_text())] if spec.single else read_jsonl(path, schema)
+        rows: list[Any] = [read_document(path, schema)] if spec.source.single else read_jsonl(path, schema)
     except ValidationError as e:
         raise IngestError(f"{path}:1: bad {schema.__name__}: {validation_line(e)}") from e
     except RunError as e:  # read_jsonl names the file and line
         raise IngestError(str(e)) from e
-    if spec.legacy is not None:
+    if spec.current is not None:
         rows = [c for r in rows if (c := r.current()) is not None]
     return [{"run_id": run_dir.name, **flatten(r)} for r in rows]
 

@@ -13,7 +13,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
-from lab.core.schemas import ArmStats, Interval, SweepPoint, SweepSample, Verdict
+from lab.core.rawtable import RawTable
+from lab.core.schemas import ArmStats, InprocFill, Interval, SweepPoint, SweepSample, Verdict
 
 InprocArm = Literal["baseline", "fake", "genuine", "plain", "restore"]
 # genuine: the new tokens after restoring the really decoded depth-L state of a cumulative fill (its prep_ms is
@@ -74,3 +75,10 @@ class InprocPoint(SweepPoint):
             row.update(genuine=self.restore, plain=self.genuine, genuine_vs_plain_ci=self.restore_vs_genuine_ci)
             row.update(plain_verdict=self.restore_verdict)  # fake/genuine stays: fake vs a genuine hit, the plain one
         return SweepPoint(where="inproc", **row)
+
+
+# an "arms" run's tables: its points and samples in the old schemas above, its server samples and fills as now
+ARMS_POINTS = RawTable("inproc_points", InprocPoint)
+ARMS_SAMPLES = RawTable("inproc_samples", InprocSample)
+ARMS_SERVER_SAMPLES = RawTable("server_samples", SweepSample)
+ARMS_FILLS = RawTable("inproc_fills", InprocFill)

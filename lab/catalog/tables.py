@@ -15,28 +15,30 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from lab.catalog.legacy import InprocPoint, InprocSample
-from lab.core.schemas import (
-    ArmsSummary,
-    BandAt,
-    BandCycle,
-    BandDepth,
-    ConversationSample,
-    ConversationStepResult,
-    ConversationTaskResult,
-    DecodeDepth,
-    InprocFill,
-    PrefillTps,
-    ProfileSummary,
-    ProfileWall,
-    ReplayCostRow,
-    ReplayExactRow,
-    ReplayRowWork,
-    ReplaySpanRow,
-    SweepPoint,
-    SweepSample,
-    TraceStepResult,
-    TraceTaskResult,
+from lab.catalog.legacy import ARMS_FILLS, ARMS_POINTS, ARMS_SAMPLES, ARMS_SERVER_SAMPLES
+from lab.core.rawtable import RawTable
+from lab.core.schemas import SweepPoint, SweepSample
+from lab.core.schemas.raw import (
+    ARMS_SUMMARY,
+    CONVERSATION_SAMPLES,
+    CONVERSATION_STEPS,
+    CONVERSATION_TASKS,
+    DECODE_DEPTHS,
+    PREFILL_TPS,
+    PROFILE_BAND_CYCLES,
+    PROFILE_BANDS,
+    PROFILE_PREDICTED,
+    PROFILE_SUMMARY,
+    PROFILE_WALLS,
+    REPLAY_COST,
+    REPLAY_EXACT,
+    REPLAY_ROW_WORK,
+    REPLAY_SPAN,
+    SWEEP_FILLS,
+    SWEEP_POINTS,
+    SWEEP_SAMPLES,
+    TRACE_STEPS,
+    TRACE_TASKS,
 )
 
 Row = TypeVar("Row", bound=BaseModel)
@@ -50,39 +52,41 @@ RUNS = "runs"
 class TableSpec:
     name: str  # catalog/tables/<name>.parquet
     experiments: tuple[str, ...]
-    source: str  # raw/<source>.jsonl (or raw/<source>.json: one row) in the run folder
-    schema: type[BaseModel]
-    single: bool = False  # source is one JSON document, not JSON lines
+    source: RawTable[Any]  # the run folder's table (lab.core.schemas.raw) its rows come from
     required: bool = True  # a complete run of these experiments must have it
-    legacy: type[BaseModel] | None = None  # an older run's row schema, read and turned into `schema` (current())
+    current: type[BaseModel] | None = None  # an older run's table: the schema its rows become (their current())
+
+    @property
+    def schema(self) -> type[BaseModel]:
+        return self.current or self.source.schema
 
 
 SPECS: tuple[TableSpec, ...] = (
     # one family for the sweep in both places (a `where` column), older `lab arms` runs included
-    TableSpec("sweep_points", ("sweep",), "points", SweepPoint),
-    TableSpec("sweep_points", ("arms",), "inproc_points", SweepPoint, legacy=InprocPoint),
-    TableSpec("sweep_samples", ("sweep",), "samples", SweepSample),
-    TableSpec("sweep_samples", ("arms",), "inproc_samples", SweepSample, legacy=InprocSample),
-    TableSpec("sweep_samples", ("arms",), "server_samples", SweepSample, required=False),
-    TableSpec("prefill_tps", ("sweep", "profile"), "prefill_tps", PrefillTps, required=False),
-    TableSpec("sweep_fills", ("sweep",), "fills", InprocFill, required=False),
-    TableSpec("sweep_fills", ("arms",), "inproc_fills", InprocFill, required=False),
-    TableSpec("arms_summary", ("sweep", "arms"), "arms_summary", ArmsSummary, single=True, required=False),
-    TableSpec("trace_steps", ("trace_replay",), "steps", TraceStepResult),
-    TableSpec("conversation_samples", ("conversation",), "conversation_samples", ConversationSample),
-    TableSpec("conversation_steps", ("conversation",), "conversation_steps", ConversationStepResult),
-    TableSpec("conversation_tasks", ("conversation",), "conversation_tasks", ConversationTaskResult),
-    TableSpec("decode_depths", ("decode",), "decode_depths", DecodeDepth),
-    TableSpec("trace_tasks", ("trace_replay",), "tasks", TraceTaskResult),
-    TableSpec("profile_walls", ("profile",), "profile_walls", ProfileWall),
-    TableSpec("profile_bands", ("profile",), "profile_bands", BandDepth),
-    TableSpec("profile_band_cycles", ("profile",), "profile_band_cycles", BandCycle, required=False),
-    TableSpec("profile_summary", ("profile",), "profile_summary", ProfileSummary, single=True),
-    TableSpec("profile_predicted", ("profile",), "profile_predicted", BandAt, required=False),
-    TableSpec("replay_exact", ("replay_exact",), "replay_exact", ReplayExactRow),
-    TableSpec("replay_span", ("replay_span",), "replay_span", ReplaySpanRow),
-    TableSpec("replay_cost", ("replay_cost",), "replay_cost", ReplayCostRow),
-    TableSpec("replay_row_work", ("replay_cost",), "replay_row_work", ReplayRowWork),
+    TableSpec("sweep_points", ("sweep",), SWEEP_POINTS),
+    TableSpec("sweep_points", ("arms",), ARMS_POINTS, current=SweepPoint),
+    TableSpec("sweep_samples", ("sweep",), SWEEP_SAMPLES),
+    TableSpec("sweep_samples", ("arms",), ARMS_SAMPLES, current=SweepSample),
+    TableSpec("sweep_samples", ("arms",), ARMS_SERVER_SAMPLES, required=False),
+    TableSpec("prefill_tps", ("sweep", "profile"), PREFILL_TPS, required=False),
+    TableSpec("sweep_fills", ("sweep",), SWEEP_FILLS, required=False),
+    TableSpec("sweep_fills", ("arms",), ARMS_FILLS, required=False),
+    TableSpec("arms_summary", ("sweep", "arms"), ARMS_SUMMARY, required=False),
+    TableSpec("trace_steps", ("trace_replay",), TRACE_STEPS),
+    TableSpec("conversation_samples", ("conversation",), CONVERSATION_SAMPLES),
+    TableSpec("conversation_steps", ("conversation",), CONVERSATION_STEPS),
+    TableSpec("conversation_tasks", ("conversation",), CONVERSATION_TASKS),
+    TableSpec("decode_depths", ("decode",), DECODE_DEPTHS),
+    TableSpec("trace_tasks", ("trace_replay",), TRACE_TASKS),
+    TableSpec("profile_walls", ("profile",), PROFILE_WALLS),
+    TableSpec("profile_bands", ("profile",), PROFILE_BANDS),
+    TableSpec("profile_band_cycles", ("profile",), PROFILE_BAND_CYCLES, required=False),
+    TableSpec("profile_summary", ("profile",), PROFILE_SUMMARY),
+    TableSpec("profile_predicted", ("profile",), PROFILE_PREDICTED, required=False),
+    TableSpec("replay_exact", ("replay_exact",), REPLAY_EXACT),
+    TableSpec("replay_span", ("replay_span",), REPLAY_SPAN),
+    TableSpec("replay_cost", ("replay_cost",), REPLAY_COST),
+    TableSpec("replay_row_work", ("replay_cost",), REPLAY_ROW_WORK),
 )
 SPEC_BY_NAME = {s.name: next(t for t in SPECS if t.name == s.name) for s in SPECS}  # a table's first spec
 

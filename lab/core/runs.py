@@ -31,6 +31,7 @@ from typing import Any, Literal, TypeVar, overload
 from pydantic import BaseModel, Field, ValidationError
 
 from lab.core.errors import LabError, validation_line
+from lab.core.rawtable import RawTable
 
 Status = Literal["running", "incomplete", "complete"]
 Row = TypeVar("Row", bound=BaseModel)
@@ -83,13 +84,13 @@ def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", s).strip("-") or "host"
 
 
-def atomic_write(path: Path, text: str) -> None:
+def atomic_write(path: Path, text: str | bytes) -> None:
     """Write `text` to `path` whole or not at all: a temp name of this writer's own, the file and then its
     directory fsynced (a crash leaves the old file or the new one, never a torn or a lost one)."""
     tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
     try:
-        with tmp.open("w") as fh:
-            fh.write(text)
+        with tmp.open("wb") as fh:
+            fh.write(text.encode() if isinstance(text, str) else text)
             fh.flush()
             os.fsync(fh.fileno())
         os.replace(tmp, path)
@@ -209,13 +210,14 @@ class RunFolder:
 
     # --- raw tables ---------------------------------------------------------------------------------
 
-    def table_path(self, table: str) -> Path:
-        return self.path / "raw" / f"{table}.jsonl"
+    def table_path(self, table: RawTable[Any] | str) -> Path:
+        """A table's file; a bare name is the JSON lines another tool writes (the profiler's dump)."""
+        return self.path / "raw" / (table.file if isinstance(table, RawTable) else f"{table}.jsonl")
 
-    def append(self, table: str, rows: Iterable[BaseModel]) -> None:
+    def append(self, table: RawTable[Row], rows: Iterable[Row]) -> None:
         """Append rows and flush them to disk before returning (a crash after this loses nothing)."""
         self.check_interrupted()
-        lines = "".join(r.model_dump_json() + "\n" for r in rows)
+        lines = "".join(_checked(table, r).model_dump_json() + "\n" for r in rows)
         if not lines:
             return
         with self.table_path(table).open("a") as fh:
@@ -223,52 +225,78 @@ class RunFolder:
             fh.flush()
             os.fsync(fh.fileno())
 
-    @overload
-    def read(self, table: str, schema: type[Row], tolerate_torn_tail: bool = False) -> list[Row]: ...
-    @overload
-    def read(self, table: str, schema: None, tolerate_torn_tail: bool = False) -> list[dict[str, Any]]: ...
-
-    def read(self, table: str, schema: type[Row] | None, tolerate_torn_tail: bool = False) -> list[Any]:
+    def read(self, table: RawTable[Row], tolerate_torn_tail: bool = False) -> list[Row]:
         """Rows of a table, validated. A bad row is an error naming file and line; a torn last line (a
         crash mid-write) is dropped only when asked to (when resuming)."""
         path = self.table_path(table)
         if not path.exists():
             return []
-        return read_jsonl(path, schema, tolerate_torn_tail)
+        if table.single:
+            return [read_document(path, table.schema)]
+        return read_jsonl(path, table.schema, tolerate_torn_tail)
 
-    def rewrite(self, table: str, rows: Iterable[BaseModel | dict[str, Any]]) -> None:
-        atomic_write(self.table_path(table), "".join(_line(r) + "\n" for r in rows))
+    def rewrite(self, table: RawTable[Row], rows: Iterable[Row]) -> None:
+        """The table's rows, replaced whole (atomically); a one-document table takes exactly one row."""
+        rows = [_checked(table, r) for r in rows]
+        if table.single:
+            if len(rows) != 1:
+                raise TypeError(f"{table.file} holds one document, not {len(rows)}")
+            atomic_write(self.table_path(table), rows[0].model_dump_json(indent=2))
+            return
+        atomic_write(self.table_path(table), "".join(r.model_dump_json() + "\n" for r in rows))
 
+    def write_raw(self, name: str, data: str | bytes) -> Path:
+        """A file of what measured (a tool's source, its build record, a copy of the input), written whole."""
+        path = self.path / "raw" / name
+        atomic_write(path, data)
+        return path
+
+    @overload
+    def keep_whole(
+        self,
+        table: RawTable[Row],
+        unit: Callable[[Row], Hashable],
+        whole: Callable[[Hashable, list[Row]], bool] = ...,
+    ) -> dict[Hashable, list[Row]]: ...
+    @overload
     def keep_whole(
         self,
         table: str,
-        schema: type[Row] | None,
+        unit: Callable[[dict[str, Any]], Hashable],
+        whole: Callable[[Hashable, list[dict[str, Any]]], bool] = ...,
+    ) -> dict[Hashable, list[dict[str, Any]]]: ...
+
+    def keep_whole(
+        self,
+        table: RawTable[Any] | str,
         unit: Callable[[Any], Hashable],
         whole: Callable[[Hashable, list[Any]], bool] = lambda _unit, _rows: True,
     ) -> dict[Hashable, list[Any]]:
         """The one resume path: a table's rows (a torn last line dropped), grouped into units of work by `unit`
         (a sweep point, a trace step, a fill pass, a profile cycle); the units `whole` accepts are kept, the
         table is rewritten atomically with only their rows, and they are returned. What an interrupted run
-        wrote of an unfinished unit is gone, so a resumed run neither measures a unit twice nor loses one."""
+        wrote of an unfinished unit is gone, so a resumed run neither measures a unit twice nor loses one. A
+        bare name is another tool's JSON lines, kept as they were written."""
+        path = self.table_path(table)
+        schema = table.schema if isinstance(table, RawTable) else None
         units: dict[Hashable, list[Any]] = {}
-        for r in self.read(table, schema, tolerate_torn_tail=True):
+        for r in read_jsonl(path, schema, tolerate_torn_tail=True) if path.exists() else []:
             units.setdefault(unit(r), []).append(r)
         kept = {k: rows for k, rows in units.items() if whole(k, rows)}
-        self.rewrite(table, [r for rows in kept.values() for r in rows])
+        atomic_write(path, "".join(_line(r) + "\n" for rows in kept.values() for r in rows))
         return kept
 
     def finished_points(
         self,
-        points: str,
-        schema: type[Row],
-        samples: Iterable[tuple[str, type[BaseModel]]],
+        points: RawTable[Row],
+        samples: Iterable[RawTable[Any]],
         key: Callable[[Any], Hashable],
     ) -> dict[Hashable, Row]:
         """Units with a row of their own (a sweep point, a trace step): a unit's samples are appended, then its
         row, so the finished units are those with a row; `samples` tables keep only their rows."""
-        done: dict[Hashable, Row] = {k: rows[-1] for k, rows in self.keep_whole(points, schema, key).items()}
-        for table, sample_schema in samples:
-            self.keep_whole(table, sample_schema, key, lambda k, _rows: k in done)
+        done: dict[Hashable, Row] = {k: rows[-1] for k, rows in self.keep_whole(points, key).items()}
+        for table in samples:
+            self.keep_whole(table, key, lambda k, _rows: k in done)
         return done
 
     # --- interruption -------------------------------------------------------------------------------
@@ -300,6 +328,20 @@ class RunFolder:
         the next write, or the end of the run, stops it."""
         if self.interrupted:
             raise RunInterrupted(self.interrupted)
+
+
+def _checked(table: RawTable[Row], row: Row) -> Row:
+    if not isinstance(row, table.schema):  # a lab bug: a row written to another table than its own
+        raise TypeError(f"{table.file} takes {table.schema.__name__} rows, not {type(row).__name__}")
+    return row
+
+
+def read_document(path: Path, schema: type[Row]) -> Row:
+    """A one-document table (raw/<name>.json), validated; a bad one is an error naming the file."""
+    try:
+        return schema.model_validate_json(path.read_text())
+    except ValidationError as e:
+        raise RunError(f"{path}:1: bad {schema.__name__}: {validation_line(e)}") from e
 
 
 def _line(row: BaseModel | dict[str, Any]) -> str:

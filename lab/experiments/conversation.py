@@ -33,7 +33,7 @@ from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, load_conversation
 from lab.conversation.today import sample_base, today_step, users_server
 from lab.conversation.window import WindowCache
-from lab.core.runs import RunFolder, atomic_write
+from lab.core.runs import RunFolder
 from lab.core.schemas import (
     ConversationArm,
     ConversationSample,
@@ -42,6 +42,7 @@ from lab.core.schemas import (
     ConversationTaskResult,
     Interval,
 )
+from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import Settings
 from lab.core.stats import median_interval, rotated
 from lab.engine.contract import ContractClient, Step
@@ -51,7 +52,6 @@ from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.gguf_io import read_gguf_metadata
 
-SAMPLES, STEPS, TASKS = "conversation_samples", "conversation_steps", "conversation_tasks"
 ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")
 Order = Literal["holds", "violated", "-"]
 
@@ -95,10 +95,10 @@ class ConversationReplay(Experiment):
         assert self.trace is not None
         if not sess.resumed:  # the run's own copy, its images inlined: a resume needs nothing else
             steps = [s for task in self.raw.values() for s in task]
-            atomic_write(run.path / "raw" / "conversation.jsonl", "".join(s.model_dump_json() + "\n" for s in steps))
+            run.write_raw("conversation.jsonl", "".join(s.model_dump_json() + "\n" for s in steps))
         n_steps = sum(len(v) for v in self.tasks.values())
         whole = len(ARMS) * n_steps
-        done = run.keep_whole(SAMPLES, ConversationSample, lambda r: r.rep, lambda _r, rows: len(rows) == whole)
+        done = run.keep_whole(CONVERSATION_SAMPLES, lambda r: r.rep, lambda _r, rows: len(rows) == whole)
         samples = [r for rows in done.values() for r in rows]
         todo = [r for r in range(self.reps) if r not in done]
         if todo:
@@ -115,11 +115,11 @@ class ConversationReplay(Experiment):
                             with self._today(sess) as today:
                                 self.memory = today_memory(today)
                                 rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
-                    run.append(SAMPLES, rows)
+                    run.append(CONVERSATION_SAMPLES, rows)
                     samples += rows
         self.steps, self.totals = summarize(self.tasks, samples, self.window)
-        run.rewrite(STEPS, self.steps)
-        run.rewrite(TASKS, self.totals)
+        run.rewrite(CONVERSATION_STEPS, self.steps)
+        run.rewrite(CONVERSATION_TASKS, self.totals)
         return Outcome(results={"today_server": self.memory} if self.memory else {})
 
     def _today(self, sess: OpenRun) -> LlamaServer:

@@ -21,6 +21,7 @@ from rich.console import Console
 from lab.core.errors import UsageError
 from lab.core.runs import RunFolder
 from lab.core.schemas import DecodeDepth
+from lab.core.schemas.raw import DECODE_DEPTHS
 from lab.core.settings import Settings
 from lab.core.stats import median_interval, rotated, unpaired_ratio, verdict
 from lab.core.target import Target
@@ -35,8 +36,6 @@ from lab.engine.contract import (
 )
 from lab.experiments.prefill_tps import LlamaBench, measure_decode_tps
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
-
-DEPTHS = "decode_depths"
 
 
 def check_depths(depths: list[int], new: int, n_out: int, ctx_size: int) -> None:
@@ -151,7 +150,7 @@ class DecodeCheck(Experiment):
         self.rows = [
             summarize_depth(steps[d], self.n_out, server[d], bench_samples[d], self.tolerance) for d in self.depths
         ]
-        sess.run.rewrite(DEPTHS, self.rows)
+        sess.run.rewrite(DECODE_DEPTHS, self.rows)
         failures = [f"depth {r.depth}: {why}" for r in self.rows for why in r.failed]
         return Outcome(failure="; ".join(failures))
 

@@ -15,9 +15,10 @@ from lab.catalog.newest import newest_run
 from lab.core.errors import UsageError
 from lab.core.runs import RunError, RunFolder, resolve_run
 from lab.core.schemas import Components, InprocFill, SweepPoint
+from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_SUMMARY, SWEEP_POINTS
 from lab.core.settings import Settings
 from lab.engine.imagegrid import ImageGeometry
-from lab.experiments.profile_rates import BAND_CYCLES, plan_rates
+from lab.experiments.profile_rates import plan_rates
 from lab.measure.plan import (
     DEFAULT_SPREAD,
     Plan,
@@ -133,7 +134,7 @@ def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str) -> tuple[l
     comes from (that run, or the lab's default when there is none, or none with the spread recorded)."""
     found = newest_run(runs_dir, "sweep", model_sha256, host)
     if found is not None:
-        points = [p for p in RunFolder.open(found).read("points", SweepPoint) if p.components]
+        points = [p for p in RunFolder.open(found).read(SWEEP_POINTS) if p.components]
         if points:
             return points, f"the spread of {found.name}"
     return [], "the lab's default spread (docs/repetition.md)"
@@ -158,11 +159,10 @@ def resolve_rates(settings: Settings) -> Rates:
         run = resolve_run(ref, settings.runs_dir)
     except RunError as e:
         raise UsageError(f"--rates {ref}: neither a rates file nor a run ({e})") from e
-    raw = run.path / "raw"
-    summary, bands = raw / "profile_summary.json", raw / "profile_bands.jsonl"
+    summary, bands = run.table_path(PROFILE_SUMMARY), run.table_path(PROFILE_BANDS)
     if run.manifest().experiment != "profile" or not summary.exists() or not bands.exists():
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
-    if not (raw / f"{BAND_CYCLES}.jsonl").exists():
+    if not run.table_path(PROFILE_BAND_CYCLES).exists():
         return _profile_rates(summary, bands, run.path.name)
     from lab.models.resolve import resolve_model
 

@@ -9,7 +9,6 @@ the TIMED-sum vs FUSED-wall gap per depth.
 
 from __future__ import annotations
 
-import shutil
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -18,6 +17,7 @@ from rich.console import Console
 
 from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import BandDepth, ProfileSummary, ProfileWall
+from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_PREDICTED, PROFILE_SUMMARY, PROFILE_WALLS
 from lab.core.settings import Settings
 from lab.experiments.efficiency import annotate, probe_shape
 from lab.experiments.profile_bench import (
@@ -44,7 +44,6 @@ from lab.experiments.profile_dump import (
     run_instrument,
     write_parquet,
 )
-from lab.experiments.profile_rates import BAND_CYCLES
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.measure.cleanroom import CleanRoom, hold
@@ -53,7 +52,6 @@ from lab.measure.peaks import Peaks, measure_peaks
 from lab.measure.timemodel import TimePrediction
 from lab.models.hparams import HparamsError, model_hparams
 
-WALLS, BANDS_TABLE, PREDICTED = "profile_walls", "profile_bands", "profile_predicted"
 NODES_PARQUET = "profile_nodes.parquet"
 
 
@@ -118,8 +116,8 @@ class Profile(Experiment):
         assert inst is not None
         p = settings.profile
         for src in (SOURCE, *HEADERS):  # what measured: the instrument's source (with the shared header) and build
-            shutil.copyfile(src, run.path / "raw" / src.name)
-        (run.path / "raw" / "instrument.json").write_text(inst.model_dump_json(indent=2))
+            run.write_raw(src.name, src.read_bytes())
+        run.write_raw("instrument.json", inst.model_dump_json(indent=2))
         dump = run.table_path(DUMP)
         merge_part(dump, dump.with_suffix(".part.jsonl"))  # left by a hard-killed run
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
@@ -221,15 +219,15 @@ class Profile(Experiment):
             self.prediction = add_time_model(
                 summary, cycle_rows, self.cost, run.path.name, sess.model.name, p.predict_depths
             )
-            run.rewrite(PREDICTED, self.prediction.at if self.prediction else [])
+            run.rewrite(PROFILE_PREDICTED, self.prediction.at if self.prediction else [])
         else:
             summary.cost_model = self.no_cost
         summary.dump_json_bytes = dump.stat().st_size
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
-        run.rewrite(WALLS, walls)
-        run.rewrite(BANDS_TABLE, rows)
-        run.rewrite(BAND_CYCLES, cycle_rows)
-        (run.path / "raw" / "profile_summary.json").write_text(summary.model_dump_json(indent=2))
+        run.rewrite(PROFILE_WALLS, walls)
+        run.rewrite(PROFILE_BANDS, rows)
+        run.rewrite(PROFILE_BAND_CYCLES, cycle_rows)
+        run.rewrite(PROFILE_SUMMARY, [summary])
         dump.unlink()  # the Parquet file and the walls table hold the same content
         self.rows, self.summary = rows, summary
 

@@ -14,12 +14,11 @@ from collections import Counter, defaultdict
 
 from lab.core.runs import RunFolder
 from lab.core.schemas import PrefillTps, ProfileSummary, ProfileWall
+from lab.core.schemas.raw import PREFILL_TPS
 from lab.core.settings import ProfileSettings
 from lab.core.stats import unpaired_ratio, verdict
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
-
-BENCH = "prefill_tps"
 
 
 def bench_process(sess: OpenRun, p: ProfileSettings, threads: int, depths: list[int], reps: int, process: int) -> None:
@@ -29,7 +28,7 @@ def bench_process(sess: OpenRun, p: ProfileSettings, threads: int, depths: list[
         sess.engine, sess.model, [p.chunk], depths, reps, threads, "auto", cpu_list=sess.settings.server.cpu_list
     )
     rows = measure_prefill_tps(sess.target, call, sess.run.path / "logs" / "llama-bench.log")
-    sess.run.append(BENCH, [r.model_copy(update={"process": process}) for r in rows])
+    sess.run.append(PREFILL_TPS, [r.model_copy(update={"process": process}) for r in rows])
 
 
 def processes_without_bench(run: RunFolder, cycles_done: int, per_process: int) -> dict[int, int]:
@@ -40,7 +39,7 @@ def processes_without_bench(run: RunFolder, cycles_done: int, per_process: int) 
 
 
 def read_bench(run: RunFolder) -> list[PrefillTps]:
-    return run.read(BENCH, PrefillTps) if run.table_path(BENCH).exists() else []
+    return run.read(PREFILL_TPS)
 
 
 def decide_references(

@@ -71,7 +71,9 @@ def write_parquet(nodes: list[dict[str, Any]], path: Path) -> None:
         for j in range(4):
             cols[f"ne{j}"].append(r["ne"][j])
     table = pa.Table.from_pydict(cols, schema=node_table_schema())
-    pq.write_table(table, path, compression="zstd", compression_level=9)
+    tmp = path.with_name(f".{path.name}.tmp")  # written whole or not at all, as every raw file
+    pq.write_table(table, tmp, compression="zstd", compression_level=9)
+    tmp.replace(path)
 
 
 def merge_part(dump: Path, part: Path) -> None:
@@ -98,7 +100,7 @@ def keep_complete_cycles(run: RunFolder, n_depths: int) -> int:
 
     if not run.table_path(DUMP).exists():
         return 0
-    return sum(c is not None for c in run.keep_whole(DUMP, None, lambda r: r.get("cycle"), whole))
+    return sum(c is not None for c in run.keep_whole(DUMP, lambda r: r.get("cycle"), whole))
 
 
 def run_instrument(cmd: list[str], log_path: Path, console: Console, n_steps: int, done_steps: int) -> None:

@@ -10,13 +10,11 @@ from pathlib import Path
 
 from lab.core.errors import UsageError
 from lab.core.runs import RunError, RunFolder, resolve_run
-from lab.core.schemas import BandCycle
+from lab.core.schemas.raw import PROFILE_BAND_CYCLES
 from lab.measure.costmodel import CostModel, cost_record, model_cost
 from lab.measure.plan import Rates
 from lab.measure.timemodel import TimeFit, TimePrediction, fit, predict
 from lab.models.hparams import HparamsError
-
-BAND_CYCLES = "profile_band_cycles"
 
 
 def profile_fit(ref: str | RunFolder, runs_dir: Path, max_depth: int | None = None) -> tuple[TimeFit, str]:
@@ -32,7 +30,7 @@ def profile_fit(ref: str | RunFolder, runs_dir: Path, max_depth: int | None = No
     m = run.manifest()
     if m.experiment != "profile" or not run.ready:
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
-    rows = run.read(BAND_CYCLES, BandCycle)
+    rows = run.read(PROFILE_BAND_CYCLES)
     chunk = int(m.params["profile"]["chunk"])
     model = Path(str(m.model.get("path", "")))
     if not model.is_file():

@@ -13,19 +13,19 @@ from pydantic import BaseModel
 from rich.console import Console
 
 from lab.core.errors import UsageError
+from lab.core.rawtable import RawTable
 from lab.core.runs import RunFolder
 from lab.core.schemas import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.schemas.raw import REPLAY_COST, REPLAY_EXACT, REPLAY_ROW_WORK, REPLAY_SPAN
 from lab.core.settings import ReplaySettings, Settings
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, run_experiment
 from lab.replay import cost, span, tables, toy
-
-EXACT, SPAN, COST, ROW_WORK = "replay_exact", "replay_span", "replay_cost", "replay_row_work"
 
 
 @dataclass
 class LabResult:
     text: str  # what the command prints (the tables)
-    tables: dict[str, list[BaseModel]]  # JSON rows per table
+    tables: dict[RawTable[Any], list[Any]]  # rows per table
     summary: dict[str, Any]
     ok: bool = True  # False: a check failed (the run is still written, marked failed)
 
@@ -61,7 +61,7 @@ def exact_lab(p: ReplaySettings) -> LabResult:
         f"then one decode step with input {x}"
     )
     text = "\n".join([head, "", tables.exact_table(comps), "", *(tables.first_diff_line(c) for c in comps)])
-    return LabResult(text, {EXACT: rows}, {"exact": {c.kv_source: c.exact for c in comps}})
+    return LabResult(text, {REPLAY_EXACT: rows}, {"exact": {c.kv_source: c.exact for c in comps}})
 
 
 def span_lab(p: ReplaySettings) -> LabResult:
@@ -74,7 +74,7 @@ def span_lab(p: ReplaySettings) -> LabResult:
     total = sum(v.cases for v in verdicts)
     all_ok = all(v.ok for v in verdicts)
     summary = {"cases": total, "all_ok": all_ok}
-    return LabResult(f"{head}\n\n{tables.span_table(verdicts)}", {SPAN: rows}, summary, ok=all_ok)
+    return LabResult(f"{head}\n\n{tables.span_table(verdicts)}", {REPLAY_SPAN: rows}, summary, ok=all_ok)
 
 
 def cost_lab(p: ReplaySettings) -> LabResult:
@@ -124,7 +124,7 @@ def cost_lab(p: ReplaySettings) -> LabResult:
             "one_chunk": one,
         },
     }
-    return LabResult(text, {COST: rows, ROW_WORK: rw_rows}, summary, ok=not check.mismatches)
+    return LabResult(text, {REPLAY_COST: rows, REPLAY_ROW_WORK: rw_rows}, summary, ok=not check.mismatches)
 
 
 LABS: dict[str, Callable[[ReplaySettings], LabResult]] = {"exact": exact_lab, "span": span_lab, "cost": cost_lab}
@@ -153,10 +153,10 @@ class ReplayLab(Experiment):
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         result = self.result
         assert result is not None
-        for name, rows in result.tables.items():
-            sess.run.rewrite(name, rows)
-        (sess.run.path / "raw" / "tables.txt").write_text(result.text + "\n")
-        (sess.run.path / "raw" / "summary.json").write_text(json.dumps(result.summary, indent=2) + "\n")
+        for table, rows in result.tables.items():
+            sess.run.rewrite(table, rows)
+        sess.run.write_raw("tables.txt", result.text + "\n")
+        sess.run.write_raw("summary.json", json.dumps(result.summary, indent=2) + "\n")
         return Outcome(failure="" if result.ok else "a replay check failed; see raw/tables.txt")
 
 
@@ -173,5 +173,5 @@ def lab_output(run: RunFolder, result: LabResult, as_json: bool) -> str:
     folder under 'run', whether every check held, the summary and the rows of each table."""
     if not as_json:
         return f"{result.text}\n{run.path}"
-    tables = {k: [r.model_dump(mode="json") for r in rows] for k, rows in result.tables.items()}
+    tables = {k.name: [r.model_dump(mode="json") for r in rows] for k, rows in result.tables.items()}
     return json.dumps({"run": str(run.path), "ok": result.ok, "summary": result.summary, **tables}, indent=2)

@@ -21,7 +21,6 @@ duplicated or lost round.
 from __future__ import annotations
 
 import contextlib
-import shutil
 import time
 from collections.abc import Hashable
 from dataclasses import dataclass
@@ -33,7 +32,8 @@ from rich.progress import Progress
 
 from lab.core.errors import UsageError
 from lab.core.runs import RunFolder
-from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, SweepSample, Where
+from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, Where
+from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_FILLS, SWEEP_SAMPLES
 from lab.core.settings import Settings, SweepSettings
 from lab.engine.contract import ContractClient
 from lab.engine.imagegrid import ImageGeometry
@@ -44,7 +44,7 @@ from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_resu
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep_inproc import InprocPlace
-from lab.experiments.sweep_rounds import SAMPLES, Ledger, Place, done_points
+from lab.experiments.sweep_rounds import Ledger, Place, done_points
 from lab.experiments.sweep_server import (
     Estimate,
     ServerPlace,
@@ -60,8 +60,6 @@ from lab.measure.plan import Plan
 from lab.models.gguf_io import read_gguf_metadata
 from lab.models.memshape import MemoryShape, memory_shape
 from lab.models.resolve import resolve_projector
-
-FILLS, SUMMARY = "fills", "arms_summary"
 
 
 def all_failed(points: list[SweepPoint]) -> str:
@@ -148,7 +146,7 @@ class Sweep(Experiment):
         started = time.monotonic()
         done, kept = done_points(run)
         news = self.driver_news(settings)
-        fills = complete_fills(run, FILLS, settings, news)
+        fills = complete_fills(run, SWEEP_FILLS, settings, news)
         book = Ledger(sw, run, kept, fills)
         todo = self.todo(sw, done)
         if todo:
@@ -185,10 +183,10 @@ class Sweep(Experiment):
                         self.revised = revise_plan(settings, self.plan, now, sw.processes, progress.console)
         self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
         if "inproc" in places_of(sw):
-            inproc_samples = [s for s in run.read(SAMPLES, SweepSample) if s.where == "inproc"]
+            inproc_samples = [s for s in run.read(SWEEP_SAMPLES) if s.where == "inproc"]
             inproc_points = [p for p in self.points if p.where == "inproc"]
             self.summary = sweep_inproc.restore_summary(inproc_points, inproc_samples, fills, self.shape)
-            (run.path / "raw" / f"{SUMMARY}.json").write_text(self.summary.model_dump_json(indent=2))
+            run.rewrite(ARMS_SUMMARY, [self.summary])
         self.took_s = time.monotonic() - started
         results = plan_results(self.plan, self.took_s, self.revised)
         if book.starts:
@@ -251,8 +249,8 @@ class Sweep(Experiment):
         run, logs, sw = sess.run, sess.run.path / "logs", sess.settings.sweep
         if not (run.path / "raw" / "inproc_driver.json").exists():
             for src in (SOURCE, *HEADERS):  # what measured: the driver's source (with the shared header) and build
-                shutil.copyfile(src, run.path / "raw" / src.name)
-            (run.path / "raw" / "inproc_driver.json").write_text(self.driver.model_dump_json(indent=2))
+                run.write_raw(src.name, src.read_bytes())
+            run.write_raw("inproc_driver.json", self.driver.model_dump_json(indent=2))
         file = logs / "inproc_tokens.txt"
         file.write_text(" ".join(map(str, tokens)) + "\n")
         fake = sw.where != "server"
@@ -262,7 +260,7 @@ class Sweep(Experiment):
         have_states = any(states_dir.glob("*.state"))
         if needs_fill(fills, states_dir, sw):
             task = progress.add_task("fill pass", total=None)
-            run_fill(driver, run, FILLS, fills, process)
+            run_fill(driver, run, SWEEP_FILLS, fills, process)
             progress.update(task, total=1, completed=1, visible=False)
             if not have_states:
                 driver.call(f"save {states_dir}")

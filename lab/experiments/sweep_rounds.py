@@ -22,20 +22,19 @@ import math
 import statistics
 from collections.abc import Hashable
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 from pydantic import BaseModel
 from rich.progress import Progress, TaskID
 
 from lab.core.runs import RunFolder
 from lab.core.schemas import InprocFill, Interval, PrefillTps, SweepPoint, SweepRound, SweepSample, Where
+from lab.core.schemas.raw import PREFILL_TPS, SWEEP_POINTS, SWEEP_ROUNDS, SWEEP_SAMPLES
 from lab.core.settings import SweepSettings
 from lab.core.stats import median_interval, rotated
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import RepOut, decided
 from lab.measure.plan import reps_in_further_process
-
-SAMPLES, POINTS, TPS, ROUNDS = "samples", "points", "prefill_tps", "rounds"
 
 
 class Place(Protocol):
@@ -70,17 +69,15 @@ class Kept:
 def done_points(run: RunFolder) -> tuple[dict[Hashable, SweepPoint], Kept]:
     """The finished points, and the rows kept for a resume (the one resume path, lab.core.runs.keep_whole: what an
     unfinished round wrote is dropped, so no rep is measured twice or lost)."""
-    done: dict[Hashable, SweepPoint] = {
-        k: rows[-1] for k, rows in run.keep_whole(POINTS, SweepPoint, point_key).items()
-    }
-    rounds = run.keep_whole(ROUNDS, SweepRound, unit_key)
+    done: dict[Hashable, SweepPoint] = {k: rows[-1] for k, rows in run.keep_whole(SWEEP_POINTS, point_key).items()}
+    rounds = run.keep_whole(SWEEP_ROUNDS, unit_key)
 
-    def keep(k: Hashable, _rows: list[BaseModel]) -> bool:
+    def keep(k: Hashable, _rows: list[Any]) -> bool:
         assert isinstance(k, tuple)
         return k[:2] in done or k in rounds
 
-    samples = run.keep_whole(SAMPLES, SweepSample, unit_key, keep)
-    tps = run.keep_whole(TPS, PrefillTps, unit_key, keep)
+    samples = run.keep_whole(SWEEP_SAMPLES, unit_key, keep)
+    tps = run.keep_whole(PREFILL_TPS, unit_key, keep)
     return done, Kept(
         rounds=[r for rows in rounds.values() for r in rows],
         samples=[r for rows in samples.values() for r in rows],
@@ -167,9 +164,9 @@ class Ledger:
                     break
         checks = [c for c in self.checks.get(p.id, []) if c.process == process] if where == "server" else []
         row = SweepRound(where=where, point=p.id, process=process, reps=len(walls), wall_s=walls, baseline=baseline)
-        self.run.append(SAMPLES, new_samples)
-        self.run.append(TPS, new_tps + checks)
-        self.run.append(ROUNDS, [row])
+        self.run.append(SWEEP_SAMPLES, new_samples)
+        self.run.append(PREFILL_TPS, new_tps + checks)
+        self.run.append(SWEEP_ROUNDS, [row])
         samples += new_samples
         tps += new_tps
         rounds.append(row)
@@ -179,7 +176,7 @@ class Ledger:
         if n_reps < sw.max_reps and not (len({r.process for r in rounds}) >= sw.processes and decided(point, sw)):
             return None
         point.rep_s = rep_seconds(rounds, f"{where}/{p.id}/rep_s" if where == "inproc" else f"{p.id}/rep_s")
-        self.run.append(POINTS, [point])
+        self.run.append(SWEEP_POINTS, [point])
         return point
 
     def extra_reps(self, key: tuple[Where, str], rounds: list[SweepRound]) -> int:

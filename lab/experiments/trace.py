@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import json
 import random
-import shutil
 from pathlib import Path
 from typing import Any
 
@@ -20,6 +19,7 @@ from lab.conversation.synth import AGENT_WORDS, SCREEN_SIZES
 from lab.core.errors import LabError, validation_line
 from lab.core.runs import RunFolder, utc_now
 from lab.core.schemas import TraceStep, TraceStepResult, TraceTaskResult
+from lab.core.schemas.raw import TRACE_STEPS, TRACE_TASKS
 from lab.core.settings import Settings
 from lab.core.stats import median_interval
 from lab.engine.contract import ContractClient, Step, filler_tokens, text_step
@@ -29,8 +29,6 @@ from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.resolve import resolve_projector
-
-STEPS, TASKS = "steps", "tasks"
 
 
 class TraceError(LabError):
@@ -273,9 +271,9 @@ class TraceReplay(Experiment):
         run = sess.run
         assert self.trace is not None and self.shots_dir is not None
         if not sess.resumed:
-            shutil.copyfile(self.trace, run.path / "raw" / "trace.jsonl")
+            run.write_raw("trace.jsonl", self.trace.read_bytes())
         shots_dir = self.shots_dir
-        done = run.finished_points(STEPS, TraceStepResult, [], lambda r: (r.task_id, r.step))
+        done = run.finished_points(TRACE_STEPS, [], lambda r: (r.task_id, r.step))
         todo = [s for s in self.steps if (s.task_id, s.step) not in done]
         if todo:  # OpenRun.server puts the user's server.extra_args first
             extra = mmproj_args(self.projector)
@@ -287,12 +285,12 @@ class TraceReplay(Experiment):
                 for s in todo:
                     progress.update(task, description=f"{s.task_id} step {s.step}")
                     r = replay_step(client, s, shots_dir, n_vocab, self.geometry, self.reps)
-                    run.append(STEPS, [r])
+                    run.append(TRACE_STEPS, [r])
                     done[(s.task_id, s.step)] = r
                     progress.advance(task)
         self.results = [done[(s.task_id, s.step)] for s in self.steps]
         self.tasks = task_results(self.results)
-        run.rewrite(TASKS, self.tasks)
+        run.rewrite(TRACE_TASKS, self.tasks)
         return Outcome()
 
     def tables(self) -> dict[str, Any]:

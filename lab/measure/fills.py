@@ -6,6 +6,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import TYPE_CHECKING, Any, NamedTuple
 
+from lab.core.rawtable import RawTable
 from lab.core.runs import RunFolder
 from lab.core.schemas import InprocFill
 
@@ -39,10 +40,12 @@ def fill_values(fills: Iterable[InprocFill], L: int, new: int) -> FillValues:
     return out
 
 
-def complete_fills(run: RunFolder, table: str, settings: Settings, news: list[int]) -> list[InprocFill]:
+def complete_fills(
+    run: RunFolder, table: RawTable[InprocFill], settings: Settings, news: list[int]
+) -> list[InprocFill]:
     """The fill passes a run holds, whole ones only (a pass is appended at once; a torn one is dropped)."""
     need = len(settings.sweep.Ls) * (1 + len(news))
-    passes = run.keep_whole(table, InprocFill, lambda f: f.fill_pass, lambda _n, rows: len(rows) == need)
+    passes = run.keep_whole(table, lambda f: f.fill_pass, lambda _n, rows: len(rows) == need)
     return [f for rows in passes.values() for f in rows]
 
 
@@ -63,7 +66,9 @@ def fills_of(rows: list[dict[str, Any]]) -> list[InprocFill]:
     ]
 
 
-def run_fill(driver: DriverSession, run: RunFolder, table: str, fills: list[InprocFill], process: int) -> None:
+def run_fill(
+    driver: DriverSession, run: RunFolder, table: RawTable[InprocFill], fills: list[InprocFill], process: int
+) -> None:
     """One more cumulative fill pass in this driver process (its depth-L states, and a baseline sample), appended
     whole; `fills` grows in place."""
     n = max((f.fill_pass for f in fills), default=-1) + 1

@@ -1,0 +1,68 @@
+"""Every table a run folder holds, declared once: its file under raw/ and its row schema. The experiments write
+through these (lab.core.runs.RunFolder checks each row against the schema), and the catalog reads them."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lab.core.rawtable import RawTable
+from lab.core.schemas.decode import DecodeDepth
+from lab.core.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
+from lab.core.schemas.trace import (
+    ConversationSample,
+    ConversationStepResult,
+    ConversationTaskResult,
+    TraceStepResult,
+    TraceTaskResult,
+)
+
+SWEEP_SAMPLES = RawTable("samples", SweepSample)
+SWEEP_POINTS = RawTable("points", SweepPoint)
+SWEEP_ROUNDS = RawTable("rounds", SweepRound)
+SWEEP_FILLS = RawTable("fills", InprocFill)
+PREFILL_TPS = RawTable("prefill_tps", PrefillTps)  # a sweep's estimate samples, a profile's llama-bench calls
+ARMS_SUMMARY = RawTable("arms_summary", ArmsSummary, single=True)
+TRACE_STEPS = RawTable("steps", TraceStepResult)
+TRACE_TASKS = RawTable("tasks", TraceTaskResult)
+CONVERSATION_SAMPLES = RawTable("conversation_samples", ConversationSample)
+CONVERSATION_STEPS = RawTable("conversation_steps", ConversationStepResult)
+CONVERSATION_TASKS = RawTable("conversation_tasks", ConversationTaskResult)
+DECODE_DEPTHS = RawTable("decode_depths", DecodeDepth)
+PROFILE_WALLS = RawTable("profile_walls", ProfileWall)
+PROFILE_BANDS = RawTable("profile_bands", BandDepth)
+PROFILE_BAND_CYCLES = RawTable("profile_band_cycles", BandCycle)
+PROFILE_PREDICTED = RawTable("profile_predicted", BandAt)
+PROFILE_SUMMARY = RawTable("profile_summary", ProfileSummary, single=True)
+REPLAY_EXACT = RawTable("replay_exact", ReplayExactRow)
+REPLAY_SPAN = RawTable("replay_span", ReplaySpanRow)
+REPLAY_COST = RawTable("replay_cost", ReplayCostRow)
+REPLAY_ROW_WORK = RawTable("replay_row_work", ReplayRowWork)
+
+RAW_TABLES: dict[str, RawTable[Any]] = {
+    t.name: t
+    for t in (
+        SWEEP_SAMPLES,
+        SWEEP_POINTS,
+        SWEEP_ROUNDS,
+        SWEEP_FILLS,
+        PREFILL_TPS,
+        ARMS_SUMMARY,
+        TRACE_STEPS,
+        TRACE_TASKS,
+        CONVERSATION_SAMPLES,
+        CONVERSATION_STEPS,
+        CONVERSATION_TASKS,
+        DECODE_DEPTHS,
+        PROFILE_WALLS,
+        PROFILE_BANDS,
+        PROFILE_BAND_CYCLES,
+        PROFILE_PREDICTED,
+        PROFILE_SUMMARY,
+        REPLAY_EXACT,
+        REPLAY_SPAN,
+        REPLAY_COST,
+        REPLAY_ROW_WORK,
+    )
+}
