@@ -150,3 +150,13 @@ def test_resume_of_a_run_whose_params_no_longer_validate_is_one_clear_error(tmp_
     run.fail("interrupted")
     with pytest.raises(RunError, match="recorded params do not fit"):
         run_experiment(Sweep(), load_settings(runs_dir=tmp_path), resume=run)
+
+
+def test_a_row_of_another_schema_is_refused_and_nothing_is_written(tmp_path: Path) -> None:
+    from lab.core.schemas import SweepRound
+    from lab.core.schemas.raw import SWEEP_ROUNDS
+
+    run = RunFolder.create(tmp_path, "sweep", "h", {})
+    with pytest.raises(TypeError, match=r"rounds\.jsonl takes SweepRound rows, not PrefillTps"):
+        run.append(SWEEP_ROUNDS, [SweepRound(point="p", process=0, reps=1), tps(0)])  # type: ignore[list-item]
+    assert not run.table_path(SWEEP_ROUNDS).exists()

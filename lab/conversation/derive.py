@@ -26,7 +26,7 @@ from lab.core.settings import Settings
 from lab.engine.build import EngineInfo, build_engine
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.png import png_size
-from lab.engine.server import LlamaServer, mmproj_args
+from lab.engine.server import LlamaServer, adhoc_server, mmproj_args
 from lab.models.resolve import resolve_model, resolve_projector
 
 Unit = int | tuple[str, int]  # a token id, or (an image's digest, the cells it takes)
@@ -203,20 +203,31 @@ def has_images(tasks: dict[str, list[ConversationStep]]) -> bool:
     return any(True for steps in tasks.values() for s in steps for m in s.request["messages"] for _ in images(m))
 
 
+@dataclass
+class Derived:
+    """A conversation's steps as tokens, the vision projector they need (None: no screenshot), and the log of
+    the server that derived them."""
+
+    tasks: dict[str, list[StepTokens]]
+    projector: Path | None
+    log: Path
+
+
 def derive_tasks(
-    settings: Settings, engine: EngineInfo, model: Path, tasks: dict[str, list[ConversationStep]], trace: str, log: Path
-) -> tuple[dict[str, list[StepTokens]], Path | None]:
+    settings: Settings, engine: EngineInfo, model: Path, tasks: dict[str, list[ConversationStep]], trace: str
+) -> Derived:
     """Every step's tokens through a lab server of the model (with the settings' vision projector when a step has
-    a screenshot: it is returned too). The server only templates and tokenizes."""
+    a screenshot). The server only templates and tokenizes."""
     projector = resolve_projector(settings) if has_images(tasks) else None
-    with LlamaServer(engine, model, settings.server, log, extra_args=mmproj_args(projector)) as srv:
+    extra = mmproj_args(projector)
+    with adhoc_server(engine, model, settings.server, settings.cache_dir, "trace-derive", extra) as srv:
         t = Templater(srv, projector)
-        return {k: derive_task(t, v, settings.server.ctx_size, trace) for k, v in tasks.items()}, projector
+        derived = {k: derive_task(t, v, settings.server.ctx_size, trace) for k, v in tasks.items()}
+        return Derived(derived, projector, srv.log_path)
 
 
 def derive_conversation(settings: Settings, path: Path) -> dict[str, list[StepTokens]]:
     """`lab trace derive`: a conversation trace loaded and derived (see derive_tasks)."""
     tasks = load_conversation(path)
     engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
-    log = settings.cache_dir / "logs" / "trace-derive.log"
-    return derive_tasks(settings, engine, resolve_model(settings), tasks, str(path), log)[0]
+    return derive_tasks(settings, engine, resolve_model(settings), tasks, str(path)).tasks

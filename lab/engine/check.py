@@ -2,8 +2,6 @@
 
 from __future__ import annotations
 
-import time
-
 from rich.console import Console
 from rich.table import Table
 
@@ -12,7 +10,7 @@ from lab.core.errors import UsageError
 from lab.core.settings import Settings
 from lab.engine.build import build_engine
 from lab.engine.contract import ContractClient, filler_tokens, text_step
-from lab.engine.server import LlamaServer
+from lab.engine.server import adhoc_server
 from lab.models.resolve import resolve_model
 
 
@@ -24,8 +22,8 @@ def run_check(settings: Settings, L: int, new: int, console: Console | None = No
         raise UsageError(f"--L {L} + --new {new} do not fit server.ctx_size {settings.server.ctx_size}")
     engine = build_engine(settings.engine, settings.cache_dir, quiet=True)
     model = resolve_model(settings)
-    log = settings.cache_dir / "logs" / f"check-{time.strftime('%Y%m%dT%H%M%S')}.log"
-    with LlamaServer(engine, model, settings.server, log) as srv:
+    with adhoc_server(engine, model, settings.server, settings.cache_dir, "check") as srv:
+        log = srv.log_path
         n_vocab = srv.n_vocab()
         step = text_step(filler_tokens(L, seed=1, n_vocab=n_vocab), filler_tokens(new, seed=2, n_vocab=n_vocab))
         client = ContractClient(srv)

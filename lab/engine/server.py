@@ -374,3 +374,18 @@ class LogTail:
         enc = [int(m) for m in self.ENCODED.findall(text)]
         dec = [int(m) for m in self.DECODED.findall(text)]
         return (float(sum(enc)) if enc else None), (float(sum(dec)) if dec else None)
+
+
+def adhoc_server(
+    engine: EngineInfo,
+    model: Path,
+    settings: ServerSettings,
+    cache_dir: Path,
+    what: str,
+    extra_args: list[str] | None = None,
+) -> LlamaServer:
+    """A server that serves no run (an engine check, a plan's calibration, a trace's derivation before its run
+    exists): its log in the cache's logs/, named by what it is for, when and by whom, so no two share a log. A run's
+    own servers are OpenRun.server's, logging into the run folder."""
+    log = cache_dir / "logs" / f"{what}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
+    return LlamaServer(engine, model, settings, log, extra_args)

@@ -22,6 +22,7 @@ Lifecycle (the protocol's, lab.experiments.protocol):
 
 from __future__ import annotations
 
+import shutil
 from collections import defaultdict
 from pathlib import Path
 from typing import Any, Literal
@@ -70,6 +71,7 @@ class ConversationReplay(Experiment):
         self.totals: list[ConversationTaskResult] = []
         self.window: WindowCache | None = None  # today's server's window cache (sliding-window models)
         self.memory: dict[str, Any] = {}  # what today's server's caches hold, from its log
+        self.derive_log: Path | None = None  # the server that derived the steps, before the run folder existed
 
     def own_params(self, settings: Settings) -> dict[str, Any]:
         assert self.trace is not None
@@ -84,8 +86,8 @@ class ConversationReplay(Experiment):
             raise ConversationError(f"{self.trace}: no such conversation trace" if self.trace else "give a trace")
         assert parts.engine is not None and parts.model is not None
         self.raw = load_conversation(self.trace)
-        log = settings.cache_dir / "logs" / "conversation-derive.log"
-        self.tasks, self.projector = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace), log)
+        derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
+        self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
         today = settings.server.with_overrides(**users_server(settings.conversation))
         meta = read_gguf_metadata(parts.model)
         self.window = WindowCache.of(meta, today.ubatch_size, today.ctx_size, today.swa_full_on)
@@ -96,6 +98,8 @@ class ConversationReplay(Experiment):
         if not sess.resumed:  # the run's own copy, its images inlined: a resume needs nothing else
             steps = [s for task in self.raw.values() for s in task]
             run.write_raw("conversation.jsonl", "".join(s.model_dump_json() + "\n" for s in steps))
+        if self.derive_log is not None and self.derive_log.exists():  # derived before the run folder existed
+            shutil.copyfile(self.derive_log, run.path / "logs" / f"derive-{self.derive_log.name}")
         n_steps = sum(len(v) for v in self.tasks.values())
         whole = len(ARMS) * n_steps
         done = run.keep_whole(CONVERSATION_SAMPLES, lambda r: r.rep, lambda _r, rows: len(rows) == whole)

@@ -84,14 +84,26 @@ def summarize_depth(
     )
 
 
+def decode_at_depths(
+    client: ContractClient, steps: dict[int, Step], n_out: int, rounds: int = 1, first: int = 0
+) -> dict[int, list[ArmResult]]:
+    """Decode at every depth through one server: an untimed request first (a server that wakes after another
+    process's work finds its caches cold), then `rounds` rounds of one sample per depth, each round's depths in
+    an order rotated from round `first` on (no depth always goes first)."""
+    depths = sorted(steps)
+    client.warm_up(steps[depths[0]], n_out=2)
+    out: dict[int, list[ArmResult]] = {d: [] for d in depths}
+    for k in range(first, first + rounds):
+        for d in rotated(depths, k):
+            out[d] += measure_decode(client, steps[d], n_out, 1)[0]
+    return out
+
+
 def measure_rep(
     client: ContractClient, target: Target, bench: LlamaBench, steps: dict[int, Step], n_out: int, rep: int, log: Path
 ) -> tuple[dict[int, ArmResult], dict[int, list[float]]]:
-    """One rep: a fresh server's sample at every depth (in a rotating order, after one untimed request: the
-    server wakes after llama-bench with its caches cold), then one llama-bench call over every depth."""
-    depths = sorted(steps)
-    client.warm_up(steps[depths[0]], n_out=2)
-    server = {d: measure_decode(client, steps[d], n_out, 1)[0][0] for d in rotated(depths, rep)}
+    """One rep: a fresh server's sample at every depth, then one llama-bench call over every depth."""
+    server = {d: results[0] for d, results in decode_at_depths(client, steps, n_out, first=rep).items()}
     return server, {row.depth: row.samples_ms for row in measure_decode_tps(target, bench, log)}
 
 

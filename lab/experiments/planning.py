@@ -17,6 +17,7 @@ from lab.core.runs import RunError, RunFolder, resolve_run
 from lab.core.schemas import Components, InprocFill, SweepPoint
 from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_SUMMARY, SWEEP_POINTS
 from lab.core.settings import Settings
+from lab.core.stats import median_interval
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.profile_rates import plan_rates
 from lab.measure.plan import (
@@ -217,9 +218,9 @@ def rates_for(settings: Settings) -> Rates:
 def with_decode(settings: Settings, rates: Rates) -> Rates:
     """The rates with a decode rate calibrated here: a few tokens generated through the server after a
     fabricated prefix at the grid's shallowest and (up to 2048) deepest L, a line through the two medians."""
-    from lab.engine.contract import ContractClient, filler_tokens, measure_decode
-    from lab.engine.server import LlamaServer
-    from lab.experiments.decode import decode_steps
+    from lab.engine.contract import ContractClient, decode_samples, filler_tokens
+    from lab.engine.server import adhoc_server
+    from lab.experiments.decode import decode_at_depths, decode_steps
     from lab.experiments.protocol import resolve_parts
 
     sw = settings.sweep
@@ -229,12 +230,11 @@ def with_decode(settings: Settings, rates: Rates) -> Rates:
     n_out = max(2, min(sw.n_out, 16))
     parts = resolve_parts(settings, needs_engine=True)
     assert parts.engine is not None and parts.model is not None
-    log = settings.cache_dir / "logs" / "calibration-decode.log"
-    with LlamaServer(parts.engine, parts.model, settings.server, log) as srv:
-        client = ContractClient(srv)
+    with adhoc_server(parts.engine, parts.model, settings.server, settings.cache_dir, "calibration-decode") as srv:
+        log = srv.log_path
         steps = decode_steps(depths, new, filler_tokens(max(depths), seed=1, n_vocab=srv.n_vocab()))
-        client.warm_up(steps[depths[0]], n_out=2)
-        ms = {d: measure_decode(client, steps[d], n_out, 3, key=f"calibration/decode/{d}")[1] for d in depths}
+        samples = decode_at_depths(ContractClient(srv), steps, n_out, rounds=3)
+    ms = {d: median_interval(decode_samples(r), f"calibration/decode/{d}") for d, r in samples.items()}
     medians = [(d, iv.value) for d, iv in sorted(ms.items()) if iv is not None]
     if len(medians) < len(depths):
         raise UsageError(f"sweep --plan: the decode calibration failed; see {log}")
