@@ -173,3 +173,29 @@ def test_the_generation_must_fit_the_context() -> None:
     with pytest.raises(ValidationError, match=r"sweep\.n_out need"):
         Settings(sweep={"Ls": [8000], "news": [64], "n_out": 200}, server={"ctx_size": 8192})
     assert Settings(sweep={"Ls": [8000], "news": [64], "n_out": 64}, server={"ctx_size": 8192}).sweep.n_out == 64
+
+
+def test_decode_inputs_are_settings_like_every_experiment(tmp_path: Path) -> None:
+    """params.yaml, LAB_* and flags set `lab engine decode` as they set a sweep; a bad value is refused by name
+    before anything is built or created, and an older run's inputs (recorded beside the settings) come back."""
+    from labcli import lab, one_line_error
+
+    from lab.core.runs import RunFolder
+    from lab.core.settings import load_settings
+    from lab.experiments.decode import DecodeCheck
+
+    params = tmp_path / "params.yaml"
+    params.write_text("decode:\n  n_out: 1\n")
+    r = lab("engine", "decode", "--runs-dir", str(tmp_path / "runs"), env={"LAB_PARAMS_FILE": str(params)})
+    one_line_error(r, 2, "decode.n_out")
+    r = lab("engine", "decode", "--runs-dir", str(tmp_path / "runs"), env={"LAB_DECODE__DEPTH": "[512]"})
+    one_line_error(r, 2, "unknown setting decode.depth")
+    assert not (tmp_path / "runs").exists()
+    old = RunFolder.create(tmp_path / "runs", "decode", "h", {"depths": [32, 96], "new": 16, "n_out": 4, "reps": 2})
+    settings = DecodeCheck().restore_own(load_settings(), old.manifest().params, old)
+    assert (settings.decode.depths, settings.decode.new, settings.decode.n_out, settings.decode.reps) == (
+        [32, 96],
+        16,
+        4,
+        2,
+    )

@@ -101,13 +101,19 @@ def engine_check(
 
 @app.command("decode")
 def engine_decode(
-    depths: Annotated[str, typer.Option("--depths", help="depths L + new to decode at, e.g. 512,1024,2048")] = (
-        "512,1024,2048"
-    ),
-    n_out: NOutOpt = 32,
-    reps: Annotated[int, typer.Option("--reps", help="samples per depth, each tool", min=1)] = 5,
-    new: Annotated[int, typer.Option("--new", help="new tokens before the generation (L = depth - new)")] = 64,
-    tolerance: Annotated[float, typer.Option("--tolerance", help="agree: server / llama-bench within 1 +- this")] = 0.1,
+    depths: Annotated[
+        str | None, typer.Option("--depths", help="depths L + new to decode at (decode.depths: 512,1024,2048)")
+    ] = None,
+    n_out: NOutOpt = None,
+    reps: Annotated[
+        int | None, typer.Option("--reps", help="samples per depth, each tool (decode.reps: 5)", min=1)
+    ] = None,
+    new: Annotated[
+        int | None, typer.Option("--new", help="new tokens before the generation, L = depth - new (decode.new: 64)")
+    ] = None,
+    tolerance: Annotated[
+        float | None, typer.Option("--tolerance", help="agree: server / llama-bench within 1 +- this (decode: 0.1)")
+    ] = None,
     threads: Threads = None,
     model: ModelOpt = None,
     cache_dir: CacheDir = None,
@@ -119,10 +125,9 @@ def engine_decode(
     from lab.experiments.decode import run_decode
     from lab.presenters.runs import show_run
 
-    s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads})
-    run = run_decode(
-        s, int_list(depths) or [], new, n_out or 0, reps, tolerance, resume=resolve(resume, s.runs_dir), show=show_run
-    )
+    decode = {"depths": int_list(depths), "new": new, "n_out": n_out, "reps": reps, "tolerance": tolerance}
+    s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
+    run = run_decode(s, resume=resolve(resume, s.runs_dir), show=show_run)
     typer.echo(str(run.path))
     m = run.manifest()
     if m.status != "complete":

@@ -214,6 +214,17 @@ class ReplaySettings(Section):
         return self
 
 
+class DecodeSettings(Section):
+    """`lab engine decode`: decode at depth through the server (a fake prefix, then n_out tokens) against
+    llama-bench, per depth L + new."""
+
+    depths: list[int] = Field(default=[512, 1024, 2048], description="depths L + new to decode at")
+    new: int = Field(default=64, ge=1, description="new tokens before the generation (L = depth - new)")
+    n_out: int = Field(default=32, ge=2, description="tokens generated per sample (a decode is timed between two)")
+    reps: int = Field(default=5, ge=1, description="samples per depth, each tool (each rep a server of its own)")
+    tolerance: float = Field(default=0.1, gt=0, lt=1, description="agree: server / llama-bench within 1 +- this")
+
+
 class ReportSettings(Section):
     """`lab report` (the dvc.yaml `report` stage depends on this section only)."""
 
@@ -244,6 +255,7 @@ class Settings(BaseSettings):
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
+    decode: DecodeSettings = Field(default_factory=DecodeSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     catalog_dir: Path = Field(default=Path("catalog"), description="catalog tables (catalog/tables) and metrics")
     reports_dir: Path = Field(default=Path("reports"), description="where `lab report` writes")

@@ -111,25 +111,21 @@ class DecodeCheck(Experiment):
     """`lab engine decode`: one run folder, its depths' rows in `decode_depths`."""
 
     name = "decode"
-    records = ("server", "model")
+    records = ("decode", "server", "model")
 
-    def __init__(self, depths: list[int], new: int, n_out: int, reps: int, tolerance: float) -> None:
-        self.depths, self.new, self.n_out, self.reps, self.tolerance = sorted(set(depths)), new, n_out, reps, tolerance
+    def __init__(self) -> None:
         self.rows: list[DecodeDepth] = []
 
-    def own_params(self, settings: Settings) -> dict[str, Any]:
-        keys = ("depths", "new", "n_out", "reps", "tolerance")
-        return {k: getattr(self, k) for k in keys}
-
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
-        self.depths, self.new, self.n_out = [int(d) for d in params["depths"]], int(params["new"]), int(params["n_out"])
-        self.reps, self.tolerance = int(params["reps"]), float(params["tolerance"])
-        return settings
+        """A run from before the decode section recorded its inputs beside the settings."""
+        old: dict[str, Any] = {k: params[k] for k in ("depths", "new", "n_out", "reps", "tolerance") if k in params}
+        return settings.model_copy(update={"decode": settings.decode.model_copy(update=old)}) if old else settings
 
     def prepare(self, settings: Settings, parts: RunParts) -> None:
+        d = settings.decode
+        self.depths, self.new, self.n_out = sorted(set(d.depths)), d.new, d.n_out
+        self.reps, self.tolerance = d.reps, d.tolerance
         check_depths(self.depths, self.new, self.n_out, settings.server.ctx_size)
-        if self.reps < 1:
-            raise UsageError(f"--reps {self.reps}: at least 1")
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         """Every depth again on a resume: a rep is a few tokens per depth, the run's whole is minutes."""
@@ -167,16 +163,7 @@ class DecodeCheck(Experiment):
         return Outcome(failure="; ".join(failures))
 
 
-def run_decode(
-    settings: Settings,
-    depths: list[int],
-    new: int,
-    n_out: int,
-    reps: int,
-    tolerance: float,
-    resume: RunFolder | None = None,
-    show: Show | None = None,
-) -> RunFolder:
-    """Decode ms per token at each depth through the server and in llama-bench (the settings' model, threads and
-    pinning), rep by rep, in a run folder."""
-    return run_experiment(DecodeCheck(depths, new, n_out, reps, tolerance), settings, resume, show=show)
+def run_decode(settings: Settings, resume: RunFolder | None = None, show: Show | None = None) -> RunFolder:
+    """Decode ms per token at each of decode.depths through the server and in llama-bench (the settings' model,
+    threads and pinning), rep by rep, in a run folder."""
+    return run_experiment(DecodeCheck(), settings, resume, show=show)
