@@ -81,6 +81,10 @@ def attended_keys(L: int, chunk: int, window: int | None = None) -> int:
     return sum(min(L + i + 1, window) for i in range(chunk))
 
 
+# a term per layer: name, band, layer kind, layers, FLOPs, bytes, formula (lab.measure.costmodel.Term sums them)
+TermRow = tuple[str, Band, str, int, float, float, str]
+
+
 @dataclass(frozen=True)
 class CostModel:
     h: Hparams
@@ -89,126 +93,128 @@ class CostModel:
 
     def terms(self, L: int) -> list[Term]:
         """Every term of a chunk at depth L (per chunk, summed over the layers it applies to)."""
+        rows = [*self.attention_rows(L), *self.recurrent_rows(), *self.ffn_rows(), *self.model_rows()]
+        return [
+            Term(name, band, kind, n, flops * n, nbytes * n, f) for name, band, kind, n, flops, nbytes, f in rows if n
+        ]
+
+    def wb(self, band: Band) -> float:
+        """Bytes per weight of a band's matrices."""
+        return (self.band_bits or {}).get(band, self.h.weight_bits) / 8
+
+    def attention_rows(self, L: int) -> list[TermRow]:
+        """Full-attention and window layers: projections, norm, and the attention over the keys each reaches."""
         h, c, E = self.h, self.chunk, self.h.n_embd
-        bits = self.band_bits or {}
-
-        def wb_of(band: Band) -> float:
-            return bits.get(band, h.weight_bits) / 8
-
-        out: list[Term] = []
-
-        def add(name: str, band: Band, kind: str, layers: int, flops: float, nbytes: float, formula: str) -> None:
-            if layers:
-                out.append(Term(name, band, kind, layers, flops * layers, nbytes * layers, formula))
-
         q_out = h.n_head * h.head_k * (2 if h.gated_q else 1)
         proj = E * (q_out + h.n_head_kv * h.head_k + h.n_head_kv * h.head_v) + h.n_head * h.head_v * E
         per_score = 2 * h.n_head * (h.head_k + h.head_v) + SOFTMAX_FLOPS * h.n_head
         kv_row = h.n_head_kv * (h.head_k + h.head_v) * F16
         qkvo = "Q" + (" + gate" if h.gated_q else "") + ", K, V, O projections"
+        rows: list[TermRow] = []
         for kind in ("attention", "sliding"):
             n = h.count(kind)
             keys = attended_keys(L, c, h.window if kind == "sliding" else None)
-            add(
-                qkvo,
-                "proj",
-                kind,
-                n,
-                2 * c * proj,
-                proj * wb_of("proj"),
-                "2 c E (h dq g + h_kv dk + h_kv dv) + 2 c h dv E",
-            )
-            add("attention RMS norm", "proj", kind, n, NORM_FLOPS * c * E, E * F32, "4 c E")
-            add(
-                "QK^T, softmax, AV",
-                "attn_core",
-                kind,
-                n,
-                per_score * keys,
-                keys * kv_row,
-                f"(2 h (dk + dv) + 4 h) keys, keys = {keys:,}",
-            )
-        n_rec, inner, conv_dim = h.count("recurrent"), h.ssm_d_inner, h.conv_dim
+            proj_formula = "2 c E (h dq g + h_kv dk + h_kv dv) + 2 c h dv E"
+            rows += [
+                (qkvo, "proj", kind, n, 2 * c * proj, proj * self.wb("proj"), proj_formula),
+                ("attention RMS norm", "proj", kind, n, NORM_FLOPS * c * E, E * F32, "4 c E"),
+                (
+                    "QK^T, softmax, AV",
+                    "attn_core",
+                    kind,
+                    n,
+                    per_score * keys,
+                    keys * kv_row,
+                    f"(2 h (dk + dv) + 4 h) keys, keys = {keys:,}",
+                ),
+            ]
+        return rows
+
+    def recurrent_rows(self) -> list[TermRow]:
+        """Gated DeltaNet layers: projections, the causal convolution, the delta-rule state update, norm."""
+        h, c, E = self.h, self.chunk, self.h.n_embd
+        n, inner, conv_dim = h.count("recurrent"), h.ssm_d_inner, h.conv_dim
         in_proj = E * (conv_dim + inner + 2 * h.ssm_dt_rank) + inner * E
         state = h.ssm_d_state * inner  # value heads x dk x dv
         conv_state = max(h.ssm_d_conv - 1, 0) * conv_dim
-        gdn_formula = "2 c E (conv_dim + d_inner + 2 n_v) + 2 c d_inner E"
-        add(
-            "QKV, gate, beta, alpha, output projections",
-            "gdn",
-            "recurrent",
-            n_rec,
-            2 * c * in_proj,
-            in_proj * wb_of("gdn"),
-            gdn_formula,
-        )
-        add(
-            "causal convolution",
-            "gdn",
-            "recurrent",
-            n_rec,
-            2 * c * conv_dim * h.ssm_d_conv,
-            conv_dim * h.ssm_d_conv * F32,
-            "2 c conv_dim d_conv",
-        )
-        add(
-            "delta-rule state update",
-            "gdn",
-            "recurrent",
-            n_rec,
-            7 * c * state,
-            2 * (state + conv_state) * F32,
-            "7 c n_v dk dv",
-        )
-        add("attention RMS norm", "gdn", "recurrent", n_rec, NORM_FLOPS * c * E, E * F32, "4 c E")
-        n = h.n_layer
-        if h.n_expert:
-            touched = h.n_expert * (1 - (1 - h.n_expert_used / h.n_expert) ** c)  # experts the chunk reads
-            routed = 3 * E * h.n_ff_exp
-            add("router", "ffn_moe", "all", n, 2 * c * E * h.n_expert, E * h.n_expert * F32, "2 c E n_expert")
-            add(
+        return [
+            (
+                "QKV, gate, beta, alpha, output projections",
+                "gdn",
+                "recurrent",
+                n,
+                2 * c * in_proj,
+                in_proj * self.wb("gdn"),
+                "2 c E (conv_dim + d_inner + 2 n_v) + 2 c d_inner E",
+            ),
+            (
+                "causal convolution",
+                "gdn",
+                "recurrent",
+                n,
+                2 * c * conv_dim * h.ssm_d_conv,
+                conv_dim * h.ssm_d_conv * F32,
+                "2 c conv_dim d_conv",
+            ),
+            (
+                "delta-rule state update",
+                "gdn",
+                "recurrent",
+                n,
+                7 * c * state,
+                2 * (state + conv_state) * F32,
+                "7 c n_v dk dv",
+            ),
+            ("attention RMS norm", "gdn", "recurrent", n, NORM_FLOPS * c * E, E * F32, "4 c E"),
+        ]
+
+    def ffn_rows(self) -> list[TermRow]:
+        """Every layer's FFN: the router and the experts the chunk touches (MoE), or the dense FFN; its norm."""
+        h, c, E, n, wb = self.h, self.chunk, self.h.n_embd, self.h.n_layer, self.wb("ffn_moe")
+        norm: TermRow = ("post-attention RMS norm", "ffn_moe", "all", n, NORM_FLOPS * c * E, E * F32, "4 c E")
+        if not h.n_expert:
+            dense = 3 * E * h.n_ff
+            return [
+                ("dense FFN (gate, up, down)", "ffn_moe", "all", n, 2 * c * dense, dense * wb, "2 c 3 E n_ff"),
+                norm,
+            ]
+        touched = h.n_expert * (1 - (1 - h.n_expert_used / h.n_expert) ** c)  # experts the chunk reads
+        routed = 3 * E * h.n_ff_exp
+        rows: list[TermRow] = [
+            ("router", "ffn_moe", "all", n, 2 * c * E * h.n_expert, E * h.n_expert * F32, "2 c E n_expert"),
+            (
                 "routed experts (gate, up, down)",
                 "ffn_moe",
                 "all",
                 n,
                 2 * c * h.n_expert_used * routed,
-                touched * routed * wb_of("ffn_moe"),
+                touched * routed * wb,
                 "2 c used 3 E n_ff_exp",
-            )
-            if h.n_ff_shexp:
-                add(
+            ),
+        ]
+        if h.n_ff_shexp:
+            shared = 3 * E * h.n_ff_shexp
+            rows.append(
+                (
                     "shared expert and its gate",
                     "ffn_moe",
                     "all",
                     n,
-                    2 * c * (3 * E * h.n_ff_shexp + E),
-                    3 * E * h.n_ff_shexp * wb_of("ffn_moe") + E * F32,
+                    2 * c * (shared + E),
+                    shared * wb + E * F32,
                     "2 c (3 E n_ff_shexp + E)",
                 )
-        else:
-            dense = 3 * E * h.n_ff
-            add(
-                "dense FFN (gate, up, down)",
-                "ffn_moe",
-                "all",
-                n,
-                2 * c * dense,
-                dense * wb_of("ffn_moe"),
-                "2 c 3 E n_ff",
             )
-        add("post-attention RMS norm", "ffn_moe", "all", n, NORM_FLOPS * c * E, E * F32, "4 c E")
-        add("residual adds", "other", "all", n, 2 * c * E, 0, "2 c E")
-        add(
-            "LM head (last token)",
-            "other",
-            "model",
-            1,
-            2 * E * h.n_vocab,
-            E * h.n_vocab * wb_of("other"),
-            "2 E n_vocab",
-        )
-        add("embedding rows", "other", "model", 1, 0, c * E * wb_of("other"), "c E (read)")
-        return out
+        return [*rows, norm]
+
+    def model_rows(self) -> list[TermRow]:
+        """Once per layer or per model: residual adds, the LM head of the last token, the embedding rows."""
+        h, c, E, wb = self.h, self.chunk, self.h.n_embd, self.wb("other")
+        return [
+            ("residual adds", "other", "all", h.n_layer, 2 * c * E, 0, "2 c E"),
+            ("LM head (last token)", "other", "model", 1, 2 * E * h.n_vocab, E * h.n_vocab * wb, "2 E n_vocab"),
+            ("embedding rows", "other", "model", 1, 0, c * E * wb, "c E (read)"),
+        ]
 
     def bands(self, L: int) -> dict[Band, BandCost]:
         totals = {b: [0.0, 0.0] for b in BANDS}

@@ -31,6 +31,7 @@ import json
 import math
 import re
 from collections.abc import Callable
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Literal
 
@@ -133,6 +134,23 @@ class Plan(BaseModel):
 Point = tuple[int, int]  # (L, only_new)
 
 
+@dataclass(frozen=True)
+class Grid:
+    """The points a plan costs, the reps each gets, and the rates it costs them at."""
+
+    points: list[Point]
+    counts: list[int]
+    rates: Rates
+
+    def each(self, ms: Callable[[int, int], float]) -> float:
+        """ms(L, new) of one rep, over every point's reps."""
+        return sum(k * ms(L, n) for k, (L, n) in zip(self.counts, self.points, strict=True))
+
+    @property
+    def deepest(self) -> int:
+        return max(L for L, _ in self.points)
+
+
 def plan(
     design: Design,
     where: Where,
@@ -152,80 +170,70 @@ def plan(
     """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps), or
     `reps_each[i]` at point i (the reps each point is predicted to need); with n_out the fake arm also generates
     n_out tokens at depth L + new."""
-    r, out = rates, []
-    counts = reps_each or [reps] * len(points)
-
-    def each(ms: Callable[[int, int], float]) -> float:
-        """ms(L, new) of one rep, over every point's reps."""
-        return sum(k * ms(L, n) for k, (L, n) in zip(counts, points, strict=True))
-
+    g = Grid(points, reps_each or [reps] * len(points), rates)
+    r = rates
     base_reps = reps if baseline_reps is None or design == "per-rep prefill" else min(baseline_reps, reps)
-    deepest = max(L for L, _ in points)
-
-    def add(arm: str, what: str, ms: float) -> None:
-        out.append(ArmCost(arm=arm, what=what, seconds=ms / 1e3))
-
+    out: list[ArmCost] = []
     if processes > 1 and r.process_start_s is not None and design != "per-rep prefill":
-        add(
-            "process starts",
-            f"{processes} server and driver processes, each loading the model and reading the depth-L states back",
-            processes * r.process_start_s * 1e3,
-        )
+        what = f"{processes} server and driver processes, each loading the model and reading the depth-L states back"
+        out.append(cost("process starts", what, processes * r.process_start_s * 1e3))
     if "baseline" in arms:
-        add("baseline", f"L + new from empty, {base_reps} reps", base_reps * sum(r.ms(0, L + n) for L, n in points))
+        baseline = base_reps * sum(r.ms(0, L + n) for L, n in points)
+        out.append(cost("baseline", f"L + new from empty, {base_reps} reps", baseline))
     if "fake" in arms:
-        add("fake", "new tokens after a fabricated prefix", each(r.chunk))
+        out.append(cost("fake", "new tokens after a fabricated prefix", g.each(r.chunk)))
         if n_out:
-            decode = each(lambda L, n: r.decode_ms(L + n, L + n + n_out))
-            add("fake: decode", f"{n_out} tokens generated at depth L + new, one at a time", decode)
+            decode = g.each(lambda L, n: r.decode_ms(L + n, L + n + n_out))
+            out.append(cost("fake: decode", f"{n_out} tokens generated at depth L + new, one at a time", decode))
     if design == "per-rep prefill":
-        if "genuine" in arms:
-            add(
-                "genuine",
-                "prefix L prefilled, then new, every rep",
-                each(lambda L, n: r.ms(0, L) + r.chunk(L, n)),
-            )
-        if "estimate" in arms:  # one llama-bench call per rep: it fills the depth once, then restores it per rep
-            add(
-                "estimate",
-                f"llama-bench -d L -r {bench_reps} per rep (a depth fill, a warm-up, {bench_reps} chunks)",
-                each(lambda L, n: r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n)),
-            )
-        return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out, reps_each=counts)
+        out += per_rep_prefill_costs(g, arms, bench_reps)
+    else:
+        out += reuse_costs(g, where, arms, fill_passes, bench_reps, bench_check)
+    return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out, reps_each=g.counts)
+
+
+def cost(arm: str, what: str, ms: float) -> ArmCost:
+    return ArmCost(arm=arm, what=what, seconds=ms / 1e3)
+
+
+def per_rep_prefill_costs(g: Grid, arms: list[str], bench_reps: int) -> list[ArmCost]:
+    """The old design: every rep of the genuine arm prefills its prefix, every estimate fills its depth."""
+    r, out = g.rates, []
     if "genuine" in arms:
-        states = r.ms(0, deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
-        add(
-            "genuine",
-            "new tokens after a restored depth-L state" + (" (+ the states, once)" if states else ""),
-            states + each(r.chunk),
+        out.append(
+            cost("genuine", "prefix L prefilled, then new, every rep", g.each(lambda L, n: r.ms(0, L) + r.chunk(L, n)))
         )
+    if "estimate" in arms:  # one llama-bench call per rep: it fills the depth once, then restores it per rep
+        what = f"llama-bench -d L -r {bench_reps} per rep (a depth fill, a warm-up, {bench_reps} chunks)"
+        out.append(cost("estimate", what, g.each(lambda L, n: r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n))))
+    return out
+
+
+def reuse_costs(
+    g: Grid, where: Where, arms: list[str], fill_passes: int, bench_reps: int, bench_check: bool
+) -> list[ArmCost]:
+    """The lab's design: each depth is reached once (saved states, fill passes), so a rep costs its new tokens."""
+    r, out = g.rates, []
+    if "genuine" in arms:
+        states = r.ms(0, g.deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
+        what = "new tokens after a restored depth-L state" + (" (+ the states, once)" if states else "")
+        out.append(cost("genuine", what, states + g.each(r.chunk)))
     if "plain" in arms:
-        add(
-            "plain",
-            "prefix L prefilled, then new, every rep",
-            each(lambda L, n: r.ms(0, L) + r.chunk(L, n)),
+        out.append(
+            cost("plain", "prefix L prefilled, then new, every rep", g.each(lambda L, n: r.ms(0, L) + r.chunk(L, n)))
         )
     if where == "inproc" or "estimate" in arms:
-        chunks = sum(r.chunk(L, n) for L, n in points)
-        add(
-            "fill passes",
-            f"{fill_passes} cumulative passes to depth {deepest}",
-            fill_passes * (r.ms(0, deepest) + chunks),
-        )
+        chunks = sum(r.chunk(L, n) for L, n in g.points)
+        what = f"{fill_passes} cumulative passes to depth {g.deepest}"
+        out.append(cost("fill passes", what, fill_passes * (r.ms(0, g.deepest) + chunks)))
     if where == "server" and "estimate" in arms:  # the chunk, its warm-up chunk, the server's short warm-up
-        add(
-            "estimate",
-            "the chunk at depth L in process, after a warm-up chunk; a short server warm-up",
-            each(lambda L, n: 2 * r.chunk(L, n) + r.chunk(L, min(n, WARM_UP))),
-        )
+        what = "the chunk at depth L in process, after a warm-up chunk; a short server warm-up"
+        out.append(cost("estimate", what, g.each(lambda L, n: 2 * r.chunk(L, n) + r.chunk(L, min(n, WARM_UP)))))
         if bench_check:
-            Ls, n0 = sorted({L for L, _ in points})[:2], min(n for _, n in points)
-            add(
-                "llama-bench check",
-                f"once at L = {', '.join(map(str, Ls))}, new = {n0}",
-                sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n0) for L in Ls),
-            )
-    return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out, reps_each=counts)
+            Ls, n0 = sorted({L for L, _ in g.points})[:2], min(n for _, n in g.points)
+            check = sum(r.ms(0, L) + (bench_reps + 1) * r.chunk(L, n0) for L in Ls)
+            out.append(cost("llama-bench check", f"once at L = {', '.join(map(str, Ls))}, new = {n0}", check))
+    return out
 
 
 Z95 = 1.96

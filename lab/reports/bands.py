@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import altair as alt
 import pandas as pd
@@ -33,61 +34,9 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
     if bands.empty or "ms_per_token" not in bands.columns:
         return nothing_yet(TITLE, "profile run", "`lab profile`", width, height)
     runs_drawn, param, keep = newest_run_picker(PARAM, "profile run ", "profile", runs, bands)
-
-    order = [*BANDS, *sorted(set(bands["band"]) - set(BANDS))]
-    bands = bands[["run_id", "host", "depth", "band", "ms_per_token", "timed_ms", "share", "fused_chunk_ms"]].copy()
-    bands["band_order"] = bands["band"].map({b: i for i, b in enumerate(order)})
     depth_x = alt.X("depth:Q", title="depth (tokens already in context)", scale=alt.Scale(nice=False))
-    area = (
-        alt.Chart(bands)
-        .mark_area(opacity=0.9, line={"strokeWidth": 0.6, "color": "white"})
-        .encode(
-            x=depth_x,
-            y=alt.Y("ms_per_token:Q", stack="zero", title="ms per token (FUSED wall x TIMED share)"),
-            color=alt.Color("band:N", sort=order, scale=alt.Scale(domain=order, scheme="tableau10"), title="band"),
-            order=alt.Order("band_order:Q", sort="ascending"),
-            tooltip=band_tips(
-                alt.Tooltip("ms_per_token:Q", title="ms / token", format=".4f"),
-                alt.Tooltip("share:Q", title="TIMED share", format=".1%"),
-                alt.Tooltip("timed_ms:Q", title="TIMED band ms (chunk)", format=".2f"),
-                alt.Tooltip("fused_chunk_ms:Q", title="FUSED chunk ms", format=".1f"),
-            ),
-        )
-        .transform_filter(keep)
-    )
-    layers = [area]
     info = _summary_frame(summary, runs)
-    if not info.empty:
-        crossed = info[info["crossover_depth"].notna()]
-        rule = (
-            alt.Chart(crossed).mark_rule(color="#222", strokeDash=[6, 4], strokeWidth=1.5).encode(x="crossover_depth:Q")
-        )
-        label = (
-            alt.Chart(crossed)
-            .mark_text(align="left", dx=5, dy=4, baseline="top", fontSize=11)
-            .encode(x="crossover_depth:Q", y=alt.value(0), text="crossover_label:N")
-        )
-        layers += [rule.transform_filter(keep), label.transform_filter(keep)]
-        if "crossover_lo" in crossed.columns:
-            spread = (
-                alt.Chart(crossed)
-                .mark_rect(color="#222", opacity=0.12)
-                .encode(x="crossover_lo:Q", x2="crossover_hi:Q")
-                .transform_filter("isValid(datum.crossover_lo) && isValid(datum.crossover_hi)")
-            )
-            layers.insert(1, spread.transform_filter(keep))
-        predicted = info[info["predicted_depth"].notna()]
-        if not predicted.empty:  # the cost model's crossover: a second marker, labelled at the bottom
-            layers += [
-                alt.Chart(predicted)
-                .mark_rule(color=PREDICTED, strokeDash=[2, 3], strokeWidth=2)
-                .encode(x="predicted_depth:Q")
-                .transform_filter(keep),
-                alt.Chart(predicted)
-                .mark_text(align="left", dx=5, dy=-4, baseline="bottom", fontSize=11, color=PREDICTED)
-                .encode(x="predicted_depth:Q", y=alt.value(height), text="predicted_label:N")
-                .transform_filter(keep),
-            ]
+    layers = [_band_area(bands, depth_x).transform_filter(keep), *_crossover_layers(info, keep, height)]
     top = alt.layer(*layers).properties(
         width=width,
         height=height,
@@ -102,60 +51,114 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
         panels.append(info_panel(info, keep, width, 34))
     gaps = _gap_frame(summary)
     if not gaps.empty:
-        line = (
-            alt.Chart(gaps)
-            .mark_line(point=True)
-            .encode(
-                x=depth_x,
-                y=alt.Y("value:Q", title="relative difference", axis=alt.Axis(format="+.0%")),
-                color=alt.Color(
-                    "series:N",
-                    title="check",
-                    legend=alt.Legend(labelLimit=320),
-                    sort=[GAP, BENCH],
-                    scale=alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"]),
-                ),
-                tooltip=[
-                    alt.Tooltip("series:N"),
-                    alt.Tooltip("depth:Q", title="depth (tokens)"),
-                    alt.Tooltip("value:Q", format="+.1%"),
-                ],
-            )
-            .transform_filter(keep)
-        )
-        zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color=MUTED).encode(y="y:Q")
-        check_layers = [zero, line]
-        if gaps["lo"].notna().any():  # each check's 95% interval as a band around its line
-            band = (
-                alt.Chart(gaps)
-                .mark_area(opacity=0.18)
-                .encode(
-                    x=depth_x,
-                    y="lo:Q",
-                    y2="hi:Q",
-                    color=alt.Color(
-                        "series:N",
-                        sort=[GAP, BENCH],
-                        legend=None,
-                        scale=alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"]),
-                    ),
-                )
-                .transform_filter("isValid(datum.lo) && isValid(datum.hi)")
-                .transform_filter(keep)
-            )
-            check_layers.insert(1, band)
-        panels.append(
-            alt.layer(*check_layers).properties(
-                width=width,
-                height=max(140, height // 2),
-                title=title("instrument overhead and cross-check", "0 = agrees with the FUSED llama_decode wall"),
-            )
-        )
+        panels.append(_checks_panel(gaps, depth_x, keep, width, max(140, height // 2)))
     return (
         alt.vconcat(*panels, spacing=28)
         .add_params(param)
         .resolve_scale(color="independent")
         .properties(title=title(TITLE, f"{len(runs_drawn)} complete profile run(s); choose one in the dropdown"))
+    )
+
+
+def _band_area(bands: pd.DataFrame, depth_x: alt.X) -> Any:
+    """ms per token per band, stacked over depth."""
+    order = [*BANDS, *sorted(set(bands["band"]) - set(BANDS))]
+    bands = bands[["run_id", "host", "depth", "band", "ms_per_token", "timed_ms", "share", "fused_chunk_ms"]].copy()
+    bands["band_order"] = bands["band"].map({b: i for i, b in enumerate(order)})
+    return (
+        alt.Chart(bands)
+        .mark_area(opacity=0.9, line={"strokeWidth": 0.6, "color": "white"})
+        .encode(
+            x=depth_x,
+            y=alt.Y("ms_per_token:Q", stack="zero", title="ms per token (FUSED wall x TIMED share)"),
+            color=alt.Color("band:N", sort=order, scale=alt.Scale(domain=order, scheme="tableau10"), title="band"),
+            order=alt.Order("band_order:Q", sort="ascending"),
+            tooltip=band_tips(
+                alt.Tooltip("ms_per_token:Q", title="ms / token", format=".4f"),
+                alt.Tooltip("share:Q", title="TIMED share", format=".1%"),
+                alt.Tooltip("timed_ms:Q", title="TIMED band ms (chunk)", format=".2f"),
+                alt.Tooltip("fused_chunk_ms:Q", title="FUSED chunk ms", format=".1f"),
+            ),
+        )
+    )
+
+
+def _crossover_layers(info: pd.DataFrame, keep: Any, height: int) -> list[Any]:
+    """The measured crossover (a dashed rule, its interval shaded, its label) and the cost model's (dotted)."""
+    if info.empty:
+        return []
+    crossed = info[info["crossover_depth"].notna()]
+    rule = alt.Chart(crossed).mark_rule(color="#222", strokeDash=[6, 4], strokeWidth=1.5).encode(x="crossover_depth:Q")
+    label = (
+        alt.Chart(crossed)
+        .mark_text(align="left", dx=5, dy=4, baseline="top", fontSize=11)
+        .encode(x="crossover_depth:Q", y=alt.value(0), text="crossover_label:N")
+    )
+    layers = [rule.transform_filter(keep), label.transform_filter(keep)]
+    if "crossover_lo" in crossed.columns:
+        spread = (
+            alt.Chart(crossed)
+            .mark_rect(color="#222", opacity=0.12)
+            .encode(x="crossover_lo:Q", x2="crossover_hi:Q")
+            .transform_filter("isValid(datum.crossover_lo) && isValid(datum.crossover_hi)")
+        )
+        layers.insert(0, spread.transform_filter(keep))
+    predicted = info[info["predicted_depth"].notna()]
+    if not predicted.empty:  # the cost model's crossover: a second marker, labelled at the bottom
+        layers += [
+            alt.Chart(predicted)
+            .mark_rule(color=PREDICTED, strokeDash=[2, 3], strokeWidth=2)
+            .encode(x="predicted_depth:Q")
+            .transform_filter(keep),
+            alt.Chart(predicted)
+            .mark_text(align="left", dx=5, dy=-4, baseline="bottom", fontSize=11, color=PREDICTED)
+            .encode(x="predicted_depth:Q", y=alt.value(height), text="predicted_label:N")
+            .transform_filter(keep),
+        ]
+    return layers
+
+
+def _checks_panel(gaps: pd.DataFrame, depth_x: alt.X, keep: Any, width: int, height: int) -> Any:
+    """The instrument's overhead (TIMED / FUSED) and the cross-check (FUSED / llama-bench) per depth, each with
+    its interval as a band."""
+    colors = alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"])
+    line = (
+        alt.Chart(gaps)
+        .mark_line(point=True)
+        .encode(
+            x=depth_x,
+            y=alt.Y("value:Q", title="relative difference", axis=alt.Axis(format="+.0%")),
+            color=alt.Color(
+                "series:N", title="check", legend=alt.Legend(labelLimit=320), sort=[GAP, BENCH], scale=colors
+            ),
+            tooltip=[
+                alt.Tooltip("series:N"),
+                alt.Tooltip("depth:Q", title="depth (tokens)"),
+                alt.Tooltip("value:Q", format="+.1%"),
+            ],
+        )
+        .transform_filter(keep)
+    )
+    zero = alt.Chart(pd.DataFrame({"y": [0.0]})).mark_rule(color=MUTED).encode(y="y:Q")
+    check_layers = [zero, line]
+    if gaps["lo"].notna().any():  # each check's 95% interval as a band around its line
+        band = (
+            alt.Chart(gaps)
+            .mark_area(opacity=0.18)
+            .encode(
+                x=depth_x,
+                y="lo:Q",
+                y2="hi:Q",
+                color=alt.Color("series:N", sort=[GAP, BENCH], legend=None, scale=colors),
+            )
+            .transform_filter("isValid(datum.lo) && isValid(datum.hi)")
+            .transform_filter(keep)
+        )
+        check_layers.insert(1, band)
+    return alt.layer(*check_layers).properties(
+        width=width,
+        height=height,
+        title=title("instrument overhead and cross-check", "0 = agrees with the FUSED llama_decode wall"),
     )
 
 
