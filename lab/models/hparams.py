@@ -8,6 +8,7 @@ last `window` keys) and `recurrent` (a Gated-DeltaNet layer: a fixed-size state,
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any, Literal, cast
@@ -73,6 +74,21 @@ class Hparams:
         return 2 * self.ssm_n_group * self.ssm_d_state + self.ssm_d_inner
 
 
+def layer_kinds(arch: str, key: Callable[..., Any], n_layer: int) -> tuple[LayerKind, ...]:
+    """Each layer's kind: every `every`-th layer full attention, the others recurrent (an interval hybrid),
+    window attention (a sliding-window model) or full attention too."""
+    interval = key("full_attention_interval")
+    every, other = 1, "attention"
+    if arch in INTERVAL_HYBRIDS and isinstance(interval, int) and interval > 0:
+        every, other = interval, "recurrent"
+    elif key("attention.sliding_window") is not None:
+        pattern = SWA_PATTERN.get(arch, GEMMA3_SWA_PATTERN)
+        every, other = int(key("attention.sliding_window_pattern", pattern)), "sliding"
+    elif key("ssm.state_size") is not None:
+        raise HparamsError(f"{arch}: a recurrent layout without full_attention_interval is not modelled")
+    return tuple(cast(LayerKind, "attention" if (il + 1) % every == 0 else other) for il in range(n_layer))
+
+
 def hparams_of(meta: dict[str, Any]) -> Hparams:
     """The hyperparameters of a decoder-only transformer (dense, MoE, or an interval hybrid); HparamsError
     names the missing key."""
@@ -95,16 +111,7 @@ def hparams_of(meta: dict[str, Any]) -> Hparams:
     head_k = int(key("attention.key_length", n_embd // n_head))
     head_v = int(key("attention.value_length", head_k))
     window = key("attention.sliding_window")
-    interval = key("full_attention_interval")
-    every, other = 1, "attention"  # every `every`-th layer is full attention, the others `other`
-    if arch in INTERVAL_HYBRIDS and isinstance(interval, int) and interval > 0:
-        every, other = interval, "recurrent"
-    elif window is not None:
-        pattern = SWA_PATTERN.get(arch, GEMMA3_SWA_PATTERN)
-        every, other = int(key("attention.sliding_window_pattern", pattern)), "sliding"
-    elif key("ssm.state_size") is not None:
-        raise HparamsError(f"{arch}: a recurrent layout without full_attention_interval is not modelled")
-    kinds = tuple(cast(LayerKind, "attention" if (il + 1) % every == 0 else other) for il in range(n_layer))
+    kinds = layer_kinds(arch, key, n_layer)
     tokens = meta.get("tokenizer.ggml.tokens")
     n_vocab = len(tokens) if isinstance(tokens, list) else int(key("vocab_size", 0))
     ftype = meta.get("general.file_type", 1)

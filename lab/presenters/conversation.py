@@ -3,9 +3,12 @@ reply)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
+
 from rich.table import Table
 
 from lab.conversation.derive import StepTokens
+from lab.core.console import key_columns
 from lab.core.schemas import ConversationStepResult, ConversationTaskResult, cell
 
 
@@ -21,69 +24,64 @@ def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:
     return t
 
 
+def _restores(s: ConversationStepResult) -> str:
+    kinds = (("ckpt", s.checkpoint_restores), ("ram", s.ram_cache_restores), ("full", s.full_reprocesses))
+    restores = ", ".join(x for x, n in kinds if n) or "-"
+    return restores + (" (window)" if s.window_departure else "")  # departs beyond today's window cache
+
+
+STEP_COLUMNS: tuple[tuple[str, Callable[[ConversationStepResult], str]], ...] = (  # task and step name a row
+    ("task", lambda s: s.task_id),
+    ("step", lambda s: str(s.step)),
+    ("prompt", lambda s: str(s.prompt_cells)),
+    ("L", lambda s: str(s.common)),
+    ("new", lambda s: str(s.new)),
+    ("diverges", lambda s: "-" if s.diverged_at is None else f"msg {s.diverged_at}"),
+    ("no cache", lambda s: cell(s.no_cache_ms, 1)),
+    ("today", lambda s: cell(s.today_ms, 1)),
+    ("optimum", lambda s: cell(s.optimum_ms, 1)),
+    ("reused", lambda s: "-" if s.today_cache_n is None else str(s.today_cache_n)),
+    ("restores", _restores),
+    ("order", lambda s: s.order),
+    ("reply", lambda s: str(s.reply_tokens)),
+    ("decode ms/token", lambda s: cell(s.decode_ms_per_token, 2)),
+)
+TASK_COLUMNS: tuple[tuple[str, Callable[[ConversationTaskResult], str]], ...] = (
+    ("task", lambda k: k.task_id),
+    ("steps", lambda k: str(k.n_steps)),
+    ("no cache", lambda k: cell(k.no_cache_s, 2)),
+    ("today", lambda k: cell(k.today_s, 2)),
+    ("optimum", lambda k: cell(k.optimum_s, 2)),
+    ("realised", lambda k: cell(k.realised, share=True)),
+    ("decode", lambda k: cell(k.decode_s, 2)),
+    ("tool", lambda k: "-" if k.tool_s is None else f"{k.tool_s:.2f}"),
+)
+LEFT = ("task", "diverges", "restores", "order")
+
+
 def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationTaskResult]) -> list[Table]:
     """Per step the three arms' prompt ms [95% interval], what today's server reused and restored, and whether
     optimum <= today <= no cache holds; per task the three totals and the share of the saving realised."""
-    t = Table(title="a conversation step by step: prompt ms [95% interval] per arm")
-    for c in (
-        "task",
-        "step",
-        "prompt",
-        "L",
-        "new",
-        "diverges",
-        "no cache",
-        "today",
-        "optimum",
-        "reused",
-        "restores",
-        "order",
-        "reply",
-        "decode ms/token",
-    ):
-        t.add_column(c, justify="left" if c in ("task", "diverges", "restores", "order") else "right")
+    t = key_columns(Table(title="a conversation step by step: prompt ms [95% interval] per arm"), 2)
+    for c, _ in STEP_COLUMNS:
+        t.add_column(c, justify="left" if c in LEFT else "right")
     for s in steps:
-        kinds = (("ckpt", s.checkpoint_restores), ("ram", s.ram_cache_restores), ("full", s.full_reprocesses))
-        restores = ", ".join(x for x, n in kinds if n) or "-"
-        if s.window_departure:  # a sliding-window model's step that departs beyond today's window cache
-            restores += " (window)"
-        t.add_row(
-            s.task_id,
-            str(s.step),
-            str(s.prompt_cells),
-            str(s.common),
-            str(s.new),
-            "-" if s.diverged_at is None else f"msg {s.diverged_at}",
-            cell(s.no_cache_ms, 1),
-            cell(s.today_ms, 1),
-            cell(s.optimum_ms, 1),
-            "-" if s.today_cache_n is None else str(s.today_cache_n),
-            restores,
-            s.order,
-            str(s.reply_tokens),
-            cell(s.decode_ms_per_token, 2),
-        )
+        t.add_row(*(f(s) for _, f in STEP_COLUMNS))
     t.caption = (
         "reused: today's server's cache_n (first rep); restores: a context checkpoint (ckpt), a RAM-cache prompt "
         "(ram) or the whole prompt re-processed (full); (window): the step departs beyond what today's window "
         "cache keeps (a sliding-window model); order: optimum <= today <= no cache within the intervals; "
         "decode: the reply generated at depth L + new after the optimum's prefill"
     )
-    totals = Table(
-        title="per task: prefill seconds per arm [95% interval], the share of the optimum's saving that today's "
-        "server realises, the replies' decode and the agent's tool seconds (a step costs prefill + decode + tool)"
+    totals = key_columns(
+        Table(
+            title="per task: prefill seconds per arm [95% interval], the share of the optimum's saving that today's "
+            "server realises, the replies' decode and the agent's tool seconds (a step costs prefill + decode + tool)"
+        ),
+        1,
     )
-    for c in ("task", "steps", "no cache", "today", "optimum", "realised", "decode", "tool"):
+    for c, _ in TASK_COLUMNS:
         totals.add_column(c, justify="left" if c == "task" else "right")
     for k in tasks:
-        totals.add_row(
-            k.task_id,
-            str(k.n_steps),
-            cell(k.no_cache_s, 2),
-            cell(k.today_s, 2),
-            cell(k.optimum_s, 2),
-            cell(k.realised, share=True),
-            cell(k.decode_s, 2),
-            "-" if k.tool_s is None else f"{k.tool_s:.2f}",
-        )
+        totals.add_row(*(f(k) for _, f in TASK_COLUMNS))
     return [t, totals]

@@ -4,10 +4,13 @@ SweepPoint, then each point's notes and the verdict counts, and the cache read i
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
+from dataclasses import dataclass
 
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.console import key_columns
 from lab.core.schemas import ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
 from lab.core.stats import reps_per_process
 
@@ -45,6 +48,65 @@ TITLES: dict[Where, str] = {
 }
 
 
+@dataclass(frozen=True)
+class Column:
+    """A column of the sweep's table: its header, a point's cell, and whether a run's points show it."""
+
+    header: str
+    cell: Callable[[SweepPoint], str]
+    shown: Callable[[list[SweepPoint]], bool] = lambda _points: True
+
+
+def _images(points: list[SweepPoint]) -> bool:
+    return any(p.image for p in points)
+
+
+def _plain(points: list[SweepPoint]) -> bool:
+    return any(p.plain.n_ok for p in points)
+
+
+def _inproc(points: list[SweepPoint]) -> bool:
+    return any(p.where == "inproc" for p in points)
+
+
+def _share(points: list[SweepPoint]) -> bool:
+    return any(p.vs_inproc for p in points)
+
+
+def _encode(p: SweepPoint) -> str:
+    return p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else ms_text(p.encode_ms)
+
+
+COLUMNS = (  # the sweep's table, left to right; L and new name a row (repeated when the table is stacked)
+    Column("L", lambda p: str(p.L)),
+    Column("new", lambda p: str(p.new)),
+    Column("image", lambda p: p.image or "-", _images),
+    Column("img tok", lambda p: str(p.image_tokens or "-"), _images),
+    Column("encode", _encode, _images),
+    Column("baseline", lambda p: arm_cell(p.baseline)),
+    Column("fake", lambda p: arm_cell(p.fake)),
+    Column("genuine", lambda p: arm_cell(p.genuine)),
+    Column("plain genuine", lambda p: arm_cell(p.plain), _plain),
+    Column("estimate", lambda p: _est(p)),
+    Column(
+        "llama-bench",
+        lambda p: p.bench_check_ci.fmt(digits=1) if p.bench_check_ci else "-",
+        lambda ps: any(p.bench_check_ci for p in ps),
+    ),
+    Column("fake/estimate - 1", lambda p: _ratio(p.fake_vs_estimate_ci, p.estimate_verdict)),
+    Column("fake/genuine - 1", lambda p: _ratio(p.fake_vs_genuine_ci, p.genuine_verdict)),
+    Column("genuine/plain - 1", lambda p: _ratio(p.genuine_vs_plain_ci, p.plain_verdict), _plain),
+    Column("cache read ms", lambda p: cell(p.restore_prep_ci, 2), _inproc),
+    Column("restore step/genuine - 1", lambda p: _ratio(p.restore_step_vs_genuine_ci), _inproc),
+    Column("cache-read share", lambda p: cell(p.cache_read_share_ci, share=True), _inproc),
+    Column("server/in-proc fake", lambda p: cell(p.vs_inproc.get("fake"), 3), _share),
+    Column("server/in-proc genuine", lambda p: cell(p.vs_inproc.get("genuine"), 3), _share),
+    Column("decode ms/token at L+new", lambda p: cell(p.decode_ci, 2), lambda ps: any(p.decode_ci for p in ps)),
+    Column("s per rep", lambda p: cell(p.rep_s, 3)),
+    Column("reps", lambda p: str(p.reps)),
+)
+
+
 def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     """The sweep's table for the points of one place: the arms, the estimate, the ratios and verdicts, and what
     only that place has (in one process: the cache read; with both places: the server's own share)."""
@@ -53,65 +115,13 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     procs = max((p.processes for p in points), default=1)
     scope = f"; every interval over {procs} processes" if procs > 1 else "; within-run intervals (one process)"
     t = Table(title=TITLES[where] + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope)
-    images = any(p.image for p in points)
-    plain = any(p.plain.n_ok for p in points)
-    check = any(p.bench_check_ci for p in points)
-    share = any(p.vs_inproc for p in points)
-    decode = any(p.decode_ci for p in points)
-    inproc = where == "inproc"
-    cols = (
-        "L",
-        "new",
-        *(("image", "img tok", "encode") if images else ()),
-        "baseline",
-        "fake",
-        "genuine",
-        *(("plain genuine",) if plain else ()),
-        "estimate",
-        *(("llama-bench",) if check else ()),
-        "fake/estimate - 1",
-        "fake/genuine - 1",
-        *(("genuine/plain - 1",) if plain else ()),
-        *(("cache read ms", "restore step/genuine - 1", "cache-read share") if inproc else ()),
-        *(("server/in-proc fake", "server/in-proc genuine") if share else ()),
-        *(("decode ms/token at L+new",) if decode else ()),
-        "s per rep",
-        "reps",
-        "note",
-    )
-    for col in cols:
-        t.add_column(col, justify="right")
+    shown = [c for c in COLUMNS if c.shown(points)]
+    for c in shown:
+        t.add_column(c.header, justify="right")
+    t.add_column("note", justify="right")
     for p in points:
-        enc = p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else ms_text(p.encode_ms)
-        t.add_row(
-            str(p.L),
-            str(p.new),
-            *((p.image or "-", str(p.image_tokens or "-"), enc) if images else ()),
-            arm_cell(p.baseline),
-            arm_cell(p.fake),
-            arm_cell(p.genuine),
-            *((arm_cell(p.plain),) if plain else ()),
-            _est(p),
-            *((p.bench_check_ci.fmt(digits=1) if p.bench_check_ci else "-",) if check else ()),
-            _ratio(p.fake_vs_estimate_ci, p.estimate_verdict),
-            _ratio(p.fake_vs_genuine_ci, p.genuine_verdict),
-            *((_ratio(p.genuine_vs_plain_ci, p.plain_verdict),) if plain else ()),
-            *(
-                (
-                    cell(p.restore_prep_ci, 2),
-                    _ratio(p.restore_step_vs_genuine_ci),
-                    cell(p.cache_read_share_ci, share=True),
-                )
-                if inproc
-                else ()
-            ),
-            *((cell(p.vs_inproc.get("fake"), 3), cell(p.vs_inproc.get("genuine"), 3)) if share else ()),
-            *((cell(p.decode_ci, 2),) if decode else ()),
-            cell(p.rep_s, 3),
-            str(p.reps),
-            f"[{notes[p.point]}]" if p.point in notes else "",
-        )
-    return t
+        t.add_row(*(c.cell(p) for c in shown), f"[{notes[p.point]}]" if p.point in notes else "")
+    return key_columns(t, 2)
 
 
 def restore_lines(points: list[SweepPoint], s: ArmsSummary) -> list[str]:

@@ -20,60 +20,30 @@ PART_COLORS = ["#b07aa1", "#76b7b2"]
 BAR_STEP = 16  # px per bar in the encode / LM panel
 
 
+TOOLTIP = [  # one bar part of an image point
+    alt.Tooltip("run_id:N", title="run"),
+    alt.Tooltip("host:N"),
+    alt.Tooltip("L:Q", title="L (tokens)"),
+    alt.Tooltip("new:Q", title="new (tokens)"),
+    alt.Tooltip("image:N", title="screenshot"),
+    alt.Tooltip("image_tokens:Q", title="image tokens"),
+    alt.Tooltip("part:N"),
+    alt.Tooltip("ms:Q", title="ms", format=".1f"),
+    alt.Tooltip("fake_median_ms:Q", title="fake prompt, median (ms)", format=".1f"),
+    alt.Tooltip("encode_share:Q", title="encode share", format=".0%"),
+]
+
+
 def encode_panel(pts: pd.DataFrame, runs_drawn: pd.DataFrame, sizes: list[str], width: int, param: str) -> Chart | None:
     """Per image point, the fake arm's median prompt time split into vision encode + LM prefill (stacked)."""
     img = pts[pts["image"].notna() & pts["encode_ms"].notna() & pts["lm_ms"].notna()].copy()
     if img.empty:
         return None
-    several_news = img["new"].nunique() > 1
-    img["row"] = [
-        f"L {int(L):,} · {image}" + (f" · new {int(new)}" if several_news else "")
-        for L, image, new in zip(img["L"], img["image"], img["new"], strict=True)
-    ]
-    order = img.assign(_size=[sizes.index(str(i)) for i in img["image"]]).sort_values(
-        ["L", "_size", "new"], kind="stable"
-    )
-    rows = list(dict.fromkeys(order["row"]))
-    run_order = [str(r) for r in runs_drawn["run_id"] if r in set(img["run_id"])]
-    img["total_ms"] = img["encode_ms"] + img["lm_ms"].clip(lower=0)
-    img["encode_share"] = img["encode_ms"] / img["total_ms"]
-    img["share_label"] = [f"{share:.0%} encode" for share in img["encode_share"]]
-    bars = img.melt(
-        id_vars=[
-            "run_id",
-            "host",
-            "row",
-            "L",
-            "new",
-            "image",
-            "image_tokens",
-            "encode_share",
-            "share_label",
-            "fake_median_ms",
-            "total_ms",
-        ],
-        value_vars=list(PARTS),
-        var_name="part",
-        value_name="ms",
-    )
-    bars["part_order"] = bars["part"].map({k: i for i, k in enumerate(PARTS)})
-    bars["part"] = bars["part"].map(PARTS)
-    bars["ms"] = bars["ms"].clip(lower=0)
+    bars, rows, run_order = _encode_bars(img, runs_drawn, sizes)
     parts = list(PARTS.values())
     y = alt.Y("row:N", sort=rows, title="L (tokens) · screenshot", axis=alt.Axis(labelLimit=220))
     y_offset = alt.YOffset("run_id:N", sort=run_order, title="run")
-    tooltip = [
-        alt.Tooltip("run_id:N", title="run"),
-        alt.Tooltip("host:N"),
-        alt.Tooltip("L:Q", title="L (tokens)"),
-        alt.Tooltip("new:Q", title="new (tokens)"),
-        alt.Tooltip("image:N", title="screenshot"),
-        alt.Tooltip("image_tokens:Q", title="image tokens"),
-        alt.Tooltip("part:N"),
-        alt.Tooltip("ms:Q", title="ms", format=".1f"),
-        alt.Tooltip("fake_median_ms:Q", title="fake prompt, median (ms)", format=".1f"),
-        alt.Tooltip("encode_share:Q", title="encode share", format=".0%"),
-    ]
+    tooltip = TOOLTIP
     stacked = (
         alt.Chart(bars)
         .mark_bar(height={"band": 0.85})
@@ -117,6 +87,47 @@ def encode_panel(pts: pd.DataFrame, runs_drawn: pd.DataFrame, sizes: list[str], 
             "vision encode + LM prefill = the fake arm's median prompt time; one bar per run and (L, screenshot)",
         ),
     )
+
+
+def _encode_bars(
+    img: pd.DataFrame, runs_drawn: pd.DataFrame, sizes: list[str]
+) -> tuple[pd.DataFrame, list[str], list[str]]:
+    """The image points as one bar part per row (encode, LM), the rows in (L, size, new) order, the runs drawn."""
+    several_news = img["new"].nunique() > 1
+    img["row"] = [
+        f"L {int(L):,} · {image}" + (f" · new {int(new)}" if several_news else "")
+        for L, image, new in zip(img["L"], img["image"], img["new"], strict=True)
+    ]
+    order = img.assign(_size=[sizes.index(str(i)) for i in img["image"]]).sort_values(
+        ["L", "_size", "new"], kind="stable"
+    )
+    rows = list(dict.fromkeys(order["row"]))
+    run_order = [str(r) for r in runs_drawn["run_id"] if r in set(img["run_id"])]
+    img["total_ms"] = img["encode_ms"] + img["lm_ms"].clip(lower=0)
+    img["encode_share"] = img["encode_ms"] / img["total_ms"]
+    img["share_label"] = [f"{share:.0%} encode" for share in img["encode_share"]]
+    bars = img.melt(
+        id_vars=[
+            "run_id",
+            "host",
+            "row",
+            "L",
+            "new",
+            "image",
+            "image_tokens",
+            "encode_share",
+            "share_label",
+            "fake_median_ms",
+            "total_ms",
+        ],
+        value_vars=list(PARTS),
+        var_name="part",
+        value_name="ms",
+    )
+    bars["part_order"] = bars["part"].map({k: i for i, k in enumerate(PARTS)})
+    bars["part"] = bars["part"].map(PARTS)
+    bars["ms"] = bars["ms"].clip(lower=0)
+    return bars, rows, run_order
 
 
 def size_key(size: str) -> tuple[int, int, str]:

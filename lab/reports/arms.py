@@ -36,7 +36,23 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
     if points.empty or "genuine_median_ms" not in points.columns:
         return nothing_yet(TITLE, "in-process sweep", "`lab arms`", width, height)
     drawn, param, keep = newest_run_picker(PARAM, "run ", None, runs, points)
-    arms = _arm_frame(points)
+    panels = [
+        _per_new_panel(_arm_frame(points), keep, width, height),
+        _restore_panel(_cost_frame(points), keep, width, height),
+    ]
+    info = _info_frame(catalog_dir, runs)
+    if not info.empty:
+        panels.append(info_panel(info, keep, width, 50))
+    return (
+        alt.vconcat(*panels, spacing=28)
+        .add_params(param)
+        .resolve_scale(color="independent")
+        .properties(title=title(TITLE, f"{len(drawn)} complete arms run(s); choose one in the dropdown"))
+    )
+
+
+def _per_new_panel(arms: pd.DataFrame, keep: Any, width: int, height: int) -> Any:
+    """Each arm's decode ms against L with its interval, one panel per `new`."""
     L_x = alt.X("L:Q", title="L (cached tokens)", scale=alt.Scale(type="log", nice=False))
     arm_color = alt.Color(
         "arm:N", title="arm", sort=list(ARMS.values()), scale=alt.Scale(domain=list(ARMS.values()), range=COLORS)
@@ -50,7 +66,7 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
         )
     )
     bars = alt.Chart().mark_rule(strokeWidth=2).encode(x=L_x, y="lo:Q", y2="hi:Q", color=arm_color)
-    per_new = alt.hconcat(
+    return alt.hconcat(
         *(
             alt.layer(bars, line, data=arms[arms["new"] == new])
             .transform_filter(keep)
@@ -59,7 +75,10 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
         ),
         title=title("decode ms of the new tokens", "bars: 95% interval of the median; log scales"),
     )
-    cost = _cost_frame(points)
+
+
+def _restore_panel(cost: pd.DataFrame, keep: Any, width: int, height: int) -> Any:
+    """The genuine hit's cache read (the restore) and a memcpy of as many bytes against L, with intervals."""
     series = alt.Color(
         "series:N",
         title="cache read",
@@ -84,7 +103,7 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
         )
     )
     cost_bars = alt.Chart().mark_rule(strokeWidth=2).encode(x="L:Q", y="lo:Q", y2="hi:Q", color=series)
-    restore = (
+    return (
         alt.layer(cost_bars, cost_line, data=cost)
         .transform_filter(keep)
         .properties(
@@ -95,16 +114,6 @@ def arms_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
                 "the depth-L state blob read back per step, against a plain memcpy of as many bytes",
             ),
         )
-    )
-    panels = [per_new, restore]
-    info = _info_frame(catalog_dir, runs)
-    if not info.empty:
-        panels.append(info_panel(info, keep, width, 50))
-    return (
-        alt.vconcat(*panels, spacing=28)
-        .add_params(param)
-        .resolve_scale(color="independent")
-        .properties(title=title(TITLE, f"{len(drawn)} complete arms run(s); choose one in the dropdown"))
     )
 
 

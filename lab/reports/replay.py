@@ -130,77 +130,85 @@ def _span(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height
 def _cost(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height: int) -> Chart | None:
     cost = figure_rows(catalog_dir, "replay_cost", runs, keys=[], run_ids=[run_id])
     work = figure_rows(catalog_dir, "replay_row_work", runs, keys=["length"], run_ids=[run_id])
-    panels: list[Chart] = []
-    if not cost.empty:
-        cases = list(dict.fromkeys(cost["case"]))
-        long = cost.melt(
-            id_vars=["case", "mode", "window", "keep", "start", "end"],
-            value_vars=["rows", "pairs"],
-            var_name="measure",
-            value_name="count",
-        )
-        long["measure"] = long["measure"].map({"rows": "consumer rows", "pairs": "visible SWA pairs"})
-        checked = bool(
-            (cost["rows"] == cost["reference_rows"]).all() and (cost["pairs"] == cost["reference_pairs"]).all()
-        )
-        r0 = cost.iloc[0]
-        for measure in ("consumer rows", "visible SWA pairs"):
-            base = alt.Chart(long[long["measure"] == measure]).encode(
-                x=alt.X("case:N", sort=cases, title="chunk case", axis=alt.Axis(labelAngle=0)),
-                xOffset=alt.XOffset("mode:N", sort=MODES),
-                y=alt.Y("count:Q", title=measure),
-            )
-            bars = base.mark_bar().encode(
-                color=alt.Color("mode:N", sort=MODES, scale=alt.Scale(domain=MODES, scheme="set2"), title="mode"),
-                tooltip=[
-                    alt.Tooltip("case:N"),
-                    alt.Tooltip("mode:N"),
-                    alt.Tooltip("start:Q", title="chunk start"),
-                    alt.Tooltip("end:Q", title="chunk end"),
-                    alt.Tooltip("count:Q", title=measure),
-                ],
-            )
-            labels = base.mark_text(dy=-7, fontSize=10, color=MUTED).encode(text="count:Q")
-            panels.append(
-                alt.layer(bars, labels).properties(
-                    width=width * 0.62,
-                    height=height * 0.6,
-                    title=title(
-                        f"Replay cost: {measure} per mode",
-                        f"W = {r0['window']}, keep = {r0['keep']}; "
-                        + ("= pair-enumerating reference" if checked else "DIFFERS from the reference"),
-                    ),
-                )
-            )
-    if not work.empty:
-        w0 = work.iloc[0]
-        work = work[["length", "full", "compact", "ratio"]].copy()
-        base = alt.Chart(work).encode(
-            x=alt.X("length:O", title="prompt length (tokens)", axis=alt.Axis(labelAngle=0)),
-            y=alt.Y("ratio:Q", title="compact / full layer-row work", scale=alt.Scale(domain=[0, 1.1])),
-        )
-        bars = base.mark_bar(color="#4c78a8", width={"band": 0.6}).encode(
-            tooltip=[
-                alt.Tooltip("length:Q", title="length (tokens)"),
-                alt.Tooltip("full:Q", title="full row-work", format=","),
-                alt.Tooltip("compact:Q", title="compact row-work", format=","),
-                alt.Tooltip("ratio:Q", format=".4f"),
-            ]
-        )
-        labels = base.mark_text(dy=-8, fontSize=11).encode(text=alt.Text("ratio:Q", format=".3f"))
-        panels.append(
-            alt.layer(bars, labels).properties(
-                width=width * 0.45,
-                height=height * 0.6,
-                title=title(
-                    "Replay cost: equal-cost row work",
-                    f"{w0['producer_layers']} producer + {w0['consumer_layers']} consumer layers, keep {w0['keep']}",
-                ),
-            )
-        )
+    panels = [*(_cost_panels(cost, width, height) if not cost.empty else []), *_row_work_panel(work, width, height)]
     if not panels:
         return None
     return alt.hconcat(*panels, spacing=36).resolve_scale(y="independent")
+
+
+def _cost_panels(cost: pd.DataFrame, width: int, height: int) -> list[Chart]:
+    """Consumer rows and visible window pairs per chunk case and mode, and whether they equal the reference."""
+    cases = list(dict.fromkeys(cost["case"]))
+    long = cost.melt(
+        id_vars=["case", "mode", "window", "keep", "start", "end"],
+        value_vars=["rows", "pairs"],
+        var_name="measure",
+        value_name="count",
+    )
+    long["measure"] = long["measure"].map({"rows": "consumer rows", "pairs": "visible SWA pairs"})
+    checked = bool((cost["rows"] == cost["reference_rows"]).all() and (cost["pairs"] == cost["reference_pairs"]).all())
+    r0 = cost.iloc[0]
+    panels: list[Chart] = []
+    for measure in ("consumer rows", "visible SWA pairs"):
+        base = alt.Chart(long[long["measure"] == measure]).encode(
+            x=alt.X("case:N", sort=cases, title="chunk case", axis=alt.Axis(labelAngle=0)),
+            xOffset=alt.XOffset("mode:N", sort=MODES),
+            y=alt.Y("count:Q", title=measure),
+        )
+        bars = base.mark_bar().encode(
+            color=alt.Color("mode:N", sort=MODES, scale=alt.Scale(domain=MODES, scheme="set2"), title="mode"),
+            tooltip=[
+                alt.Tooltip("case:N"),
+                alt.Tooltip("mode:N"),
+                alt.Tooltip("start:Q", title="chunk start"),
+                alt.Tooltip("end:Q", title="chunk end"),
+                alt.Tooltip("count:Q", title=measure),
+            ],
+        )
+        labels = base.mark_text(dy=-7, fontSize=10, color=MUTED).encode(text="count:Q")
+        panels.append(
+            alt.layer(bars, labels).properties(
+                width=width * 0.62,
+                height=height * 0.6,
+                title=title(
+                    f"Replay cost: {measure} per mode",
+                    f"W = {r0['window']}, keep = {r0['keep']}; "
+                    + ("= pair-enumerating reference" if checked else "DIFFERS from the reference"),
+                ),
+            )
+        )
+    return panels
+
+
+def _row_work_panel(work: pd.DataFrame, width: int, height: int) -> list[Chart]:
+    """Compact / full layer-row work per prompt length (none without rows)."""
+    if work.empty:
+        return []
+    w0 = work.iloc[0]
+    work = work[["length", "full", "compact", "ratio"]].copy()
+    base = alt.Chart(work).encode(
+        x=alt.X("length:O", title="prompt length (tokens)", axis=alt.Axis(labelAngle=0)),
+        y=alt.Y("ratio:Q", title="compact / full layer-row work", scale=alt.Scale(domain=[0, 1.1])),
+    )
+    bars = base.mark_bar(color="#4c78a8", width={"band": 0.6}).encode(
+        tooltip=[
+            alt.Tooltip("length:Q", title="length (tokens)"),
+            alt.Tooltip("full:Q", title="full row-work", format=","),
+            alt.Tooltip("compact:Q", title="compact row-work", format=","),
+            alt.Tooltip("ratio:Q", format=".4f"),
+        ]
+    )
+    labels = base.mark_text(dy=-8, fontSize=11).encode(text=alt.Text("ratio:Q", format=".3f"))
+    return [
+        alt.layer(bars, labels).properties(
+            width=width * 0.45,
+            height=height * 0.6,
+            title=title(
+                "Replay cost: equal-cost row work",
+                f"{w0['producer_layers']} producer + {w0['consumer_layers']} consumer layers, keep {w0['keep']}",
+            ),
+        )
+    ]
 
 
 def _verdict(ok: bool) -> str:
