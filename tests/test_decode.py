@@ -67,7 +67,9 @@ def test_lab_engine_decode_prints_a_verdict_per_depth_and_stores_its_run(tmp_pat
         assert len(re.findall(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", cells)) == 3, cells  # two medians and the ratio
     assert "1 +- 10%" in r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    assert run.ready and run.manifest().experiment == "decode" and run.manifest().params["depths"] == [300, 1200]
+    assert (
+        run.ready and run.manifest().experiment == "decode" and run.manifest().params["decode"]["depths"] == [300, 1200]
+    )
     stored = run.read(DECODE_DEPTHS)
     assert [d.depth for d in stored] == [300, 1200] and all(d.server_ms and d.bench_ms for d in stored)
     assert (run.path / "logs" / "llama-bench.log").exists() and (run.path / "logs" / "server.log").exists()

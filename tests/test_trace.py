@@ -1,4 +1,5 @@
-"""Trace format, synthetic traces and `lab replay-trace` against the real server."""
+"""Traces of step shapes: the format, synthetic traces, and the one replay (`lab trace replay`) measuring them
+against the real server: the optimum arm (and no cache, when asked), never today's."""
 
 from __future__ import annotations
 
@@ -10,12 +11,14 @@ import sys
 from pathlib import Path
 
 import pytest
+from labcli import lab, one_line_error
 
+from lab.conversation.load import ConversationError
+from lab.conversation.shapes import check_replayable, load_trace, synth_trace, write_trace
 from lab.core.runs import RunFolder
-from lab.core.schemas import TraceStep, TraceStepResult
-from lab.core.schemas.raw import TRACE_STEPS, TRACE_TASKS
+from lab.core.schemas import ConversationStepResult, TraceStep
+from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.engine.imagegrid import TINY_GEOMETRY
-from lab.experiments.trace import TraceError, check_replayable, load_trace, synth_trace, write_trace
 
 from conftest import interrupt_after_first_row
 
@@ -54,7 +57,7 @@ def test_bad_trace_lines_are_named(tmp_path: Path, line: str, needle: str) -> No
     path = tmp_path / "t.jsonl"
     good = '{"task_id": "t", "step": 9, "L": 10, "new_text": "ok"}'
     path.write_text(good + "\n" + line + "\n")
-    with pytest.raises(TraceError, match=r"t\.jsonl:2: ") as e:
+    with pytest.raises(ConversationError, match=r"t\.jsonl:2: ") as e:
         load_trace(path)
     assert needle in str(e.value)
 
@@ -63,7 +66,7 @@ def test_duplicate_step_is_refused(tmp_path: Path) -> None:
     path = tmp_path / "t.jsonl"
     step = '{"task_id": "t", "step": 1, "L": 10, "new_text": "ok"}\n'
     path.write_text(step + step)
-    with pytest.raises(TraceError, match="duplicate step 1"):
+    with pytest.raises(ConversationError, match="duplicate step 1"):
         load_trace(path)
 
 
@@ -72,104 +75,110 @@ def test_screenshot_without_projector_names_the_step(tmp_path: Path) -> None:
         TraceStep(task_id="t", step=0, L=100, new_text="a"),
         TraceStep(task_id="t", step=1, L=200, new_text="b", screenshot="shot.png"),
     ]
-    with pytest.raises(TraceError, match=r"task 't' step 1 has a screenshot \(shot\.png\) but no vision projector"):
+    with pytest.raises(
+        ConversationError, match=r"task 't' step 1 has a screenshot \(shot\.png\) but no vision projector"
+    ):
         check_replayable(steps, 8192, has_vision=False, trace=tmp_path / "t.jsonl")
-    with pytest.raises(TraceError, match="does not fit"):
+    with pytest.raises(ConversationError, match="does not fit"):
         check_replayable([TraceStep(task_id="t", step=0, L=9000, new_text="a")], 8192, False, tmp_path / "t")
 
 
-def test_replay_trace_end_to_end(tmp_path: Path) -> None:
-    trace = tmp_path / "trace.jsonl"
-    r = subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "2", "--steps", "3"], cwd=REPO)
-    assert r.returncode == 0
-    runs = tmp_path / "runs"
-    r2 = subprocess.run(
-        [LAB, "replay-trace", str(trace), "--runs-dir", str(runs)], capture_output=True, text=True, cwd=REPO
-    )
-    assert r2.returncode == 0, r2.stderr + r2.stdout
-    run = RunFolder.open(Path(r2.stdout.strip().splitlines()[-1]))
-    assert run.ready and run.manifest().experiment == "trace_replay"
-    assert (run.path / "raw" / "trace.jsonl").read_bytes() == trace.read_bytes()
-    steps = run.read(TRACE_STEPS)
-    trace_steps = load_trace(trace)
-    assert len(steps) == len(trace_steps)
-    for res, st in zip(steps, trace_steps, strict=True):
-        assert res.ok, res.reason
-        assert st.prior_depth() == res.L and res.cache_n == res.L and res.prompt_n == res.new_tokens
-        assert res.measured_opt_prefill_s is not None and res.measured_opt_prefill_s > 0
-    for task in run.read(TRACE_TASKS):
-        mine = [s for s in steps if s.task_id == task.task_id]
-        opt = sum(s.measured_opt_prefill_s or 0 for s in mine)
-        dec = sum(s.baseline_decode_s or 0 for s in mine)
-        exe = sum(s.baseline_exec_s or 0 for s in mine)
-        assert task.opt_wall_s == pytest.approx(opt + dec + exe)
-    lines = [json.loads(x) for x in run.table_path(TRACE_STEPS).read_text().splitlines()]
-    assert all("measured_opt_prefill_s" in x for x in lines)  # the field a downstream simulator reads
-
-
-def test_replay_trace_with_screenshots(tmp_path: Path) -> None:
-    trace = tmp_path / "shots" / "trace.jsonl"
-    r = subprocess.run(
-        [LAB, "trace", "synth", "-o", str(trace), "--tasks", "1", "--steps", "3", "--start-depth", "300",
-         "--screenshots"], capture_output=True, text=True, cwd=REPO,
-    )  # fmt: skip
+def synth(trace: Path, *args: str) -> None:
+    r = lab("trace", "synth", "-o", str(trace), *args)
     assert r.returncode == 0, r.stderr
-    steps = [json.loads(x) for x in trace.read_text().splitlines()]
-    assert all(s["screenshot"].startswith("trace_screenshots/") for s in steps)  # relative to the trace
-    r = subprocess.run(
-        [LAB, "replay-trace", str(trace), "--runs-dir", str(tmp_path / "runs")],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-    )
+
+
+def test_a_step_shape_trace_replays_in_the_optimum_arm(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    synth(trace, "--tasks", "2", "--steps", "3")
+    r = lab("trace", "replay", str(trace), "--reps", "2", "--runs-dir", str(tmp_path / "runs"))
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    results = run.read(TRACE_STEPS)
-    assert len(results) == 3 and all(x.ok for x in results), [x.reason for x in results]
+    m = run.manifest()
+    assert run.ready and m.experiment == "conversation" and m.params["shapes"] and m.params["arms"] == ["optimum"]
+    assert (run.path / "raw" / "trace.jsonl").read_bytes() == trace.read_bytes()
+    assert {s.arm for s in run.read(CONVERSATION_SAMPLES)} == {"optimum"}
+    steps, shapes = run.read(CONVERSATION_STEPS), load_trace(trace)
+    assert [(s.task_id, s.step) for s in steps] == [(x.task_id, x.step) for x in shapes]
+    for res, shape in zip(steps, shapes, strict=True):
+        assert res.common == shape.prior_depth() and res.cache_n == res.common and res.prompt_n == res.new
+        assert res.optimum_ms is not None and res.optimum_ms.n == 2 and res.today_ms is None and res.no_cache_ms is None
+        assert res.baseline_exec_s == shape.baseline_exec_s and res.trace_only_new == shape.only_new
+    for task in run.read(CONVERSATION_TASKS):
+        mine = [x for x in shapes if x.task_id == task.task_id]
+        recorded = sum((x.baseline_decode_s or 0) + (x.baseline_exec_s or 0) for x in mine)
+        assert task.optimum_s is not None and task.opt_wall_s is not None and task.realised is None
+        assert task.opt_wall_s.value == pytest.approx(task.optimum_s.value + recorded)
+        assert task.opt_wall_s.lo == pytest.approx(task.optimum_s.lo + recorded)
+    assert "opt_wall" in r.stdout  # the task table
+
+
+def test_no_cache_when_asked_and_never_today(tmp_path: Path) -> None:
+    trace = tmp_path / "trace.jsonl"
+    synth(trace, "--tasks", "1", "--steps", "2", "--start-depth", "600")
+    runs = tmp_path / "runs"
+    r = lab("trace", "replay", str(trace), "--arms", "today,optimum", "--runs-dir", str(runs))
+    one_line_error(r, 2, "--arms today: today's server replays recorded prompts")
+    assert not runs.exists()
+    r = lab("trace", "replay", str(trace), "--arms", "optimum,no_cache", "--reps", "2", "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    for res in run.read(CONVERSATION_STEPS):
+        assert res.optimum_ms is not None and res.no_cache_ms is not None and res.today_ms is None
+        assert res.no_cache_ms.value > res.optimum_ms.value  # the whole depth prefilled against the new part
+
+
+def test_a_step_shape_trace_with_screenshots(tmp_path: Path) -> None:
+    trace = tmp_path / "shots" / "trace.jsonl"
+    synth(trace, "--tasks", "1", "--steps", "3", "--start-depth", "300", "--screenshots")
+    steps = [json.loads(x) for x in trace.read_text().splitlines()]
+    assert all(s["screenshot"].startswith("trace_screenshots/") for s in steps)  # relative to the trace
+    r = lab("trace", "replay", str(trace), "--reps", "1", "--runs-dir", str(tmp_path / "runs"))
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    results = run.read(CONVERSATION_STEPS)
+    assert len(results) == 3 and all(x.optimum_ms is not None for x in results)
     sizes = [(320, 200), (640, 400), (1280, 800)]
     for x, size in zip(results, sizes, strict=True):
         img = TINY_GEOMETRY.tokens(*size)[0]  # the tiny projector's geometry
-        assert x.image_tokens == img and x.encode_ms is not None
-        assert x.cache_n == x.L and x.prompt_n == x.new_tokens  # new_tokens = image tokens + text tokens
-        assert x.new_tokens > img
+        assert x.images == 1 and x.screenshot is not None and x.new > img  # new: image tokens + text tokens
+        assert x.cache_n == x.common and x.prompt_n == x.new
 
 
 def test_resume_keeps_the_runs_own_settings(tmp_path: Path) -> None:
-    """An interrupted replay resumes with the server settings it was started with, whatever today's config says."""
+    """An interrupted replay resumes with the server settings it was started with, whatever today's config says,
+    keeping its whole reps."""
     trace = tmp_path / "trace.jsonl"
-    subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "3", "--steps", "6"], cwd=REPO, check=True)
+    synth(trace, "--tasks", "2", "--steps", "4")
     runs = tmp_path / "runs"
-    cmd = [LAB, "replay-trace", str(trace), "-t", "1", "-c", "12288", "--runs-dir", str(runs)]
-    interrupt_after_first_row(cmd, "*/raw/steps.jsonl", runs, REPO)
+    cmd = [LAB, "trace", "replay", str(trace), "--reps", "4", "-t", "1", "-c", "12288", "--runs-dir", str(runs)]
+    interrupt_after_first_row(cmd, f"*/raw/{CONVERSATION_SAMPLES.file}", runs, REPO)
     (run_dir,) = (p for p in runs.iterdir() if p.is_dir())
     run = RunFolder.open(run_dir)
     assert run.manifest().status == "incomplete", run.manifest()
-    done_before = len(run.read(TRACE_STEPS, tolerate_torn_tail=True))
-    assert done_before < len(load_trace(trace))
+    before = {s.rep for s in run.read(CONVERSATION_SAMPLES, tolerate_torn_tail=True)}
+    assert 0 < len(before) < 4
     env = {**os.environ, "LAB_SERVER__THREADS": "2", "LAB_SERVER__CTX_SIZE": "16384"}
-    r = subprocess.run([LAB, "replay-trace", "--resume", run_dir.name, "--runs-dir", str(runs)],
+    r = subprocess.run([LAB, "trace", "replay", "--resume", run_dir.name, "--runs-dir", str(runs)],
                        capture_output=True, text=True, cwd=REPO, env=env)  # fmt: skip
     assert r.returncode == 0, r.stderr + r.stdout
     m = run.manifest()
     assert run.ready and len(m.resumed_utc) == 1
     assert (m.server_config["threads"], m.server_config["n_ctx"]) == (1, 12288), m.server_config
     assert m.params["server"]["threads"] == 1
-    steps = run.read(TRACE_STEPS)
-    assert len(steps) == len(load_trace(trace)) and all(s.ok for s in steps)
-    assert len({(s.task_id, s.step) for s in steps}) == len(steps)  # none measured twice
+    samples = run.read(CONVERSATION_SAMPLES)
+    assert len(samples) == 4 * 8 and len({(s.rep, s.task_id, s.step) for s in samples}) == len(samples)
 
 
-def test_steps_measured_several_times_carry_their_interval(tmp_path: Path) -> None:
+def test_json_prints_the_records_the_tables_are_printed_from(tmp_path: Path) -> None:
     trace = tmp_path / "trace.jsonl"
-    subprocess.run([LAB, "trace", "synth", "-o", str(trace), "--tasks", "1", "--steps", "2"], cwd=REPO, check=True)
-    r = subprocess.run([LAB, "trace", "replay", str(trace), "--reps", "3", "--runs-dir", str(tmp_path / "runs"),
-                        "--json"], capture_output=True, text=True, cwd=REPO)  # fmt: skip
+    synth(trace, "--tasks", "1", "--steps", "2")
+    r = lab("trace", "replay", str(trace), "--reps", "3", "--runs-dir", str(tmp_path / "runs"), "--json")
     assert r.returncode == 0, r.stderr + r.stdout
     out = json.loads(r.stdout)  # --json: the records the tables are printed from, and the run folder
     run = RunFolder.open(Path(out["run"]))
     assert run.manifest().params["reps"] == 3
-    assert [TraceStepResult.model_validate(x) for x in out["steps"]] == run.read(TRACE_STEPS)
+    assert [ConversationStepResult.model_validate(x) for x in out["steps"]] == run.read(CONVERSATION_STEPS)
     assert len(out["tasks"]) == 1 and out["tasks"][0]["n_steps"] == 2
-    for s in run.read(TRACE_STEPS):
-        assert s.ok and s.reps == 3 and s.measured_ci is not None and s.measured_ci.n == 3
-        assert s.measured_ci.lo <= (s.measured_opt_prefill_s or 0) <= s.measured_ci.hi
+    for s in run.read(CONVERSATION_STEPS):
+        assert s.optimum_ms is not None and s.optimum_ms.n == 3 and s.optimum_ms.lo <= s.optimum_ms.value

@@ -56,4 +56,4 @@ def test_commands_take_the_ids_of_tracked_runs(tmp_path: Path) -> None:
     r = run_lab("profile", "--resume", replay.name, cwd=proj)
     assert r.returncode == 1 and "is a replay_exact run, not profile" in r.stderr, r.stderr
     r = run_lab("replay-trace", "--resume", replay.name, cwd=proj)
-    assert r.returncode == 1 and "is a replay_exact run, not trace_replay" in r.stderr, r.stderr
+    assert r.returncode == 1 and "is a replay_exact run, not conversation" in r.stderr, r.stderr

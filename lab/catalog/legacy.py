@@ -1,6 +1,10 @@
-"""Run folders written by `lab arms` before it became `lab sweep --where inproc` (experiment "arms"): their row
-schemas, and each row as the sweep's table family holds it (`current()`), so old runs ingest, render and
-compare beside new ones. Nothing writes these any more.
+"""Run folders of experiments that became others, read as they are, so old runs ingest, render and compare
+beside new ones; nothing writes these any more:
+
+- `lab arms` before it became `lab sweep --where inproc` (experiment "arms"): their row schemas, and each row as
+  the sweep's table family holds it (`current()`);
+- the step-shape trace replay before it became the one replay (experiment "trace_replay"): its step and task
+  rows, in tables of their own.
 
 The oldest of them ran before the genuine arm became a restore: their `restore` arm is today's genuine hit and
 their `genuine` (which decoded L every rep, and never timed a memcpy) today's plain one, and they are read so.
@@ -82,3 +86,49 @@ ARMS_POINTS = RawTable("inproc_points", InprocPoint)
 ARMS_SAMPLES = RawTable("inproc_samples", InprocSample)
 ARMS_SERVER_SAMPLES = RawTable("server_samples", SweepSample)
 ARMS_FILLS = RawTable("inproc_fills", InprocFill)
+
+
+class TraceStepResult(BaseModel):
+    """raw/steps.jsonl: one replayed step."""
+
+    task_id: str
+    step: int
+    L: int
+    new_tokens: int
+    trace_only_new: int | None = None
+    ok: bool
+    reason: str = ""
+    measured_opt_prefill_s: float | None = Field(
+        default=None, description="prompt_ms / 1e3 of the fake request (the median when measured several times)"
+    )
+    measured_ci: Interval | None = Field(default=None, description="its 95% interval (seconds), from two reps on")
+    reps: int = Field(default=1, description="times the step was measured")
+    fake_ms: float | None = None
+    cache_n: int | None = None
+    prompt_n: int | None = None
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    screenshot: str | None = None
+    image_tokens: int | None = Field(default=None, description="prompt tokens of the screenshot (incl. markers)")
+    encode_ms: float | None = Field(default=None, description="vision encode ms (server log); inside prompt_ms")
+    t_utc: str
+
+
+class TraceTaskResult(BaseModel):
+    """raw/tasks.jsonl: per task, opt_wall = measured_opt_prefill + baseline_decode + baseline_exec."""
+
+    task_id: str
+    n_steps: int
+    n_failed: int
+    measured_opt_prefill_s: float
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    opt_wall_s: float | None = None
+    baseline_wall_s: float | None = None
+
+
+# a "trace_replay" run's tables
+TRACE_STEPS = RawTable("steps", TraceStepResult)
+TRACE_TASKS = RawTable("tasks", TraceTaskResult)

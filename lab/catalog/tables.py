@@ -15,7 +15,7 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from lab.catalog.legacy import ARMS_FILLS, ARMS_POINTS, ARMS_SAMPLES, ARMS_SERVER_SAMPLES
+from lab.catalog.legacy import ARMS_FILLS, ARMS_POINTS, ARMS_SAMPLES, ARMS_SERVER_SAMPLES, TRACE_STEPS, TRACE_TASKS
 from lab.core.rawtable import RawTable
 from lab.core.schemas import SweepPoint, SweepSample
 from lab.core.schemas.raw import (
@@ -37,8 +37,6 @@ from lab.core.schemas.raw import (
     SWEEP_FILLS,
     SWEEP_POINTS,
     SWEEP_SAMPLES,
-    TRACE_STEPS,
-    TRACE_TASKS,
 )
 
 Row = TypeVar("Row", bound=BaseModel)

@@ -21,6 +21,7 @@ from lab.cli.common import (
     group,
     resolve,
     settings_for,
+    str_list,
 )
 
 app = group("agent traces (JSONL of recorded steps)")
@@ -72,7 +73,7 @@ def trace_synth(
         from lab.core.errors import UsageError
 
         raise UsageError("--reasoning: only with --conversation (a step-shape trace has no replies)")
-    from lab.experiments.trace import synth_trace, write_trace
+    from lab.conversation.shapes import synth_trace, write_trace
 
     shots = out.parent / f"{out.stem}_screenshots" if screenshots else None
     write_trace(synth_trace(tasks, steps, seed, start_depth, max_depth, shots), out)
@@ -101,7 +102,7 @@ def trace_derive(
 @app.command("replay")
 def trace_replay(
     trace: Annotated[
-        Path | None, typer.Argument(help="trace JSONL: step shapes (TraceStep) or a conversation (ConversationStep)")
+        Path | None, typer.Argument(help="trace JSONL: a conversation (ConversationStep) or step shapes (TraceStep)")
     ] = None,
     threads: Threads = None,
     ctx_size: CtxSize = None,
@@ -110,32 +111,36 @@ def trace_replay(
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
     reps: Annotated[
-        int | None,
+        int | None, typer.Option("--reps", min=1, help="replays of the whole trace, each in processes of its own (5)")
+    ] = None,
+    arms: Annotated[
+        str | None,
         typer.Option(
-            "--reps", min=1, help="measure each step this often (default 1; a conversation: conversation.reps, 5)"
+            "--arms",
+            help="of today, optimum, no_cache (conversation.arms; default: every arm the trace allows, a "
+            "conversation all three, a trace of step shapes the optimum)",
         ),
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """Replay an agent trace. Step shapes: each step with a fake prefix (measured_opt_prefill_s, opt_wall per
-    task). A conversation: every step in three arms, today's server, the optimum and no cache, with intervals."""
-    from lab.conversation.load import is_conversation
+    """Replay an agent trace, every step in its arms, interleaved, with intervals over reps: today's server (as
+    users run it), the optimum (the fake prefix: only the new part prefilled) and no cache. A trace of step shapes
+    has no prompts for today's server: its optimum gives each step's measured prefill and each task's opt_wall."""
     from lab.core.console import lab_console
-    from lab.experiments.conversation import ConversationReplay
-    from lab.experiments.protocol import Experiment, run_experiment, run_output
-    from lab.experiments.trace import TraceReplay
+    from lab.experiments.conversation import Replay
+    from lab.experiments.protocol import run_experiment, run_output
     from lab.presenters.runs import show_run
 
-    s = settings_for(model=model, mmproj=mmproj, runs_dir=runs_dir, server={"threads": threads, "ctx_size": ctx_size})
-    run = resolve(resume, s.runs_dir)
-    if (run is not None and run.manifest().experiment == "conversation") or (
-        trace is not None and trace.is_file() and is_conversation(trace)
-    ):
-        experiment: Experiment = ConversationReplay(trace, reps or s.conversation.reps)
-    else:
-        experiment = TraceReplay(trace, reps or 1)
-    done = run_experiment(experiment, s, run, lab_console(quiet=as_json), show_run)
-    typer.echo(run_output(experiment, done, as_json))
+    s = settings_for(
+        model=model,
+        mmproj=mmproj,
+        runs_dir=runs_dir,
+        server={"threads": threads, "ctx_size": ctx_size},
+        conversation={"reps": reps, "arms": str_list(arms)},
+    )
+    experiment = Replay(trace, s.conversation.reps, s.conversation.arms)
+    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), lab_console(quiet=as_json), show_run)
+    typer.echo(run_output(experiment, run, as_json))
 
 
 @app.command("record")

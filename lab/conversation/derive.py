@@ -21,7 +21,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.conversation.load import ConversationError, image_bytes, images, load_conversation
-from lab.core.schemas import ConversationStep
+from lab.core.schemas import ConversationStep, TraceStep
 from lab.core.settings import Settings
 from lab.engine.build import EngineInfo, build_engine
 from lab.engine.imagegrid import ImageGeometry
@@ -73,6 +73,7 @@ class StepTokens:
     marker: str = field(default="", repr=False)  # the media marker in `text` (each server process has its own)
     shots: list[bytes] = field(default_factory=list, repr=False)
     reply_text: str = field(default="", repr=False)
+    shape: TraceStep | None = field(default=None, repr=False)  # a step-shape trace's step (no prompt recorded)
 
     @property
     def cells(self) -> int:

@@ -123,6 +123,11 @@ class ConversationSettings(Section):
         ge=1,
         description="replays of the whole conversation, each in processes of its own (--reps overrides)",
     )
+    arms: list[Literal["today", "optimum", "no_cache"]] | None = Field(
+        default=None,
+        description="the arms to measure (--arms); none given: every arm the trace allows (a conversation: all "
+        "three; a trace of step shapes: the optimum)",
+    )
     checkpoints: int = Field(default=32, ge=0, description="today's --ctx-checkpoints")
     checkpoint_min_step: int = Field(default=256, ge=0, description="today's --checkpoint-min-step")
     cache_ram_mib: int = Field(default=8192, ge=-1, description="today's --cache-ram (MiB; 0: off, -1: no limit)")

@@ -1,5 +1,6 @@
-"""`lab trace replay CONVERSATION`: every step of a recorded (or synthetic) conversation in three arms,
-interleaved, with intervals over reps:
+"""`lab trace replay TRACE`: the one replay. Every step of a trace in the arms asked for (conversation.arms),
+interleaved, with intervals over reps. A recorded (or synthetic) conversation can take all three; a trace of step
+shapes (lab.conversation.shapes: a prior depth and the new text, no prompts) the optimum and no cache:
 
     today      the conversation replayed in order to a server configured the way users run it (lab.conversation.
                today): what today's prompt cache achieves, with its reuse and restores from the server's log
@@ -22,6 +23,7 @@ Lifecycle (the protocol's, lab.experiments.protocol):
 
 from __future__ import annotations
 
+import contextlib
 import shutil
 from collections import defaultdict
 from pathlib import Path
@@ -31,9 +33,11 @@ from rich.console import Console
 
 from lab.conversation.arms import no_cache_step, optimum_step
 from lab.conversation.derive import StepTokens, Templater, derive_tasks
-from lab.conversation.load import ConversationError, load_conversation
+from lab.conversation.load import ConversationError, is_conversation, load_conversation
+from lab.conversation.shapes import derive_shapes, load_trace, step_for
 from lab.conversation.today import sample_base, today_step, users_server
 from lab.conversation.window import WindowCache
+from lab.core.errors import UsageError
 from lab.core.runs import RunFolder
 from lab.core.schemas import (
     ConversationArm,
@@ -42,6 +46,7 @@ from lab.core.schemas import (
     ConversationStepResult,
     ConversationTaskResult,
     Interval,
+    TraceStep,
 )
 from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import Settings
@@ -57,12 +62,18 @@ ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")
 Order = Literal["holds", "violated", "-"]
 
 
-class ConversationReplay(Experiment):
+class Replay(Experiment):
+    """A trace replayed in its arms: a conversation, or a trace of step shapes (`shapes`)."""
+
     name = "conversation"
     records = ("server", "model", "mmproj")
 
-    def __init__(self, trace: Path | None = None, reps: int = 3) -> None:
-        self.trace, self.reps = trace, reps
+    def __init__(self, trace: Path | None = None, reps: int = 3, arms: list[ConversationArm] | None = None) -> None:
+        self.trace, self.reps, self.asked = trace, reps, arms
+        self.arms: tuple[ConversationArm, ...] = ARMS
+        self.shapes = False  # a trace of step shapes (no prompts: no today's arm)
+        self.shape_steps: list[TraceStep] = []
+        self.shots_dir: Path | None = None  # a step-shape trace's screenshots are relative to the original trace
         self.projector: Path | None = None
         self.tasks: dict[str, list[StepTokens]] = {}
         self.raw: dict[str, list[ConversationStep]] = {}
@@ -75,18 +86,29 @@ class ConversationReplay(Experiment):
 
     def own_params(self, settings: Settings) -> dict[str, Any]:
         assert self.trace is not None
-        return {"trace": str(self.trace.resolve()), "reps": self.reps}
+        return {"trace": str(self.trace.resolve()), "reps": self.reps, "arms": list(self.arms), "shapes": self.shapes}
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
-        self.trace, self.reps = run.path / "raw" / "conversation.jsonl", int(params["reps"])
+        """The run's own copy of its trace (a step-shape trace's screenshots stay beside the original)."""
+        self.shapes, self.reps = bool(params.get("shapes")), int(params["reps"])
+        self.trace = run.path / "raw" / ("trace.jsonl" if self.shapes else "conversation.jsonl")
+        self.shots_dir = Path(params["trace"]).parent if self.shapes else None
+        self.asked = list(params.get("arms", ARMS))
         return settings
 
     def prepare(self, settings: Settings, parts: RunParts) -> None:
         if self.trace is None or not self.trace.is_file():
-            raise ConversationError(f"{self.trace}: no such conversation trace" if self.trace else "give a trace")
+            raise ConversationError(f"{self.trace}: no such trace" if self.trace else "give a trace (or --resume RUN)")
         assert parts.engine is not None and parts.model is not None
-        self.raw = load_conversation(self.trace)
-        derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
+        self.shapes = self.shapes or not is_conversation(self.trace)
+        self.arms = replay_arms(self.asked, self.shapes)
+        if self.shapes:
+            self.shape_steps = load_trace(self.trace)
+            self.shots_dir = self.shots_dir or self.trace.resolve().parent
+            derived = derive_shapes(settings, parts.engine, parts.model, self.shape_steps, self.trace, self.shots_dir)
+        else:
+            self.raw = load_conversation(self.trace)
+            derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
         self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
         today = settings.server.with_overrides(**users_server(settings.conversation))
         meta = read_gguf_metadata(parts.model)
@@ -95,13 +117,15 @@ class ConversationReplay(Experiment):
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run
         assert self.trace is not None
-        if not sess.resumed:  # the run's own copy, its images inlined: a resume needs nothing else
+        if not sess.resumed and self.shapes:  # the run's own copy (its screenshots stay beside the original)
+            run.write_raw("trace.jsonl", self.trace.read_bytes())
+        elif not sess.resumed:  # the run's own copy, its images inlined: a resume needs nothing else
             steps = [s for task in self.raw.values() for s in task]
             run.write_raw("conversation.jsonl", "".join(s.model_dump_json() + "\n" for s in steps))
         if self.derive_log is not None and self.derive_log.exists():  # derived before the run folder existed
             shutil.copyfile(self.derive_log, run.path / "logs" / f"derive-{self.derive_log.name}")
         n_steps = sum(len(v) for v in self.tasks.values())
-        whole = len(ARMS) * n_steps
+        whole = len(self.arms) * n_steps
         done = run.keep_whole(CONVERSATION_SAMPLES, lambda r: r.rep, lambda _r, rows: len(rows) == whole)
         samples = [r for rows in done.values() for r in rows]
         todo = [r for r in range(self.reps) if r not in done]
@@ -117,35 +141,46 @@ class ConversationReplay(Experiment):
                         rows = []
                         for task_steps in self.tasks.values():  # a fresh today's server per conversation: empty cache
                             with self._today(sess) as today:
-                                self.memory = today_memory(today)
+                                if today is not None:
+                                    self.memory = today_memory(today)
                                 rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
                     run.append(CONVERSATION_SAMPLES, rows)
                     samples += rows
-        self.steps, self.totals = summarize(self.tasks, samples, self.window)
+        self.steps, self.totals = summarize(self.tasks, samples, self.window, self.arms)
         run.rewrite(CONVERSATION_STEPS, self.steps)
         run.rewrite(CONVERSATION_TASKS, self.totals)
         return Outcome(results={"today_server": self.memory} if self.memory else {})
 
-    def _today(self, sess: OpenRun) -> LlamaServer:
-        """Today's server: the run's server as users run it (conversation.*)."""
+    def _today(self, sess: OpenRun) -> contextlib.AbstractContextManager[LlamaServer | None]:
+        """Today's server: the run's server as users run it (conversation.*); none without today's arm."""
+        if "today" not in self.arms:
+            return contextlib.nullcontext()
         users = users_server(sess.settings.conversation)
         users["extra_args"] = [*users["extra_args"], *mmproj_args(self.projector)]
         return sess.server(log="today-server.log", **users)
 
     def _rep(
-        self, rep: int, steps: list[StepTokens], t: Templater, client: ContractClient, today: LlamaServer, tick: Any
+        self,
+        rep: int,
+        steps: list[StepTokens],
+        t: Templater,
+        client: ContractClient,
+        today: LlamaServer | None,
+        tick: Any,
     ) -> list[ConversationSample]:
         """One conversation's steps in one rep, each step's arms in an order rotated by rep and step. Today's new
         process is warmed up first with the cache off: its first request would pay its start-up (and with a
         projector, its vision encoder's first image)."""
-        shot = media_prompt(today, "warm up ", [make_png(320, 200)], "") if self.projector else None
-        ContractClient(today).warm_up(prompt=shot)
-        tail = LogTail(today.log_path)
-        tail.read()
+        tail = None
+        if today is not None:
+            shot = media_prompt(today, "warm up ", [make_png(320, 200)], "") if self.projector else None
+            ContractClient(today).warm_up(prompt=shot)
+            tail = LogTail(today.log_path)
+            tail.read()
         rows: list[ConversationSample] = []
         for k, st in enumerate(steps):
             previous = None
-            for arm in rotated(ARMS, rep + k):
+            for arm in rotated(self.arms, rep + k):
                 if arm != "today" and previous in (None, "today"):
                     client.warm_up()  # after the other process's work
                 rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, today, tail))
@@ -156,7 +191,10 @@ class ConversationReplay(Experiment):
     def _optimum(self, t: Templater, st: StepTokens) -> Step:
         """The step's optimum request, built once per run (it may template and tokenize), not once per rep."""
         key = (st.task_id, st.step)
-        if key not in self.optimum:
+        if key not in self.optimum and st.shape is not None:
+            assert self.shots_dir is not None
+            self.optimum[key] = step_for(t.srv, st.shape, self.shots_dir, t.srv.n_vocab(), t.geometry)
+        elif key not in self.optimum:
             self.optimum[key] = optimum_step(t, st)
         return self.optimum[key]
 
@@ -167,13 +205,15 @@ class ConversationReplay(Experiment):
         st: StepTokens,
         optimum: Step,
         client: ContractClient,
-        today: LlamaServer,
-        tail: LogTail,
+        today: LlamaServer | None,
+        tail: LogTail | None,
     ) -> ConversationSample:
         if arm == "today":
+            assert today is not None and tail is not None
             return today_step(today, tail, st, rep)
         base = sample_base(st, rep, arm)
-        step = optimum if arm == "optimum" else no_cache_step(st)
+        # no cache: all of the prompt from empty (a step shape's optimum request holds it all: L placeholders, new)
+        step = optimum if arm == "optimum" or st.shape is not None else no_cache_step(st)
         n_out = st.n_out if arm == "optimum" and st.n_out >= 2 else 0  # the reply, decoded at depth L + new
         what = f"{st.task_id} step {st.step}"
         a = client.run_arm_alive("fake" if arm == "optimum" else "baseline", step, what=what, n_out=n_out)
@@ -203,11 +243,26 @@ def today_memory(srv: LlamaServer) -> dict[str, Any]:
     return {"kv_mib": c.kv_mib, "kv_cells": c.kv_cells, "swa_cells": c.swa_cells, "swa_full": c.swa_full}
 
 
+def replay_arms(asked: list[ConversationArm] | None, shapes: bool) -> tuple[ConversationArm, ...]:
+    """The arms a replay measures, in their order: those asked for, or every arm the trace allows (a step-shape
+    trace: the optimum alone; its no cache prefills every step's whole depth, so it is measured when asked)."""
+    if asked is None:
+        return ("optimum",) if shapes else ARMS
+    if shapes and "today" in asked:
+        raise UsageError("--arms today: today's server replays recorded prompts; a trace of step shapes has none")
+    if not asked:
+        raise UsageError("--arms: give at least one of today, optimum, no_cache")
+    return tuple(a for a in ARMS if a in asked)
+
+
 def summarize(
-    tasks: dict[str, list[StepTokens]], samples: list[ConversationSample], window: WindowCache | None = None
+    tasks: dict[str, list[StepTokens]],
+    samples: list[ConversationSample],
+    window: WindowCache | None = None,
+    arms: tuple[ConversationArm, ...] = ARMS,
 ) -> tuple[list[ConversationStepResult], list[ConversationTaskResult]]:
-    """Per step and per task, from every rep's samples (see the module's docstring); `window`: today's
-    server's window cache, for whether each step departs beyond it."""
+    """Per step and per task, from every rep's samples of the arms measured (see the module's docstring);
+    `window`: today's server's window cache, for whether each step departs beyond it."""
     by_step: dict[tuple[str, int], list[ConversationSample]] = defaultdict(list)
     for s in samples:
         by_step[(s.task_id, s.step)].append(s)
@@ -225,12 +280,13 @@ def summarize(
             if window is not None and k > 0:  # the previous step's prompt and reply were in the cache
                 row.window_departure = window.departs(st.common, steps[k - 1].cells + steps[k - 1].n_out)
             steps_out.append(row)
-        whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(ARMS) * len(steps)]
-        totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in ARMS}
+        whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(arms) * len(steps)]
+        totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in arms}
+        every = {a: totals.get(a, {}) for a in ARMS}
         realised = [
-            (totals["no_cache"][r] - totals["today"][r]) / (totals["no_cache"][r] - totals["optimum"][r])
+            (every["no_cache"][r] - every["today"][r]) / (every["no_cache"][r] - every["optimum"][r])
             for r in whole
-            if totals["no_cache"][r] > totals["optimum"][r]
+            if set(arms) == set(ARMS) and every["no_cache"][r] > every["optimum"][r]
         ]
         decode: dict[int, float] = defaultdict(float)  # the replies' decode seconds per rep
         for st in steps:
@@ -239,20 +295,48 @@ def summarize(
                     decode[s.rep] += s.decode_ms * (s.n_out or 0) / 1e3
         tools = [st.tool_s for st in steps if st.tool_s is not None]
         procs = [proc_of[r] for r in whole]
-        realised_procs = [proc_of[r] for r in whole if totals["no_cache"][r] > totals["optimum"][r]]
+        realised_procs = [proc_of[r] for r in whole if realised and every["no_cache"][r] > every["optimum"][r]]
+        arm_s = {
+            a: median_interval(list(totals[a].values()), f"{task}/{a}", procs) if a in totals else None for a in ARMS
+        }
+        recorded = recorded_seconds(steps)
         tasks_out.append(
             ConversationTaskResult(
                 task_id=task,
                 n_steps=len(steps),
-                today_s=median_interval(list(totals["today"].values()), f"{task}/today", procs),
-                optimum_s=median_interval(list(totals["optimum"].values()), f"{task}/optimum", procs),
-                no_cache_s=median_interval(list(totals["no_cache"].values()), f"{task}/no_cache", procs),
+                today_s=arm_s["today"],
+                optimum_s=arm_s["optimum"],
+                no_cache_s=arm_s["no_cache"],
                 realised=median_interval(realised, f"{task}/realised", realised_procs),
                 decode_s=median_interval([decode[r] for r in whole], f"{task}/decode", procs) if decode else None,
                 tool_s=sum(tools) if tools else None,
+                **recorded,
+                opt_wall_s=opt_wall(arm_s["optimum"], recorded),
             )
         )
     return steps_out, tasks_out
+
+
+def recorded_seconds(steps: list[StepTokens]) -> dict[str, float | None]:
+    """A step-shape trace's own seconds per task, summed over its steps (None where a step lacks them)."""
+    shapes = [st.shape for st in steps if st.shape is not None]
+    if not shapes or len(shapes) != len(steps):
+        return {}
+    out: dict[str, float | None] = {}
+    for name in ("baseline_prefill_s", "baseline_decode_s", "baseline_exec_s"):
+        values = [getattr(x, name) for x in shapes]
+        out[name] = None if any(v is None for v in values) else sum(values)
+    return out
+
+
+def opt_wall(optimum: Interval | None, recorded: dict[str, float | None]) -> Interval | None:
+    """A task's wall time with a perfect prefix cache: the optimum's prefill plus the trace's own decode and
+    exec seconds (exact numbers: the interval shifts by them)."""
+    decode, exec_s = recorded.get("baseline_decode_s"), recorded.get("baseline_exec_s")
+    if optimum is None or decode is None or exec_s is None:
+        return None
+    k = decode + exec_s
+    return optimum.model_copy(update={"value": optimum.value + k, "lo": optimum.lo + k, "hi": optimum.hi + k})
 
 
 def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> ConversationStepResult:
@@ -289,7 +373,16 @@ def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> Co
         ram_cache_restores=sum(s.ram_cache_restore for s in mine),
         full_reprocesses=sum(s.full_reprocess for s in mine),
         order=order(ivs["optimum"], ivs["today"], ivs["no_cache"]),
+        prompt_n=next((s.prompt_n for s in mine if s.arm == "optimum" and s.prompt_n is not None), None),
+        cache_n=next((s.cache_n for s in mine if s.arm == "optimum" and s.cache_n is not None), None),
+        **(shape_fields(st.shape) if st.shape is not None else {}),
     )
+
+
+def shape_fields(shape: TraceStep) -> dict[str, Any]:
+    """What a step-shape trace recorded of a step, kept beside what the replay measured."""
+    keys = ("baseline_prefill_s", "baseline_decode_s", "baseline_exec_s", "screenshot")
+    return {"trace_only_new": shape.only_new, **{k: getattr(shape, k) for k in keys}}
 
 
 def order(optimum: Interval | None, today: Interval | None, no_cache: Interval | None) -> Order:
@@ -303,4 +396,4 @@ def order(optimum: Interval | None, today: Interval | None, no_cache: Interval |
 def run_conversation(
     settings: Settings, trace: Path | None, reps: int, resume: RunFolder | None = None, console: Console | None = None
 ) -> RunFolder:
-    return run_experiment(ConversationReplay(trace, reps), settings, resume, console)
+    return run_experiment(Replay(trace, reps, settings.conversation.arms), settings, resume, console)

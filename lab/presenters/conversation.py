@@ -55,6 +55,7 @@ TASK_COLUMNS: tuple[tuple[str, Callable[[ConversationTaskResult], str]], ...] = 
     ("realised", lambda k: cell(k.realised, share=True)),
     ("decode", lambda k: cell(k.decode_s, 2)),
     ("tool", lambda k: "-" if k.tool_s is None else f"{k.tool_s:.2f}"),
+    ("opt_wall", lambda k: cell(k.opt_wall_s, 2)),
 )
 LEFT = ("task", "diverges", "restores", "order")
 
@@ -76,7 +77,8 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
     totals = key_columns(
         Table(
             title="per task: prefill seconds per arm [95% interval], the share of the optimum's saving that today's "
-            "server realises, the replies' decode and the agent's tool seconds (a step costs prefill + decode + tool)"
+            "server realises, the replies' decode and the agent's tool seconds (a step costs prefill + decode + "
+            "tool); a trace of step shapes: opt_wall = the optimum + its recorded decode and exec seconds"
         ),
         1,
     )

@@ -6,19 +6,17 @@ from __future__ import annotations
 from rich.console import Console
 
 from lab.catalog.headline import newest_profile, steps_of
-from lab.experiments.conversation import ConversationReplay
+from lab.experiments.conversation import Replay
 from lab.experiments.decode import DecodeCheck
 from lab.experiments.profile import Profile
 from lab.experiments.protocol import Experiment, OpenRun, Outcome
 from lab.experiments.sweep import Sweep
-from lab.experiments.trace import TraceReplay
 from lab.measure.plan import plan_line
 from lab.presenters import print_headline, time_tables
 from lab.presenters.conversation import replay_tables
 from lab.presenters.decode import decode_table
 from lab.presenters.profile import attn_kind_table, efficiency_table, prediction_lines, profile_table, reference_lines
 from lab.presenters.sweep import print_summary
-from lab.presenters.trace import replay_table
 
 
 def show_run(experiment: Experiment, sess: OpenRun, outcome: Outcome, console: Console) -> None:
@@ -28,14 +26,9 @@ def show_run(experiment: Experiment, sess: OpenRun, outcome: Outcome, console: C
         show_profile(experiment, console)
     elif isinstance(experiment, DecodeCheck):
         console.print(decode_table(experiment.rows, sess.model.name, sess.settings.server.threads))
-    elif isinstance(experiment, ConversationReplay):
+    elif isinstance(experiment, Replay):
         for table in replay_tables(experiment.steps, experiment.totals):
             console.print(table)
-    elif isinstance(experiment, TraceReplay):
-        console.print(replay_table(experiment.tasks))
-        for r in experiment.results:
-            if not r.ok:
-                console.print(f"[red]failed[/red] {r.task_id} step {r.step}: {r.reason}")
 
 
 def show_sweep(sweep: Sweep, sess: OpenRun, outcome: Outcome, console: Console) -> None:

@@ -36,8 +36,6 @@ from lab.core.schemas.trace import (
     ConversationStepResult,
     ConversationTaskResult,
     TraceStep,
-    TraceStepResult,
-    TraceTaskResult,
 )
 
 __all__ = [
@@ -76,8 +74,6 @@ __all__ = [
     "SweepRound",
     "SweepSample",
     "TraceStep",
-    "TraceStepResult",
-    "TraceTaskResult",
     "Verdict",
     "Where",
     "cell",

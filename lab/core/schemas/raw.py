@@ -14,8 +14,6 @@ from lab.core.schemas.trace import (
     ConversationSample,
     ConversationStepResult,
     ConversationTaskResult,
-    TraceStepResult,
-    TraceTaskResult,
 )
 
 SWEEP_SAMPLES = RawTable("samples", SweepSample)
@@ -24,8 +22,6 @@ SWEEP_ROUNDS = RawTable("rounds", SweepRound)
 SWEEP_FILLS = RawTable("fills", InprocFill)
 PREFILL_TPS = RawTable("prefill_tps", PrefillTps)  # a sweep's estimate samples, a profile's llama-bench calls
 ARMS_SUMMARY = RawTable("arms_summary", ArmsSummary, single=True)
-TRACE_STEPS = RawTable("steps", TraceStepResult)
-TRACE_TASKS = RawTable("tasks", TraceTaskResult)
 CONVERSATION_SAMPLES = RawTable("conversation_samples", ConversationSample)
 CONVERSATION_STEPS = RawTable("conversation_steps", ConversationStepResult)
 CONVERSATION_TASKS = RawTable("conversation_tasks", ConversationTaskResult)
@@ -49,8 +45,6 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         SWEEP_FILLS,
         PREFILL_TPS,
         ARMS_SUMMARY,
-        TRACE_STEPS,
-        TRACE_TASKS,
         CONVERSATION_SAMPLES,
         CONVERSATION_STEPS,
         CONVERSATION_TASKS,

@@ -35,47 +35,6 @@ class TraceStep(BaseModel):
         raise ValueError("give either L, or depth and only_new")
 
 
-class TraceStepResult(BaseModel):
-    """raw/steps.jsonl: one replayed step."""
-
-    task_id: str
-    step: int
-    L: int
-    new_tokens: int
-    trace_only_new: int | None = None
-    ok: bool
-    reason: str = ""
-    measured_opt_prefill_s: float | None = Field(
-        default=None, description="prompt_ms / 1e3 of the fake request (the median when measured several times)"
-    )
-    measured_ci: Interval | None = Field(default=None, description="its 95% interval (seconds), from two reps on")
-    reps: int = Field(default=1, description="times the step was measured")
-    fake_ms: float | None = None
-    cache_n: int | None = None
-    prompt_n: int | None = None
-    baseline_prefill_s: float | None = None
-    baseline_decode_s: float | None = None
-    baseline_exec_s: float | None = None
-    screenshot: str | None = None
-    image_tokens: int | None = Field(default=None, description="prompt tokens of the screenshot (incl. markers)")
-    encode_ms: float | None = Field(default=None, description="vision encode ms (server log); inside prompt_ms")
-    t_utc: str
-
-
-class TraceTaskResult(BaseModel):
-    """raw/tasks.jsonl: per task, opt_wall = measured_opt_prefill + baseline_decode + baseline_exec."""
-
-    task_id: str
-    n_steps: int
-    n_failed: int
-    measured_opt_prefill_s: float
-    baseline_prefill_s: float | None = None
-    baseline_decode_s: float | None = None
-    baseline_exec_s: float | None = None
-    opt_wall_s: float | None = None
-    baseline_wall_s: float | None = None
-
-
 class ChatMessage(BaseModel):
     """One message of a chat-completions request, as far as the lab reads it (other keys are kept as sent)."""
 
@@ -182,6 +141,14 @@ class ConversationStepResult(BaseModel):
     order: Literal["holds", "violated", "-"] = Field(
         default="-", description="optimum <= today <= no cache within the intervals"
     )
+    prompt_n: int | None = Field(default=None, description="the optimum's prefilled tokens (the first rep's)")
+    cache_n: int | None = Field(default=None, description="the optimum's fabricated cells (the first rep's)")
+    # a trace of step shapes: what it recorded of the step
+    trace_only_new: int | None = Field(default=None, description="the trace's own count of the new tokens")
+    baseline_prefill_s: float | None = Field(default=None, description="the trace's recorded prefill seconds")
+    baseline_decode_s: float | None = Field(default=None, description="the trace's recorded decode seconds")
+    baseline_exec_s: float | None = Field(default=None, description="the trace's recorded tool seconds")
+    screenshot: str | None = Field(default=None, description="the step's screenshot, as the trace names it")
 
 
 class ConversationTaskResult(BaseModel):
@@ -197,3 +164,8 @@ class ConversationTaskResult(BaseModel):
     realised: Interval | None = None
     decode_s: Interval | None = Field(default=None, description="the replies decoded at their depths, in all")
     tool_s: float | None = Field(default=None, description="the agent's recorded tool time, in all")
+    # a trace of step shapes: its recorded seconds in all, and the task's wall time with a perfect prefix cache
+    baseline_prefill_s: float | None = None
+    baseline_decode_s: float | None = None
+    baseline_exec_s: float | None = None
+    opt_wall_s: Interval | None = Field(default=None, description="optimum prefill + recorded decode + exec")
