@@ -70,6 +70,11 @@ def test_catalog_ls_and_show(runs: Path) -> None:
     r = lab("catalog", "show", run.name, "--runs-dir", str(runs))
     assert r.returncode == 0, r.stderr
     assert "cpu_model" in r.stdout and "lab_commit" in r.stdout and "replay_exact (2 rows)" in r.stdout
+    # --json: the records the listing and the details are printed from
+    listed = json.loads(lab("catalog", "ls", "--runs-dir", str(runs), "--json").stdout)
+    assert sorted(x["status"] for x in listed) == ["complete", "complete", "incomplete"]
+    detail = json.loads(lab("catalog", "show", run.name, "--runs-dir", str(runs), "--json").stdout)
+    assert detail["record"]["run_id"] == run.name and detail["tables"] == {"replay_exact": 2}
 
 
 def sweep_run(root: Path, fake_ms: float, params: dict[str, Any] | None = None) -> RunFolder:
@@ -93,6 +98,9 @@ def test_compare_prints_ratios_and_refuses_mixed_runs(runs: Path) -> None:
     assert r.returncode == 0, r.stderr
     row = next(line for line in r.stdout.splitlines() if "fake_median_ms" in line)
     assert "1.250" in row and "512" in row
+    out = json.loads(lab("compare", a.path.name, b.path.name, "--runs-dir", str(runs), "--json").stdout)
+    fake = [x for x in out["rows"] if x["metric"] == "fake_median_ms"]
+    assert len(fake) == 2 and all(x["ratio"] == pytest.approx(1.25) and x["L"] == 512 for x in fake), fake
     replay = next(p for p in runs.iterdir() if "replay_exact" in p.name)
     r = lab("compare", a.path.name, replay.name, "--runs-dir", str(runs))
     assert r.returncode == 1 and "cannot compare a sweep run with a replay_exact run" in r.stderr

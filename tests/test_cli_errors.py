@@ -105,6 +105,10 @@ def test_engine_check_passes_on_the_hybrid(tiny_model: Path) -> None:
     r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model))
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.count(" yes") == 3, r.stdout
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model), "--json")
+    out = json.loads(r.stdout)  # the record the table is printed from
+    assert [a["arm"] for a in out["arms"]] == ["baseline", "fake", "genuine"] and out["failure"] == ""
+    assert all(a["ok"] for a in out["arms"]) and out["arms"][1]["timings"]["cache_n"] == 512
 
 
 def test_bad_trace_line_is_named(tmp_path: Path) -> None:

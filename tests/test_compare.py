@@ -94,9 +94,11 @@ def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_pa
 def test_profiles_compare_band_by_band_with_intervals(tmp_path: Path) -> None:
     """Each band's ms/token per cycle is stored (raw/profile_band_cycles.jsonl), so B/A of every (depth, band)
     carries an interval too; a profile against itself is within noise everywhere."""
-    r = lab("profile", "--chunk", "128", "--max-depth", "256", "--cycles", "3", "--runs-dir", str(tmp_path))
+    r = lab("profile", "--chunk", "128", "--max-depth", "256", "--cycles", "3", "--runs-dir", str(tmp_path), "--json")
     assert r.returncode == 0, r.stderr + r.stdout
-    run = Path(r.stdout.strip().splitlines()[-1])
+    out = json.loads(r.stdout)  # --json: the records the tables are printed from, and nothing else
+    assert len(out["bands"]) == 3 * 5 and out["summary"]["cycles"] == 3, out["summary"]
+    run = Path(out["run"])
     c = compare_runs(run, run)
     bands = [row for row in c.rows if row.metric == "ms_per_token"]
     assert len(bands) == 3 * 5 and all(row.ci is not None and row.ci.n == 3 for row in bands), bands

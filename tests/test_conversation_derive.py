@@ -48,6 +48,9 @@ def test_steps_in_tokens_extend_and_diverge_where_the_agent_evicted(tmp_path: Pa
     assert [s.step for s in steps if s.diverged] == [4]
     r = subprocess.run([LAB, "trace", "derive", str(trace)], capture_output=True, text=True, timeout=300)
     assert r.returncode == 0 and "message 1" in r.stdout and "extends" in r.stdout, r.stderr + r.stdout
+    r = subprocess.run([LAB, "trace", "derive", str(trace), "--json"], capture_output=True, text=True, timeout=300)
+    records = json.loads(r.stdout)  # the records the table is printed from
+    assert [(x["step"], x["common"], x["new"]) for x in records] == [(s.step, s.common, s.new) for s in steps]
 
 
 def test_a_conversation_that_does_not_fit_the_context_is_refused_naming_the_step(tmp_path: Path) -> None:

@@ -4,6 +4,7 @@ sweep with `--n-out` storing a decode interval on every point."""
 
 from __future__ import annotations
 
+import json
 import re
 import sys
 from pathlib import Path
@@ -77,6 +78,10 @@ def test_lab_engine_decode_prints_a_verdict_per_depth_and_stores_its_run(tmp_pat
     ingest = lab("catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(catalog))
     assert ingest.returncode == 0, ingest.stderr
     assert (catalog / "tables" / "decode_depths.parquet").exists()
+    small = ["--depths", "96", "--reps", "1", "--n-out", "4", "--new", "16"]
+    r = lab("engine", "decode", *small, "--runs-dir", str(runs), "--json")
+    out = json.loads(r.stdout)  # the records the table is printed from, and the run folder
+    assert [d["depth"] for d in out["depths"]] == [96] and RunFolder.open(Path(out["run"])).ready
 
 
 def test_lab_engine_decode_refuses_a_depth_shallower_than_new() -> None:

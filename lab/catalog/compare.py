@@ -93,6 +93,12 @@ class CompareRow:
         """True when B/A's interval excludes 1; None without an interval ("within noise" when False)."""
         return None if self.ci is None or self.ci.n < 2 else not (self.ci.lo <= 1 <= self.ci.hi)
 
+    def record(self, keys: tuple[str, ...]) -> dict[str, Any]:
+        ci = self.ci.model_dump(mode="json") if self.ci else None
+        key = dict(zip(keys, self.key, strict=True)) if self.key else {}
+        out = {"metric": self.metric, "a": self.a, "b": self.b, "ratio": self.ratio, "ratio_ci": ci}
+        return {**key, **out, "significant": self.significant}
+
 
 @dataclass(frozen=True)
 class Comparison:
@@ -107,6 +113,18 @@ class Comparison:
     @property
     def kind(self) -> Kind:
         return KINDS[self.experiment]
+
+    def record(self) -> dict[str, Any]:
+        """What the compare table is printed from, JSON-ready (`lab compare --json`): B/A per key and metric, and
+        the geometric mean per metric over the keys."""
+        return {
+            "experiment": self.experiment,
+            "run_a": self.run_a,
+            "run_b": self.run_b,
+            "drift": self.drift,
+            "rows": [r.record(self.keys) for r in self.rows],
+            "geomean": [r.record(self.keys) for r in self.summary],
+        }
 
     def slowdowns(self, pct: float) -> list[CompareRow]:
         """Geometric-mean rows of times significantly slower than 1 + pct/100 (their interval's low end above it)."""

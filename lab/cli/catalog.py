@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 import sys
 from typing import Annotated
 
 import typer
 
-from lab.cli.common import CatalogDir, ReportsDir, RunsDir, group, resolve, settings_for
+from lab.cli.common import AsJson, CatalogDir, ReportsDir, RunsDir, group, resolve, settings_for
 
 app = group("the data catalog (catalog/tables/*.parquet)")
 
@@ -24,22 +25,34 @@ def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> 
 
 
 @app.command("ls")
-def catalog_ls(runs_dir: RunsDir = None) -> None:
+def catalog_ls(runs_dir: RunsDir = None, as_json: AsJson = False) -> None:
     """List run folders: id, experiment, host, engine commit, status."""
+    from lab.catalog.listing import listed_runs, listing_record
     from lab.core.console import lab_console
     from lab.presenters import runs_listing
 
-    lab_console().print(runs_listing(settings_for(runs_dir=runs_dir).runs_dir))
+    runs = listed_runs(settings_for(runs_dir=runs_dir).runs_dir)
+    if as_json:
+        typer.echo(json.dumps(listing_record(runs), indent=1))
+    else:
+        lab_console().print(runs_listing(runs))
 
 
 @app.command("show")
 def catalog_show(
-    run: Annotated[str, typer.Argument(help="run id (or unique prefix) or path")], runs_dir: RunsDir = None
+    run: Annotated[str, typer.Argument(help="run id (or unique prefix) or path")],
+    runs_dir: RunsDir = None,
+    as_json: AsJson = False,
 ) -> None:
     """One run with its provenance (host, CPU, engine, patch, model, lab commit), inputs, results and tables."""
+    from lab.catalog.listing import run_detail
     from lab.presenters import run_details
 
-    for line in run_details(resolve(run, settings_for(runs_dir=runs_dir).runs_dir).path):
+    detail = run_detail(resolve(run, settings_for(runs_dir=runs_dir).runs_dir).path)
+    if as_json:
+        typer.echo(json.dumps(detail, indent=1))
+        return
+    for line in run_details(detail):
         typer.echo(line)
 
 
@@ -57,15 +70,25 @@ def catalog_export(
 
 
 @app.command("headline")
-def catalog_headline_cmd(catalog_dir: CatalogDir = None, reports_dir: ReportsDir = None) -> None:
+def catalog_headline_cmd(
+    catalog_dir: CatalogDir = None, reports_dir: ReportsDir = None, as_json: AsJson = False
+) -> None:
     """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
     from lab.catalog.headline import catalog_headline, conversation_lines
     from lab.core.console import lab_console
     from lab.presenters import print_headline
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=reports_dir)
+    steps, profiles = catalog_headline(s.catalog_dir)
+    if as_json:
+        record = {
+            "steps": [x.model_dump(mode="json") for x in steps],
+            "profiles": [x.model_dump(mode="json") for x in profiles],
+        }
+        typer.echo(json.dumps(record, indent=1))
+        return
     console = lab_console()
-    print_headline(console, *catalog_headline(s.catalog_dir), empty="no complete sweep or profile in the catalog yet")
+    print_headline(console, steps, profiles, empty="no complete sweep or profile in the catalog yet")
     for line in conversation_lines(s.catalog_dir):
         console.print(line, highlight=False)
     if (index := s.reports_dir / "index.html").exists():

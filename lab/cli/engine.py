@@ -8,6 +8,7 @@ from typing import Annotated, Any
 import typer
 
 from lab.cli.common import (
+    AsJson,
     CacheDir,
     FlavorOpt,
     ModelOpt,
@@ -89,12 +90,21 @@ def engine_check(
     new: Annotated[int, typer.Option("--new", help="new tokens")] = 64,
     model: ModelOpt = None,
     cache_dir: CacheDir = None,
+    as_json: AsJson = False,
 ) -> None:
     """Start the patched server and show the three arms (baseline, fake, genuine) once each."""
-    from lab.engine.check import run_check
+    import json
 
-    why = run_check(settings_for(cache_dir, model=model), L=L, new=new)
-    if why:
+    from lab.core.console import lab_console
+    from lab.engine.check import run_check
+    from lab.presenters.engine import print_check
+
+    check = run_check(settings_for(cache_dir, model=model), L=L, new=new)
+    if as_json:
+        typer.echo(json.dumps(check.record(), indent=1))
+    else:
+        print_check(lab_console(), check)
+    if why := check.failure:
         typer.secho(f"the engine does not honour the n_fake_cached contract: {why}", fg="red", err=True)
         raise typer.Exit(1)
 
@@ -119,16 +129,20 @@ def engine_decode(
     cache_dir: CacheDir = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    as_json: AsJson = False,
 ) -> None:
     """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench, in
     a run folder (its rows: the catalog's decode_depths). Exit 1 when a sample failed."""
-    from lab.experiments.decode import run_decode
+    from lab.core.console import lab_console
+    from lab.experiments.decode import DecodeCheck
+    from lab.experiments.protocol import run_experiment, run_output
     from lab.presenters.runs import show_run
 
     decode = {"depths": int_list(depths), "new": new, "n_out": n_out, "reps": reps, "tolerance": tolerance}
     s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
-    run = run_decode(s, resume=resolve(resume, s.runs_dir), show=show_run)
-    typer.echo(str(run.path))
+    experiment = DecodeCheck()
+    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), lab_console(quiet=as_json), show_run)
+    typer.echo(run_output(experiment, run, as_json))
     m = run.manifest()
     if m.status != "complete":
         typer.secho(f"failed samples: {m.reason}", fg="red", err=True)

@@ -148,9 +148,12 @@ def profile(
     model: ModelOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    as_json: AsJson = False,
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
-    from lab.experiments.profile import run_profile
+    from lab.core.console import lab_console
+    from lab.experiments.profile import Profile
+    from lab.experiments.protocol import run_experiment, run_output
     from lab.presenters.runs import show_run
 
     stop, start = clean_room or (None, None)
@@ -171,4 +174,6 @@ def profile(
             "clean_room_start": start,
         },
     )
-    typer.echo(str(run_profile(s, resume=resolve(resume, s.runs_dir), show=show_run).path))
+    experiment = Profile()
+    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), lab_console(quiet=as_json), show_run)
+    typer.echo(run_output(experiment, run, as_json))

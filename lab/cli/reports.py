@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 from typing import Annotated
 
 import typer
 
-from lab.cli.common import CatalogDir, RunsDir, resolve, settings_for
+from lab.cli.common import AsJson, CatalogDir, RunsDir, resolve, settings_for
 
 
 def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Option("--out")] = None) -> None:
@@ -39,6 +40,7 @@ def compare(
         ),
     ] = 0.0,
     runs_dir: RunsDir = None,
+    as_json: AsJson = False,
 ) -> None:
     """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
     runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
@@ -48,7 +50,10 @@ def compare(
 
     s = settings_for(runs_dir=runs_dir)
     c = compare_runs(resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path, run_drift)
-    lab_console().print(compare_table(c))
+    if as_json:
+        typer.echo(json.dumps(c.record(), indent=1))
+    else:
+        lab_console().print(compare_table(c))
     if as_report:
         from lab.reports import render_compare
 

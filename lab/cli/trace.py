@@ -88,6 +88,7 @@ def trace_derive(
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     mmproj: Mmproj = None,
+    as_json: AsJson = False,
 ) -> None:
     """Each step of a conversation in tokens (the model's own chat template and tokenizer): its prompt, what it
     shares with the step before (the optimum's L), its new part, where it diverges (evictions), its reply."""
@@ -96,7 +97,13 @@ def trace_derive(
     from lab.presenters.conversation import tokens_table
 
     s = settings_for(model=model, mmproj=mmproj, server={"ctx_size": ctx_size})
-    lab_console().print(tokens_table(derive_conversation(s, trace)))
+    tasks = derive_conversation(s, trace)
+    if as_json:
+        import json
+
+        typer.echo(json.dumps([st.record() for steps in tasks.values() for st in steps], indent=1))
+    else:
+        lab_console().print(tokens_table(tasks))
 
 
 @app.command("replay")

@@ -91,6 +91,19 @@ class StepTokens:
     def n_out(self) -> int:
         return self.completion_tokens if self.completion_tokens is not None else len(self.reply)
 
+    def record(self) -> dict[str, Any]:
+        """What `lab trace derive` prints of the step, JSON-ready (`--json`)."""
+        return {
+            "task_id": self.task_id,
+            "step": self.step,
+            "prompt_cells": self.cells,
+            "common": self.common,
+            "new": self.new,
+            "diverged_at": self.at_message,
+            "images": self.images,
+            "reply_tokens": self.n_out,
+        }
+
 
 class Templater:
     """The server's chat template and tokenizer, asked once per distinct text."""

@@ -162,6 +162,9 @@ class DecodeCheck(Experiment):
         failures = [f"depth {r.depth}: {why}" for r in self.rows for why in r.failed]
         return Outcome(failure="; ".join(failures))
 
+    def tables(self) -> dict[str, Any]:
+        return {"depths": [r.model_dump(mode="json") for r in self.rows]}
+
 
 def run_decode(settings: Settings, resume: RunFolder | None = None, show: Show | None = None) -> RunFolder:
     """Decode ms per token at each of decode.depths through the server and in llama-bench (the settings' model,

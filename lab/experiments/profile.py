@@ -231,6 +231,13 @@ class Profile(Experiment):
         dump.unlink()  # the Parquet file and the walls table hold the same content
         self.rows, self.summary = rows, summary
 
+    def tables(self) -> dict[str, Any]:
+        return {
+            "bands": [r.model_dump(mode="json") for r in self.rows],
+            "summary": self.summary.model_dump(mode="json") if self.summary else None,
+            "predicted": [b.model_dump(mode="json") for b in self.prediction.at] if self.prediction else [],
+        }
+
 
 def run_profile(
     settings: Settings, resume: RunFolder | None = None, console: Console | None = None, show: Show | None = None

@@ -5,7 +5,6 @@ printable (rich) or text; `print_headline` prints the headline itself, wherever 
 from __future__ import annotations
 
 import json
-from pathlib import Path
 from typing import Any
 
 from rich.console import Console
@@ -13,8 +12,7 @@ from rich.table import Column, Table
 
 from lab.catalog.compare import CompareRow, Comparison
 from lab.catalog.headline import HeadlineProfile, HeadlineStep, summary_lines
-from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record, run_rows
-from lab.catalog.tables import SPEC_BY_NAME, SPECS
+from lab.catalog.tables import RunRecord
 from lab.core.schemas import BANDS, cell
 from lab.engine.build import EngineInfo
 from lab.experiments.profile_rates import CostReport
@@ -29,32 +27,27 @@ def engine_table(info: EngineInfo) -> Table:
     return t
 
 
-def runs_listing(runs_dir: Path) -> Table:
+def runs_listing(runs: list[RunRecord | tuple[str, str]]) -> Table:
     """Every run folder: id, experiment, host, engine commit, status (an unreadable one says why)."""
     t = Table("experiment", "host", "engine", "status", "started (UTC)")
     t.columns.insert(0, Column("run", no_wrap=True))
-    for d in run_dirs(runs_dir):
-        try:
-            r = run_record(d, read_manifest(d))
-        except IngestError as e:
-            t.add_row(d.name, "?", "?", "?", f"[red]unreadable: {e}[/red]", "")
+    for r in runs:
+        if not isinstance(r, RunRecord):
+            t.add_row(r[0], "?", "?", "?", f"[red]unreadable: {r[1]}[/red]", "")
             continue
         status = r.status if r.status == "complete" else f"[yellow]{r.status}[/yellow] {r.reason}".rstrip()
         t.add_row(r.run_id, r.experiment, r.host, r.engine_commit or "-", status, r.started_utc)
     return t
 
 
-def run_details(folder: Path) -> list[str]:
-    """One run's provenance (the catalog's run record), its inputs and results, and its tables."""
-    m = read_manifest(folder)
-    rec = run_record(folder, m)
-    lines = [f"{field:>14}: {value}" for field, value in rec.model_dump().items() if field != "params_json"]
-    lines.append(f"{'params':>14}: {rec.params_json}")
-    if m.results:
-        lines.append(f"{'results':>14}: {json.dumps(m.results, sort_keys=True)}")
-    for name in SPEC_BY_NAME:
-        if rec.in_figures and any(m.experiment in s.experiments for s in SPECS if s.name == name):
-            lines.append(f"{'table':>14}: {name} ({len(run_rows(folder, m.experiment, name))} rows)")
+def run_details(detail: dict[str, Any]) -> list[str]:
+    """`lab catalog show`: the run's detail as lines."""
+    rec = detail["record"]
+    lines = [f"{field:>14}: {value}" for field, value in rec.items() if field != "params_json"]
+    lines.append(f"{'params':>14}: {rec['params_json']}")
+    if detail["results"]:
+        lines.append(f"{'results':>14}: {json.dumps(detail['results'], sort_keys=True)}")
+    lines += [f"{'table':>14}: {name} ({n} rows)" for name, n in detail["tables"].items()]
     return lines
 
 
