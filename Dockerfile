@@ -82,7 +82,8 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
  && find "$LAB_CACHE_DIR" -type f ! -perm -0444 -exec chmod a+r {} +
 
 # 5. The tiny model and its vision projector (deterministic; keyed by the writers' sources).
-COPY lab/models/__init__.py lab/models/resolve.py lab/models/gguf_io.py lab/models/tinymodel.py \
+COPY lab/core/gguf_io.py lab/core/
+COPY lab/models/__init__.py lab/models/resolve.py lab/models/tinymodel.py \
      lab/models/tinyarchs.py lab/models/tinyvocab.py lab/models/tinyemit.py lab/models/tinyvision.py lab/models/
 RUN umask 0000 \
  && python -c 'if 1: \

@@ -15,8 +15,9 @@ may import):
     conversation, replay,       what an experiment is made of: conversation arms, the replay labs, and in
     measure                     measure the clean room, peaks, plan, fills, time model, then the cost model
     inproc, instrument          the lab's two C++ tools on libllama (the in-process driver, the profiler)
-    engine, models              the patched llama.cpp (source, build, server, contract) and the models
-    core                        settings, runs, stats, schemas, errors, console, host snapshots and noise
+    models                      a model's hyperparameters and state, the tiny models, the model to measure
+    engine                      the patched llama.cpp (source, build, server, contract)
+    core                        settings, runs, stats, schemas, errors, console, the GGUF reader, host records
 """
 
 __version__ = "0.1.0"

@@ -8,9 +8,9 @@ from typing import Any
 import pytest
 
 from lab.conversation.window import WindowCache
+from lab.core.gguf_io import read_gguf_metadata
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
 from lab.engine.server import LlamaServer
-from lab.models.gguf_io import read_gguf_metadata
 from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
 
 from conftest import ServerFactory

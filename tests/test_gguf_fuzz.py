@@ -13,7 +13,7 @@ from pathlib import Path
 
 import pytest
 
-from lab.models.gguf_io import read_gguf_metadata, read_gguf_tensors
+from lab.core.gguf_io import read_gguf_metadata, read_gguf_tensors
 
 pytestmark = pytest.mark.engine
 

@@ -12,8 +12,8 @@ from typing import Any
 import numpy as np
 import pytest
 
+from lab.core.gguf_io import read_gguf_kv, read_gguf_metadata
 from lab.engine.source import PreparedSource
-from lab.models.gguf_io import read_gguf_kv, read_gguf_metadata
 from lab.models.resolve import VOCAB_REL
 from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW, SUPPORTED_ARCHS, TinyModelSpec
 from lab.models.tinymodel import write_tiny_model

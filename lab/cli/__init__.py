@@ -4,6 +4,8 @@ The whole command tree is here; each group's commands are in a module of their o
 trace, replay, catalog), the top-level ones in experiments (sweep, arms, profile) and reports (report,
 compare, dvc-setup). The error policy, the settings loader and every shared option are in common.
 Heavy modules are imported inside commands so `lab --help` stays instant.
+
+It may import every layer below it; only lab.remote sits above.
 """
 
 from __future__ import annotations

@@ -97,9 +97,11 @@ def engine_check(
 
     from lab.core.console import lab_console
     from lab.engine.check import run_check
+    from lab.models.resolve import resolve_model
     from lab.presenters.engine import print_check
 
-    check = run_check(settings_for(cache_dir, model=model), L=L, new=new)
+    s = settings_for(cache_dir, model=model)
+    check = run_check(s, resolve_model(s), L=L, new=new)
     if as_json:
         typer.echo(json.dumps(check.record(), indent=1))
     else:

@@ -14,7 +14,7 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.core.errors import LabError
-from lab.models.gguf_io import read_gguf_metadata
+from lab.core.gguf_io import read_gguf_metadata
 
 IMAGE_MARKERS = 2  # <|vision_start|>, <|vision_end|>
 # clip.cpp's token budget for these projector types (set_limit_image_tokens(8, 4096)) and its default merge

@@ -38,6 +38,7 @@ from lab.conversation.shapes import derive_shapes, load_trace, step_for
 from lab.conversation.today import sample_base, today_step, users_server
 from lab.conversation.window import WindowCache
 from lab.core.errors import UsageError
+from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
 from lab.core.schemas import (
     ConversationArm,
@@ -56,7 +57,6 @@ from lab.engine.media import media_prompt
 from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
-from lab.models.gguf_io import read_gguf_metadata
 
 ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")
 Order = Literal["holds", "violated", "-"]

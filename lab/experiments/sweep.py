@@ -31,6 +31,7 @@ from rich.console import Console
 from rich.progress import Progress
 
 from lab.core.errors import UsageError
+from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
 from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, Where
 from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_FILLS, SWEEP_SAMPLES
@@ -57,7 +58,6 @@ from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_comma
 from lab.instrument import HEADERS, InstrumentInfo
 from lab.measure.fills import complete_fills, run_fill
 from lab.measure.plan import Plan
-from lab.models.gguf_io import read_gguf_metadata
 from lab.models.memshape import MemoryShape, memory_shape
 from lab.models.resolve import resolve_projector
 

@@ -5,7 +5,10 @@ server in the numbers. Built and cached like the profiler instrument.
 The driver loads the model once and takes commands on stdin (`DriverSession`): a `fill` pass decodes the grid's
 token stream once, keeping a state blob at every grid L and timing a chunk of each `new` at that depth; a
 `rep` times the arms of one point, each starting the new tokens from a depth-L state that costs no prefill
-(fabricated, or restored from the fill). So a rep costs its new tokens, not its prefix."""
+(fabricated, or restored from the fill). So a rep costs its new tokens, not its prefix.
+
+It may import the instrument, the engine and the core.
+"""
 
 from __future__ import annotations
 
@@ -209,7 +212,7 @@ def prepare_driver(
 ) -> tuple[InstrumentInfo, int]:
     """Build the driver and run its startup checks (the model, the context, the fake op) before any run folder
     exists; returns it and the model's vocabulary size (from the GGUF, as the driver and the server see it)."""
-    from lab.models.gguf_io import read_gguf_metadata
+    from lab.core.gguf_io import read_gguf_metadata
 
     driver = build_driver(engine, settings.cache_dir)  # a compile error creates no run
     try:

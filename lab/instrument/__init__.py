@@ -1,6 +1,9 @@
 """The per-node prefill profiler: a small C++ program linked against the engine's libllama
 (`profile_prefill.cpp`), built and cached by the lab like the engine. It and the in-process arms driver
-(lab/inproc) share the header lab/native/labtool.h: part of every tool's build key."""
+(lab/inproc) share the header lab/native/labtool.h: part of every tool's build key.
+
+It may import the engine and the core.
+"""
 
 from __future__ import annotations
 

@@ -34,9 +34,9 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from lab.core.gguf_io import TensorInfo, read_gguf_tensors
 from lab.core.schemas import BANDS, Band
 from lab.models.bands import WEIGHT_EXACT, weight_token
-from lab.models.gguf_io import TensorInfo, read_gguf_tensors
 from lab.models.hparams import Hparams, HparamsError, model_hparams
 
 # gpt-oss adds biases on q/k/v/o and the experts, and one sink logit per head and query: c (E + h) operations

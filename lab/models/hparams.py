@@ -14,7 +14,7 @@ from pathlib import Path
 from typing import Any, Literal, cast
 
 from lab.core.errors import UsageError
-from lab.models.gguf_io import read_gguf_metadata
+from lab.core.gguf_io import read_gguf_metadata
 
 LayerKind = Literal["attention", "sliding", "recurrent"]
 # hybrids whose every `full_attention_interval`-th layer is attention and the others Gated-DeltaNet

@@ -13,14 +13,14 @@ The parts, one module each:
 - :mod:`lab.models.tinyvocab`: the tokenizer copy (with the Qwen added tokens filled in);
 - :mod:`lab.models.tinyemit`: the "emit channel", a few deterministic weights that keep the
   model from emitting tokens llama-server cannot return (partial UTF-8, special, EOG);
-- :mod:`lab.models.gguf_io`: the atomic GGUF writer and the fast metadata reader.
+- :mod:`lab.core.gguf_io`: the atomic GGUF writer and the fast metadata reader.
 """
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from lab.models.gguf_io import atomic_gguf, import_gguf
+from lab.core.gguf_io import atomic_gguf, import_gguf
 from lab.models.tinyarchs import TinyModelSpec, build_tensors, hparams
 from lab.models.tinyemit import add_emit_channel, emittable_tokens
 from lab.models.tinyvocab import copy_tokenizer

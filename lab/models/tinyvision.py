@@ -28,7 +28,7 @@ from typing import Any
 
 import numpy as np
 
-from lab.models.gguf_io import atomic_gguf, import_gguf
+from lab.core.gguf_io import atomic_gguf, import_gguf
 from lab.models.tinyarchs import F32, Tensors, require_positive
 
 PROJECTOR_TYPE = "qwen3vl_merger"

@@ -1,6 +1,10 @@
 """What the CLI prints, apart from the experiments' own tables: engine info, the run listing, one run's
 provenance, a comparison, the cost model and the headline. Each takes the library's records and returns a
-printable (rich) or text; `print_headline` prints the headline itself, wherever it is printed."""
+printable (rich) or text; `print_headline` prints the headline itself, wherever it is printed.
+
+They may import the experiments, the catalog, the conversation, the measurement parts, the engine and the core;
+never a report or the CLI.
+"""
 
 from __future__ import annotations
 

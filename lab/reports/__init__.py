@@ -5,6 +5,8 @@
     compare_chart(comparison)                        the B / A chart itself (rows: lab.catalog.compare)
 
 Altair and vl-convert are imported on first use, so importing this package stays cheap.
+
+They may import the presenters' layer and below (in practice the catalog and the core); never the CLI.
 """
 
 from __future__ import annotations
