@@ -101,6 +101,12 @@ def test_compare_prints_ratios_and_refuses_mixed_runs(runs: Path) -> None:
     out = json.loads(lab("compare", a.path.name, b.path.name, "--runs-dir", str(runs), "--json").stdout)
     fake = [x for x in out["rows"] if x["metric"] == "fake_median_ms"]
     assert len(fake) == 2 and all(x["ratio"] == pytest.approx(1.25) and x["L"] == 512 for x in fake), fake
+    # a catalog pulled without its run folders: the same rows from the catalog's tables
+    cat = runs.parent / "catalog"
+    assert lab("catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(cat)).returncode == 0
+    empty = runs.parent / "elsewhere"
+    args = ("compare", a.path.name, b.path.name, "--runs-dir", str(empty), "--catalog-dir", str(cat), "--json")
+    assert json.loads(lab(*args).stdout)["rows"] == out["rows"]
     replay = next(p for p in runs.iterdir() if "replay_exact" in p.name)
     r = lab("compare", a.path.name, replay.name, "--runs-dir", str(runs))
     assert r.returncode == 1 and "cannot compare a sweep run with a replay_exact run" in r.stderr

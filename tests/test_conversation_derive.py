@@ -13,17 +13,17 @@ from pathlib import Path
 
 import pytest
 
-from lab.conversation.derive import derive_conversation
+from lab.conversation.derive import StepTokens, derive_conversation
 from lab.conversation.load import ConversationError
 from lab.conversation.synth import SynthConversation, synth_conversation
-from lab.conversation.today import replay_today, users_server
+from lab.conversation.today import today_step, users_server
 from lab.core.runs import RunFolder
-from lab.core.schemas import ConversationStepResult
+from lab.core.schemas import ConversationSample, ConversationStepResult
 from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import load_settings
 from lab.core.settings_server import ConversationSettings
 from lab.engine.build import EngineInfo
-from lab.engine.server import LlamaServer
+from lab.engine.server import LlamaServer, LogTail
 from lab.models.resolve import resolve_projector
 
 from conftest import interrupt_after_first_row, server_settings
@@ -31,6 +31,13 @@ from conftest import interrupt_after_first_row, server_settings
 pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
+
+
+def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> list[ConversationSample]:
+    """One task's steps, in order, against `srv` (fresh: a replay starts from an empty cache)."""
+    tail = LogTail(srv.log_path)
+    tail.read()
+    return [today_step(srv, tail, st, rep) for st in steps]
 
 
 def test_steps_in_tokens_extend_and_diverge_where_the_agent_evicted(tmp_path: Path) -> None:

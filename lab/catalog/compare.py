@@ -307,8 +307,8 @@ def compare_runs(run_a: Path, run_b: Path, drift: float = 0.0) -> Comparison:
     return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary, drift)
 
 
-def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
-    """Two runs of the catalog, by id or unique id prefix."""
+def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.0) -> Comparison:
+    """Two runs of the catalog, by id or unique id prefix (their rows as ingested); `drift`: see compare_rows."""
     runs = load_table(catalog_dir, "runs")
     ids = [str(x) for x in runs["run_id"]] if len(runs) else []
     experiments = dict(zip(ids, (str(x) for x in runs["experiment"]), strict=True)) if ids else {}
@@ -328,5 +328,5 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str) -> Comparison:
             raise CompareError(f"{run_id} has no rows in the catalog (incomplete, or not ingested yet)")
         return out
 
-    rows, summary = compare_rows(name, side(a), side(b))
-    return Comparison(name, a, b, kind.keys, rows, summary)
+    rows, summary = compare_rows(name, side(a), side(b), drift)
+    return Comparison(name, a, b, kind.keys, rows, summary, drift)

@@ -173,11 +173,11 @@ def columns(schema: type[BaseModel]) -> list[str]:
 
 
 def rows_at(frame: Any, where: str) -> Any:
-    """The rows of a sweep table measured in one place (rows from before the sweep had two: the server)."""
+    """The rows of a sweep table measured in one place (every row has one: `lab catalog ingest` writes the
+    schema's default, the server, for a row stored before the sweep had two places)."""
     if frame.empty:
         return frame
-    places = frame["where"].fillna("server") if "where" in frame.columns else "server"
-    return frame[places == where].reset_index(drop=True)
+    return frame[frame["where"] == where].reset_index(drop=True)
 
 
 def table_path(catalog_dir: Path, name: str) -> Path:

@@ -40,16 +40,24 @@ def compare(
         ),
     ] = 0.0,
     runs_dir: RunsDir = None,
+    catalog_dir: CatalogDir = None,
     as_json: AsJson = False,
 ) -> None:
     """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
-    runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid."""
-    from lab.catalog.compare import compare_runs
+    runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid. Runs not in
+    the runs folder are read from the catalog's tables (a catalog pulled without its run folders)."""
+    from lab.catalog.compare import compare_catalog, compare_runs
     from lab.core.console import lab_console
+    from lab.core.runs import RunError
     from lab.presenters import compare_table
 
-    s = settings_for(runs_dir=runs_dir)
-    c = compare_runs(resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path, run_drift)
+    s = settings_for(runs_dir=runs_dir, catalog_dir=catalog_dir)
+    try:
+        a, b = resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path
+    except RunError:
+        c = compare_catalog(s.catalog_dir, run_a, run_b, run_drift)
+    else:
+        c = compare_runs(a, b, run_drift)
     if as_json:
         typer.echo(json.dumps(c.record(), indent=1))
     else:

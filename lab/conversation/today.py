@@ -37,13 +37,6 @@ def users_server(conversation: ConversationSettings) -> dict[str, Any]:
     return {k: getattr(conversation, k) for k in keys}
 
 
-def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> list[ConversationSample]:
-    """One task's steps, in order, against `srv` (fresh: a replay starts from an empty cache)."""
-    tail = LogTail(srv.log_path)
-    tail.read()
-    return [today_step(srv, tail, st, rep) for st in steps]
-
-
 def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) -> ConversationSample:
     """The step's recorded request (one token generated), then its reply held in the slot, untimed."""
     body = {"messages": st.messages, **st.template, "temperature": 0, "max_tokens": 1, "stream": False}
