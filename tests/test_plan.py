@@ -117,47 +117,14 @@ def test_rates_fitted_to_chunks_recover_the_rates() -> None:
 def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
     rates = REPO / "docs" / "examples" / "nuc16-holo3-rates.yaml"
     runs = tmp_path / "runs"
-    r = lab(
-        "sweep",
-        "--plan",
-        "--rates",
-        str(rates),
-        "--Ls",
-        "4096,8192,16384,32768,40960",
-        "--news",
-        "256,1024",
-        "--max-reps",
-        "12",
-        "--ctx-size",
-        "45000",
-        "--fill-passes",
-        "1",
-        "--runs-dir",
-        str(runs),
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    grid = ("--rates", str(rates), "--Ls", "4096,8192,16384,32768,40960", "--news", "256,1024", "--ctx-size", "45000")
+    bare = {"PATH": "/usr/bin:/bin"}  # no engine, no tool on the path: a plan measures nothing
+    sweep = ("--max-reps", "12", "--fill-passes", "1", "--runs-dir", str(runs))
+    r = lab("sweep", "--plan", *grid, *sweep, cwd=tmp_path, env=bare)
     assert r.returncode == 0, r.stderr
     assert "31.8 h" in r.stdout and "1.8 h" in r.stdout and "llama-bench check" in r.stdout, r.stdout
     assert not runs.exists()
-    r = lab(
-        "arms",
-        "--plan",
-        "--budget",
-        "1h",
-        "--rates",
-        str(rates),
-        "--Ls",
-        "4096,8192,16384,32768,40960",
-        "--news",
-        "256,1024",
-        "--ctx-size",
-        "45000",
-        "--runs-dir",
-        str(runs),
-        cwd=tmp_path,
-        env={"PATH": "/usr/bin:/bin"},
-    )
+    r = lab("arms", "--plan", "--budget", "1h", *grid, "--runs-dir", str(runs), cwd=tmp_path, env=bare)
     assert r.returncode == 0 and "--budget 1h: up to 3 reps per point" in r.stdout, r.stdout + r.stderr
     assert not runs.exists()
     r = lab("arms", "--plan", "--rates", str(tmp_path / "none.yaml"), "--runs-dir", str(runs), cwd=tmp_path)
