@@ -286,19 +286,6 @@ class RunFolder:
         atomic_write(path, "".join(_line(r) + "\n" for rows in kept.values() for r in rows))
         return kept
 
-    def finished_points(
-        self,
-        points: RawTable[Row],
-        samples: Iterable[RawTable[Any]],
-        key: Callable[[Any], Hashable],
-    ) -> dict[Hashable, Row]:
-        """Units with a row of their own (a sweep point, a trace step): a unit's samples are appended, then its
-        row, so the finished units are those with a row; `samples` tables keep only their rows."""
-        done: dict[Hashable, Row] = {k: rows[-1] for k, rows in self.keep_whole(points, key).items()}
-        for table in samples:
-            self.keep_whole(table, key, lambda k, _rows: k in done)
-        return done
-
     # --- interruption -------------------------------------------------------------------------------
 
     @contextlib.contextmanager
