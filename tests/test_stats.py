@@ -212,3 +212,16 @@ def test_a_rotated_order_starts_one_further_each_time_and_keeps_every_item() -> 
         ["a", "b", "c"],
     ]
     assert rotated([], 5) == []
+
+
+def test_a_ratio_over_no_time_is_none_not_a_warning() -> None:
+    """A band a model does not have (0 ms in both runs) has no B/A, and numpy is never asked to divide by 0."""
+    import warnings
+
+    from lab.core.stats import unpaired_ratio
+
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert unpaired_ratio([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "zero") is None
+        assert unpaired_ratio([1.0, 2.0, 3.0], [0.0, 0.0, 1.0], "mostly-zero") is None
+        assert unpaired_ratio([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], "same") is not None

@@ -163,13 +163,15 @@ def unpaired(
 ) -> tuple[Interval | None, npt.NDArray[np.float64] | None]:
     """unpaired_ratio and the bootstrap draws of median(a) / median(b) its interval comes from (one bootstrap
     for both; each side resampled on its own, processes first when a side has them); `shift`: a factor per
-    draw put on the ratio (lab.catalog.compare's run drift). (None, None) when a side is empty."""
+    draw put on the ratio (lab.catalog.compare's run drift). (None, None) when a side is empty or b's median can
+    be 0."""
     xa, xb = _clean(a), _clean(b)
     if len(xa) == 0 or len(xb) == 0:
         return None, None
-    draws = median_draws(xa, _rng(key + "/a", xa), _procs(procs_a, a)) / median_draws(
-        xb, _rng(key + "/b", xb), _procs(procs_b, b)
-    )
+    den = median_draws(xb, _rng(key + "/b", xb), _procs(procs_b, b))
+    if np.median(xb) == 0 or not np.all(den):  # B holds no time (a band a model does not have): no ratio
+        return None, None
+    draws = median_draws(xa, _rng(key + "/a", xa), _procs(procs_a, a)) / den
     if shift is not None:
         draws = draws * shift
     lo, hi = _bounds(draws)
