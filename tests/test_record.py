@@ -94,13 +94,15 @@ def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaS
         r1 = first.parse()
         time.sleep(0.2)  # the agent's own time (a tool) before its next request
 
-        # turn 2: streamed with usage; the chunks arrive as the server decodes them, not all at once
+        # turn 2: streamed with usage; the chunks arrive as the server decodes them, not all at once. A longer reply
+        # (48 tokens, about 0.1 s on the tiny model) so a client that waits a moment on a busy host does not find
+        # them all queued, as if the proxy had buffered them
         messages += [{"role": "assistant", "content": r1.choices[0].message.content}, {"role": "user", "content": "?"}]
         sent.append([dict(m) for m in messages])
         pieces: list[str] = []
         arrived: list[float] = []
         stream = rec.agent.chat.completions.create(
-            messages=messages, stream=True, stream_options={"include_usage": True}, **PARAMS
+            messages=messages, stream=True, stream_options={"include_usage": True}, **{**PARAMS, "max_tokens": 48}
         )
         for chunk in stream:
             if chunk.choices and chunk.choices[0].delta.content:
@@ -131,13 +133,13 @@ def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaS
     assert [(s.task_id, s.step) for s in rows] == [("task000", 0), ("task000", 1), ("task000", 2)]
     assert [s.request["messages"] for s in rows] == sent
     assert [s.request.get("stream") for s in rows] == [None, True, True]
-    assert all(s.request["max_tokens"] == 8 and s.request["seed"] == 7 for s in rows)
+    assert [s.request["max_tokens"] for s in rows] == [8, 48, 8] and all(s.request["seed"] == 7 for s in rows)
     assert rows[0].reply == json.loads(first.text)["choices"][0]["message"]
     assert [s.reply["content"] if s.reply else None for s in rows] == [r1.choices[0].message.content, streamed, third]
     assert all(s.reply and s.reply["role"] == "assistant" for s in rows)
     assert r1.usage is not None
     assert (rows[0].prompt_tokens, rows[0].completion_tokens) == (r1.usage.prompt_tokens, r1.usage.completion_tokens)
-    assert all(s.completion_tokens is not None and 0 < s.completion_tokens <= 8 for s in rows)
+    assert all(s.completion_tokens is not None and 0 < s.completion_tokens <= s.request["max_tokens"] for s in rows)
     assert all(s.prompt_tokens is not None and s.prompt_tokens > 0 for s in rows)
     assert rows[1].prompt_tokens is not None and rows[0].prompt_tokens is not None
     assert rows[2].prompt_tokens is not None and rows[2].prompt_tokens > rows[1].prompt_tokens > rows[0].prompt_tokens
