@@ -57,6 +57,19 @@ def resolve(ref: str | None, runs_dir: Path) -> Any:
     return resolve_run(ref, runs_dir) if ref else None
 
 
+def run_command(experiment: Any, settings: Any, resume: str | None, as_json: bool, console: Any = None) -> Any:
+    """Run (or resume) an experiment for a command: its closing tables on the console (none with --json), then
+    the run folder, or with --json the records the tables are printed from; returns the run folder."""
+    from lab.core.console import lab_console
+    from lab.experiments.protocol import run_experiment, run_output
+    from lab.presenters.runs import show_run
+
+    console = console or lab_console(quiet=as_json)
+    run = run_experiment(experiment, settings, resolve(resume, settings.runs_dir), console, show_run)
+    typer.echo(run_output(experiment, run, as_json))
+    return run
+
+
 def str_list(v: str | None) -> list[str] | None:
     return None if v is None else [x.strip() for x in v.split(",") if x.strip()]
 

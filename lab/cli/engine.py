@@ -20,7 +20,7 @@ from lab.cli.common import (
     Threads,
     group,
     int_list,
-    resolve,
+    run_command,
     settings_for,
 )
 
@@ -135,16 +135,11 @@ def engine_decode(
 ) -> None:
     """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench, in
     a run folder (its rows: the catalog's decode_depths). Exit 1 when a sample failed."""
-    from lab.core.console import lab_console
     from lab.experiments.decode import DecodeCheck
-    from lab.experiments.protocol import run_experiment, run_output
-    from lab.presenters.runs import show_run
 
     decode = {"depths": int_list(depths), "new": new, "n_out": n_out, "reps": reps, "tolerance": tolerance}
     s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
-    experiment = DecodeCheck()
-    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), lab_console(quiet=as_json), show_run)
-    typer.echo(run_output(experiment, run, as_json))
+    run = run_command(DecodeCheck(), s, resume, as_json)
     m = run.manifest()
     if m.status != "complete":
         typer.secho(f"failed samples: {m.reason}", fg="red", err=True)

@@ -34,7 +34,7 @@ from lab.cli.common import (
     ThreadsBatch,
     WhereOpt,
     int_list,
-    resolve,
+    run_command,
     settings_for,
     str_list,
 )
@@ -79,10 +79,8 @@ def sweep(
     --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
     from lab.core.console import lab_console
-    from lab.experiments.protocol import run_experiment, run_output
     from lab.experiments.sweep import Sweep
     from lab.presenters.plan import plan_first
-    from lab.presenters.runs import show_run
 
     s = settings_for(
         model=model,
@@ -109,9 +107,7 @@ def sweep(
     console = lab_console(quiet=as_json)
     if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, console)) is None:
         return
-    experiment = Sweep()
-    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), console, show_run)
-    typer.echo(run_output(experiment, run, as_json))
+    run_command(Sweep(), s, resume, as_json, console)
 
 
 @functools.wraps(sweep)
@@ -151,10 +147,7 @@ def profile(
     as_json: AsJson = False,
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
-    from lab.core.console import lab_console
     from lab.experiments.profile import Profile
-    from lab.experiments.protocol import run_experiment, run_output
-    from lab.presenters.runs import show_run
 
     stop, start = clean_room or (None, None)
     s = settings_for(
@@ -174,6 +167,4 @@ def profile(
             "clean_room_start": start,
         },
     )
-    experiment = Profile()
-    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), lab_console(quiet=as_json), show_run)
-    typer.echo(run_output(experiment, run, as_json))
+    run_command(Profile(), s, resume, as_json)

@@ -19,7 +19,7 @@ from lab.cli.common import (
     Threads,
     TraceMaxDepth,
     group,
-    resolve,
+    run_command,
     settings_for,
     str_list,
 )
@@ -133,10 +133,7 @@ def trace_replay(
     """Replay an agent trace, every step in its arms, interleaved, with intervals over reps: today's server (as
     users run it), the optimum (the fake prefix: only the new part prefilled) and no cache. A trace of step shapes
     has no prompts for today's server: its optimum gives each step's measured prefill and each task's opt_wall."""
-    from lab.core.console import lab_console
     from lab.experiments.conversation import Replay
-    from lab.experiments.protocol import run_experiment, run_output
-    from lab.presenters.runs import show_run
 
     s = settings_for(
         model=model,
@@ -145,9 +142,7 @@ def trace_replay(
         server={"threads": threads, "ctx_size": ctx_size},
         conversation={"reps": reps, "arms": str_list(arms)},
     )
-    experiment = Replay(trace, s.conversation.reps, s.conversation.arms)
-    run = run_experiment(experiment, s, resolve(resume, s.runs_dir), lab_console(quiet=as_json), show_run)
-    typer.echo(run_output(experiment, run, as_json))
+    run_command(Replay(trace, s.conversation.reps, s.conversation.arms), s, resume, as_json)
 
 
 @app.command("record")
