@@ -19,7 +19,7 @@ from lab.conversation.synth import SynthConversation, synth_conversation
 from lab.conversation.today import today_step, users_server
 from lab.core.runs import RunFolder
 from lab.core.schemas import ConversationSample, ConversationStepResult
-from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
+from lab.core.schemas.raw import CONVERSATION_CAUSES, CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import load_settings
 from lab.core.settings_server import ConversationSettings
 from lab.engine.build import EngineInfo
@@ -159,6 +159,15 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         else:
             assert s.prompt_n + s.cache_n == st.prompt_cells and s.cache_n <= st.common
     assert steps[4].diverged_at == 1 and all(steps[k].diverged_at is None for k in (1, 2, 3))
+    assert steps[4].cause == "image evicted" and "msg 1: image evicted" in r.stdout  # why, in the step table
+    (cause,) = run.read(CONVERSATION_CAUSES)  # and what it cost in each arm
+    assert (cause.cause, cause.departures) == ("image evicted", 1) and cause.today_extra_s is not None
+    whole = steps[4].no_cache_ms
+    assert (
+        cause.no_cache_s is not None
+        and whole is not None
+        and cause.no_cache_s.value == pytest.approx(whole.value / 1e3)
+    )
     # each rep ran in servers of its own (the controls' one and today's): the intervals resample processes
     assert all(s.process == s.rep for s in samples)
     assert (run.path / "logs" / "server.log").read_text().count("server is listening") == 2
@@ -194,8 +203,8 @@ def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> 
         timeout=300,
     )
     assert report.returncode == 0, report.stderr
-    svg = (out / "conversation.svg").read_text()  # one panel per task, titled with its totals; the divergence
-    assert "task000: prefill s, no cache" in svg and "of the saving" in svg and "diverges" in svg
+    svg = (out / "conversation.svg").read_text()  # one panel per task, titled with its totals; the divergence, why
+    assert "task000: prefill s, no cache" in svg and "of the saving" in svg and "image evicted" in svg
 
 
 @pytest.mark.parametrize("swa_full", [False, True], ids=["window", "swa-full"])
@@ -203,7 +212,7 @@ def test_a_sliding_window_conversation_says_what_today_s_window_kept(
     tmp_path: Path, iswa_model: Path, swa_full: bool
 ) -> None:
     """The tiny gemma3 (a window of 128) replays a text-only conversation in all three arms; per step the lab
-    predicts from the window arithmetic whether the step departs beyond what today's window cache keeps, and
+    predicts from the policy model whether the step departs beyond what today's window cache keeps, and
     today's server's own log agrees (a departure restores a context checkpoint or re-processes the whole
     prompt, nothing else does); with --swa-full
     (conversation.swa_full) nothing departs, and the run records what each mode's caches hold."""
@@ -228,6 +237,12 @@ def test_a_sliding_window_conversation_says_what_today_s_window_kept(
     assert steps[0].window_departure is None and all(st.window_departure is not None for st in steps[1:])
     for st in steps[1:]:  # the prediction, held by the log: a departure needs a checkpoint, or all of it again
         assert st.full_reprocesses + st.checkpoint_restores == int(bool(st.window_departure)), st
+    # the policy model predicts what today's server reused and what it logged holding
+    assert [st.predicted_cache_n for st in steps] == [st.today_cache_n for st in steps]
+    for logged, predicted in [(st.checkpoint_mib, st.predicted_checkpoint_mib) for st in steps] + [
+        (st.ram_cache_mib, st.predicted_ram_cache_mib) for st in steps
+    ]:
+        assert (logged is None) == (predicted is None) and (logged is None or predicted == pytest.approx(logged, 0.1))
     departures = [st.step for st in steps if st.window_departure]
     assert departures if not swa_full else not departures  # the agent drops its long reasoning: beyond the window
     today = run.manifest().results["today_server"]

@@ -7,6 +7,7 @@ from typing import Any
 
 import pytest
 
+from lab.conversation.policy import CacheSetting, Request, policy_for
 from lab.conversation.window import WindowCache
 from lab.core.gguf_io import read_gguf_metadata
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
@@ -220,21 +221,25 @@ def test_a_sliding_window_server_survives_any_history(
 def test_the_window_rule_predicts_what_today_s_server_reuses(
     start_server: ServerFactory, iswa_model: Any, swa_full: bool
 ) -> None:
-    """lab.conversation.window's arithmetic against the stock server (no exact_window): after a prompt of
-    `end` tokens, a request sharing `common` of them is reused, or re-processed in full, as WindowCache.departs
-    says, below the window, at it, past it, and departing more or less than the window cache keeps."""
+    """The policy model (lab.conversation.policy) against the stock server (no exact_window): after a prompt of
+    `end` tokens, a request sharing `common` of them is reused, or re-processed in full, as the model says, below the
+    window, at it, past it, and departing more or less than the window cache keeps."""
     ctx = 4096
     srv = start_server(model=iswa_model, extra_args=["--swa-full"] if swa_full else [], ubatch_size=64, ctx_size=ctx)
-    window = WindowCache.of(read_gguf_metadata(iswa_model), 64, ctx, swa_full)
+    meta = read_gguf_metadata(iswa_model)
+    window = WindowCache.of(meta, 64, ctx, swa_full)
     assert window is not None and window.cells == (ctx if swa_full else 256) and window.n_swa == WINDOW
+    setting = CacheSetting(checkpoints=0, cache_ram_mib=0, swa_full=swa_full, ubatch=64)  # the lab server's
+    model = policy_for(meta, setting, ctx, {})
     other = filler_tokens(200, seed=99, n_vocab=N_VOCAB)
     for end, common in [(100, 100), (128, 128), (129, 129), (300, 300), (1000, 600), (1000, 900), (1000, 700)]:
         code, js = post(srv, prompt=PREFIX[:end], cache_prompt=True)
         assert code == 200, js
+        model.step(Request(PREFIX[:end]))
         code, js = post(srv, prompt=PREFIX[:common] + other[:16], cache_prompt=True)
         assert code == 200, js
         reused = js["timings"]["cache_n"]
-        assert (reused == 0) == window.departs(common, end) and reused in (0, common), (end, common, reused)
+        assert reused == model.step(Request(PREFIX[:common] + other[:16])).cache_n and reused in (0, common)
     assert_up(srv)
 
 

@@ -11,6 +11,7 @@ import pytest
 from labcli import lab
 
 from lab.core.errors import UsageError
+from lab.core.units import parse_size
 from lab.measure.plan import Plan, Rates, fit_reps, parse_duration, plan, rates_from_chunks, rates_from_file
 
 pytestmark = pytest.mark.fast
@@ -79,6 +80,19 @@ def test_durations(text: str, seconds: float) -> None:
 def test_a_bad_duration_is_one_line(text: str) -> None:
     with pytest.raises(UsageError, match="expected a duration like 30m"):
         parse_duration(text)
+
+
+@pytest.mark.parametrize(
+    ("text", "n"), [("4GiB", 4 << 30), ("512 MiB", 512 << 20), ("3GB", 3 * 10**9), ("2g", 2 << 30)]
+)
+def test_sizes(text: str, n: int) -> None:
+    assert parse_size(text) == n
+
+
+@pytest.mark.parametrize("text", ["", "4 potatoes", "GiB", "-1GiB"])
+def test_a_bad_size_is_one_line(text: str) -> None:
+    with pytest.raises(UsageError, match="not a size"):
+        parse_size(text)
 
 
 def test_the_decode_of_n_out_is_planned_at_its_depth() -> None:

@@ -265,3 +265,7 @@ def test_an_agent_loop_with_screenshots_and_an_eviction_is_recorded_and_replayed
     assert by_step[4].today_cache_n is not None and by_step[4].today_cache_n <= by_step[4].common
     # the other steps extend the previous request and its recorded reply: all they share is reused
     assert all(by_step[k].diverged_at is None and by_step[k].today_cache_n == by_step[k].common for k in (1, 2, 3, 5))
+    # the model of today's cache policy predicts what the server reused, step by step, and the memory it logged
+    assert [(t.step, t.predicted_cache_n) for t in table] == [(t.step, t.today_cache_n) for t in table]
+    logged = [(t.ram_cache_mib, t.predicted_ram_cache_mib) for t in table if t.ram_cache_mib is not None]
+    assert logged and all(p is not None and abs(p - m) <= 0.1 * m + 0.001 for m, p in logged), logged

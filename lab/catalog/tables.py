@@ -20,6 +20,7 @@ from lab.core.rawtable import RawTable
 from lab.core.schemas import SweepPoint, SweepSample
 from lab.core.schemas.raw import (
     ARMS_SUMMARY,
+    CONVERSATION_CAUSES,
     CONVERSATION_SAMPLES,
     CONVERSATION_STEPS,
     CONVERSATION_TASKS,
@@ -37,6 +38,7 @@ from lab.core.schemas.raw import (
     SWEEP_FILLS,
     SWEEP_POINTS,
     SWEEP_SAMPLES,
+    TUNE_SETTINGS,
 )
 
 Row = TypeVar("Row", bound=BaseModel)
@@ -71,9 +73,12 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("sweep_fills", ("arms",), ARMS_FILLS, required=False),
     TableSpec("arms_summary", ("sweep", "arms"), ARMS_SUMMARY, required=False),
     TableSpec("trace_steps", ("trace_replay",), TRACE_STEPS),
-    TableSpec("conversation_samples", ("conversation",), CONVERSATION_SAMPLES),
-    TableSpec("conversation_steps", ("conversation",), CONVERSATION_STEPS),
-    TableSpec("conversation_tasks", ("conversation",), CONVERSATION_TASKS),
+    # a tune is a conversation replay too (its defaults' steps and tasks), with the settings it weighed
+    TableSpec("conversation_samples", ("conversation", "tune"), CONVERSATION_SAMPLES),
+    TableSpec("conversation_steps", ("conversation", "tune"), CONVERSATION_STEPS),
+    TableSpec("conversation_tasks", ("conversation", "tune"), CONVERSATION_TASKS),
+    TableSpec("conversation_causes", ("conversation", "tune"), CONVERSATION_CAUSES, required=False),
+    TableSpec("tune_settings", ("tune",), TUNE_SETTINGS),
     TableSpec("decode_depths", ("decode",), DECODE_DEPTHS),
     TableSpec("trace_tasks", ("trace_replay",), TRACE_TASKS),
     TableSpec("profile_walls", ("profile",), PROFILE_WALLS),

@@ -159,3 +159,61 @@ def trace_record(
 
     n = record(Recording(upstream, listen, out, task, host, append))
     typer.echo(f"{n} steps written to {out}")
+
+
+@app.command("tune")
+def trace_tune(
+    trace: Annotated[
+        Path | None, typer.Argument(help="a conversation trace JSONL (recorded with `lab trace record`, or synthetic)")
+    ] = None,
+    ram: Annotated[
+        str | None,
+        typer.Option(
+            "--ram", help="memory the prompt caches may hold, checkpoints and RAM cache (tune.ram; e.g. 4GiB)"
+        ),
+    ] = None,
+    candidates: Annotated[
+        int | None, typer.Option("--candidates", min=1, max=8, help="settings from the predicted front measured (2)")
+    ] = None,
+    plan: Annotated[bool, typer.Option("--plan", help="predict and plan only: the front and what measuring costs")] = (
+        False
+    ),
+    threads: Threads = None,
+    ctx_size: CtxSize = None,
+    model: ModelOpt = None,
+    mmproj: Mmproj = None,
+    runs_dir: RunsDir = None,
+    resume: ReplayResume = None,
+    reps: Annotated[
+        int | None, typer.Option("--reps", min=1, help="replays of the conversation, each in processes of its own (12)")
+    ] = None,
+    as_json: AsJson = False,
+) -> None:
+    """The llama-server cache flags for this conversation: every setting on a grid predicted by a model of the
+    server's cache policy, the front (prefill seconds against memory) measured with the defaults (conversation.*)
+    in the three-arm replay, interleaved, and the recommendation as flags to paste, with the share of the saving
+    it realises."""
+    from lab.core.units import parse_size
+    from lab.experiments.tune import Tune
+
+    s = settings_for(
+        model=model,
+        mmproj=mmproj,
+        runs_dir=runs_dir,
+        server={"threads": threads, "ctx_size": ctx_size},
+        tune={"reps": reps, "candidates": candidates, "ram": ram},
+    )
+    t = s.tune
+    experiment = Tune(trace, t.reps, parse_size(t.ram) if t.ram else None, t.candidates)
+    if plan:
+        from lab.core.console import lab_console
+        from lab.experiments.protocol import resolve_parts
+        from lab.presenters.tune import front_table
+
+        experiment.prepare(s, resolve_parts(s, needs_engine=True))
+        console = lab_console()
+        console.print(front_table(experiment.predicted_rows()))
+        assert experiment.plan is not None
+        console.print(experiment.plan.describe(), highlight=False, soft_wrap=True)
+        return
+    run_command(experiment, s, resume, as_json)

@@ -8,7 +8,10 @@
               reuse (0 at a task's first step)
     L, new    the optimum's prior depth and new part: L = common, new = prompt - common
     diverged  the prompt departs from the previous prompt + reply before its end (an eviction, a cut), and
-              `at_message` is the first message that differs
+              `at_message` is the first message that differs, `cause` why (lab.conversation.causes)
+    before    the cells before the last user message, where the server cuts a batch to checkpoint (the patched
+              server's `/apply-template` returns the template's message spans; None when it marks none)
+    held      the prompt and the reply as one text, as today's replay holds them in the slot
 
 A step that does not fit the server's context (prompt + reply beyond ctx_size) is refused, naming the step.
 """
@@ -20,13 +23,16 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
+from lab.conversation.causes import Cause, departure_cause
 from lab.conversation.load import ConversationError, image_bytes, images, load_conversation
+from lab.core.gguf_io import read_gguf_metadata
 from lab.core.schemas import ConversationStep, TraceStep
 from lab.core.settings import Settings
 from lab.engine.build import EngineInfo, build_engine
-from lab.engine.imagegrid import ImageGeometry
+from lab.engine.imagegrid import IMAGE_MARKERS, ImageGeometry
 from lab.engine.png import png_size
 from lab.engine.server import LlamaServer, adhoc_server, mmproj_args
+from lab.models.hparams import HparamsError, hparams_of
 from lab.models.resolve import resolve_model, resolve_projector
 
 Unit = int | tuple[str, int]  # a token id, or (an image's digest, the cells it takes)
@@ -74,6 +80,9 @@ class StepTokens:
     shots: list[bytes] = field(default_factory=list, repr=False)
     reply_text: str = field(default="", repr=False)
     shape: TraceStep | None = field(default=None, repr=False)  # a step-shape trace's step (no prompt recorded)
+    before_user: int | None = None  # cells before the last user message (None: the template does not mark it)
+    held: list[Unit] = field(default_factory=list, repr=False)  # the prompt and reply as one text (today's slot)
+    cause: Cause | None = None  # why the prompt departs from the previous one and its reply (lab.conversation.causes)
 
     @property
     def cells(self) -> int:
@@ -100,6 +109,7 @@ class StepTokens:
             "common": self.common,
             "new": self.new,
             "diverged_at": self.at_message,
+            "cause": self.cause,
             "images": self.images,
             "reply_tokens": self.n_out,
         }
@@ -113,17 +123,36 @@ class Templater:
         self.geometry = ImageGeometry.of_projector(projector) if projector else None
         self.marker: str | None = None
         self.pieces: dict[tuple[str, bool], list[int]] = {}  # text between images repeats from step to step
+        self.image_pos: dict[str, int] = {}  # the positions each image takes (M-RoPE models: fewer than its cells)
+        self.mrope = False
 
     def prompt(
         self, messages: list[dict[str, Any]], template: dict[str, Any] | None = None
     ) -> tuple[list[Unit], str, list[bytes]]:
         """(units, the templated text with one media marker per image, the images in order); `template`: the
         request's TEMPLATE_FIELDS."""
+        units, text, shots, _ = self.rendered(messages, template)
+        return units, text, shots
+
+    def rendered(
+        self, messages: list[dict[str, Any]], template: dict[str, Any] | None = None
+    ) -> tuple[list[Unit], str, list[bytes], int | None]:
+        """`prompt`'s three, and the cells before the last user message, where the server cuts a batch to keep a
+        checkpoint (None when the template does not mark its messages' roles)."""
         r = self.srv.client.post("/apply-template", json={"messages": messages, **(template or {})})
         if r.status_code != 200:
             raise ConversationError(f"the server's chat template refused the request: {_error(r.text)}")
         text = str(r.json()["prompt"])
         shots = [image_bytes(p) for m in messages for p in images(m)]
+        units = self.units(text, shots)
+        users = [int(s["pos"]) for s in r.json().get("message_spans", []) if s.get("role") == "user"]
+        if not users:
+            return units, text, shots, None
+        prefix = text.encode()[: users[-1]].decode(errors="ignore")
+        return units, text, shots, cells(self.units(prefix, shots[: prefix.count(self.marker or "\0")]))
+
+    def units(self, text: str, shots: list[bytes]) -> list[Unit]:
+        """A templated text's units: its pieces between media markers tokenized, each image its cells."""
         if shots and self.marker is None:
             self.marker = str(self.srv.props()["media_marker"])
         pieces = text.split(self.marker) if shots and self.marker else [text]
@@ -134,7 +163,7 @@ class Templater:
             units += self._tokens(piece, i == 0) if piece else []
             if i < len(shots):
                 units.append(self._image(shots[i]))
-        return units, text, shots
+        return units
 
     def _tokens(self, piece: str, add_special: bool) -> list[int]:
         key = (piece, add_special)
@@ -145,7 +174,10 @@ class Templater:
     def _image(self, raw: bytes) -> tuple[str, int]:
         if self.geometry is None:
             raise ConversationError("a step has a screenshot but no vision projector is loaded (--mmproj)")
-        return hashlib.sha256(raw).hexdigest()[:16], self.geometry.tokens(*png_size(raw))[0]
+        digest = hashlib.sha256(raw).hexdigest()[:16]
+        n_cells, n_pos = self.geometry.tokens(*png_size(raw))
+        self.image_pos[digest] = n_pos + IMAGE_MARKERS if self.mrope else n_cells  # the markers are text
+        return digest, n_cells
 
     def reply(self, reply: dict[str, Any] | None) -> list[int]:
         text = reply_text(reply)
@@ -167,11 +199,12 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
         where = f"{trace}: task {s.task_id!r} step {s.step}"
         try:
             msgs, template = s.request["messages"], template_fields(s.request)
-            units, text, shots = t.prompt(msgs, template)
+            units, text, shots, st_before_user = t.rendered(msgs, template)
             st = StepTokens(s.task_id, s.step, units, t.reply(s.reply), messages=msgs, text=text, shots=shots)
-            st.template = template
+            st.template, st.before_user = template, st_before_user
             st.marker = t.marker or ""
             st.reply_text = reply_text(s.reply)
+            st.held = t.units(text + st.reply_text, shots)
         except ConversationError as e:
             raise ConversationError(f"{where}: {e}") from e
         st.images = sum(1 for m in msgs for _ in images(m))
@@ -187,6 +220,9 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
             st.at_message = first_changed(prev.messages, prev_reply(steps, prev.step), msgs)
             if st.at_message is None and st.common < cells(prev.prompt):
                 st.at_message = len(prev.messages)  # same messages, a template that renders them differently
+            if st.at_message is not None:
+                reply = prev_reply(steps, prev.step)
+                st.cause = departure_cause(prev.messages, reply, prev.template, msgs, template, st.at_message)
         out.append(st)
     return out
 
@@ -225,6 +261,7 @@ class Derived:
     tasks: dict[str, list[StepTokens]]
     projector: Path | None
     log: Path
+    image_pos: dict[str, int] = field(default_factory=dict)  # the positions each image takes
 
 
 def derive_tasks(
@@ -236,8 +273,17 @@ def derive_tasks(
     extra = mmproj_args(projector)
     with adhoc_server(engine, model, settings.server, settings.cache_dir, "trace-derive", extra) as srv:
         t = Templater(srv, projector)
+        t.mrope = is_mrope(model)
         derived = {k: derive_task(t, v, settings.server.ctx_size, trace) for k, v in tasks.items()}
-        return Derived(derived, projector, srv.log_path)
+        return Derived(derived, projector, srv.log_path, t.image_pos)
+
+
+def is_mrope(model: Path) -> bool:
+    """Whether the model places an image on fewer positions than its cells (M-RoPE)."""
+    try:
+        return hparams_of(read_gguf_metadata(model)).mrope
+    except HparamsError:
+        return False
 
 
 def derive_conversation(settings: Settings, path: Path) -> dict[str, list[StepTokens]]:

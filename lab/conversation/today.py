@@ -13,6 +13,8 @@ from the cached one is reused only up to a checkpoint before it) or a prompt fro
 from __future__ import annotations
 
 import base64
+import re
+from pathlib import Path
 from typing import Any
 
 import httpx
@@ -22,12 +24,17 @@ from lab.conversation.load import ConversationError
 from lab.core.runs import utc_now
 from lab.core.schemas import ConversationArm, ConversationSample
 from lab.core.settings_server import ConversationSettings
-from lab.engine.contract import ServerDied
+from lab.engine.contract import ServerDied, Step, text_step
+from lab.engine.imagegrid import ImageGeometry
+from lab.engine.media import filler_text, image_step
+from lab.engine.png import make_png, png_size
 from lab.engine.server import LlamaServer, LogTail
 
 RESTORED_CHECKPOINT = "restored context checkpoint"
 RAM_CACHE_HIT = "found better prompt"
 FULL_REPROCESS = "forcing full prompt re-processing"  # the server found too little of the window (or state)
+RAM_CACHE_STATE = re.compile(r"cache state: \d+ prompts, ([0-9.]+) MiB")
+CHECKPOINT_MADE = re.compile(r"created context checkpoint \d+ of \d+ \(.*size = ([0-9.]+) MiB\)")
 
 
 def users_server(conversation: ConversationSettings) -> dict[str, Any]:
@@ -66,8 +73,22 @@ def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) ->
         full_reprocess=FULL_REPROCESS in log,
     )
     _hold_reply(srv, st)
-    tail.read()
-    return out
+    log += tail.read()
+    ram, made = RAM_CACHE_STATE.findall(log), CHECKPOINT_MADE.findall(log)
+    return out.model_copy(
+        update={"ram_cache_mib": float(ram[-1]) if ram else None, "checkpoint_mib": float(made[-1]) if made else None}
+    )
+
+
+def warm_step(srv: LlamaServer, projector: Path | None) -> Step:
+    """Today's server's warm-up, untimed: a fabricated-prefix request (a screenshot in its new part when a projector
+    is loaded, so the vision encoder's first image is paid here too). It leaves nothing behind, no tokens, no
+    checkpoint and nothing in the RAM cache, so the conversation finds the server as it starts."""
+    if projector is None:
+        return text_step([1] * 8, [2] * 4)
+    png = make_png(320, 200)
+    geom = ImageGeometry.of_projector(projector)
+    return image_step(srv, geom, filler_text(srv, 8, seed=0), 8, png, png_size(png), " warm up")
 
 
 def sample_base(st: StepTokens, rep: int, arm: ConversationArm) -> dict[str, Any]:

@@ -19,7 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
-from lab.core.settings_server import ConversationSettings, Section, ServerSettings
+from lab.core.settings_server import ConversationSettings, Section, ServerSettings, TuneSettings
 
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -252,6 +252,7 @@ class Settings(BaseSettings):
     engine: EngineSettings = Field(default_factory=EngineSettings)
     server: ServerSettings = Field(default_factory=ServerSettings)
     conversation: ConversationSettings = Field(default_factory=ConversationSettings)
+    tune: TuneSettings = Field(default_factory=TuneSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)

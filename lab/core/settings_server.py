@@ -9,6 +9,9 @@ from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
 
+from lab.core.errors import UsageError
+from lab.core.units import parse_size
+
 
 class Section(BaseModel):
     """A settings section: a key it does not have is refused, not ignored (a typo must not change nothing)."""
@@ -143,3 +146,29 @@ class ConversationSettings(Section):
     @classmethod
     def _not_the_labs_flags(cls, v: list[str]) -> list[str]:
         return refuse_lab_flags(v)
+
+
+class TuneSettings(Section):
+    """`lab trace tune CONVERSATION`: the cache flags for a workload. Its defaults are conversation.* (today's
+    server as the user runs it); the grid's other settings are predicted, and the front's fastest measured."""
+
+    reps: int = Field(
+        default=12,
+        ge=1,
+        description="replays of the conversation, each in processes of its own (--reps): a point or two of the "
+        "saving needs about a dozen on a 2-core VM",
+    )
+    candidates: int = Field(default=2, ge=1, le=8, description="settings from the predicted front measured")
+    ram: str | None = Field(
+        default=None, description="memory the prompt caches may hold, checkpoints and RAM cache (--ram, e.g. 4GiB)"
+    )
+
+    @field_validator("ram")
+    @classmethod
+    def _a_size(cls, v: str | None) -> str | None:
+        try:
+            if v is not None:
+                parse_size(v)
+        except UsageError as e:
+            raise ValueError(str(e)) from e
+        return v

@@ -27,21 +27,23 @@ import contextlib
 import shutil
 from collections import defaultdict
 from pathlib import Path
-from typing import Any, Literal
+from typing import Any, ClassVar, Literal
 
 from rich.console import Console
 
 from lab.conversation.arms import no_cache_step, optimum_step
 from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, is_conversation, load_conversation
+from lab.conversation.policy import MIB, CacheSetting, Predicted, predict_conversation
 from lab.conversation.shapes import derive_shapes, load_trace, step_for
-from lab.conversation.today import sample_base, today_step, users_server
+from lab.conversation.today import sample_base, today_step, users_server, warm_step
 from lab.conversation.window import WindowCache
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
 from lab.core.schemas import (
     ConversationArm,
+    ConversationCauseResult,
     ConversationSample,
     ConversationStep,
     ConversationStepResult,
@@ -49,16 +51,17 @@ from lab.core.schemas import (
     Interval,
     TraceStep,
 )
-from lab.core.schemas.raw import CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
+from lab.core.schemas.raw import CONVERSATION_CAUSES, CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import Settings
+from lab.core.settings_server import ConversationSettings
 from lab.core.stats import median_interval, rotated
 from lab.engine.contract import ContractClient, Step
-from lab.engine.media import media_prompt
-from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
+from lab.models.hparams import HparamsError
 
 ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")
+ArmKey = tuple[ConversationArm, str]  # an arm, and for today's the setting's key ("": the replay's own)
 Order = Literal["holds", "violated", "-"]
 
 
@@ -66,7 +69,7 @@ class Replay(Experiment):
     """A trace replayed in its arms: a conversation, or a trace of step shapes (`shapes`)."""
 
     name = "conversation"
-    records = ("server", "model", "mmproj")
+    records: ClassVar[tuple[str, ...]] = ("server", "model", "mmproj")
 
     def __init__(self, trace: Path | None = None, reps: int = 3, arms: list[ConversationArm] | None = None) -> None:
         self.trace, self.reps, self.asked = trace, reps, arms
@@ -83,6 +86,12 @@ class Replay(Experiment):
         self.window: WindowCache | None = None  # today's server's window cache (sliding-window models)
         self.memory: dict[str, Any] = {}  # what today's server's caches hold, from its log
         self.derive_log: Path | None = None  # the server that derived the steps, before the run folder existed
+        self.predicted: dict[tuple[str, int], Predicted] = {}  # today's reuse, as the policy model predicts it
+        self.todays: dict[str, CacheSetting] = {}  # today's settings by key ("": conversation.*)
+        self.samples: list[ConversationSample] = []
+        self.causes: list[ConversationCauseResult] = []
+        self.image_pos: dict[str, int] = {}  # the positions each image takes (lab.conversation.derive.Templater)
+        self.decode_replies = True  # the optimum arm also decodes each step's reply at depth
 
     def own_params(self, settings: Settings) -> dict[str, Any]:
         assert self.trace is not None
@@ -110,9 +119,15 @@ class Replay(Experiment):
             self.raw = load_conversation(self.trace)
             derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
         self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
+        self.image_pos = derived.image_pos
         today = settings.server.with_overrides(**users_server(settings.conversation))
         meta = read_gguf_metadata(parts.model)
         self.window = WindowCache.of(meta, today.ubatch_size, today.ctx_size, today.swa_full_on)
+        if "today" in self.arms:
+            self.todays = self.todays or {"": todays_setting(settings)}
+            own = self.todays[next(iter(self.todays))]
+            with contextlib.suppress(UsageError, HparamsError):  # a memory layout the policy does not model
+                self.predicted = predict_conversation(self.tasks, meta, own, today.ctx_size, self.image_pos)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run
@@ -125,7 +140,7 @@ class Replay(Experiment):
         if self.derive_log is not None and self.derive_log.exists():  # derived before the run folder existed
             shutil.copyfile(self.derive_log, run.path / "logs" / f"derive-{self.derive_log.name}")
         n_steps = sum(len(v) for v in self.tasks.values())
-        whole = len(self.arms) * n_steps
+        whole = len(self.arm_keys()) * n_steps
         done = run.keep_whole(CONVERSATION_SAMPLES, lambda r: r.rep, lambda _r, rows: len(rows) == whole)
         samples = [r for rows in done.values() for r in rows]
         todo = [r for r in range(self.reps) if r not in done]
@@ -140,24 +155,40 @@ class Replay(Experiment):
                         client = ContractClient(lab_srv)
                         rows = []
                         for task_steps in self.tasks.values():  # a fresh today's server per conversation: empty cache
-                            with self._today(sess) as today:
-                                if today is not None:
-                                    self.memory = today_memory(today)
+                            with contextlib.ExitStack() as stack:
+                                servers = self._today(sess)
+                                for srv in servers.values():  # launched side by side, then each waited for
+                                    stack.callback(srv.stop)
+                                    srv.launch()
+                                today = {k: srv.start() for k, srv in servers.items()}
+                                if "" in today:
+                                    self.memory = today_memory(today[""])
                                 rows += self._rep(rep, task_steps, t, client, today, lambda: progress.advance(bar))
                     run.append(CONVERSATION_SAMPLES, rows)
                     samples += rows
-        self.steps, self.totals = summarize(self.tasks, samples, self.window, self.arms)
+        own = next(iter(self.todays), "")  # the tables are the replay's own setting's (tune adds the others)
+        mine = [x for x in samples if x.arm != "today" or x.setting == own]
+        self.steps, self.totals = summarize(self.tasks, mine, self.window, self.arms, self.predicted)
+        self.causes = cause_results(self.tasks, mine)
+        run.rewrite(CONVERSATION_CAUSES, self.causes)
+        self.samples = samples
         run.rewrite(CONVERSATION_STEPS, self.steps)
         run.rewrite(CONVERSATION_TASKS, self.totals)
         return Outcome(results={"today_server": self.memory} if self.memory else {})
 
-    def _today(self, sess: OpenRun) -> contextlib.AbstractContextManager[LlamaServer | None]:
-        """Today's server: the run's server as users run it (conversation.*); none without today's arm."""
-        if "today" not in self.arms:
-            return contextlib.nullcontext()
-        users = users_server(sess.settings.conversation)
-        users["extra_args"] = [*users["extra_args"], *mmproj_args(self.projector)]
-        return sess.server(log="today-server.log", **users)
+    def arm_keys(self) -> list[ArmKey]:
+        """The arms a step is measured in: today's once per setting (its key), then the controls."""
+        today: list[ArmKey] = [("today", k) for k in self.todays] if "today" in self.arms else []
+        return [*today, *((a, "") for a in self.arms if a != "today")]
+
+    def _today(self, sess: OpenRun) -> dict[str, LlamaServer]:
+        """Today's servers, one per setting (the replay's own: conversation.*), not started yet."""
+        out = {}
+        for key, setting in self.todays.items():
+            over = setting_overrides(setting, sess.settings.conversation)
+            over["extra_args"] = [*over["extra_args"], *mmproj_args(self.projector)]
+            out[key] = sess.server(log=f"today-{key}.log" if key else "today-server.log", **over)
+        return out
 
     def _rep(
         self,
@@ -165,25 +196,28 @@ class Replay(Experiment):
         steps: list[StepTokens],
         t: Templater,
         client: ContractClient,
-        today: LlamaServer | None,
+        today: dict[str, LlamaServer],
         tick: Any,
     ) -> list[ConversationSample]:
-        """One conversation's steps in one rep, each step's arms in an order rotated by rep and step. Today's new
-        process is warmed up first with the cache off: its first request would pay its start-up (and with a
-        projector, its vision encoder's first image)."""
-        tail = None
-        if today is not None:
-            shot = media_prompt(today, "warm up ", [make_png(320, 200)], "") if self.projector else None
-            ContractClient(today).warm_up(prompt=shot)
-            tail = LogTail(today.log_path)
-            tail.read()
+        """One conversation's steps in one rep, each step's arms (today's once per setting) in an order rotated by
+        rep and step. Each today's new process is warmed up first, leaving its caches empty
+        (lab.conversation.today.warm_step): its first request would pay its start-up, and with a projector, its
+        vision encoder's first image."""
+        tails = {}
+        for key, srv in today.items():
+            ContractClient(srv).warm_up(step=warm_step(srv, self.projector))
+            tails[key] = LogTail(srv.log_path)
+            tails[key].read()
         rows: list[ConversationSample] = []
         for k, st in enumerate(steps):
             previous = None
-            for arm in rotated(self.arms, rep + k):
+            for arm, key in rotated(self.arm_keys(), rep + k):
                 if arm != "today" and previous in (None, "today"):
                     client.warm_up()  # after the other process's work
-                rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, today, tail))
+                if arm == "today":
+                    rows.append(today_step(today[key], tails[key], st, rep).model_copy(update={"setting": key}))
+                else:
+                    rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, self.decode_replies))
                 previous = arm
             tick()
         return rows
@@ -200,21 +234,12 @@ class Replay(Experiment):
 
     @staticmethod
     def _sample(
-        arm: ConversationArm,
-        rep: int,
-        st: StepTokens,
-        optimum: Step,
-        client: ContractClient,
-        today: LlamaServer | None,
-        tail: LogTail | None,
+        arm: ConversationArm, rep: int, st: StepTokens, optimum: Step, client: ContractClient, decode: bool
     ) -> ConversationSample:
-        if arm == "today":
-            assert today is not None and tail is not None
-            return today_step(today, tail, st, rep)
         base = sample_base(st, rep, arm)
         # no cache: all of the prompt from empty (a step shape's optimum request holds it all: L placeholders, new)
         step = optimum if arm == "optimum" or st.shape is not None else no_cache_step(st)
-        n_out = st.n_out if arm == "optimum" and st.n_out >= 2 else 0  # the reply, decoded at depth L + new
+        n_out = st.n_out if decode and arm == "optimum" and st.n_out >= 2 else 0  # the reply, decoded at depth
         what = f"{st.task_id} step {st.step}"
         a = client.run_arm_alive("fake" if arm == "optimum" else "baseline", step, what=what, n_out=n_out)
         tm = a.timings
@@ -233,6 +258,7 @@ class Replay(Experiment):
         return {
             "steps": [s.model_dump(mode="json") for s in self.steps],
             "tasks": [t.model_dump(mode="json") for t in self.totals],
+            "causes": [c.model_dump(mode="json") for c in self.causes],
         }
 
 
@@ -260,9 +286,11 @@ def summarize(
     samples: list[ConversationSample],
     window: WindowCache | None = None,
     arms: tuple[ConversationArm, ...] = ARMS,
+    predicted: dict[tuple[str, int], Predicted] | None = None,
 ) -> tuple[list[ConversationStepResult], list[ConversationTaskResult]]:
     """Per step and per task, from every rep's samples of the arms measured (see the module's docstring);
-    `window`: today's server's window cache, for whether each step departs beyond it."""
+    `window`: today's server's window cache, for whether each step departs beyond it (as the policy model
+    predicts: a step not served from the slot as it was)."""
     by_step: dict[tuple[str, int], list[ConversationSample]] = defaultdict(list)
     for s in samples:
         by_step[(s.task_id, s.step)].append(s)
@@ -276,9 +304,9 @@ def summarize(
             for s in mine:
                 if s.ok and s.prompt_ms is not None:
                     per_rep[s.rep][(st.step, s.arm)] = s.prompt_ms
-            row = step_result(task, st, mine)
-            if window is not None and k > 0:  # the previous step's prompt and reply were in the cache
-                row.window_departure = window.departs(st.common, steps[k - 1].cells + steps[k - 1].n_out)
+            row = step_result(task, st, mine, (predicted or {}).get((task, st.step)))
+            if window is not None and k > 0 and row.predicted_source is not None:  # held: the previous prompt, reply
+                row.window_departure = row.predicted_source != "slot"
             steps_out.append(row)
         whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(arms) * len(steps)]
         totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in arms}
@@ -317,6 +345,36 @@ def summarize(
     return steps_out, tasks_out
 
 
+def cause_results(
+    tasks: dict[str, list[StepTokens]], samples: list[ConversationSample]
+) -> list[ConversationCauseResult]:
+    """Per cause of departure: its steps' prefill in each arm, summed per rep, and today's beyond the optimum's."""
+    cause_of = {(st.task_id, st.step): st.cause for steps in tasks.values() for st in steps if st.cause}
+    sums: dict[str, dict[str, dict[int, float]]] = defaultdict(lambda: defaultdict(lambda: defaultdict(float)))
+    for s in samples:
+        if s.ok and s.prompt_ms is not None and (cause := cause_of.get((s.task_id, s.step))):
+            sums[cause][s.arm][s.rep] += s.prompt_ms / 1e3
+    out = []
+    for cause in sorted(set(cause_of.values())):
+        arm = sums[cause]
+
+        def iv(values: dict[int, float], what: str, c: str = cause) -> Interval | None:
+            return median_interval(list(values.values()), f"cause/{c}/{what}", list(values))
+
+        extra = {r: arm["today"][r] - arm["optimum"][r] for r in arm["today"].keys() & arm["optimum"].keys()}
+        out.append(
+            ConversationCauseResult(
+                cause=cause,
+                departures=sum(1 for c in cause_of.values() if c == cause),
+                today_s=iv(arm["today"], "today"),
+                optimum_s=iv(arm["optimum"], "optimum"),
+                no_cache_s=iv(arm["no_cache"], "no_cache"),
+                today_extra_s=iv(extra, "extra"),
+            )
+        )
+    return out
+
+
 def recorded_seconds(steps: list[StepTokens]) -> dict[str, float | None]:
     """A step-shape trace's own seconds per task, summed over its steps (None where a step lacks them)."""
     shapes = [st.shape for st in steps if st.shape is not None]
@@ -339,8 +397,11 @@ def opt_wall(optimum: Interval | None, recorded: dict[str, float | None]) -> Int
     return optimum.model_copy(update={"value": optimum.value + k, "lo": optimum.lo + k, "hi": optimum.hi + k})
 
 
-def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> ConversationStepResult:
-    """One step's row from its samples (sorted by rep): each arm's median prompt ms with its interval."""
+def step_result(
+    task: str, st: StepTokens, mine: list[ConversationSample], predicted: Predicted | None = None
+) -> ConversationStepResult:
+    """One step's row from its samples (sorted by rep): each arm's median prompt ms with its interval, and what
+    today's server reused beside what the policy model predicts."""
     timed = [s for s in mine if s.ok and s.prompt_ms is not None]
     ivs = {
         a: median_interval(
@@ -359,6 +420,7 @@ def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> Co
         common=st.common,
         new=st.new,
         diverged_at=st.at_message,
+        cause=st.cause,
         reply_tokens=st.n_out,
         images=st.images,
         today_ms=ivs["today"],
@@ -376,6 +438,50 @@ def step_result(task: str, st: StepTokens, mine: list[ConversationSample]) -> Co
         prompt_n=next((s.prompt_n for s in mine if s.arm == "optimum" and s.prompt_n is not None), None),
         cache_n=next((s.cache_n for s in mine if s.arm == "optimum" and s.cache_n is not None), None),
         **(shape_fields(st.shape) if st.shape is not None else {}),
+        **(predicted_fields(predicted, [s for s in mine if s.arm == "today" and s.ok]) if predicted else {}),
+    )
+
+
+def predicted_fields(p: Predicted, today: list[ConversationSample]) -> dict[str, Any]:
+    """The model's prediction of a step beside what today's server did and logged (its first rep)."""
+    first = today[0] if today else None
+    return {
+        "predicted_cache_n": p.reuse.cache_n,
+        "predicted_source": p.reuse.source,
+        "predicted_exact": sum(s.cache_n == p.reuse.cache_n for s in today) if today else None,
+        "ram_cache_mib": first.ram_cache_mib if first else None,
+        "predicted_ram_cache_mib": None if p.ram_logged is None else p.ram_logged / MIB,
+        "checkpoint_mib": first.checkpoint_mib if first else None,
+        "predicted_checkpoint_mib": None if p.checkpoint_made is None else p.checkpoint_made / MIB,
+        "predicted_held_mib": p.held_bytes / MIB,
+    }
+
+
+def setting_overrides(setting: CacheSetting, conversation: ConversationSettings) -> dict[str, Any]:
+    """The server settings of today's server under a cache setting (with the user's own extra flags)."""
+    return {
+        "checkpoints": setting.checkpoints,
+        "checkpoint_min_step": setting.checkpoint_min_step,
+        "cache_ram_mib": setting.cache_ram_mib,
+        "cache_reuse": setting.cache_reuse,
+        "swa_full": setting.swa_full,
+        "ubatch_size": setting.ubatch,
+        "batch_size": setting.batch,
+        "extra_args": list(conversation.extra_args),
+    }
+
+
+def todays_setting(settings: Settings) -> CacheSetting:
+    """The cache flags of today's server (conversation.* over the lab server's batch sizes)."""
+    c, today = settings.conversation, settings.server.with_overrides(**users_server(settings.conversation))
+    return CacheSetting(
+        checkpoints=c.checkpoints,
+        checkpoint_min_step=c.checkpoint_min_step,
+        cache_ram_mib=c.cache_ram_mib,
+        cache_reuse=c.cache_reuse,
+        swa_full=today.swa_full_on,
+        ubatch=today.ubatch_size,
+        batch=today.batch_size,
     )
 
 

@@ -9,19 +9,31 @@ from rich.table import Table
 
 from lab.conversation.derive import StepTokens
 from lab.core.console import key_columns
-from lab.core.schemas import ConversationStepResult, ConversationTaskResult, cell
+from lab.core.schemas import ConversationCauseResult, ConversationStepResult, ConversationTaskResult, cell
 
 
 def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:
     t = Table(title="a conversation in tokens: what any prefix cache could reuse (common) and what is new")
-    for c in ("task", "step", "prompt", "common (L)", "new", "diverges at", "images", "reply"):
-        t.add_column(c, justify="left" if c in ("task", "diverges at") else "right")
+    for c in ("task", "step", "prompt", "common (L)", "new", "diverges at", "why", "images", "reply"):
+        t.add_column(c, justify="left" if c in ("task", "diverges at", "why") else "right")
     for task, steps in tasks.items():
         for s in steps:
             where = "-" if s.step == steps[0].step else "extends" if not s.diverged else f"message {s.at_message}"
-            t.add_row(task, str(s.step), str(s.cells), str(s.common), str(s.new), where, str(s.images), str(s.n_out))
-    t.caption = "cells: text tokens plus each image's projector grid and markers; reply: recorded completion tokens"
+            row = (str(s.cells), str(s.common), str(s.new), where, s.cause or "-", str(s.images), str(s.n_out))
+            t.add_row(task, str(s.step), *row)
+    t.caption = (
+        "cells: text tokens plus each image's projector grid and markers; why: the cause of the departure, read from "
+        "the messages; reply: recorded completion tokens"
+    )
     return t
+
+
+def _reused(s: ConversationStepResult) -> str:
+    """Today's cache_n, and the policy model's prediction where it differs (`!= n`)."""
+    if s.today_cache_n is None:
+        return "-"
+    off = s.predicted_cache_n is not None and s.predicted_cache_n != s.today_cache_n
+    return f"{s.today_cache_n} != {s.predicted_cache_n}" if off else str(s.today_cache_n)
 
 
 def _restores(s: ConversationStepResult) -> str:
@@ -36,11 +48,11 @@ STEP_COLUMNS: tuple[tuple[str, Callable[[ConversationStepResult], str]], ...] = 
     ("prompt", lambda s: str(s.prompt_cells)),
     ("L", lambda s: str(s.common)),
     ("new", lambda s: str(s.new)),
-    ("diverges", lambda s: "-" if s.diverged_at is None else f"msg {s.diverged_at}"),
+    ("diverges", lambda s: "-" if s.diverged_at is None else f"msg {s.diverged_at}: {s.cause or '?'}"),
     ("no cache", lambda s: cell(s.no_cache_ms, 1)),
     ("today", lambda s: cell(s.today_ms, 1)),
     ("optimum", lambda s: cell(s.optimum_ms, 1)),
-    ("reused", lambda s: "-" if s.today_cache_n is None else str(s.today_cache_n)),
+    ("reused", _reused),
     ("restores", _restores),
     ("order", lambda s: s.order),
     ("reply", lambda s: str(s.reply_tokens)),
@@ -60,7 +72,11 @@ TASK_COLUMNS: tuple[tuple[str, Callable[[ConversationTaskResult], str]], ...] = 
 LEFT = ("task", "diverges", "restores", "order")
 
 
-def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationTaskResult]) -> list[Table]:
+def replay_tables(
+    steps: list[ConversationStepResult],
+    tasks: list[ConversationTaskResult],
+    causes: list[ConversationCauseResult] | None = None,
+) -> list[Table]:
     """Per step the three arms' prompt ms [95% interval], what today's server reused and restored, and whether
     optimum <= today <= no cache holds; per task the three totals and the share of the saving realised."""
     t = key_columns(Table(title="a conversation step by step: prompt ms [95% interval] per arm"), 2)
@@ -69,7 +85,8 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
     for s in steps:
         t.add_row(*(f(s) for _, f in STEP_COLUMNS))
     t.caption = (
-        "reused: today's server's cache_n (first rep); restores: a context checkpoint (ckpt), a RAM-cache prompt "
+        "reused: today's server's cache_n (first rep; `!= n`: the policy model predicted n); restores: a context "
+        "checkpoint (ckpt), a RAM-cache prompt "
         "(ram) or the whole prompt re-processed (full); (window): the step departs beyond what today's window "
         "cache keeps (a sliding-window model); order: optimum <= today <= no cache within the intervals; "
         "decode: the reply generated at depth L + new after the optimum's prefill"
@@ -86,4 +103,15 @@ def replay_tables(steps: list[ConversationStepResult], tasks: list[ConversationT
         totals.add_column(c, justify="left" if c == "task" else "right")
     for k in tasks:
         totals.add_row(*(f(k) for _, f in TASK_COLUMNS))
-    return [t, totals]
+    return [t, totals, *([causes_table(causes)] if causes else [])]
+
+
+def causes_table(causes: list[ConversationCauseResult]) -> Table:
+    t = Table(title="why prompts departed: each cause's steps, their prefill seconds per arm [95% interval]")
+    for name in ("cause", "steps", "no cache", "today", "optimum", "today beyond the optimum"):
+        t.add_column(name, justify="left" if name == "cause" else "right")
+    for c in causes:
+        arms = (cell(c.no_cache_s, 2), cell(c.today_s, 2), cell(c.optimum_s, 2), cell(c.today_extra_s, 2))
+        t.add_row(c.cause, str(c.departures), *arms)
+    t.caption = "today beyond the optimum: what the departures cost today's server over a perfect cache, paired by rep"
+    return t

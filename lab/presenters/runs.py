@@ -11,12 +11,14 @@ from lab.experiments.decode import DecodeCheck
 from lab.experiments.profile import Profile
 from lab.experiments.protocol import Experiment, OpenRun, Outcome
 from lab.experiments.sweep import Sweep
+from lab.experiments.tune import Tune
 from lab.measure.plan import plan_line
 from lab.presenters import print_headline, time_tables
 from lab.presenters.conversation import replay_tables
 from lab.presenters.decode import decode_table
 from lab.presenters.profile import attn_kind_table, efficiency_table, prediction_lines, profile_table, reference_lines
 from lab.presenters.sweep import print_summary
+from lab.presenters.tune import recommendation, tune_tables
 
 
 def show_run(experiment: Experiment, sess: OpenRun, outcome: Outcome, console: Console) -> None:
@@ -26,8 +28,17 @@ def show_run(experiment: Experiment, sess: OpenRun, outcome: Outcome, console: C
         show_profile(experiment, console)
     elif isinstance(experiment, DecodeCheck):
         console.print(decode_table(experiment.rows, sess.model.name, sess.settings.server.threads))
+    elif isinstance(experiment, Tune):
+        for table in (
+            *replay_tables(experiment.steps, experiment.totals, experiment.causes),
+            *tune_tables(experiment.results),
+        ):
+            console.print(table)
+        if experiment.plan is not None:
+            console.print(experiment.plan.describe(experiment.took_s), highlight=False, soft_wrap=True)
+        console.print(recommendation(experiment.results), highlight=False, soft_wrap=True)
     elif isinstance(experiment, Replay):
-        for table in replay_tables(experiment.steps, experiment.totals):
+        for table in replay_tables(experiment.steps, experiment.totals, experiment.causes):
             console.print(table)
 
 

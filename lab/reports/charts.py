@@ -15,6 +15,7 @@ from lab.reports.conversation import conversation_chart
 from lab.reports.replay import replay_chart
 from lab.reports.roofline import roofline_chart
 from lab.reports.style import Chart
+from lab.reports.tune import tune_chart
 
 Builder = Callable[[Path, pd.DataFrame, ReportSettings], Chart]
 
@@ -41,6 +42,11 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         "An agent conversation step by step: prefill of no cache, today's server and the optimum, with evictions and "
         "checkpoint restores",
         conversation_chart,
+    ),
+    "tune": (
+        "llama-server cache settings for a recorded conversation: every setting predicted (prefill against memory), "
+        "the front, the defaults and the candidates measured, the recommendation",
+        tune_chart,
     ),
     "replay": (
         "Replay labs: exact replay, replay span, consumer rows / SWA pairs and row-work",

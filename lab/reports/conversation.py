@@ -57,7 +57,8 @@ def task_head(row: pd.Series) -> str:
 
 
 def _task_panel(steps: pd.DataFrame, task: str, width: int, height: int) -> Chart:
-    """One task's conversation: the three arms along its steps, its divergences and checkpoint restores."""
+    """One task's conversation: the three arms along its steps, its divergences (each with its cause) and
+    checkpoint restores."""
     frames = []
     for col, arm in ARMS.items():
         part = steps[["task_id", "step", "new", "common", f"{col}_value", f"{col}_lo", f"{col}_hi"]].copy()
@@ -82,13 +83,14 @@ def _task_panel(steps: pd.DataFrame, task: str, width: int, height: int) -> Char
     )
     bars = base.mark_rule().encode(y="lo:Q", y2="hi:Q")
     layers: list[Chart] = [bars, lines]
-    evicted = steps[steps["diverged_at"].notna()]
+    evicted = steps[steps["diverged_at"].notna()].copy()
     if not evicted.empty:
+        evicted["why"] = evicted["cause"].fillna("diverges") if "cause" in evicted else "diverges"
         rules = alt.Chart(evicted).mark_rule(color=MUTED, strokeDash=[4, 3]).encode(x=x)
         labels = (
             alt.Chart(evicted)
             .mark_text(align="left", dx=3, dy=-4, color=MUTED, baseline="bottom")
-            .encode(x=x, y=alt.value(0), text=alt.value("diverges"))
+            .encode(x=x, y=alt.value(0), text="why:N")
         )
         layers += [rules, labels]
     restored = steps[steps["checkpoint_restores"] > 0]

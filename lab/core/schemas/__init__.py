@@ -31,6 +31,7 @@ from lab.core.schemas.sweep import (
 from lab.core.schemas.trace import (
     ChatMessage,
     ConversationArm,
+    ConversationCauseResult,
     ConversationSample,
     ConversationStep,
     ConversationStepResult,
@@ -53,6 +54,7 @@ __all__ = [
     "ChatMessage",
     "Components",
     "ConversationArm",
+    "ConversationCauseResult",
     "ConversationSample",
     "ConversationStep",
     "ConversationStepResult",

@@ -11,9 +11,11 @@ from lab.core.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummar
 from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.core.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
 from lab.core.schemas.trace import (
+    ConversationCauseResult,
     ConversationSample,
     ConversationStepResult,
     ConversationTaskResult,
+    TuneSetting,
 )
 
 SWEEP_SAMPLES = RawTable("samples", SweepSample)
@@ -25,6 +27,8 @@ ARMS_SUMMARY = RawTable("arms_summary", ArmsSummary, single=True)
 CONVERSATION_SAMPLES = RawTable("conversation_samples", ConversationSample)
 CONVERSATION_STEPS = RawTable("conversation_steps", ConversationStepResult)
 CONVERSATION_TASKS = RawTable("conversation_tasks", ConversationTaskResult)
+CONVERSATION_CAUSES = RawTable("conversation_causes", ConversationCauseResult)
+TUNE_SETTINGS = RawTable("tune_settings", TuneSetting)
 DECODE_DEPTHS = RawTable("decode_depths", DecodeDepth)
 PROFILE_WALLS = RawTable("profile_walls", ProfileWall)
 PROFILE_BANDS = RawTable("profile_bands", BandDepth)
@@ -48,6 +52,8 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         CONVERSATION_SAMPLES,
         CONVERSATION_STEPS,
         CONVERSATION_TASKS,
+        CONVERSATION_CAUSES,
+        TUNE_SETTINGS,
         DECODE_DEPTHS,
         PROFILE_WALLS,
         PROFILE_BANDS,

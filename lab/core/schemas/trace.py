@@ -7,7 +7,7 @@ from typing import Any, Literal
 from pydantic import BaseModel, ConfigDict, Field, ValidationError, field_validator
 
 from lab.core.errors import validation_line
-from lab.core.schemas.base import Interval
+from lab.core.schemas.base import Interval, Verdict
 
 
 class TraceStep(BaseModel):
@@ -105,6 +105,13 @@ class ConversationSample(BaseModel):
     full_reprocess: bool = Field(
         default=False, description="today: the server re-processed the whole prompt, its cache lacking the data"
     )
+    setting: str = Field(default="", description="today: its cache setting's key (lab trace tune); '' the replay's")
+    ram_cache_mib: float | None = Field(
+        default=None, description="today: the RAM prompt cache's size after the step's request, as its log reports"
+    )
+    checkpoint_mib: float | None = Field(
+        default=None, description="today: the size of a context checkpoint the step made, as its log reports"
+    )
     n_out: int | None = Field(default=None, description="optimum: tokens generated after the prompt (the reply's)")
     decode_ms: float | None = Field(default=None, description="optimum: ms per generated token at depth L + new")
     process: int = Field(default=0, description="the rep's server processes (each rep its own; 0 before)")
@@ -120,12 +127,27 @@ class ConversationStepResult(BaseModel):
     common: int = Field(description="cells shared with the previous prompt and reply: the optimum's prior depth")
     new: int
     diverged_at: int | None = Field(default=None, description="the first changed message (an eviction), or None")
+    cause: str | None = Field(default=None, description="why it departs (lab.conversation.causes), or None")
     reply_tokens: int
     images: int
     today_ms: Interval | None = None
     optimum_ms: Interval | None = None
     no_cache_ms: Interval | None = None
     today_cache_n: int | None = Field(default=None, description="what today's server reused (the first rep's)")
+    predicted_cache_n: int | None = Field(
+        default=None, description="what the model of today's cache policy predicts it reuses (lab.conversation.policy)"
+    )
+    predicted_source: str | None = Field(
+        default=None, description="where the prediction reuses from: slot, checkpoint, ram or none"
+    )
+    predicted_exact: int | None = Field(default=None, description="today's reps whose cache_n the model predicted")
+    ram_cache_mib: float | None = Field(default=None, description="today's RAM cache as its log reports (first rep)")
+    predicted_ram_cache_mib: float | None = None
+    checkpoint_mib: float | None = Field(default=None, description="a checkpoint the step made, as logged")
+    predicted_checkpoint_mib: float | None = None
+    predicted_held_mib: float | None = Field(
+        default=None, description="the model's checkpoint and RAM-cache bytes held after the step (MiB)"
+    )
     decode_ms_per_token: Interval | None = Field(
         default=None, description="the reply decoded at depth L + new after the optimum's prefill, per token"
     )
@@ -169,3 +191,47 @@ class ConversationTaskResult(BaseModel):
     baseline_decode_s: float | None = None
     baseline_exec_s: float | None = None
     opt_wall_s: Interval | None = Field(default=None, description="optimum prefill + recorded decode + exec")
+
+
+class ConversationCauseResult(BaseModel):
+    """raw/conversation_causes.jsonl: the steps that departed for one cause (lab.conversation.causes) and what they
+    cost in each arm, summed over those steps per rep, each with its 95% interval."""
+
+    cause: str
+    departures: int = Field(description="steps that departed for it")
+    today_s: Interval | None = None
+    optimum_s: Interval | None = None
+    no_cache_s: Interval | None = None
+    today_extra_s: Interval | None = Field(
+        default=None, description="today's prefill beyond the optimum's on those steps, paired by rep"
+    )
+
+
+class TuneSetting(BaseModel):
+    """raw/tune_settings.jsonl: one llama-server cache setting of `lab trace tune`: what the policy model predicts
+    for the conversation (every setting on the grid) and, for the defaults and the candidates, what the three-arm
+    replay measured."""
+
+    key: str = Field(description="the setting's name in the run (today's samples carry it)")
+    flags: str = Field(description="the llama-server flags, as pasted into its command")
+    checkpoints: int
+    checkpoint_min_step: int
+    cache_ram_mib: int
+    swa_full: bool = False
+    role: Literal["defaults", "candidate", "grid"] = Field(description="what the run did with it")
+    on_front: bool = Field(description="not beaten by another setting in both predicted prefill and memory")
+    predicted_prefill_s: float = Field(description="the conversation's prefill seconds the model predicts (all tasks)")
+    predicted_peak_mib: float = Field(
+        description="the most memory it predicts the caches hold (checkpoints, RAM cache, --swa-full)"
+    )
+    predicted_reused: int = Field(description="cells the model predicts reused over the conversation")
+    within_budget: bool = Field(description="its predicted peak memory fits --ram")
+    predicted_exact: int | None = Field(default=None, description="measured steps whose cache_n it predicted")
+    measured_steps: int | None = None
+    today_s: Interval | None = Field(default=None, description="today's prefill seconds, all tasks, over reps")
+    realised: Interval | None = Field(default=None, description="the share of the optimum's saving it realises")
+    vs_defaults: Interval | None = Field(default=None, description="realised minus the defaults', paired by rep")
+    verdict: Verdict | None = Field(
+        default=None, description="vs the defaults: agree (within a point), disagree or undecided"
+    )
+    recommended: bool = False

@@ -1,0 +1,314 @@
+"""`lab trace tune CONVERSATION`: the llama-server cache flags for a user's own recorded workload, from numbers.
+
+Lifecycle (the protocol's, lab.experiments.protocol; measuring is the replay's, lab.experiments.conversation):
+
+    prepare   the replay's (the trace loaded and derived, nothing created before); then every setting on the grid
+              (context checkpoints: count and spacing; the RAM prompt cache: on or off; a sliding-window model's
+              --swa-full) run through the model of today's cache policy (lab.conversation.policy): the cells each
+              step reuses and the memory the caches hold, and with the host's prefill rates (a short calibration, or
+              sweep.rates) the conversation's prefill seconds. The front: settings no other beats in both seconds
+              and peak memory, within --ram. The candidates: the --candidates fastest settings on the front
+    plan      what measuring costs, from the same rates: each rep replays every step in the optimum and no cache,
+              and in today's server once per setting (the user's defaults and the candidates), with a fresh server
+              per setting and task
+    measure   the replay, today's arm once per setting, every step's arms interleaved in an order rotated by rep
+              and step, each rep in processes of its own
+    summary   per setting: today's prefill seconds, the share of the optimum's saving it realises and its difference
+              from the defaults' (paired by rep, with a verdict: within a point, or decided either way), and how
+              many steps' reuse the model predicted exactly. The recommendation: the measured setting (within --ram)
+              that realises the most, as flags to paste
+"""
+
+from __future__ import annotations
+
+import itertools
+import time
+from collections import defaultdict
+from dataclasses import dataclass, replace
+from pathlib import Path
+from typing import Any, ClassVar
+
+from rich.console import Console
+
+from lab.conversation.derive import StepTokens, cells
+from lab.conversation.policy import MIB, CacheSetting, predict_conversation
+from lab.core.errors import UsageError
+from lab.core.gguf_io import read_gguf_metadata
+from lab.core.runs import RunFolder
+from lab.core.schemas import ConversationSample
+from lab.core.schemas.raw import TUNE_SETTINGS
+from lab.core.schemas.trace import TuneSetting
+from lab.core.settings import Settings
+from lab.core.stats import median_interval, verdict
+from lab.experiments.conversation import ARMS, Replay, todays_setting
+from lab.experiments.protocol import OpenRun, Outcome, RunParts
+from lab.measure.plan import Rates, fmt_duration
+from lab.models.hparams import HparamsError
+
+CHECKPOINTS = (0, 8, 32, 128)
+MIN_STEPS = (0, 64, 256, 1024)
+EQUIVALENT = 0.01  # realised shares within a point of the defaults' agree
+
+
+def setting_key(s: CacheSetting) -> str:
+    return f"ckpt{s.checkpoints}-step{s.checkpoint_min_step}-ram{s.cache_ram_mib}" + ("-swafull" if s.swa_full else "")
+
+
+def grid(base: CacheSetting, window: bool) -> list[CacheSetting]:
+    """Every setting weighed: the defaults, and checkpoints x spacing x RAM cache (off, or the defaults' size)
+    x --swa-full for a sliding-window model."""
+    rams = sorted({0, base.cache_ram_mib if base.cache_ram_mib else 8192})
+    fulls = (False, True) if window else (base.swa_full,)
+    out = [base]
+    for ck, step, ram, full in itertools.product(CHECKPOINTS, MIN_STEPS, rams, fulls):
+        s = replace(base, checkpoints=ck, checkpoint_min_step=step, cache_ram_mib=ram, swa_full=full)
+        if s not in out:
+            out.append(s)
+    return out
+
+
+@dataclass
+class Option:
+    """A setting as the policy model predicts it for the conversation."""
+
+    setting: CacheSetting
+    prefill_s: float
+    peak_bytes: int
+    reused: int
+    cache_n: dict[tuple[str, int], int]
+
+    @property
+    def key(self) -> str:
+        return setting_key(self.setting)
+
+
+def predict_option(
+    tasks: dict[str, list[StepTokens]],
+    meta: dict[str, Any],
+    setting: CacheSetting,
+    ctx: int,
+    image_pos: dict[str, int],
+    rates: Rates,
+) -> Option:
+    """One setting over the conversation: its prefill seconds from the rates (each step prefills from its reuse to
+    its end), the most memory its caches hold, and each step's reuse."""
+    predicted = predict_conversation(tasks, meta, setting, ctx, image_pos)
+    cells_of = {(st.task_id, st.step): st.cells for steps in tasks.values() for st in steps}
+    return Option(
+        setting,
+        sum(rates.ms(p.reuse.cache_n, cells_of[k]) for k, p in predicted.items()) / 1e3,
+        max((max(p.held_bytes, p.reuse.held_bytes) for p in predicted.values()), default=0),
+        sum(p.reuse.cache_n for p in predicted.values()),
+        {k: p.reuse.cache_n for k, p in predicted.items()},
+    )
+
+
+def front(options: list[Option]) -> list[Option]:
+    """The settings no other beats in both predicted seconds and peak memory; of those predicting the same
+    outcome, the first (the grid puts the defaults first)."""
+    out: list[Option] = []
+    for o in options:
+        beaten = any(
+            (p.prefill_s <= o.prefill_s and p.peak_bytes <= o.peak_bytes)
+            and (p.prefill_s < o.prefill_s or p.peak_bytes < o.peak_bytes)
+            for p in options
+        )
+        same = any(p.cache_n == o.cache_n and p.peak_bytes == o.peak_bytes for p in out)
+        if not beaten and not same:
+            out.append(o)
+    return sorted(out, key=lambda o: o.prefill_s)
+
+
+def pick(on_front: list[Option], defaults: Option, k: int) -> list[Option]:
+    """The k fastest settings on the front (where the recommendation will be), none that predicts what the
+    defaults do."""
+    return [o for o in on_front if o.cache_n != defaults.cache_n][:k]
+
+
+class Tune(Replay):
+    """A conversation replayed in its three arms, today's once per setting: the defaults and the candidates."""
+
+    name = "tune"
+    records: ClassVar[tuple[str, ...]] = ("server", "model", "mmproj", "conversation")
+
+    def __init__(self, trace: Path | None = None, reps: int = 3, ram_bytes: int | None = None, k: int = 3) -> None:
+        super().__init__(trace, reps, list(ARMS))
+        self.decode_replies = False  # the saving's share needs prefill only
+        self.ram_bytes, self.k = ram_bytes, k
+        self.rates: Rates | None = None
+        self.options: list[Option] = []
+        self.on_front: list[Option] = []
+        self.chosen: list[CacheSetting] = []  # the defaults, then the candidates (a resumed run keeps its own)
+        self.results: list[TuneSetting] = []
+        self.plan: TunePlan | None = None
+        self.took_s: float | None = None
+
+    def own_params(self, settings: Settings) -> dict[str, Any]:
+        return {
+            **super().own_params(settings),
+            "ram_bytes": self.ram_bytes,
+            "candidates": self.k,
+            "settings": [vars(s) for s in self.chosen],
+            "rates": self.rates.model_dump(mode="json") if self.rates else None,
+        }
+
+    def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
+        settings = super().restore_own(settings, params, run)
+        self.ram_bytes, self.k = params.get("ram_bytes"), int(params.get("candidates", 3))
+        self.chosen = [CacheSetting(**s) for s in params.get("settings", [])]
+        self.rates = Rates.model_validate(params["rates"]) if params.get("rates") else None
+        return settings
+
+    def prepare(self, settings: Settings, parts: RunParts) -> None:
+        if self.trace is not None and self.trace.is_file():
+            from lab.conversation.load import is_conversation
+
+            if not is_conversation(self.trace):
+                raise UsageError(f"{self.trace}: a trace of step shapes has no prompts to tune today's server on")
+        super().prepare(settings, parts)
+        assert parts.model is not None
+        meta = read_gguf_metadata(parts.model)
+        base = todays_setting(settings)
+        if self.rates is None:
+            from lab.experiments.planning import rates_for
+
+            self.rates = rates_for(settings)
+        ctx = settings.server.ctx_size
+        window = self.window is not None
+        try:
+            self.options = [
+                predict_option(self.tasks, meta, s, ctx, self.image_pos, self.rates) for s in grid(base, window)
+            ]
+        except (UsageError, HparamsError) as e:  # a memory layout the policy does not model
+            raise UsageError(f"lab trace tune: {e}") from e
+        fits = [o for o in self.options if self.ram_bytes is None or o.peak_bytes <= self.ram_bytes]
+        self.on_front = front(fits)
+        if not self.chosen:
+            self.chosen = [base, *(o.setting for o in pick(self.on_front, self.options[0], self.k))]
+        self.todays = {setting_key(s): s for s in self.chosen}
+        by_key = {o.key: o for o in self.options}
+        self.plan = tune_plan(self.tasks, [by_key[k] for k in self.todays if k in by_key], self.rates, self.reps)
+
+    def measure(self, sess: OpenRun, console: Console) -> Outcome:
+        if self.plan is not None:  # printed first: what the measuring will cost
+            console.print(self.plan.describe(), highlight=False, soft_wrap=True)
+        started = time.monotonic()
+        outcome = super().measure(sess, console)
+        self.took_s = time.monotonic() - started
+        self.results = tune_results(self.options, self.on_front, self.chosen, self.samples, self.ram_bytes)
+        sess.run.rewrite(TUNE_SETTINGS, self.results)
+        best = next((r for r in self.results if r.recommended), None)
+        outcome.results["recommended"] = best.flags if best else None
+        outcome.results["plan_s"] = self.plan.total_s if self.plan else None
+        outcome.results["took_s"] = self.took_s
+        return outcome
+
+    def predicted_rows(self) -> list[TuneSetting]:
+        """Every setting's row before anything is measured (`--plan`)."""
+        return tune_results(self.options, self.on_front, self.chosen, [], self.ram_bytes)
+
+    def tables(self) -> dict[str, Any]:
+        return {**super().tables(), "settings": [r.model_dump(mode="json") for r in self.results]}
+
+
+def tune_results(
+    options: list[Option],
+    on_front: list[Option],
+    chosen: list[CacheSetting],
+    samples: list[ConversationSample],
+    ram_bytes: int | None,
+) -> list[TuneSetting]:
+    """Every setting's row: the grid's predictions, and for the measured ones their intervals over reps."""
+    per_rep: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
+    for s in samples:
+        if s.ok and s.prompt_ms is not None:
+            per_rep[(s.arm, s.setting)][s.rep] += s.prompt_ms / 1e3
+    optimum, no_cache = per_rep[("optimum", "")], per_rep[("no_cache", "")]
+    keys = [setting_key(s) for s in chosen]
+    realised = {
+        k: {
+            r: (no_cache[r] - t) / (no_cache[r] - optimum[r])
+            for r, t in per_rep[("today", k)].items()
+            if r in optimum and r in no_cache and no_cache[r] > optimum[r]
+        }
+        for k in keys
+    }
+    defaults = realised.get(keys[0], {}) if keys else {}
+    front_keys = {o.key for o in on_front}
+    rows = []
+    for o in options:
+        k = o.key
+        row: dict[str, Any] = {}
+        if k in keys:
+            today = [x for x in samples if x.arm == "today" and x.setting == k and x.cache_n is not None]
+            paired = sorted(realised[k].keys() & defaults.keys())
+            diff = median_interval([realised[k][r] - defaults[r] for r in paired], f"tune/{k}/diff", paired)
+            row = {
+                "predicted_exact": sum(x.cache_n == o.cache_n.get((x.task_id, x.step)) for x in today),
+                "measured_steps": len(today),
+                "today_s": median_interval(
+                    list(per_rep[("today", k)].values()), f"tune/{k}/today", list(per_rep[("today", k)])
+                ),
+                "realised": median_interval(list(realised[k].values()), f"tune/{k}/realised", list(realised[k])),
+                "vs_defaults": diff,
+                "verdict": verdict(diff, EQUIVALENT, center=0.0) if k != keys[0] else None,
+            }
+        rows.append(
+            TuneSetting(
+                key=k,
+                flags=" ".join(o.setting.flags()),
+                checkpoints=o.setting.checkpoints,
+                checkpoint_min_step=o.setting.checkpoint_min_step,
+                cache_ram_mib=o.setting.cache_ram_mib,
+                swa_full=o.setting.swa_full,
+                role="defaults" if keys and k == keys[0] else "candidate" if k in keys else "grid",
+                on_front=k in front_keys,
+                predicted_prefill_s=o.prefill_s,
+                predicted_peak_mib=o.peak_bytes / MIB,
+                predicted_reused=o.reused,
+                within_budget=ram_bytes is None or o.peak_bytes <= ram_bytes,
+                **row,
+            )
+        )
+    measured = [r for r in rows if r.realised is not None and r.within_budget]
+    if measured:
+        best = max(measured, key=lambda r: (r.realised.value if r.realised else 0.0, -r.predicted_peak_mib))
+        best.recommended = True
+    return rows
+
+
+@dataclass(frozen=True)
+class TunePlan:
+    """What measuring costs, predicted from the host's rates: seconds per rep by part, and in all."""
+
+    reps: int
+    settings: int
+    tasks: int
+    controls_s: float  # the optimum and no cache, every step
+    today_s: float  # today's server, every setting: each step's prompt past its reuse and its reply held
+    starts_s: float  # today's servers started (one per setting and task) and the lab's own
+
+    @property
+    def total_s(self) -> float:
+        return self.reps * (self.controls_s + self.today_s + self.starts_s)
+
+    def describe(self, took_s: float | None = None) -> str:
+        took = f"; it took {fmt_duration(took_s)} ({took_s / self.total_s:.2f}x the plan)" if took_s else ""
+        return (
+            f"plan: {self.reps} reps x ({self.settings} settings x {self.tasks} tasks of today's server, the optimum "
+            f"and no cache): about {fmt_duration(self.total_s)} (per rep: controls {self.controls_s:.1f} s, "
+            f"today's {self.today_s:.1f} s, server starts {self.starts_s:.1f} s){took}"
+        )
+
+
+def tune_plan(tasks: dict[str, list[StepTokens]], chosen: list[Option], rates: Rates, reps: int) -> TunePlan:
+    """Per rep: every step's optimum (its new part) and no cache; for every setting each step's prompt past the
+    predicted reuse and its reply held; the servers started (each task's side by side)."""
+    steps = [st for v in tasks.values() for st in v]
+    controls = sum(rates.ms(st.common, st.cells) + rates.ms(0, st.cells) for st in steps) / 1e3
+    today = 0.0
+    for o in chosen:
+        for st in steps:
+            today += rates.ms(o.cache_n[(st.task_id, st.step)], st.cells) + rates.ms(st.cells, cells(st.held))
+    start = rates.process_start_s or 1.0
+    return TunePlan(reps, len(chosen), len(tasks), controls, today / 1e3, start * (1 + len(chosen) * len(tasks)))

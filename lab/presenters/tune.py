@@ -1,0 +1,81 @@
+"""`lab trace tune`'s printers, from its stored rows (lab.core.schemas.TuneSetting): the settings it measured,
+the predicted front and the recommendation as flags to paste."""
+
+from __future__ import annotations
+
+from rich.table import Table
+
+from lab.core.console import key_columns
+from lab.core.schemas import cell
+from lab.core.schemas.trace import TuneSetting
+
+
+def _verdict(r: TuneSetting) -> str:
+    """The difference from the defaults, called: within a point (agree), decided better or worse, or undecided."""
+    if r.role == "defaults" or r.verdict is None or r.vs_defaults is None:
+        return "-"
+    if r.verdict == "disagree":
+        return "better" if r.vs_defaults.value > 0 else "worse"
+    return "same" if r.verdict == "agree" else "undecided"
+
+
+def measured_table(rows: list[TuneSetting]) -> Table:
+    t = key_columns(Table(title="llama-server cache settings measured: today's server replaying the conversation"), 1)
+    for c in ("flags", "role", "predicted s", "peak MiB", "today s", "realised", "vs defaults", "verdict", "exact"):
+        t.add_column(c, justify="left" if c in ("flags", "role", "verdict") else "right")
+    for r in rows:
+        if r.role == "grid":
+            continue
+        exact = "-" if r.measured_steps is None else f"{r.predicted_exact}/{r.measured_steps}"
+        t.add_row(
+            r.flags + (" *" if r.recommended else ""),
+            r.role,
+            f"{r.predicted_prefill_s:.2f}",
+            f"{r.predicted_peak_mib:.1f}",
+            cell(r.today_s, 2),
+            cell(r.realised, share=True),
+            cell(r.vs_defaults, share=True),
+            _verdict(r),
+            exact,
+        )
+    t.caption = (
+        "predicted: the policy model's prefill seconds (all tasks) and the most memory its caches hold "
+        "(checkpoints, RAM cache, --swa-full's window cells); today s: measured prefill [95% interval over reps]; "
+        "realised: the share of the optimum's saving; vs defaults: the difference in that share, paired by rep "
+        "(same: within a point; better/worse: decided; undecided); exact: steps whose cache_n the model predicted; "
+        "*: recommended"
+    )
+    return t
+
+
+def front_table(rows: list[TuneSetting]) -> Table:
+    t = Table(title="the predicted front: no other setting is both faster and lighter")
+    for c in ("flags", "predicted s", "peak MiB", "reused cells", "fits --ram", "measured"):
+        t.add_column(c, justify="left" if c == "flags" else "right")
+    for r in sorted((r for r in rows if r.on_front), key=lambda r: r.predicted_prefill_s):
+        fits = "yes" if r.within_budget else "no"
+        t.add_row(
+            r.flags,
+            f"{r.predicted_prefill_s:.2f}",
+            f"{r.predicted_peak_mib:.1f}",
+            str(r.predicted_reused),
+            fits,
+            r.role if r.role != "grid" else "-",
+        )
+    return t
+
+
+def tune_tables(rows: list[TuneSetting]) -> list[Table]:
+    return [front_table(rows), measured_table(rows)]
+
+
+def recommendation(rows: list[TuneSetting]) -> str:
+    best = next((r for r in rows if r.recommended), None)
+    defaults = next((r for r in rows if r.role == "defaults"), None)
+    if best is None or defaults is None:
+        return "no recommendation: no setting was measured within --ram"
+    line = f"recommended: llama-server ... {best.flags}  (realises {cell(best.realised, share=True)} of the saving"
+    if best is defaults:
+        return line + "; the defaults: no measured candidate realised more)"
+    versus = f"{cell(best.vs_defaults, share=True)}, {_verdict(best)}"
+    return line + f"; the defaults {cell(defaults.realised, share=True)}: {versus})"

@@ -1,0 +1,75 @@
+"""`lab trace tune` on the tiny hybrid: the grid predicted by the policy model, the defaults and a candidate from the
+front measured in the three-arm replay, the recommendation as flags; `--plan` alone; bad input refused in one line
+with nothing created."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import pytest
+import yaml
+from labcli import lab, one_line_error
+
+from lab.conversation.synth import SynthConversation, synth_conversation
+from lab.core.runs import RunFolder
+from lab.core.schemas.raw import CONVERSATION_SAMPLES, TUNE_SETTINGS
+
+pytestmark = pytest.mark.engine
+
+
+@pytest.fixture
+def rates(tmp_path: Path) -> dict[str, str]:
+    """The host's rates given, not calibrated: the test measures the tune, not the calibration."""
+    f = tmp_path / "rates.yaml"
+    f.write_text(yaml.safe_dump({"flat_ms_per_token": 0.2, "attn_ms_per_token_per_1k": 0.05}))
+    return {"LAB_SWEEP__RATES": str(f)}
+
+
+def test_tune_measures_the_defaults_and_the_front_and_recommends_flags(tmp_path: Path, rates: dict[str, str]) -> None:
+    trace = synth_conversation(SynthConversation(steps=4, reasoning_words=30), tmp_path / "c.jsonl")
+    runs = tmp_path / "runs"
+    r = lab("trace", "tune", str(trace), "--reps", "2", "--candidates", "1", "--runs-dir", str(runs), env=rates)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.index("plan: 2 reps x (2 settings x 1 tasks") < r.stdout.index("the predicted front")
+    assert "recommended: llama-server ... --ctx-checkpoints" in r.stdout and "x the plan)" in r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    rows = run.read(TUNE_SETTINGS)
+    measured = [x for x in rows if x.role != "grid"]
+    assert [x.role for x in measured] == ["defaults", "candidate"] and len(rows) > 16
+    assert measured[1].on_front and all(x.within_budget for x in rows)
+    for x in measured:  # the policy model predicted every step's reuse under both settings
+        assert x.measured_steps == 2 * 4 and x.predicted_exact == x.measured_steps, x
+        assert x.today_s is not None and x.realised is not None and x.realised.n == 2
+    assert measured[1].vs_defaults is not None and measured[1].verdict in ("agree", "disagree", "undecided")
+    assert sum(x.recommended for x in rows) == 1
+    samples = run.read(CONVERSATION_SAMPLES)
+    assert {(s.arm, s.setting) for s in samples} == {
+        ("today", measured[0].key),
+        ("today", measured[1].key),
+        ("optimum", ""),
+        ("no_cache", ""),
+    }
+    results = run.manifest().results
+    assert results["recommended"] == next(x.flags for x in rows if x.recommended) and results["took_s"] > 0
+    ingest = lab("catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(tmp_path / "catalog"))
+    assert ingest.returncode == 0, ingest.stderr
+    assert (tmp_path / "catalog" / "tables" / "tune_settings.parquet").exists()
+
+
+def test_plan_alone_creates_nothing(tmp_path: Path, rates: dict[str, str]) -> None:
+    trace = synth_conversation(SynthConversation(tasks=1, steps=3, reasoning_words=30), tmp_path / "c.jsonl")
+    runs = tmp_path / "runs"
+    r = lab("trace", "tune", str(trace), "--plan", "--ram", "1MiB", "--runs-dir", str(runs), env=rates)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert "the predicted front" in r.stdout and "plan: 12 reps x (" in r.stdout and not runs.exists()
+
+
+def test_bad_input_is_refused_in_one_line(tmp_path: Path, rates: dict[str, str]) -> None:
+    runs = tmp_path / "runs"
+    trace = synth_conversation(SynthConversation(tasks=1, steps=2), tmp_path / "c.jsonl")
+    one_line_error(lab("trace", "tune", str(trace), "--ram", "4 potatoes", "--runs-dir", str(runs)), 2, "not a size")
+    shapes = tmp_path / "shapes.jsonl"
+    assert lab("trace", "synth", "-o", str(shapes), "--tasks", "1", "--steps", "2").returncode == 0
+    r = lab("trace", "tune", str(shapes), "--runs-dir", str(runs), env=rates)
+    one_line_error(r, 2, "a trace of step shapes has no prompts")
+    assert not runs.exists()
