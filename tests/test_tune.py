@@ -4,6 +4,9 @@ with nothing created."""
 
 from __future__ import annotations
 
+import os
+import subprocess
+import sys
 from pathlib import Path
 
 import pytest
@@ -14,7 +17,10 @@ from lab.conversation.synth import SynthConversation, synth_conversation
 from lab.core.runs import RunFolder
 from lab.core.schemas.raw import CONVERSATION_SAMPLES, TUNE_SETTINGS
 
+from conftest import interrupt_after_first_row
+
 pytestmark = pytest.mark.engine
+LAB = str(Path(sys.executable).parent / "lab")
 
 
 @pytest.fixture
@@ -72,4 +78,30 @@ def test_bad_input_is_refused_in_one_line(tmp_path: Path, rates: dict[str, str])
     assert lab("trace", "synth", "-o", str(shapes), "--tasks", "1", "--steps", "2").returncode == 0
     r = lab("trace", "tune", str(shapes), "--runs-dir", str(runs), env=rates)
     one_line_error(r, 2, "a trace of step shapes has no prompts")
+    bad = tmp_path / "bad.jsonl"
+    bad.write_text('{"task_id": "t0", "step": "one"}\n')
+    one_line_error(lab("trace", "tune", str(bad), "--runs-dir", str(runs), env=rates), 1, "bad.jsonl:1:")
     assert not runs.exists()
+
+
+def test_an_interrupted_tune_resumes_with_its_own_settings(tmp_path: Path, rates: dict[str, str]) -> None:
+    """SIGTERM once the first rep is written: --resume measures the settings the run chose, not a new choice
+    under other flags, and only the reps missing."""
+    trace = synth_conversation(SynthConversation(tasks=1, steps=3, reasoning_words=30), tmp_path / "c.jsonl")
+    runs = tmp_path / "runs"
+    cmd = [LAB, "trace", "tune", str(trace), "--reps", "3", "--candidates", "1", "--runs-dir", str(runs)]
+    env = {**os.environ, **rates}
+    interrupt_after_first_row(cmd, f"*/raw/{CONVERSATION_SAMPLES.file}", runs, tmp_path, env, timeout=600)
+    (folder,) = [p for p in runs.iterdir() if p.is_dir()]
+    run = RunFolder.open(folder)
+    assert run.manifest().status == "incomplete"
+    first = {(s.rep, s.step, s.arm, s.setting): s.t_utc for s in run.read(CONVERSATION_SAMPLES)}
+    resume = [LAB, "trace", "tune", "--resume", folder.name, "--candidates", "3", "--runs-dir", str(runs)]
+    r = subprocess.run(resume, capture_output=True, text=True, timeout=900, env=env)
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert run.manifest().status == "complete"
+    after = run.read(CONVERSATION_SAMPLES)
+    settings = {s.setting for s in after if s.arm == "today"}
+    assert len(settings) == 2  # the defaults and the one candidate the run chose
+    assert len(after) == len({(s.rep, s.step, s.arm, s.setting) for s in after}) == 3 * 3 * (2 + 2)
+    assert all(first[k] == s.t_utc for s in after if (k := (s.rep, s.step, s.arm, s.setting)) in first)

@@ -162,8 +162,10 @@ class Tune(Replay):
     def prepare(self, settings: Settings, parts: RunParts) -> None:
         if self.trace is not None and self.trace.is_file():
             from lab.conversation.load import is_conversation
+            from lab.conversation.shapes import load_trace
 
             if not is_conversation(self.trace):
+                load_trace(self.trace)  # a line that is neither is named first, with its file and line
                 raise UsageError(f"{self.trace}: a trace of step shapes has no prompts to tune today's server on")
         super().prepare(settings, parts)
         assert parts.model is not None
