@@ -171,8 +171,8 @@ def test_a_run_folder_without_a_manifest_is_skipped_with_a_warning(
 
 
 def test_the_shared_model_hash_memo_survives_a_torn_write(tmp_path: Path) -> None:
-    from lab.engine.source import file_sha256
-    from lab.experiments.protocol import model_sha256
+    from lab.core.hashing import file_sha256
+    from lab.core.modelfile import model_sha256
 
     model = tmp_path / "m.gguf"
     model.write_bytes(b"GGUF" + bytes(100))

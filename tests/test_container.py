@@ -10,6 +10,7 @@ prerequisite fails with what to install; nothing is skipped.
 
 from __future__ import annotations
 
+import contextlib
 import importlib.util
 import json
 import os
@@ -24,12 +25,13 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.hashing import file_sha256
 from lab.core.runs import Manifest, RunFolder
 from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.engine.source import locked
 
-from sshd import alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
+from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
 
 pytestmark = pytest.mark.slow
 
@@ -299,17 +301,35 @@ def test_compose_run_arms_uses_the_driver_built_into_the_image(built: Built) -> 
     assert len(samples) == 2 * 2 and {s["where"] for s in samples} == {"inproc"}
 
 
-def test_fab_pushes_the_image_and_measures_in_it(
-    built: Built, host_docker: str, tmp_path_factory: pytest.TempPathFactory
-) -> None:
-    tmp = tmp_path_factory.mktemp("fab-docker")
+@dataclass
+class FabHost:
+    """A target host for fab: its own sshd (alias nuc16 in an ssh config), a project to run fab from, and the
+    environment that points fab's docker client at the local daemon."""
+
+    server: Sshd
+    config: Path
+    project: Path
+    env: dict[str, str]
+
+
+@contextlib.contextmanager
+def fab_host(built: Built, tmp: Path) -> Iterator[FabHost]:
     server = start_sshd(tmp / "nuc16")
     try:
         config = tmp / "ssh_config"
         config.write_text(alias("nuc16", server, server.known_hosts))
         (tmp / "project").mkdir()
-        project = fab_project(tmp / "project")
         env = {"DOCKER_HOST": built.env["DOCKER_HOST"], "DOCKER_CONFIG": built.env["DOCKER_CONFIG"]}
+        yield FabHost(server, config, fab_project(tmp / "project"), env)
+    finally:
+        server.stop()
+
+
+def test_fab_pushes_the_image_and_measures_in_it(
+    built: Built, host_docker: str, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    with fab_host(built, tmp_path_factory.mktemp("fab-docker")) as h:
+        server, config, project, env = h.server, h.config, h.project, h.env
         via = ["--via", "docker", "--docker-host", host_docker]
         rdir = server.home / "prefill-lab"
         local_id = _image_id(built.env["DOCKER_HOST"])
@@ -357,5 +377,30 @@ def test_fab_pushes_the_image_and_measures_in_it(
         r = fab(project, config, "measure", *via, "--resume", run_dir.name, env=env)
         assert r.returncode == 0, r.stdout + r.stderr
         assert cut.ready and len(cut.manifest().resumed_utc) == 1 and len(cut.read(SWEEP_POINTS)) == 4
-    finally:
-        server.stop()
+
+
+def test_fab_measures_a_model_that_is_only_on_the_host_in_the_image(
+    built: Built, host_docker: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """`--model` names the host's file: mounted read-only into the container at a path the lab chooses, the run
+    recording the host's path and its sha256 (hashed on the host, not again in the container)."""
+    with fab_host(built, tmp_path_factory.mktemp("fab-docker-model")) as h:
+        server, config, project, env = h.server, h.config, h.project, h.env
+        models = server.home / "srv models"
+        models.mkdir()
+        shutil.copyfile(tiny_model, models / "holo3.gguf")
+        via = ["--via", "docker", "--docker-host", host_docker]
+        r = fab(project, config, "measure", *via, "--model", str(models / "holo3.gguf"), "--ls", "256", "--news",
+                "16", "--reps", "1", env=env)  # fmt: skip
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert "(docker)" in r.stdout, r.stdout
+        m = RunFolder.open(project / r.stdout.strip().splitlines()[-1]).manifest()
+        assert m.model == {
+            "path": str(models / "holo3.gguf"),
+            "sha256": file_sha256(tiny_model),
+            "size": tiny_model.stat().st_size,
+            "seen_as": "/models/host/holo3.gguf",
+        }
+        assert _containers(host_docker) == []
+        r = fab(project, config, "measure", *via, "--model", str(models / "gone.gguf"), env=env)
+        assert r.returncode == 2 and r.stderr.strip() == f"nuc16: --model {models / 'gone.gguf'}: no such file"

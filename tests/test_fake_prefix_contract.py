@@ -7,7 +7,8 @@ from typing import Any
 
 import pytest
 
-from lab.conversation.policy import CacheSetting, Request, policy_for
+from lab.conversation.cache_setting import CacheSetting
+from lab.conversation.policy import Request, policy_for
 from lab.conversation.window import WindowCache
 from lab.core.gguf_io import read_gguf_metadata
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step

@@ -5,9 +5,10 @@ from __future__ import annotations
 
 import pytest
 
+from lab.conversation.cache_setting import MIB, CacheSetting, StateSizes
 from lab.conversation.causes import departure_cause
 from lab.conversation.derive import Unit
-from lab.conversation.policy import MIB, CacheSetting, PolicyModel, Request, StateSizes
+from lab.conversation.policy import PolicyModel, Request
 
 pytestmark = pytest.mark.fast
 

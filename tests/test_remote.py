@@ -7,13 +7,18 @@ second sshd, on loopback) runs in parallel."""
 
 from __future__ import annotations
 
+import json
+import shutil
 import subprocess
 import time
 from collections.abc import Iterator
 from pathlib import Path
+from typing import Any
 
 import pytest
+from labcli import lab
 
+from lab.core.hashing import file_sha256
 from lab.core.runs import RunFolder
 from lab.core.schemas.raw import SWEEP_POINTS, SWEEP_SAMPLES
 
@@ -86,6 +91,40 @@ def test_measure_pushes_runs_fetches_and_dvc_adds(host: Sshd, project: Path, tmp
     # a second push of the same build is a no-op
     r = fab(project, config, "push", "--remote-dir", str(rdir))
     assert r.returncode == 0 and "already there" in r.stdout, r.stdout + r.stderr
+
+
+def test_measure_a_model_that_is_only_on_the_host(host: Sshd, project: Path, tiny_model: Path, tmp_path: Path) -> None:
+    """`--model` names a file on the host: checked there before anything is pushed (one line when it is missing or
+    not a GGUF), measured there from the bundle, the run recording the host's path and the file's sha256."""
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    rdir = host.home / "fresh lab"  # nothing pushed there yet
+    models = host.home / "srv models"
+    models.mkdir(exist_ok=True)
+    (models / "notes.gguf").write_text("not a model\n" * 8)
+    measure = ("measure", "--via", "bundle", "--ls", "256", "--news", "16", "--reps", "1", "--remote-dir", str(rdir))
+    for name, said in (("nope.gguf", "no such file"), ("notes.gguf", "not a GGUF file")):
+        r = fab(project, config, *measure, "--model", str(models / name))
+        assert r.returncode == 2, r.stdout + r.stderr
+        assert r.stderr.strip() == f"nuc16: --model {models / name}: {said}", r.stderr
+        assert not (rdir / "bundle").exists() and not (rdir / "runs").exists()  # nothing pushed or started
+    shutil.copyfile(tiny_model, models / "holo3.gguf")  # the host's own copy, under its own name
+    r = fab(project, config, *measure, "--model", str(models / "holo3.gguf"))
+    assert r.returncode == 0, r.stdout + r.stderr
+    assert f"--model {models / 'holo3.gguf'} (qwen35moe, sha256 {file_sha256(tiny_model)[:12]})" in r.stdout
+    m = RunFolder.open(project / r.stdout.strip().splitlines()[-1]).manifest()
+    assert m.model == {"path": str(models / "holo3.gguf"), "sha256": file_sha256(tiny_model),
+                       "size": tiny_model.stat().st_size}  # fmt: skip
+    assert m.params["model"] == str(models / "holo3.gguf")
+    # another host's name for the same file: `lab compare` calls them one model, by its sha256
+    shutil.copyfile(tiny_model, models / "renamed.gguf")
+    r2 = fab(project, config, *measure, "--model", str(models / "renamed.gguf"))
+    assert r2.returncode == 0, r2.stdout + r2.stderr
+    a, b = (project / x.stdout.strip().splitlines()[-1] for x in (r, r2))
+    compared = lab("compare", str(a), str(b), "--json", cwd=project)
+    assert compared.returncode == 0, compared.stderr
+    assert json.loads(compared.stdout)["same_model"] is True
+    shown = lab("compare", str(a), str(b), cwd=project)
+    assert f"the same model, sha256 {file_sha256(tiny_model)[:12]}" in " ".join(shown.stdout.split())
 
 
 def test_arms_run_there_with_the_bundled_driver(host: Sshd, project: Path, tmp_path: Path) -> None:
@@ -217,3 +256,37 @@ def test_a_failing_host_does_not_stop_the_others(host: Sshd, host_b: Sshd, proje
     assert "stranger" in r.stderr and "failed on 1 host(s): stranger" in r.stderr, r.stderr
     assert "unknown host key" in r.stdout, r.stdout  # the per-host summary says why
     assert "Linux" in (out / "host" / "uname.txt").read_text()  # nuc16 went on
+
+
+def test_a_pretrained_model_is_pushed_once_resumably_and_measured_there(
+    host: Sshd, project: Path, tmp_path: Path
+) -> None:
+    """`--model pretrained:NAME --push-model`: fetched here, copied to the host once (its sha256 checked there),
+    measured there; a second run pushes nothing, and a cut copy is resumed where it stopped."""
+    from lab.models.pretrained import _spec
+
+    config = ssh_config(host, tmp_path / "config", host.known_hosts)
+    rdir = host.home / "push lab"
+    spec = _spec("gemma3-270m-q4_k_m")
+    measure = ("measure", "--via", "bundle", "--model", "pretrained:gemma3-270m-q4_k_m", "--push-model",
+               "--ls", "256", "--news", "16", "--reps", "1", "--remote-dir", str(rdir))  # fmt: skip
+
+    def run() -> tuple[str, dict[str, Any], dict[str, Any]]:
+        r = fab(project, config, *measure)
+        assert r.returncode == 0, r.stdout + r.stderr
+        m = RunFolder.open(project / r.stdout.strip().splitlines()[-1]).manifest()
+        assert m.model["sha256"] == spec.sha256 and m.model["path"].startswith(str(rdir / "models"))
+        return r.stdout, m.model, m.results["model_push"]
+
+    out, model, push = run()
+    copy = Path(model["path"])
+    assert f"pushed {spec.file}:" in out and push["sent_bytes"] == copy.stat().st_size and push["resumed_at"] == 0
+    out, _, push = run()  # the host has it: nothing pushed, the time it took to say so measured
+    assert "already there" in out and "nothing pushed" in out and push["sent_bytes"] == 0, out
+    assert push["seconds"] < 60
+    half = copy.stat().st_size // 2
+    with copy.open("r+b") as f:  # a transfer cut half way
+        f.truncate(half)
+    out, model, push = run()
+    assert push["resumed_at"] == half and push["sent_bytes"] == copy.stat().st_size - half, push
+    assert f"resumed at {half / (1 << 20):.1f} MiB" in out

@@ -16,6 +16,7 @@ from lab.core.stats import (
     proportion_interval,
     reps_per_process,
     reps_to_decide,
+    step_median_share,
     unpaired,
     unpaired_ratio,
     variance_components,
@@ -225,3 +226,42 @@ def test_a_ratio_over_no_time_is_none_not_a_warning() -> None:
         assert unpaired_ratio([0.0, 0.0, 0.0], [0.0, 0.0, 0.0], "zero") is None
         assert unpaired_ratio([1.0, 2.0, 3.0], [0.0, 0.0, 1.0], "mostly-zero") is None
         assert unpaired_ratio([1.0, 2.0, 3.0], [1.0, 2.0, 3.0], "same") is not None
+
+
+def steps_of(rng: np.random.Generator, n: int, outliers: bool) -> tuple[dict[int, list[float]], dict[int, list[float]]]:
+    """A conversation of 6 steps over n reps: a setting saves 0.05 s on each of two steps of a saving of 1 s per
+    step (the true share: 0.1 / 6); every rep's steps noisy, and with `outliers` one step of every fourth rep
+    (a different step each time) taking 2 s more (an outlier the step's median ignores and a rep's sum would carry)."""
+    gain: dict[int, list[float]] = {}
+    saving: dict[int, list[float]] = {}
+    for r in range(n):
+        g = [0.05 if j < 2 else 0.0 for j in range(6)] + rng.normal(0, 0.01, 6)
+        if outliers and r % 4 == 0:
+            g[(r // 4) % 6] += 2.0
+        gain[r], saving[r] = g.tolist(), (1.0 + rng.normal(0, 0.02, 6)).tolist()
+    return gain, saving
+
+
+def test_step_median_share_covers_the_true_share_and_shrugs_off_an_outlier_rep() -> None:
+    true = 0.1 / 6
+    covered = 0
+    for seed in range(40):
+        gain, saving = steps_of(np.random.default_rng(seed), 12, outliers=True)
+        iv = step_median_share(gain, saving, f"s{seed}")
+        assert iv is not None and iv.n == 12 and iv.lo <= iv.value <= iv.hi
+        covered += iv.lo <= true <= iv.hi
+        # the sum over each rep's steps carries the outlier: its interval is many times wider
+        per_rep = median_interval([sum(gain[r]) / sum(saving[r]) for r in gain], f"r{seed}")
+        assert per_rep is not None and per_rep.hi - per_rep.lo > 3 * (iv.hi - iv.lo)
+    assert covered >= 36, covered
+
+
+def test_step_median_share_leaves_out_incomplete_reps_and_refuses_no_saving() -> None:
+    gain, saving = steps_of(np.random.default_rng(1), 6, outliers=False)
+    whole = step_median_share(gain, saving, "k")
+    gain[5][0] = math.nan  # a failed step: the rep is left out of that side, the others stand
+    part = step_median_share(gain, saving, "k")
+    assert whole is not None and part is not None and (whole.n, part.n) == (6, 5)
+    assert step_median_share(gain, {r: [0.0] * 6 for r in saving}, "k") is None
+    assert step_median_share({}, saving, "k") is None
+    assert step_median_share(gain, saving, "k") == part  # the same samples, the same interval

@@ -47,6 +47,14 @@ def test_tune_measures_the_defaults_and_the_front_and_recommends_flags(tmp_path:
         assert x.measured_steps == 2 * 4 and x.predicted_exact == x.measured_steps, x
         assert x.today_s is not None and x.realised is not None and x.realised.n == 2
     assert measured[1].vs_defaults is not None and measured[1].verdict in ("agree", "disagree", "undecided")
+    # the difference split: the steps whose measured reuse differs from the defaults', and the rest
+    c = measured[1]
+    assert c.differing_steps is not None and 0 <= c.differing_steps <= 4
+    assert c.vs_defaults_differing is not None and c.vs_defaults_alike is not None
+    assert measured[0].vs_defaults is None and measured[0].differing_steps is None
+    assert f"on the {next(x for x in rows if x.recommended).differing_steps} steps" in r.stdout or (
+        "no measured candidate gained on them" in r.stdout
+    )
     assert sum(x.recommended for x in rows) == 1
     samples = run.read(CONVERSATION_SAMPLES)
     assert {(s.arm, s.setting) for s in samples} == {

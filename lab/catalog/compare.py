@@ -100,6 +100,13 @@ class CompareRow:
         return {**key, **out, "significant": self.significant}
 
 
+class ModelRef(NamedTuple):
+    """The model file a run measured: its sha256 (what identifies it) and its path where it ran."""
+
+    sha256: str
+    path: str
+
+
 @dataclass(frozen=True)
 class Comparison:
     experiment: str
@@ -109,10 +116,27 @@ class Comparison:
     rows: list[CompareRow]
     summary: list[CompareRow] = field(default_factory=list)  # the geometric mean per metric over the keys
     drift: float = 0.0  # the run level's spread the intervals carry (0: none, only processes and reps)
+    models: tuple[ModelRef, ModelRef] | None = None  # what each run measured
 
     @property
     def kind(self) -> Kind:
         return KINDS[self.experiment]
+
+    @property
+    def same_model(self) -> bool | None:
+        """Whether both runs measured one model file: by its sha256, whatever each host called the file."""
+        if self.models is None or not self.models[0].sha256 or not self.models[1].sha256:
+            return None
+        return self.models[0].sha256 == self.models[1].sha256
+
+    def model_line(self) -> str:
+        if self.models is None or self.same_model is None:
+            return "model: not recorded by both runs"
+        a, b = self.models
+        if self.same_model:
+            names = a.path if a.path == b.path else f"A {a.path}, B {b.path}"
+            return f"the same model, sha256 {a.sha256[:12]} ({names})"
+        return f"different models: A sha256 {a.sha256[:12]} ({a.path}), B sha256 {b.sha256[:12]} ({b.path})"
 
     def record(self) -> dict[str, Any]:
         """What the compare table is printed from, JSON-ready (`lab compare --json`): B/A per key and metric, and
@@ -122,6 +146,8 @@ class Comparison:
             "run_a": self.run_a,
             "run_b": self.run_b,
             "drift": self.drift,
+            "models": [m._asdict() for m in self.models] if self.models else None,
+            "same_model": self.same_model,
             "rows": [r.record(self.keys) for r in self.rows],
             "geomean": [r.record(self.keys) for r in self.summary],
         }
@@ -304,7 +330,8 @@ def compare_runs(run_a: Path, run_b: Path, drift: float = 0.0) -> Comparison:
         return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
     rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift)
-    return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary, drift)
+    models = tuple(ModelRef(str(m.model.get("sha256", "")), str(m.model.get("path", ""))) for m in (ma, mb))
+    return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary, drift, (models[0], models[1]))
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.0) -> Comparison:
@@ -329,4 +356,8 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.
         return out
 
     rows, summary = compare_rows(name, side(a), side(b), drift)
-    return Comparison(name, a, b, kind.keys, rows, summary, drift)
+    of = {
+        str(r["run_id"]): ModelRef(str(r.get("model_sha256") or ""), str(r.get("model_path") or ""))
+        for r in runs.to_dict("records")
+    }
+    return Comparison(name, a, b, kind.keys, rows, summary, drift, (of[a], of[b]))

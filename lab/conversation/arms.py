@@ -18,9 +18,12 @@ from typing import Any
 
 from lab.conversation.derive import StepTokens, Templater, cells
 from lab.conversation.load import image_bytes
+from lab.core.schemas import ConversationArm
 from lab.engine.contract import Step
 from lab.engine.media import filler_text
 from lab.engine.png import png_size
+
+ARMS: tuple[ConversationArm, ...] = ("today", "optimum", "no_cache")  # in the order tables show them
 
 
 def no_cache_step(st: StepTokens) -> Step:

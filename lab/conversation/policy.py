@@ -26,54 +26,18 @@ sliding-window model's window cells); a cached prompt holds its whole state plus
 
 from __future__ import annotations
 
-from collections.abc import Callable, Sequence
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
+from lab.conversation.cache_setting import MIB, CacheSetting, Memory, StateSizes, memory_of
 from lab.conversation.derive import StepTokens, Unit
 from lab.conversation.window import WindowCache
 from lab.core.errors import UsageError
-from lab.models.hparams import hparams_of
 from lab.models.memshape import memory_shape
 
-MIB = 1024 * 1024
 SIMILARITY = 0.1  # slot_prompt_similarity's default
-Memory = Literal["hybrid", "window", "plain"]  # what the model's sequence memory can cut back
 Source = Literal["slot", "checkpoint", "ram", "none"]
-
-
-@dataclass(frozen=True)
-class CacheSetting:
-    """The llama-server flags the prompt cache depends on (llama-server's defaults)."""
-
-    checkpoints: int = 32  # --ctx-checkpoints
-    checkpoint_min_step: int = 256  # --checkpoint-min-step
-    cache_ram_mib: int = 8192  # --cache-ram (-1 no limit, 0 off)
-    cache_reuse: int = 0  # --cache-reuse
-    swa_full: bool = False  # --swa-full
-    ubatch: int = 512  # --ubatch-size
-    batch: int = 2048  # --batch-size
-
-    def flags(self) -> list[str]:
-        """The flags to paste into a llama-server command."""
-        out = [
-            "--ctx-checkpoints", str(self.checkpoints),
-            "--checkpoint-min-step", str(self.checkpoint_min_step),
-            "--cache-ram", str(self.cache_ram_mib),
-        ]  # fmt: skip
-        out += ["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []
-        out += ["--swa-full"] if self.swa_full else []
-        out += ["--ubatch-size", str(self.ubatch)] if self.ubatch != 512 else []
-        return out
-
-
-@dataclass(frozen=True)
-class StateSizes:
-    """Bytes of a model's saved states (headers aside): a checkpoint holding w window cells, and a whole sequence
-    of n cells with w window cells (a saved window keeps only the cells its last position still reaches)."""
-
-    checkpoint: Callable[[int], int]  # w -> bytes
-    whole: Callable[[int, int], int]  # n, w -> bytes
 
 
 @dataclass(frozen=True)
@@ -345,12 +309,6 @@ class PolicyModel:
                 created += 1
         self.slot = list(new)
         return created
-
-
-def memory_of(meta: dict[str, Any]) -> Memory:
-    """What a model's sequence memory cannot cut back: a recurrent state, a sliding window, or nothing."""
-    h = hparams_of(meta)
-    return "hybrid" if h.count("recurrent") else "window" if h.count("sliding") and h.window else "plain"
 
 
 def policy_for(meta: dict[str, Any], setting: CacheSetting, ctx: int, image_pos: dict[str, int]) -> PolicyModel:

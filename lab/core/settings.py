@@ -247,6 +247,11 @@ class Settings(BaseSettings):
     mmproj: Path | None = Field(
         default=None, description="vision projector GGUF for image steps; default with the tiny model: the tiny one"
     )
+    model_origin: str | None = Field(
+        default=None,
+        description="set by the lab when --model is a target host's file mounted into the lab's container: JSON of "
+        "its path, size, mtime_ns and sha256 there (checked on the host), recorded as the run's model",
+    )
     runs_dir: Path = Field(default=Path("catalog/runs"), description="where run folders are written")
     host_name: str | None = Field(default=None, description="name in run folder names; default: hostname")
     engine: EngineSettings = Field(default_factory=EngineSettings)

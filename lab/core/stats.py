@@ -1,6 +1,8 @@
 """Uncertainty for every number the lab reports: seeded, deterministic percentile-bootstrap 95% intervals.
 
 - `median_interval(xs)`: the median of samples and its interval;
+- `step_median_share(x, den)`: a conversation's sum over steps of each step's median over reps, as a share of
+  another such sum (a cache setting's saving);
 - `paired_ratio(a, b)`: samples of two arms paired by rep (a rep's arms run back to back, so drift on a shared
   machine, which moves whole reps, cancels in each ratio): the median of the per-rep ratios a/b, bootstrapping
   the pairs;
@@ -22,6 +24,7 @@ from __future__ import annotations
 import hashlib
 import math
 import statistics
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import TypeVar
 
@@ -181,6 +184,43 @@ def unpaired(
     return iv, draws
 
 
+def step_median_share(
+    x: Mapping[int, Sequence[float]], den: Mapping[int, Sequence[float]], key: str = ""
+) -> Interval | None:
+    """The sum over steps of each step's median over reps of x, as a share of the same sum of den; rows by rep,
+    one value per step. The reps are resampled, each with its steps and both its rows (a rep's x and den ran
+    side by side: drift that moves a whole rep cancels). A step's median shrugs off the rep an outlier hit,
+    where a sum over each rep's steps would carry it whole. A rep missing a step is left out of that side.
+    None without a complete rep on both sides, or when den's sum is not positive."""
+
+    def complete(rows: Mapping[int, Sequence[float]]) -> dict[int, Sequence[float]]:
+        return {r: v for r, v in rows.items() if all(math.isfinite(y) for y in v)}
+
+    xs, ds = complete(x), complete(den)
+    if not xs or not ds:
+        return None
+    reps = sorted(xs.keys() | ds.keys())
+
+    def table(rows: dict[int, Sequence[float]]) -> npt.NDArray[np.float64]:
+        width = len(next(iter(rows.values())))
+        return np.array([rows.get(r, [math.nan] * width) for r in reps], dtype=np.float64).reshape(len(reps), width)
+
+    tx, td = table(xs), table(ds)
+
+    def shares(idx: npt.NDArray[np.int64]) -> npt.NDArray[np.float64]:  # (draws, reps) -> a share per draw
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore", RuntimeWarning)  # a draw without one side's reps: NaN, dropped
+            top = np.nanmedian(tx[idx], axis=1).sum(axis=1)
+            bottom = np.nanmedian(td[idx], axis=1).sum(axis=1)
+            out: npt.NDArray[np.float64] = np.where(bottom > 0, top / bottom, math.nan)
+        return out
+
+    value = float(shares(np.arange(len(reps))[None, :])[0])
+    if not math.isfinite(value):
+        return None
+    return from_draws(value, list(shares(resamples(len(reps), key))), len(xs), processes=len(xs))
+
+
 def _n_procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> int:
     p = _procs(procs, xs)
     return max(1, len(np.unique(p))) if p is not None and len(p) else 1
@@ -279,6 +319,16 @@ def verdict(iv: Interval | None, tol: float, center: float = 1.0) -> Verdict:
     if iv.hi < center - tol or iv.lo > center + tol:
         return "disagree"
     return "undecided"
+
+
+def called(v: Verdict | str | None, gain: float | None) -> str:
+    """A difference from a reference (a verdict centered on 0), in words: within the tolerance (`same`), decided
+    `better` or `worse`, or `undecided`; "-" without one."""
+    if v is None or gain is None:
+        return "-"
+    if v == "disagree":
+        return "better" if gain > 0 else "worse"
+    return "same" if v == "agree" else "undecided"
 
 
 def reps_to_decide(iv: Interval | None, tol: float, center: float = 1.0) -> int | None:

@@ -32,6 +32,7 @@ from pathlib import Path
 from pydantic import BaseModel
 
 from lab.core.errors import LabError
+from lab.core.hashing import file_sha256
 from lab.core.redact import redact_url
 from lab.core.runs import atomic_write
 from lab.core.safetar import safe_extract
@@ -92,14 +93,6 @@ def patches_sha256(patches: list[Path]) -> str:
     h = hashlib.sha256()
     for p in patches:
         h.update(p.name.encode() + b"\0" + p.read_bytes() + b"\0")
-    return h.hexdigest()
-
-
-def file_sha256(path: Path) -> str:
-    h = hashlib.sha256()
-    with path.open("rb") as f:
-        for block in iter(lambda: f.read(1 << 20), b""):
-            h.update(block)
     return h.hexdigest()
 
 

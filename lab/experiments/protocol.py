@@ -39,13 +39,13 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 from lab import __version__
 from lab.core.console import lab_console
 from lab.core.hostnoise import NoiseWindow, read_state
-from lab.core.runs import RunError, RunFolder, atomic_write
+from lab.core.modelfile import model_record
+from lab.core.runs import RunError, RunFolder
 from lab.core.settings import REPO_ROOT, Settings
 from lab.core.snapshot import snapshot_git, snapshot_host
 from lab.core.target import LocalTarget, Target
 from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
 from lab.engine.server import LlamaServer
-from lab.engine.source import file_sha256
 from lab.models.resolve import resolve_model
 
 
@@ -133,22 +133,6 @@ class Experiment(ABC):
         return {}
 
 
-def model_sha256(path: Path, cache_dir: Path) -> str:
-    """sha256 of a model file, memoised by (path, size, mtime): a 20 GB GGUF is hashed once."""
-    st = path.stat()
-    memo_file = cache_dir / "model-sha256.json"
-    try:  # shared by every clone and process on the machine: written whole (atomic_write), read forgivingly
-        memo: dict[str, str] = json.loads(memo_file.read_text()) if memo_file.exists() else {}
-    except (ValueError, OSError):
-        memo = {}  # a memo is only a memo: hash again
-    key = f"{path.resolve()}|{st.st_size}|{st.st_mtime_ns}"
-    if key not in memo:
-        memo[key] = file_sha256(path)
-        memo_file.parent.mkdir(parents=True, exist_ok=True)
-        atomic_write(memo_file, json.dumps(memo, indent=1))
-    return memo[key]
-
-
 def engine_record(engine: EngineInfo) -> dict[str, Any]:
     return {
         "source": engine.source.model_dump(mode="json"),
@@ -189,12 +173,7 @@ def resolve_parts(settings: Settings, needs_engine: bool) -> RunParts:
     if needs_engine:
         parts.engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
         parts.model = resolve_model(settings)
-        st = parts.model.stat()
-        parts.model_record = {
-            "path": str(parts.model),
-            "sha256": model_sha256(parts.model, settings.cache_dir),
-            "size": st.st_size,
-        }
+        parts.model_record = model_record(parts.model, settings.cache_dir, settings.model_origin)
     return parts
 
 

@@ -13,25 +13,29 @@ Lifecycle (the protocol's, lab.experiments.protocol; measuring is the replay's, 
               per setting and task
     measure   the replay, today's arm once per setting, every step's arms interleaved in an order rotated by rep
               and step, each rep in processes of its own
-    summary   per setting: today's prefill seconds, the share of the optimum's saving it realises and its difference
-              from the defaults' (paired by rep, with a verdict: within a point, or decided either way), and how
-              many steps' reuse the model predicted exactly. The recommendation: the measured setting (within --ram)
-              that realises the most, as flags to paste
+    summary   per setting: today's prefill seconds, the share of the optimum's saving it realises and its
+              difference from the defaults (each step's median over reps of the paired difference, summed, as a
+              share of the saving; with a verdict: within a point, or decided either way), split into the steps
+              whose measured reuse differs from the defaults' and the alike ones (the bookkeeping), and how many
+              steps' reuse the model predicted exactly. The recommendation: the measured setting (within --ram)
+              that gains most on the defaults, as flags to paste
 """
 
 from __future__ import annotations
 
 import itertools
+import math
 import time
-from collections import defaultdict
 from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
 from rich.console import Console
 
+from lab.conversation.arms import ARMS
+from lab.conversation.cache_setting import MIB, CacheSetting
 from lab.conversation.derive import StepTokens, cells
-from lab.conversation.policy import MIB, CacheSetting, predict_conversation
+from lab.conversation.policy import predict_conversation
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
@@ -39,8 +43,8 @@ from lab.core.schemas import ConversationSample
 from lab.core.schemas.raw import TUNE_SETTINGS
 from lab.core.schemas.trace import TuneSetting
 from lab.core.settings import Settings
-from lab.core.stats import median_interval, verdict
-from lab.experiments.conversation import ARMS, Replay, todays_setting
+from lab.core.stats import median_interval, step_median_share, verdict
+from lab.experiments.conversation import Replay, todays_setting
 from lab.experiments.protocol import OpenRun, Outcome, RunParts
 from lab.measure.plan import Rates, fmt_duration
 from lab.models.hparams import HparamsError
@@ -213,6 +217,73 @@ class Tune(Replay):
         return {**super().tables(), "settings": [r.model_dump(mode="json") for r in self.results]}
 
 
+Step = tuple[str, int]
+Rows = dict[int, list[float]]
+
+
+def seconds(samples: list[ConversationSample], arm: str, setting: str, steps: list[Step]) -> Rows:
+    """One arm's prefill seconds by rep, a row over the steps (NaN where a step failed or is missing)."""
+    col = {st: j for j, st in enumerate(steps)}
+    rows: Rows = {}
+    for s in samples:
+        if s.arm == arm and s.setting == setting:
+            row = rows.setdefault(s.rep, [math.nan] * len(steps))
+            if s.ok and s.prompt_ms is not None:
+                row[col[(s.task_id, s.step)]] = s.prompt_ms / 1e3
+    return rows
+
+
+def minus(a: Rows, b: Rows, cols: list[int] | None = None) -> Rows:
+    """a - b in the reps both have, step by step (only the columns `cols` when given)."""
+    keep = cols if cols is not None else range(len(next(iter(a.values()), [])))
+    return {r: [a[r][j] - b[r][j] for j in keep] for r in sorted(a.keys() & b.keys())}
+
+
+def differing(samples: list[ConversationSample], a: str, b: str) -> set[Step]:
+    """The steps whose measured reuse under setting b differs from a's in some rep."""
+    reuse = {(s.setting, s.rep, s.task_id, s.step): s.cache_n for s in samples if s.arm == "today"}
+    return {
+        (t, st)
+        for (k, rep, t, st), n in reuse.items()
+        if k == a and (b, rep, t, st) in reuse and reuse[(b, rep, t, st)] != n
+    }
+
+
+def measured_fields(samples: list[ConversationSample], keys: list[str], o: Option) -> dict[str, Any]:
+    """A measured setting's intervals. Each is a sum over steps of each step's median over reps, as a share of the
+    optimum's saving (no cache minus the optimum, the same way): realised, from its own prefill; vs the defaults,
+    from the defaults' prefill minus its, paired by rep (both run in every rep, side by side), in all and split
+    into the steps whose reuse differs (what the setting changes) and those alike (its bookkeeping, and noise)."""
+    k = o.key
+    steps = sorted({(s.task_id, s.step) for s in samples})
+    optimum = seconds(samples, "optimum", "", steps)
+    saving = minus(seconds(samples, "no_cache", "", steps), optimum)
+    own, defaults = seconds(samples, "today", k, steps), seconds(samples, "today", keys[0], steps)
+    today = [x for x in samples if x.arm == "today" and x.setting == k and x.cache_n is not None]
+    totals = {r: sum(v for v in row if not math.isnan(v)) for r, row in own.items()}
+    diff = differing(samples, keys[0], k)
+    cols = [j for j, st in enumerate(steps) if st in diff], [j for j, st in enumerate(steps) if st not in diff]
+    vs = step_median_share(minus(defaults, own), saving, f"tune/{k}/diff")
+    lost = step_median_share(minus(own, optimum), saving, f"tune/{k}/lost")  # no cache's noise only in the scale
+    return {
+        "predicted_exact": sum(x.cache_n == o.cache_n.get((x.task_id, x.step)) for x in today),
+        "measured_steps": len(today),
+        "today_s": median_interval(list(totals.values()), f"tune/{k}/today", list(totals)),
+        "realised": lost and lost.model_copy(update={"value": 1 - lost.value, "lo": 1 - lost.hi, "hi": 1 - lost.lo}),
+        **(
+            {
+                "vs_defaults": vs,
+                "verdict": verdict(vs, EQUIVALENT, center=0.0),
+                "differing_steps": len(diff),
+                "vs_defaults_differing": step_median_share(minus(defaults, own, cols[0]), saving, f"tune/{k}/ndiff"),
+                "vs_defaults_alike": step_median_share(minus(defaults, own, cols[1]), saving, f"tune/{k}/alike"),
+            }
+            if k != keys[0]
+            else {}
+        ),
+    }
+
+
 def tune_results(
     options: list[Option],
     on_front: list[Option],
@@ -220,41 +291,15 @@ def tune_results(
     samples: list[ConversationSample],
     ram_bytes: int | None,
 ) -> list[TuneSetting]:
-    """Every setting's row: the grid's predictions, and for the measured ones their intervals over reps."""
-    per_rep: dict[tuple[str, str], dict[int, float]] = defaultdict(lambda: defaultdict(float))
-    for s in samples:
-        if s.ok and s.prompt_ms is not None:
-            per_rep[(s.arm, s.setting)][s.rep] += s.prompt_ms / 1e3
-    optimum, no_cache = per_rep[("optimum", "")], per_rep[("no_cache", "")]
+    """Every setting's row: the grid's predictions, and for the measured ones their intervals over reps. The
+    recommendation: the measured setting within --ram that gains most on the defaults (paired, the lower-noise
+    comparison), the defaults when none gains."""
     keys = [setting_key(s) for s in chosen]
-    realised = {
-        k: {
-            r: (no_cache[r] - t) / (no_cache[r] - optimum[r])
-            for r, t in per_rep[("today", k)].items()
-            if r in optimum and r in no_cache and no_cache[r] > optimum[r]
-        }
-        for k in keys
-    }
-    defaults = realised.get(keys[0], {}) if keys else {}
+    measured = {s.setting for s in samples if s.arm == "today"}
     front_keys = {o.key for o in on_front}
     rows = []
     for o in options:
         k = o.key
-        row: dict[str, Any] = {}
-        if k in keys:
-            today = [x for x in samples if x.arm == "today" and x.setting == k and x.cache_n is not None]
-            paired = sorted(realised[k].keys() & defaults.keys())
-            diff = median_interval([realised[k][r] - defaults[r] for r in paired], f"tune/{k}/diff", paired)
-            row = {
-                "predicted_exact": sum(x.cache_n == o.cache_n.get((x.task_id, x.step)) for x in today),
-                "measured_steps": len(today),
-                "today_s": median_interval(
-                    list(per_rep[("today", k)].values()), f"tune/{k}/today", list(per_rep[("today", k)])
-                ),
-                "realised": median_interval(list(realised[k].values()), f"tune/{k}/realised", list(realised[k])),
-                "vs_defaults": diff,
-                "verdict": verdict(diff, EQUIVALENT, center=0.0) if k != keys[0] else None,
-            }
         rows.append(
             TuneSetting(
                 key=k,
@@ -269,12 +314,13 @@ def tune_results(
                 predicted_peak_mib=o.peak_bytes / MIB,
                 predicted_reused=o.reused,
                 within_budget=ram_bytes is None or o.peak_bytes <= ram_bytes,
-                **row,
+                **(measured_fields(samples, keys, o) if k in keys and k in measured else {}),
             )
         )
-    measured = [r for r in rows if r.realised is not None and r.within_budget]
-    if measured:
-        best = max(measured, key=lambda r: (r.realised.value if r.realised else 0.0, -r.predicted_peak_mib))
+    fits = [r for r in rows if r.role != "grid" and r.realised is not None and r.within_budget]
+    if fits:
+        gain = {r.key: r.vs_defaults.value if r.vs_defaults else 0.0 for r in fits}
+        best = max(fits, key=lambda r: (gain[r.key], r.role == "defaults", -r.predicted_peak_mib))
         best.recommended = True
     return rows
 

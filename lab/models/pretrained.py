@@ -18,7 +18,8 @@ from dataclasses import dataclass
 from pathlib import Path
 
 from lab.core.errors import LabError
-from lab.engine.source import file_sha256, locked
+from lab.core.hashing import file_sha256
+from lab.engine.source import locked
 
 
 class PretrainedError(LabError):

@@ -10,8 +10,9 @@ from types import ModuleType
 
 from lab.core import gguf_io
 from lab.core.errors import LabError, UsageError
+from lab.core.hashing import file_sha256
 from lab.core.settings import Settings
-from lab.engine.source import PreparedSource, file_sha256, prepare_source
+from lab.engine.source import PreparedSource, prepare_source
 from lab.models import tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab
 from lab.models.tinyarchs import TinyModelSpec, tiny_spec
 from lab.models.tinymodel import write_tiny_model

@@ -93,7 +93,7 @@ def compare_table(c: Comparison) -> Table:
         "B",
         "B/A [95%]",
         "interval over",
-        title=f"A = {c.run_a}\nB = {c.run_b}",
+        title=f"A = {c.run_a}\nB = {c.run_b}\n{c.model_line()}",
         caption=caption,
     )
     for r in c.rows:

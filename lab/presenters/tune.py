@@ -8,20 +8,19 @@ from rich.table import Table
 from lab.core.console import key_columns
 from lab.core.schemas import cell
 from lab.core.schemas.trace import TuneSetting
+from lab.core.stats import called
 
 
 def _verdict(r: TuneSetting) -> str:
-    """The difference from the defaults, called: within a point (agree), decided better or worse, or undecided."""
-    if r.role == "defaults" or r.verdict is None or r.vs_defaults is None:
+    if r.role == "defaults":
         return "-"
-    if r.verdict == "disagree":
-        return "better" if r.vs_defaults.value > 0 else "worse"
-    return "same" if r.verdict == "agree" else "undecided"
+    return called(r.verdict, r.vs_defaults.value if r.vs_defaults else None)
 
 
 def measured_table(rows: list[TuneSetting]) -> Table:
     t = key_columns(Table(title="llama-server cache settings measured: today's server replaying the conversation"), 1)
-    for c in ("flags", "role", "predicted s", "peak MiB", "today s", "realised", "vs defaults", "verdict", "exact"):
+    columns = ("flags", "role", "predicted s", "peak MiB", "today s", "realised", "vs defaults", "verdict", "alike")
+    for c in (*columns, "exact"):
         t.add_column(c, justify="left" if c in ("flags", "role", "verdict") else "right")
     for r in rows:
         if r.role == "grid":
@@ -36,14 +35,16 @@ def measured_table(rows: list[TuneSetting]) -> Table:
             cell(r.realised, share=True),
             cell(r.vs_defaults, share=True),
             _verdict(r),
+            cell(r.vs_defaults_alike, share=True),
             exact,
         )
     t.caption = (
         "predicted: the policy model's prefill seconds (all tasks) and the most memory its caches hold "
         "(checkpoints, RAM cache, --swa-full's window cells); today s: measured prefill [95% interval over reps]; "
-        "realised: the share of the optimum's saving; vs defaults: the difference in that share, paired by rep "
-        "(same: within a point; better/worse: decided; undecided); exact: steps whose cache_n the model predicted; "
-        "*: recommended"
+        "realised: the share of the optimum's saving (per arm, each step's median over reps, summed); vs defaults: the "
+        "defaults' prefill minus its, paired by rep, as a share of the saving (same: within a point; better/worse: "
+        "decided; undecided); alike: the part of it from the steps whose reuse is the same as the defaults' (the "
+        "checkpoints' bookkeeping, and noise); exact: steps whose cache_n the model predicted; *: recommended"
     )
     return t
 
@@ -76,6 +77,10 @@ def recommendation(rows: list[TuneSetting]) -> str:
         return "no recommendation: no setting was measured within --ram"
     line = f"recommended: llama-server ... {best.flags}  (realises {cell(best.realised, share=True)} of the saving"
     if best is defaults:
-        return line + "; the defaults: no measured candidate realised more)"
-    versus = f"{cell(best.vs_defaults, share=True)}, {_verdict(best)}"
-    return line + f"; the defaults {cell(defaults.realised, share=True)}: {versus})"
+        return line + "; the defaults: no measured candidate gained on them)"
+    versus = f"{cell(best.vs_defaults, share=True)} on them, {_verdict(best)}"
+    split = (
+        f"{cell(best.vs_defaults_differing, share=True)} on the {best.differing_steps} steps whose reuse differs, "
+        f"{cell(best.vs_defaults_alike, share=True)} on the rest"
+    )
+    return line + f"; the defaults {cell(defaults.realised, share=True)}: {versus}; {split})"

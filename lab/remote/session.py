@@ -38,6 +38,8 @@ from lab.remote.image import (
     push_image,
     stop_container,
 )
+from lab.remote.modelcheck import HostModel, check_host_model, model_arg, with_model
+from lab.remote.modelpush import NAMED, local_model, push_model
 
 
 @dataclass
@@ -144,6 +146,7 @@ class Deployment:
     image: ImageRef | None = None
     docker_host: str | None = None
     container: str = ""
+    model: HostModel | None = None  # a host file the image mounts (the bundle opens it where it is)
 
     @property
     def kind(self) -> str:
@@ -155,7 +158,7 @@ class Deployment:
         if self.image is None:
             cmd = lab_command(t, remote_dir, self.meta, args)
         else:
-            cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host)
+            cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host, self.model)
         return cmd if room is None else wrap(cmd, room)
 
     def record(self, t: SshTarget, remote_dir: str, local: Path, room: CleanRoom | None, output: str) -> None:
@@ -214,14 +217,31 @@ def run_remote(
     image: str = IMAGE,
     docker_host: str | None = None,
     room: CleanRoom | None = None,
+    push: bool = False,
 ) -> RemoteResult:
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
     A clean room is held by the host's shell around the whole command, from the bundle and the image alike
-    (lab.measure.cleanroom.wrap); its record lands in the fetched run's results."""
+    (lab.measure.cleanroom.wrap); its record lands in the fetched run's results. `--model` names a file on the
+    host, checked there first (lab.remote.modelcheck); with `push` (and always for pretrained:NAME and tiny:ARCH)
+    a file here, copied there once (lab.remote.modelpush), what the push did landing in the run's results."""
     if resume is not None:
         check_run_id(resume, "--resume")
     remote_dir = absolute_dir(t, remote_dir)
+    model = model_arg(args) or (resumed_model(t, remote_dir, resume) if resume else None)
+    pushed = None
+    if model and (push or model.startswith(NAMED)) and resume is None:
+        here = local_model(model, settings)  # checked here before anything is pushed
+        pushed = push_model(t, here, remote_dir, settings.cache_dir, console)
+        console.print(f"{t.name}: {pushed.describe(here.name)}")
+        model = pushed.model.path
+        args = with_model(args, model)
+    host_model = check_host_model(t, model, remote_dir) if model else None  # before anything is pushed
+    if host_model is not None:
+        console.print(f"{t.name}: --model {host_model.path} ({host_model.arch}, sha256 {host_model.sha256[:12]})")
     how = deploy(t, settings, remote_dir, console, via, image, docker_host)
+    if host_model is not None and how.image is not None:  # mounted where the container's lab is told it is
+        how.model = host_model
+        args = with_model(args, host_model.mount)
     params = params_file()  # the params file in force here (LAB_PARAMS_FILE, else ./params.yaml)
     if params.exists():
         t.put(params, f"{remote_dir}/params.yaml")
@@ -245,11 +265,25 @@ def run_remote(
         return RemoteResult(t.name, None, "failed", error or "no run folder was created")
     local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir, run_id)
     how.record(t, remote_dir, local, room, output)
+    if pushed is not None:
+        RunFolder.open(local).add_results(model_push=pushed.record())
     m = RunFolder.open(local).manifest()
     if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
         RunFolder.open(local).fail(f"remote run ended without finishing ({error or 'unknown cause'})")
         m = RunFolder.open(local).manifest()
     return RemoteResult(t.name, local, m.status, error or m.reason)
+
+
+def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
+    """The host file an incomplete run on the host measured through a container's mount (a resumed run keeps
+    its own params, and its container needs the mount again); None for any other run."""
+    manifest = f"{remote_dir}/runs/{check_run_id(run_id, '--resume')}/manifest.json"
+    r = t.run(f"cat {sh(manifest)}")
+    try:
+        model = (json.loads(r.stdout).get("model") or {}) if r.ok else {}
+    except ValueError:
+        return None
+    return str(model["path"]) if model.get("seen_as") and model.get("path") else None
 
 
 def fetch(t: SshTarget, remote: str, runs_dir: Path, run_id: str) -> Path:

@@ -102,11 +102,18 @@ def push(
 
 
 RESUME = {"resume": (None, "finish an incomplete run (its id)")}
-VIA_OPTS = {k: ({"via": "auto", "image": IMAGE}.get(k), h) for k, h in VIA.items()}
+VIA_OPTS: dict[str, tuple[Any, str]] = {k: ({"via": "auto", "image": IMAGE}.get(k), h) for k, h in VIA.items()}
 VIA_OPTS["remote_dir"] = (REMOTE_DIR, VIA["remote_dir"])
+VIA_OPTS["push_model"] = (
+    False,
+    "--model is a file here (or pretrained:NAME, always pushed): copy it to the host once, resumably, its sha256 "
+    "checked there; skipped when the host has it",
+)
 
 
-def _measure(c: Any, args: list[str], own: dict[str, Any]) -> str:
+def _run_there(c: Any, args: list[str], own: dict[str, Any], room: CleanRoom | None = None) -> str:
+    """`lab <args>` on the host (lab.remote.session.run_remote) with the task's own options, then the fetched
+    run tracked and its status said."""
     settings, console = load_settings(), lab_console()
     resume = own.get("resume")
     if resume is not None:
@@ -114,28 +121,31 @@ def _measure(c: Any, args: list[str], own: dict[str, Any]) -> str:
     res = _guarded(
         c,
         lambda t: run_remote(
-            t, settings, own["remote_dir"], args, console, resume, own["via"], own["image"], own["docker_host"]
+            t,
+            settings,
+            own["remote_dir"],
+            args,
+            console,
+            resume,
+            own["via"],
+            own["image"],
+            own["docker_host"],
+            room,
+            push=bool(own.get("push_model")),
         ),
     )
     return _finish(res, settings, console)
+
+
+def _measure(c: Any, args: list[str], own: dict[str, Any]) -> str:
+    return _run_there(c, args, own)
 
 
 def _profile(c: Any, args: list[str], own: dict[str, Any]) -> str:
     stop, start = own.get("clean_room_stop"), own.get("clean_room_start")
     if (stop is None) != (start is None):
         raise Exit("--clean-room-stop and --clean-room-start go together", code=2)
-    settings, console = load_settings(), lab_console()
-    resume = own.get("resume")
-    if resume is not None:
-        args = args[:1]
-    room = CleanRoom(stop, start) if stop is not None and start is not None else None
-    res = _guarded(
-        c,
-        lambda t: run_remote(
-            t, settings, own["remote_dir"], args, console, resume, own["via"], own["image"], own["docker_host"], room
-        ),
-    )
-    return _finish(res, settings, console)
+    return _run_there(c, args, own, CleanRoom(stop, start) if stop is not None and start is not None else None)
 
 
 measure = forwarding_task(

@@ -11,6 +11,7 @@ import altair as alt
 import pandas as pd
 
 from lab.core.settings import ReportSettings
+from lab.core.stats import called
 from lab.reports.data import figure_rows, newest_run
 from lab.reports.style import MUTED, Chart, nothing_yet, title
 
@@ -59,5 +60,8 @@ def tune_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
             f"recommended: {b['flags']}, realising {b['realised_value']:.1%} [{b['realised_lo']:.1%}, "
             f"{b['realised_hi']:.1%}] of the optimum's saving"
         )
+        if pd.notna(b.get("vs_defaults_value")):
+            lo, value, hi = (100 * b[f"vs_defaults_{k}"] for k in ("lo", "value", "hi"))
+            notes[-1] += f", {value:+.1f} [{lo:+.1f}, {hi:+.1f}] points on the defaults ({called(b['verdict'], value)})"
     chart = alt.layer(grid, line, bars, points).properties(width=2 * width, height=height)
     return chart.properties(title=title(TITLE, *notes))

@@ -229,8 +229,25 @@ class TuneSetting(BaseModel):
     predicted_exact: int | None = Field(default=None, description="measured steps whose cache_n it predicted")
     measured_steps: int | None = None
     today_s: Interval | None = Field(default=None, description="today's prefill seconds, all tasks, over reps")
-    realised: Interval | None = Field(default=None, description="the share of the optimum's saving it realises")
-    vs_defaults: Interval | None = Field(default=None, description="realised minus the defaults', paired by rep")
+    realised: Interval | None = Field(
+        default=None,
+        description="the share of the optimum's saving it realises: per arm each step's median over reps, summed",
+    )
+    vs_defaults: Interval | None = Field(
+        default=None,
+        description="the defaults' prefill minus its, as a share of the saving: each step's median over reps of "
+        "the paired difference, summed",
+    )
+    differing_steps: int | None = Field(
+        default=None, description="steps whose measured reuse differs from the defaults'"
+    )
+    vs_defaults_differing: Interval | None = Field(
+        default=None, description="vs_defaults over the steps whose reuse differs: what the setting changes"
+    )
+    vs_defaults_alike: Interval | None = Field(
+        default=None,
+        description="vs_defaults over the steps whose reuse is alike: the checkpoints' bookkeeping (and noise)",
+    )
     verdict: Verdict | None = Field(
         default=None, description="vs the defaults: agree (within a point), disagree or undecided"
     )

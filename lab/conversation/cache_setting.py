@@ -1,0 +1,54 @@
+"""The llama-server flags a prompt cache depends on (the setting `lab trace tune` weighs), and what a model's
+saved states hold: a checkpoint keeps what cannot be cut back (a hybrid's recurrent state, a sliding-window
+model's window cells), a whole sequence its cells as well."""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from lab.models.hparams import hparams_of
+
+MIB = 1024 * 1024
+Memory = Literal["hybrid", "window", "plain"]  # what the model's sequence memory can cut back
+
+
+@dataclass(frozen=True)
+class CacheSetting:
+    """The llama-server flags the prompt cache depends on (llama-server's defaults)."""
+
+    checkpoints: int = 32  # --ctx-checkpoints
+    checkpoint_min_step: int = 256  # --checkpoint-min-step
+    cache_ram_mib: int = 8192  # --cache-ram (-1 no limit, 0 off)
+    cache_reuse: int = 0  # --cache-reuse
+    swa_full: bool = False  # --swa-full
+    ubatch: int = 512  # --ubatch-size
+    batch: int = 2048  # --batch-size
+
+    def flags(self) -> list[str]:
+        """The flags to paste into a llama-server command."""
+        out = [
+            "--ctx-checkpoints", str(self.checkpoints),
+            "--checkpoint-min-step", str(self.checkpoint_min_step),
+            "--cache-ram", str(self.cache_ram_mib),
+        ]  # fmt: skip
+        out += ["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []
+        out += ["--swa-full"] if self.swa_full else []
+        out += ["--ubatch-size", str(self.ubatch)] if self.ubatch != 512 else []
+        return out
+
+
+@dataclass(frozen=True)
+class StateSizes:
+    """Bytes of a model's saved states (headers aside): a checkpoint holding w window cells, and a whole sequence
+    of n cells with w window cells (a saved window keeps only the cells its last position still reaches)."""
+
+    checkpoint: Callable[[int], int]  # w -> bytes
+    whole: Callable[[int, int], int]  # n, w -> bytes
+
+
+def memory_of(meta: dict[str, Any]) -> Memory:
+    """What a model's sequence memory cannot cut back: a recurrent state, a sliding window, or nothing."""
+    h = hparams_of(meta)
+    return "hybrid" if h.count("recurrent") else "window" if h.count("sliding") and h.window else "plain"
