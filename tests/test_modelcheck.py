@@ -100,3 +100,15 @@ def test_a_model_to_push_is_checked_here_first(tmp_path: Path, settings: Setting
         local_model(str(tmp_path / "notes.gguf"), settings)
     model = write_gguf(tmp_path / "m.gguf", SMALL)
     assert local_model(str(model), settings) == model
+
+
+def test_the_compare_table_prints_a_hosts_file_name_as_text_not_markup() -> None:
+    from rich.console import Console
+
+    from lab.presenters import compare_table
+
+    models = (ModelRef("f" * 64, "/srv/[bold]x.gguf"), ModelRef("f" * 64, "/y"))
+    c = Comparison("sweep", "a", "b", (), [], models=models)
+    console = Console(width=200, record=True)
+    console.print(compare_table(c))
+    assert "(A /srv/[bold]x.gguf, B /y)" in " ".join(console.export_text().split())  # the title wraps

@@ -12,6 +12,7 @@ import json
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Column, Table
 
 from lab.catalog.compare import CompareRow, Comparison
@@ -93,7 +94,7 @@ def compare_table(c: Comparison) -> Table:
         "B",
         "B/A [95%]",
         "interval over",
-        title=f"A = {c.run_a}\nB = {c.run_b}\n{c.model_line()}",
+        title=f"A = {c.run_a}\nB = {c.run_b}\n{escape(c.model_line())}",  # a host's file name is not markup
         caption=caption,
     )
     for r in c.rows:
