@@ -383,7 +383,8 @@ def test_fab_measures_a_model_that_is_only_on_the_host_in_the_image(
     built: Built, host_docker: str, tiny_model: Path, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     """`--model` names the host's file: mounted read-only into the container at a path the lab chooses, the run
-    recording the host's path and its sha256 (hashed on the host, not again in the container)."""
+    recording the host's path and its sha256 (hashed on the host, not again in the container); a missing path is
+    one line; a run cut mid-way resumes with the file mounted again."""
     with fab_host(built, tmp_path_factory.mktemp("fab-docker-model")) as h:
         server, config, project, env = h.server, h.config, h.project, h.env
         models = server.home / "srv models"
@@ -404,3 +405,19 @@ def test_fab_measures_a_model_that_is_only_on_the_host_in_the_image(
         assert _containers(host_docker) == []
         r = fab(project, config, "measure", *via, "--model", str(models / "gone.gguf"), env=env)
         assert r.returncode == 2 and r.stderr.strip() == f"nuc16: --model {models / 'gone.gguf'}: no such file"
+
+        # a connection cut mid-run: the rerun keeps the run's params and mounts the host's file again
+        runs = server.home / "prefill-lab" / "runs"
+        before = set(runs.glob("*"))
+        proc = subprocess.Popen(
+            fab_cmd(config, "nuc16", "measure", *via, "--model", str(models / "holo3.gguf"),
+                    "--ls", "256,512,768,1024", "--news", "16", "--reps", "2"),
+            cwd=project, env=fab_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+        )  # fmt: skip
+        run_dir, out, err = cut_mid_sweep(server, proc, runs, before)
+        cut = RunFolder.open(project / "catalog" / "runs" / run_dir.name)
+        assert cut.manifest().status == "incomplete", (cut.manifest(), out, err)
+        r = fab(project, config, "measure", *via, "--resume", run_dir.name, env=env)
+        assert r.returncode == 0, r.stdout + r.stderr
+        assert cut.ready and len(cut.read(SWEEP_POINTS)) == 4
+        assert cut.manifest().model["seen_as"] == "/models/host/holo3.gguf" and _containers(host_docker) == []
