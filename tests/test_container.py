@@ -391,8 +391,21 @@ def test_fab_measures_a_model_that_is_only_on_the_host_in_the_image(
         models.mkdir()
         shutil.copyfile(tiny_model, models / "holo3.gguf")
         via = ["--via", "docker", "--docker-host", host_docker]
-        r = fab(project, config, "measure", *via, "--model", str(models / "holo3.gguf"), "--ls", "256", "--news",
-                "16", "--reps", "1", env=env)  # fmt: skip
+        r = fab(
+            project,
+            config,
+            "measure",
+            *via,
+            "--model",
+            str(models / "holo3.gguf"),
+            "--ls",
+            "256",
+            "--news",
+            "16",
+            "--reps",
+            "1",
+            env=env,
+        )
         assert r.returncode == 0, r.stdout + r.stderr
         assert "(docker)" in r.stdout, r.stdout
         m = RunFolder.open(project / r.stdout.strip().splitlines()[-1]).manifest()
@@ -410,10 +423,26 @@ def test_fab_measures_a_model_that_is_only_on_the_host_in_the_image(
         runs = server.home / "prefill-lab" / "runs"
         before = set(runs.glob("*"))
         proc = subprocess.Popen(
-            fab_cmd(config, "nuc16", "measure", *via, "--model", str(models / "holo3.gguf"),
-                    "--ls", "256,512,768,1024", "--news", "16", "--reps", "2"),
-            cwd=project, env=fab_env(env), stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
-        )  # fmt: skip
+            fab_cmd(
+                config,
+                "nuc16",
+                "measure",
+                *via,
+                "--model",
+                str(models / "holo3.gguf"),
+                "--ls",
+                "256,512,768,1024",
+                "--news",
+                "16",
+                "--reps",
+                "2",
+            ),
+            cwd=project,
+            env=fab_env(env),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
         run_dir, out, err = cut_mid_sweep(server, proc, runs, before)
         cut = RunFolder.open(project / "catalog" / "runs" / run_dir.name)
         assert cut.manifest().status == "incomplete", (cut.manifest(), out, err)

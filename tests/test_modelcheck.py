@@ -28,8 +28,12 @@ def on_host(path: Path, cache: Path) -> dict[str, object]:
     """The check as a host runs it: a bare interpreter, the script in the command."""
     r = subprocess.run(
         ["python3", "-I", "-c", check_script(), str(path), str(cache)],
-        capture_output=True, text=True, timeout=60, cwd="/", env={"PATH": os.environ["PATH"]},
-    )  # fmt: skip
+        capture_output=True,
+        text=True,
+        timeout=60,
+        cwd="/",
+        env={"PATH": os.environ["PATH"]},
+    )
     assert r.returncode == 0, r.stderr
     out: dict[str, object] = json.loads(r.stdout)
     return out
@@ -80,8 +84,15 @@ def test_a_run_in_the_container_records_the_hosts_file(tmp_path: Path) -> None:
 def test_the_model_argument_is_found_and_replaced() -> None:
     args = ["sweep", "--ls", "256", "--model", "/srv/m.gguf", "--reps", "1"]
     assert model_arg(args) == "/srv/m.gguf" and model_arg(["sweep", "--model"]) is None
-    assert with_model(args, "/models/host/m.gguf") == ["sweep", "--ls", "256", "--model", "/models/host/m.gguf",
-                                                       "--reps", "1"]  # fmt: skip
+    assert with_model(args, "/models/host/m.gguf") == [
+        "sweep",
+        "--ls",
+        "256",
+        "--model",
+        "/models/host/m.gguf",
+        "--reps",
+        "1",
+    ]
 
 
 def test_compare_names_the_model_by_its_sha256_not_its_file_name() -> None:

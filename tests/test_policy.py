@@ -5,10 +5,11 @@ from __future__ import annotations
 
 import pytest
 
-from lab.conversation.cache_setting import MIB, CacheSetting, StateSizes
+from lab.conversation.cache_setting import CacheSetting, StateSizes
 from lab.conversation.causes import departure_cause
 from lab.conversation.derive import Unit
 from lab.conversation.policy import PolicyModel, Request
+from lab.core.units import MIB
 
 pytestmark = pytest.mark.fast
 

@@ -112,8 +112,11 @@ def test_measure_a_model_that_is_only_on_the_host(host: Sshd, project: Path, tin
     assert r.returncode == 0, r.stdout + r.stderr
     assert f"--model {models / 'holo3.gguf'} (qwen35moe, sha256 {file_sha256(tiny_model)[:12]})" in r.stdout
     m = RunFolder.open(project / r.stdout.strip().splitlines()[-1]).manifest()
-    assert m.model == {"path": str(models / "holo3.gguf"), "sha256": file_sha256(tiny_model),
-                       "size": tiny_model.stat().st_size}  # fmt: skip
+    assert m.model == {
+        "path": str(models / "holo3.gguf"),
+        "sha256": file_sha256(tiny_model),
+        "size": tiny_model.stat().st_size,
+    }
     assert m.params["model"] == str(models / "holo3.gguf")
     # another host's name for the same file: `lab compare` calls them one model, by its sha256
     shutil.copyfile(tiny_model, models / "renamed.gguf")
@@ -268,8 +271,22 @@ def test_a_pretrained_model_is_pushed_once_resumably_and_measured_there(
     config = ssh_config(host, tmp_path / "config", host.known_hosts)
     rdir = host.home / "push lab"
     spec = _spec("gemma3-270m-q4_k_m")
-    measure = ("measure", "--via", "bundle", "--model", "pretrained:gemma3-270m-q4_k_m", "--push-model",
-               "--ls", "256", "--news", "16", "--reps", "1", "--remote-dir", str(rdir))  # fmt: skip
+    measure = (
+        "measure",
+        "--via",
+        "bundle",
+        "--model",
+        "pretrained:gemma3-270m-q4_k_m",
+        "--push-model",
+        "--ls",
+        "256",
+        "--news",
+        "16",
+        "--reps",
+        "1",
+        "--remote-dir",
+        str(rdir),
+    )
 
     def run() -> tuple[str, dict[str, Any], dict[str, Any]]:
         r = fab(project, config, *measure)

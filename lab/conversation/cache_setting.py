@@ -10,7 +10,6 @@ from typing import Any, Literal
 
 from lab.models.hparams import hparams_of
 
-MIB = 1024 * 1024
 Memory = Literal["hybrid", "window", "plain"]  # what the model's sequence memory can cut back
 
 
@@ -29,10 +28,13 @@ class CacheSetting:
     def flags(self) -> list[str]:
         """The flags to paste into a llama-server command."""
         out = [
-            "--ctx-checkpoints", str(self.checkpoints),
-            "--checkpoint-min-step", str(self.checkpoint_min_step),
-            "--cache-ram", str(self.cache_ram_mib),
-        ]  # fmt: skip
+            "--ctx-checkpoints",
+            str(self.checkpoints),
+            "--checkpoint-min-step",
+            str(self.checkpoint_min_step),
+            "--cache-ram",
+            str(self.cache_ram_mib),
+        ]
         out += ["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []
         out += ["--swa-full"] if self.swa_full else []
         out += ["--ubatch-size", str(self.ubatch)] if self.ubatch != 512 else []

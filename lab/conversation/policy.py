@@ -30,10 +30,11 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any, Literal
 
-from lab.conversation.cache_setting import MIB, CacheSetting, Memory, StateSizes, memory_of
+from lab.conversation.cache_setting import CacheSetting, Memory, StateSizes, memory_of
 from lab.conversation.derive import StepTokens, Unit
 from lab.conversation.window import WindowCache
 from lab.core.errors import UsageError
+from lab.core.units import MIB
 from lab.models.memshape import memory_shape
 
 SIMILARITY = 0.1  # slot_prompt_similarity's default

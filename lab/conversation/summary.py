@@ -10,7 +10,6 @@ from collections import defaultdict
 from typing import Any, Literal
 
 from lab.conversation.arms import ARMS
-from lab.conversation.cache_setting import MIB
 from lab.conversation.derive import StepTokens
 from lab.conversation.policy import Predicted
 from lab.conversation.window import WindowCache
@@ -24,6 +23,7 @@ from lab.core.schemas import (
     TraceStep,
 )
 from lab.core.stats import median_interval
+from lab.core.units import MIB
 
 Order = Literal["holds", "violated", "-"]
 

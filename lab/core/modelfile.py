@@ -12,6 +12,7 @@ import contextlib
 import json
 import os
 import sys
+import tempfile
 from pathlib import Path
 from typing import Any
 
@@ -36,8 +37,11 @@ def model_sha256(path: Path, cache_dir: Path) -> str:
     if key not in memo:
         memo[key] = file_sha256(path)
         memo_file.parent.mkdir(parents=True, exist_ok=True)
-        tmp = memo_file.with_name(f".{memo_file.name}.{os.getpid()}.tmp")
-        tmp.write_text(json.dumps(memo, indent=1))
+        fd, tmp = tempfile.mkstemp(dir=memo_file.parent, prefix=f".{memo_file.name}.", suffix=".tmp")
+        with os.fdopen(fd, "w") as f:  # this writer's own temp file, whole before it replaces the memo
+            f.write(json.dumps(memo, indent=1))
+            f.flush()
+            os.fsync(f.fileno())
         os.replace(tmp, memo_file)
     return memo[key]
 
@@ -86,7 +90,7 @@ def describe(path: Path, cache_dir: Path) -> dict[str, Any]:
 
 
 def main(argv: list[str]) -> int:
-    """`python3 - PATH CACHE_DIR`: one JSON line describing PATH."""
+    """`PATH CACHE_DIR` (lab.remote.modelcheck runs it with the host's `python3 -c`): one JSON line describing PATH."""
     with contextlib.suppress(BrokenPipeError):
         print(json.dumps(describe(Path(argv[0]).expanduser(), Path(argv[1]).expanduser())))
     return 0

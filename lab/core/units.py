@@ -6,6 +6,8 @@ import re
 
 from lab.core.errors import UsageError
 
+MIB = 1024**2
+
 _SIZE = re.compile(r"^\s*(\d+(?:\.\d+)?)\s*(B|KiB|MiB|GiB|TiB|KB|MB|GB|TB|K|M|G|T)?\s*$", re.IGNORECASE)
 _UNITS = {
     "b": 1,

@@ -28,22 +28,23 @@ import math
 import time
 from dataclasses import dataclass, replace
 from pathlib import Path
-from typing import Any, ClassVar
+from typing import Any, ClassVar, NamedTuple
 
 from rich.console import Console
 
 from lab.conversation.arms import ARMS
-from lab.conversation.cache_setting import MIB, CacheSetting
+from lab.conversation.cache_setting import CacheSetting
 from lab.conversation.derive import StepTokens, cells
 from lab.conversation.policy import predict_conversation
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
-from lab.core.schemas import ConversationSample
+from lab.core.schemas import ConversationSample, Interval
 from lab.core.schemas.raw import TUNE_SETTINGS
 from lab.core.schemas.trace import TuneSetting
 from lab.core.settings import Settings
 from lab.core.stats import median_interval, step_median_share, verdict
+from lab.core.units import MIB
 from lab.experiments.conversation import Replay, todays_setting
 from lab.experiments.protocol import OpenRun, Outcome, RunParts
 from lab.measure.plan import Rates, fmt_duration
@@ -249,38 +250,55 @@ def differing(samples: list[ConversationSample], a: str, b: str) -> set[Step]:
     }
 
 
-def measured_fields(samples: list[ConversationSample], keys: list[str], o: Option) -> dict[str, Any]:
+class Baseline(NamedTuple):
+    """What every measured setting is weighed against, read from the samples once: the steps, the optimum's
+    prefill, the saving (no cache minus the optimum) and the defaults' prefill, by rep."""
+
+    steps: list[Step]
+    optimum: Rows
+    saving: Rows
+    defaults: Rows
+
+    @classmethod
+    def of(cls, samples: list[ConversationSample], defaults_key: str) -> Baseline:
+        steps = sorted({(s.task_id, s.step) for s in samples})
+        optimum = seconds(samples, "optimum", "", steps)
+        saving = minus(seconds(samples, "no_cache", "", steps), optimum)
+        return cls(steps, optimum, saving, seconds(samples, "today", defaults_key, steps))
+
+
+def measured_fields(samples: list[ConversationSample], keys: list[str], o: Option, base: Baseline) -> dict[str, Any]:
     """A measured setting's intervals. Each is a sum over steps of each step's median over reps, as a share of the
     optimum's saving (no cache minus the optimum, the same way): realised, from its own prefill; vs the defaults,
     from the defaults' prefill minus its, paired by rep (both run in every rep, side by side), in all and split
     into the steps whose reuse differs (what the setting changes) and those alike (its bookkeeping, and noise)."""
     k = o.key
-    steps = sorted({(s.task_id, s.step) for s in samples})
-    optimum = seconds(samples, "optimum", "", steps)
-    saving = minus(seconds(samples, "no_cache", "", steps), optimum)
-    own, defaults = seconds(samples, "today", k, steps), seconds(samples, "today", keys[0], steps)
+    own = seconds(samples, "today", k, base.steps)
     today = [x for x in samples if x.arm == "today" and x.setting == k and x.cache_n is not None]
     totals = {r: sum(v for v in row if not math.isnan(v)) for r, row in own.items()}
-    diff = differing(samples, keys[0], k)
-    cols = [j for j, st in enumerate(steps) if st in diff], [j for j, st in enumerate(steps) if st not in diff]
-    vs = step_median_share(minus(defaults, own), saving, f"tune/{k}/diff")
-    lost = step_median_share(minus(own, optimum), saving, f"tune/{k}/lost")  # no cache's noise only in the scale
-    return {
+    lost = step_median_share(minus(own, base.optimum), base.saving, f"tune/{k}/lost")  # no cache only in the scale
+    out = {
         "predicted_exact": sum(x.cache_n == o.cache_n.get((x.task_id, x.step)) for x in today),
         "measured_steps": len(today),
         "today_s": median_interval(list(totals.values()), f"tune/{k}/today", list(totals)),
-        "realised": lost and lost.model_copy(update={"value": 1 - lost.value, "lo": 1 - lost.hi, "hi": 1 - lost.lo}),
-        **(
-            {
-                "vs_defaults": vs,
-                "verdict": verdict(vs, EQUIVALENT, center=0.0),
-                "differing_steps": len(diff),
-                "vs_defaults_differing": step_median_share(minus(defaults, own, cols[0]), saving, f"tune/{k}/ndiff"),
-                "vs_defaults_alike": step_median_share(minus(defaults, own, cols[1]), saving, f"tune/{k}/alike"),
-            }
-            if k != keys[0]
-            else {}
-        ),
+        "realised": lost.complement() if lost else None,
+    }
+    if k == keys[0]:
+        return out
+    diff = differing(samples, keys[0], k)
+    differ = [j for j, st in enumerate(base.steps) if st in diff]
+    alike = [j for j in range(len(base.steps)) if j not in differ]
+
+    def vs(cols: list[int] | None, what: str) -> Interval | None:
+        return step_median_share(minus(base.defaults, own, cols), base.saving, f"tune/{k}/{what}")
+
+    total = vs(None, "diff")
+    return out | {
+        "vs_defaults": total,
+        "verdict": verdict(total, EQUIVALENT, center=0.0),
+        "differing_steps": len(diff),
+        "vs_defaults_differing": vs(differ, "ndiff"),
+        "vs_defaults_alike": vs(alike, "alike"),
     }
 
 
@@ -296,6 +314,7 @@ def tune_results(
     comparison), the defaults when none gains."""
     keys = [setting_key(s) for s in chosen]
     measured = {s.setting for s in samples if s.arm == "today"}
+    base = Baseline.of(samples, keys[0]) if keys else None
     front_keys = {o.key for o in on_front}
     rows = []
     for o in options:
@@ -314,7 +333,7 @@ def tune_results(
                 predicted_peak_mib=o.peak_bytes / MIB,
                 predicted_reused=o.reused,
                 within_budget=ram_bytes is None or o.peak_bytes <= ram_bytes,
-                **(measured_fields(samples, keys, o) if k in keys and k in measured else {}),
+                **(measured_fields(samples, keys, o, base) if base and k in keys and k in measured else {}),
             )
         )
     fits = [r for r in rows if r.role != "grid" and r.realised is not None and r.within_budget]

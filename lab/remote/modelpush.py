@@ -23,13 +23,12 @@ from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.modelfile import model_sha256
 from lab.core.settings import Settings
+from lab.core.units import MIB
 from lab.models.resolve import PRETRAINED_PREFIX, TINY_PREFIX, resolve_model
 from lab.remote.connect import RemoteError, SshTarget, sh
 from lab.remote.modelcheck import SAFE_NAME, HostModel, check_host_model
 
-CHUNK = 1 << 20
 NAMED = (PRETRAINED_PREFIX, TINY_PREFIX)  # models the lab resolves here: always pushed
-MIB = 1 << 20
 
 
 @dataclass(frozen=True)
@@ -97,7 +96,7 @@ def push_model(t: SshTarget, local: Path, remote_dir: str, cache_dir: Path, cons
     def feed(stdin: BinaryIO) -> None:
         with local.open("rb") as f:
             f.seek(offset)
-            while chunk := f.read(CHUNK):
+            while chunk := f.read(MIB):
                 stdin.write(chunk)
 
     t.pipe_in(f"cat >> {sh(dest)}", feed)

@@ -235,7 +235,9 @@ def run_remote(
         console.print(f"{t.name}: {pushed.describe(here.name)}")
         model = pushed.model.path
         args = with_model(args, model)
-    host_model = check_host_model(t, model, remote_dir) if model else None  # before anything is pushed
+    host_model = pushed.model if pushed else None  # checked there as it landed
+    if host_model is None and model:
+        host_model = check_host_model(t, model, remote_dir)  # before anything is pushed
     if host_model is not None:
         console.print(f"{t.name}: --model {host_model.path} ({host_model.arch}, sha256 {host_model.sha256[:12]})")
     how = deploy(t, settings, remote_dir, console, via, image, docker_host)

@@ -40,6 +40,10 @@ class Interval(BaseModel):
         """The interval divided by an exact positive number (a prediction, a count)."""
         return self.model_copy(update={"value": self.value / by, "lo": self.lo / by, "hi": self.hi / by})
 
+    def complement(self) -> Interval:
+        """1 - the interval (its ends swap): a share lost as the share kept."""
+        return self.model_copy(update={"value": 1 - self.value, "lo": 1 - self.hi, "hi": 1 - self.lo})
+
     def inverse(self) -> Interval | None:
         """1 / the interval (its ends swap); None when it holds 0 or less."""
         if self.lo <= 0:
