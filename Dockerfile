@@ -54,20 +54,25 @@ RUN --mount=type=cache,target=/root/.cache/pip \
     python3 -m venv "$VIRTUAL_ENV" \
  && pip install --require-hashes -r requirements.lock
 
-# 4. The engine: sdist (default) = the PyPI llama-cpp-python sdist that vendors llama.cpp (sha256 pinned);
-# git = clone engine.git_url at engine.git_commit (da87e9b). patches/ applied, CPU build; ccache lives in a
+# 4. The engine: sdist (default) = the PyPI llama-cpp-python sdist that vendors llama.cpp (sha256 pinned; the
+# release LAB_ENGINE__SDIST_VERSION names: pin or latest); git = clone engine.git_url at engine.git_commit
+# (da87e9b). Its patch series applied, CPU build; ccache lives in a
 # BuildKit cache mount (this layer rebuilt in 26 s here with a warm ccache, 7 min cold). The sdist archive is
 # dropped once extracted (66 MB). LAB_ENGINE__NATIVE=true builds for the build host's CPU (-march=native):
 # build the image on the host you measure, or pass false for a portable image.
 ARG LAB_ENGINE__SOURCE_MODE=sdist
+ARG LAB_ENGINE__SDIST_VERSION=pin
 ARG LAB_ENGINE__NATIVE=true
 ENV LAB_ENGINE__SOURCE_MODE=${LAB_ENGINE__SOURCE_MODE} \
+    LAB_ENGINE__SDIST_VERSION=${LAB_ENGINE__SDIST_VERSION} \
     LAB_ENGINE__NATIVE=${LAB_ENGINE__NATIVE}
 COPY patches/ patches/
 COPY lab/__init__.py lab/
 COPY lab/core/__init__.py lab/core/settings.py lab/core/settings_server.py lab/core/errors.py lab/core/safetar.py \
-     lab/core/redact.py lab/core/runs.py lab/core/rawtable.py lab/core/units.py lab/core/hashing.py lab/core/
-COPY lab/engine/__init__.py lab/engine/source.py lab/engine/build.py lab/engine/pinning.py lab/engine/
+     lab/core/redact.py lab/core/runs.py lab/core/rawtable.py lab/core/units.py lab/core/hashing.py \
+     lab/core/releases.py lab/core/
+COPY lab/engine/__init__.py lab/engine/source.py lab/engine/series.py lab/engine/build.py lab/engine/pinning.py \
+     lab/engine/
 RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/.cache/pip \
     case "$LAB_ENGINE__SOURCE_MODE" in \
       sdist|git) ;; \

@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/lab
 PYTHON ?= python3
 
-.PHONY: deps setup demo test test-fast test-engine lint bench repro lock
+.PHONY: deps setup engine-latest demo test test-fast test-engine lint bench repro lock
 .DEFAULT_GOAL := demo
 
 deps:
@@ -62,14 +62,19 @@ demo: setup
 repro: $(VENV)/.installed
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
-test: setup
+# the newest supported llama.cpp, assertions on: the contract tests run on both engines (the demo builds only the pin)
+engine-latest: setup
+	@echo "==> engine latest, assert (the newest supported llama.cpp, for the tests)"
+	@$(LAB) engine build --engine latest --flavor assert
+
+test: engine-latest
 	$(VENV)/bin/pytest -q
 
 # tiers for development (`make test` runs all of them): fast = no server, engine = the real server, slow = the rest
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/pytest -q -m fast
 
-test-engine: setup
+test-engine: engine-latest
 	$(VENV)/bin/pytest -q -m "fast or engine"
 
 # the C++ tools (lab/**/*.cpp, lab/**/*.h) against .clang-format, with clang-format from the dev extras

@@ -21,6 +21,7 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.releases import NAMED, resolve_version
 from lab.core.settings import ServerSettings, Settings, load_settings
 from lab.engine.build import EngineInfo, build_engine
 from lab.engine.server import LlamaServer
@@ -29,6 +30,7 @@ from lab.models.resolve import ensure_tiny_model
 from lab.models.tinyarchs import TinyModelSpec, tiny_spec
 
 TIERS = ("fast", "engine", "browser", "slow")
+ENGINES = tuple(NAMED)  # the supported releases every contract test runs on: pin, latest
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
@@ -69,6 +71,24 @@ def source(settings: Settings) -> PreparedSource:
 def engine(settings: Settings) -> EngineInfo:
     """The assertions-on build: kv-cells / recurrent asserts abort the server instead of passing silently."""
     return build_engine(settings.engine, settings.cache_dir, flavor="assert")
+
+
+EngineOf = Callable[[str], EngineInfo]
+
+
+@pytest.fixture(scope="session")
+def engine_of(settings: Settings) -> EngineOf:
+    """engine_of("latest") -> that supported release's assertions-on build (`make test` builds both first)."""
+    built: dict[str, EngineInfo] = {}
+
+    def of(name: str) -> EngineInfo:
+        version = resolve_version(name)
+        if version not in built:
+            es = settings.engine.model_copy(update={"sdist_version": version})
+            built[version] = build_engine(es, settings.cache_dir, flavor="assert")
+        return built[version]
+
+    return of
 
 
 @pytest.fixture(scope="session")

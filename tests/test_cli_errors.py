@@ -111,6 +111,17 @@ def test_engine_check_passes_on_the_hybrid(tiny_model: Path) -> None:
     assert all(a["ok"] for a in out["arms"]) and out["arms"][1]["timings"]["cache_n"] == 512
 
 
+@pytest.mark.parametrize("model", ["tiny_model", "iswa_model", "oss_model"], ids=["hybrid", "gemma3", "gpt-oss"])
+def test_engine_check_passes_on_the_newest_release(request: pytest.FixtureRequest, model: str) -> None:
+    path = request.getfixturevalue(model)
+    args = ["--engine", "latest", "--flavor", "assert", "--L", "512", "--new", "16", "--model", str(path), "--json"]
+    r = lab("engine", "check", *args)
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = json.loads(r.stdout)
+    assert out["commit"] == "0c1e57098" and out["failure"] == "", out
+    assert all(a["ok"] for a in out["arms"]) and out["arms"][1]["timings"]["fake_n"] == 512
+
+
 def test_bad_trace_line_is_named(tmp_path: Path) -> None:
     trace = tmp_path / "t.jsonl"
     trace.write_text('{"task_id": "t", "step": 0, "L": 64, "new_text": "ok"}\n{not json\n')
@@ -123,4 +134,5 @@ def test_bad_options_exit_2(tmp_path: Path) -> None:
     one_line_error(lab("sweep", "--Ls", "1,x", "--runs-dir", str(tmp_path)), 2, "comma-separated integers")
     one_line_error(lab("sweep", "--Ls", "20000", "--runs-dir", str(tmp_path)), 2, "invalid settings")
     one_line_error(lab("engine", "build", "--flavor", "debugx"), 2, "--flavor must be release or assert")
+    one_line_error(lab("engine", "build", "--engine", "0.3.30"), 2, "'0.3.30' is not a supported llama.cpp release")
     assert not list(tmp_path.iterdir())

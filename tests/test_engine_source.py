@@ -1,4 +1,5 @@
-"""Source at the pin: sdist verification, the patch on both sides of da87e9b, git and path modes."""
+"""Sources: sdist verification, each series on its releases (the pin's on both sides of da87e9b, the newest's on
+0.3.36 and not the pin's), git and path modes."""
 
 from __future__ import annotations
 
@@ -7,16 +8,17 @@ from pathlib import Path
 
 import pytest
 
+from lab.core import releases
 from lab.core.settings import EngineSettings, Settings
+from lab.engine.series import SeriesError, patch_files
 from lab.engine.source import (
-    SDIST_PINS,
     PreparedSource,
     SourceError,
     applied_diff,
     check_patch_applies,
     fetch_sdist,
-    patch_files,
     prepare_source,
+    series_for,
 )
 
 pytestmark = pytest.mark.slow
@@ -30,10 +32,12 @@ def test_sdist_source_is_recorded(source: PreparedSource) -> None:
     info = source.info
     assert info.mode == "sdist"
     assert info.commit == "465b1f0e7"
-    assert info.sha256 == SDIST_PINS["0.3.27"].sha256
+    pin = releases.release("0.3.27")
+    assert pin is not None and info.sha256 == pin.sha256
     assert len(source.patch_sha256) == 64
+    assert (source.series, source.release) == ("465b1f0e7", "pin")
     # the tree's diff against its pristine commit is exactly the lab's patch
-    patch = patch_files(EngineSettings().patches_dir)
+    patch = patch_files(series_for(EngineSettings(), Path("/nonexistent")))
     assert len(patch) == 1
     assert applied_diff(source.path) == patch[0].read_text()
 
@@ -48,12 +52,15 @@ def test_sdist_sha256_is_verified(settings: Settings, tmp_path: Path) -> None:
         fetch_sdist("0.0.1", downloads)
 
 
-def test_patch_applies_on_both_sides_of_the_pin(settings: Settings) -> None:
-    """0.3.26 vendors 7c158fbb4 (17 commits before da87e9b), 0.3.27 vendors 465b1f0e7 (12 after)."""
-    patches = patch_files(settings.engine.patches_dir)
-    for version in ("0.3.26", "0.3.27"):
-        archive, _pin = fetch_sdist(version, settings.cache_dir / "downloads")
-        check_patch_applies(archive, patches)
+def test_each_series_applies_to_its_releases_and_the_newest_not_to_the_pin(settings: Settings) -> None:
+    """0.3.26 vendors 7c158fbb4 (17 commits before da87e9b), 0.3.27 vendors 465b1f0e7 (12 after): the pin's series
+    applies to both. 0.3.36 vendors 0c1e57098: its own series applies, the pin's does not."""
+    for rel in releases.RELEASES:
+        archive, _rel = fetch_sdist(rel.sdist_version, settings.cache_dir / "downloads")
+        check_patch_applies(archive, patch_files(settings.engine.patches_dir / rel.series))
+    archive, _rel = fetch_sdist("0.3.36", settings.cache_dir / "downloads")
+    with pytest.raises(SourceError, match=r"server-context\.cpp"):
+        check_patch_applies(archive, patch_files(settings.engine.patches_dir / "465b1f0e7"))
 
 
 @pytest.fixture(scope="module")
@@ -88,6 +95,34 @@ def test_git_mode_clones_and_checks_out_the_commit(user_checkout: Path, tmp_path
     assert "n_fake_cached" in (prepared.path / "tools" / "server" / "server-task.h").read_text()
     # idempotent: a second call changes nothing
     assert prepare_source(es, tmp_path / "cache").patch_sha256 == prepared.patch_sha256
+
+
+def test_a_checkout_of_the_newest_release_gets_its_series(settings: Settings, tmp_path: Path) -> None:
+    latest = prepare_source(settings.engine.model_copy(update={"sdist_version": "0.3.36"}), settings.cache_dir)
+    user = tmp_path / "llama.cpp"
+    subprocess.run(["git", "clone", "-q", str(latest.path), str(user)], check=True)
+    git(user, "checkout", "-q", git(latest.path, "rev-list", "--max-parents=0", "HEAD").strip())
+    with pytest.warns(UserWarning, match="not the pin"):
+        prepared = prepare_source(EngineSettings(source_mode="path", path=user), tmp_path / "cache")
+    assert prepared.series == "0c1e57098" and prepared.release is None
+    assert applied_diff(prepared.path) == applied_diff(latest.path)
+
+
+def test_a_checkout_no_series_fits_names_the_hunk_and_caches_nothing(user_checkout: Path, tmp_path: Path) -> None:
+    """The pin's checkout with one line the server hunks rely on changed: no series fits it."""
+    user = tmp_path / "moved"
+    subprocess.run(["git", "clone", "-q", str(user_checkout), str(user)], check=True)
+    server = user / "tools" / "server" / "server-context.cpp"
+    server.write_text(server.read_text().replace("double t_prompt_processing = 0.0; // ms", "double t_pp = 0.0;", 1))
+    git(user, "-c", "user.name=t", "-c", "user.email=t@t", "commit", "-qam", "moved")
+    cache = tmp_path / "cache"
+    with pytest.raises(SeriesError) as e:
+        prepare_source(EngineSettings(source_mode="path", path=user), cache)
+    line = str(e.value)
+    assert "\n" not in line and not cache.exists()
+    # no release commit in this history: the nearest is the series that fails at fewest hunks (one, the pin's)
+    assert "465b1f0e7/0001-fake-prefix.patch: tools/server/server-context.cpp hunk @@ -189,6" in line, line
+    assert "nearest supported release: pin, llama-cpp-python 0.3.27 (llama.cpp 465b1f0e7" in line, line
 
 
 def test_a_patch_that_does_not_apply_is_named(user_checkout: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
-"""The n_fake_cached contract, against the real patched llama-server (asserts on) and the real tiny model."""
+"""The n_fake_cached contract, against the real patched llama-server (asserts on) and the real tiny model, on
+every supported llama.cpp release (the pin and the newest: each test runs on both)."""
 
 from __future__ import annotations
 
@@ -11,13 +12,21 @@ from lab.conversation.cache_setting import CacheSetting
 from lab.conversation.policy import Request, policy_for
 from lab.conversation.window import WindowCache
 from lab.core.gguf_io import read_gguf_metadata
+from lab.engine.build import EngineInfo
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
 from lab.engine.server import LlamaServer
 from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
 
-from conftest import ServerFactory
+from conftest import ENGINES, EngineOf, ServerFactory
 
 pytestmark = pytest.mark.engine
+
+
+@pytest.fixture(scope="module", params=ENGINES)
+def engine(request: pytest.FixtureRequest, engine_of: EngineOf) -> EngineInfo:
+    """This module's server and start_server run each supported release's build in turn."""
+    return engine_of(request.param)
+
 
 N_VOCAB = 151936
 PREFIX = filler_tokens(1500, seed=11, n_vocab=N_VOCAB)

@@ -93,6 +93,14 @@ ReportsDir = Annotated[Path | None, typer.Option("--reports-dir", help="default:
 SourceMode = Annotated[str | None, typer.Option("--source-mode", help="sdist | git | path")]
 SourcePath = Annotated[Path | None, typer.Option("--path", help="existing llama.cpp checkout (mode path)")]
 FlavorOpt = Annotated[str, typer.Option("--flavor", help="release | assert (asserts on, for tests)")]
+EngineOpt = Annotated[
+    str | None,
+    typer.Option(
+        "--engine",
+        help="llama.cpp release to build and run: pin (the default), latest, or an sdist version "
+        "(engine.sdist_version)",
+    ),
+]
 
 # --- what is measured, and how the engine runs -------------------------------------------------------------
 ModelOpt = Annotated[

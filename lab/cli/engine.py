@@ -10,6 +10,7 @@ import typer
 from lab.cli.common import (
     AsJson,
     CacheDir,
+    EngineOpt,
     FlavorOpt,
     ModelOpt,
     NOutOpt,
@@ -27,30 +28,35 @@ from lab.cli.common import (
 app = group("the patched llama.cpp engine")
 
 
-def _built(flavor: str, source_mode: str | None, path: Path | None, cache_dir: Path | None, quiet: bool) -> Any:
+def _built(
+    flavor: str, release: str | None, source_mode: str | None, path: Path | None, cache_dir: Path | None, quiet: bool
+) -> Any:
     """The engine of this flavor for these source flags, built (or found built) now."""
     from lab.engine.build import build_engine, check_flavor
 
-    s = settings_for(cache_dir, {"source_mode": source_mode, "path": path})
+    s = settings_for(cache_dir, {"sdist_version": release, "source_mode": source_mode, "path": path})
     return build_engine(s.engine, s.cache_dir, flavor=check_flavor(flavor), quiet=quiet)
 
 
 @app.command("build")
 def engine_build(
     flavor: FlavorOpt = "release",
+    release: EngineOpt = None,
     source_mode: SourceMode = None,
     path: SourcePath = None,
     cache_dir: CacheDir = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
 ) -> None:
-    """Obtain llama.cpp at the pin, apply patches/, build it (cached: a repeat is a no-op)."""
-    typer.echo(f"{_built(flavor, source_mode, path, cache_dir, quiet).server}")
+    """Obtain llama.cpp (the pin, or --engine latest), apply its patch series, build it (cached: a repeat is a
+    no-op)."""
+    typer.echo(f"{_built(flavor, release, source_mode, path, cache_dir, quiet).server}")
 
 
 @app.command("info")
 def engine_info(
     flavor: FlavorOpt = "release",
     as_json: Annotated[bool, typer.Option("--json")] = False,
+    release: EngineOpt = None,
     source_mode: SourceMode = None,
     path: SourcePath = None,
     cache_dir: CacheDir = None,
@@ -59,7 +65,7 @@ def engine_info(
     from lab.core.console import lab_console
     from lab.engine.build import engine_info_json
 
-    built = _built(flavor, source_mode, path, cache_dir, quiet=True)
+    built = _built(flavor, release, source_mode, path, cache_dir, quiet=True)
     if as_json:
         typer.echo(engine_info_json(built))
         return
@@ -70,11 +76,13 @@ def engine_info(
 
 
 @app.command("prune")
-def engine_prune(source_mode: SourceMode = None, path: SourcePath = None, cache_dir: CacheDir = None) -> None:
+def engine_prune(
+    release: EngineOpt = None, source_mode: SourceMode = None, path: SourcePath = None, cache_dir: CacheDir = None
+) -> None:
     """Remove the engine trees and builds of patch sets other than the current one (never one a run holds)."""
     from lab.engine.build import prune_engines
 
-    s = settings_for(cache_dir, {"source_mode": source_mode, "path": path})
+    s = settings_for(cache_dir, {"sdist_version": release, "source_mode": source_mode, "path": path})
     removed, held = prune_engines(s.engine, s.cache_dir)
     for p in removed:
         typer.echo(f"removed {p}")
@@ -89,6 +97,8 @@ def engine_check(
     L: Annotated[int, typer.Option("--L", help="fake prefix length")] = 1024,
     new: Annotated[int, typer.Option("--new", help="new tokens")] = 64,
     model: ModelOpt = None,
+    release: EngineOpt = None,
+    flavor: FlavorOpt = "release",
     cache_dir: CacheDir = None,
     as_json: AsJson = False,
 ) -> None:
@@ -96,12 +106,13 @@ def engine_check(
     import json
 
     from lab.core.console import lab_console
+    from lab.engine.build import check_flavor
     from lab.engine.check import run_check
     from lab.models.resolve import resolve_model
     from lab.presenters.engine import print_check
 
-    s = settings_for(cache_dir, model=model)
-    check = run_check(s, resolve_model(s), L=L, new=new)
+    s = settings_for(cache_dir, {"sdist_version": release}, model=model)
+    check = run_check(s, resolve_model(s), L=L, new=new, flavor=check_flavor(flavor))
     if as_json:
         typer.echo(json.dumps(check.record(), indent=1))
     else:
@@ -128,6 +139,7 @@ def engine_decode(
     ] = None,
     threads: Threads = None,
     model: ModelOpt = None,
+    release: EngineOpt = None,
     cache_dir: CacheDir = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
@@ -138,7 +150,8 @@ def engine_decode(
     from lab.experiments.decode import DecodeCheck
 
     decode = {"depths": int_list(depths), "new": new, "n_out": n_out, "reps": reps, "tolerance": tolerance}
-    s = settings_for(cache_dir, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
+    engine = {"sdist_version": release}
+    s = settings_for(cache_dir, engine, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
     run = run_command(DecodeCheck(), s, resume, as_json)
     m = run.manifest()
     if m.status != "complete":

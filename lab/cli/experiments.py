@@ -13,6 +13,7 @@ from lab.cli.common import (
     BaselineReps,
     BudgetOpt,
     CtxSize,
+    EngineOpt,
     FillPasses,
     ImagesOpt,
     LsOpt,
@@ -58,6 +59,7 @@ def sweep(
     threads: Threads = None,
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
+    release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
     plan: PlanOpt = False,
@@ -83,6 +85,8 @@ def sweep(
     from lab.presenters.plan import plan_first
 
     s = settings_for(
+        None,
+        {"sdist_version": release},
         model=model,
         runs_dir=runs_dir,
         mmproj=mmproj,
@@ -142,6 +146,7 @@ def profile(
         typer.Option("--predict-depths", help="depths its own time model predicts ms/token at (8192,16384,32768)"),
     ] = None,
     model: ModelOpt = None,
+    release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
     as_json: AsJson = False,
@@ -151,6 +156,8 @@ def profile(
 
     stop, start = clean_room or (None, None)
     s = settings_for(
+        None,
+        {"sdist_version": release},
         model=model,
         runs_dir=runs_dir,
         profile={

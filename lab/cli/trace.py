@@ -11,6 +11,7 @@ import typer
 from lab.cli.common import (
     AsJson,
     CtxSize,
+    EngineOpt,
     Mmproj,
     ModelOpt,
     ReplayResume,
@@ -88,6 +89,7 @@ def trace_derive(
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     mmproj: Mmproj = None,
+    release: EngineOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Each step of a conversation in tokens (the model's own chat template and tokenizer): its prompt, what it
@@ -96,7 +98,7 @@ def trace_derive(
     from lab.core.console import lab_console
     from lab.presenters.conversation import tokens_table
 
-    s = settings_for(model=model, mmproj=mmproj, server={"ctx_size": ctx_size})
+    s = settings_for(None, {"sdist_version": release}, model=model, mmproj=mmproj, server={"ctx_size": ctx_size})
     tasks = derive_conversation(s, trace)
     if as_json:
         import json
@@ -115,6 +117,7 @@ def trace_replay(
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     mmproj: Mmproj = None,
+    release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
     reps: Annotated[
@@ -136,6 +139,8 @@ def trace_replay(
     from lab.experiments.conversation import Replay
 
     s = settings_for(
+        None,
+        {"sdist_version": release},
         model=model,
         mmproj=mmproj,
         runs_dir=runs_dir,
@@ -182,6 +187,7 @@ def trace_tune(
     ctx_size: CtxSize = None,
     model: ModelOpt = None,
     mmproj: Mmproj = None,
+    release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
     reps: Annotated[
@@ -197,6 +203,8 @@ def trace_tune(
     from lab.experiments.tune import Tune
 
     s = settings_for(
+        None,
+        {"sdist_version": release},
         model=model,
         mmproj=mmproj,
         runs_dir=runs_dir,

@@ -19,6 +19,7 @@ from pydantic_settings import (
     YamlConfigSettingsSource,
 )
 
+from lab.core import releases
 from lab.core.settings_server import ConversationSettings, Section, ServerSettings, TuneSettings
 
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
@@ -29,7 +30,9 @@ class EngineSettings(Section):
     """Where llama.cpp comes from and how it is built."""
 
     source_mode: Literal["sdist", "git", "path"] = "sdist"
-    sdist_version: str = "0.3.27"
+    sdist_version: str = Field(
+        default=releases.DEFAULT, description="llama-cpp-python sdist to build: a version, or pin / latest"
+    )
     git_url: str = "https://github.com/ggml-org/llama.cpp"
     git_commit: str = PIN_COMMIT
     path: Path | None = Field(default=None, description="existing llama.cpp checkout (source_mode=path)")
@@ -41,6 +44,11 @@ class EngineSettings(Section):
     prebuilt: Path | None = Field(
         default=None, description="an engine bundle pushed to a target host (bin/ + lab-build.json): use, never build"
     )
+
+    @field_validator("sdist_version")
+    @classmethod
+    def _a_supported_release(cls, v: str) -> str:
+        return releases.resolve_version(v)
 
 
 SweepArm = Literal["baseline", "fake", "genuine", "plain", "estimate"]

@@ -26,15 +26,16 @@ from pydantic import BaseModel
 
 from lab.core.errors import LabError, UsageError
 from lab.core.settings import EngineSettings
+from lab.engine.series import patch_files
 from lab.engine.source import (
     PreparedSource,
     SourceInfo,
     applied_diff,
     locked,
-    patch_files,
     patched_root,
     patches_sha256,
     prepare_source,
+    series_for,
     source_id,
 )
 
@@ -58,6 +59,8 @@ class EngineInfo(BaseModel):
     patch_sha256: str
     patches: list[str]
     flags: list[str]
+    series: str = ""  # the patch series applied (lab.engine.series)
+    release: str | None = None  # pin, latest or an sdist version; None: a checkout of the user's
 
 
 class BuildError(LabError):
@@ -167,7 +170,7 @@ def build_engine(
 ) -> EngineInfo:
     if settings.prebuilt is not None:
         return prebuilt_engine(settings.prebuilt)
-    patch_sha256 = patches_sha256(patch_files(settings.patches_dir))
+    patch_sha256 = patches_sha256(patch_files(series_for(settings, cache_dir)))
     patched = patched_root(cache_dir / "engine" / source_id(settings), patch_sha256)
     patched.parent.mkdir(parents=True, exist_ok=True)
     with _in_use_lock(patched).open("a") as held:  # no prune while this key is prepared and built
@@ -189,6 +192,8 @@ def _build_key(settings: EngineSettings, cache_dir: Path, flavor: Flavor, quiet:
         patch_sha256=src.patch_sha256,
         patches=src.patches,
         flags=flags,
+        series=src.series,
+        release=src.release,
         **paths,
     )
     with locked(build_dir.with_suffix(".lock")):
@@ -240,7 +245,7 @@ def _finished(stamp: Path, want: EngineInfo) -> EngineInfo | None:
         return None
     done = EngineInfo.model_validate_json(stamp.read_text())
     if done.patch_sha256 == want.patch_sha256 and done.flags == want.flags:
-        return done
+        return done.model_copy(update={"series": want.series, "release": want.release})
     return None
 
 
@@ -288,7 +293,7 @@ def prune_engines(settings: EngineSettings, cache_dir: Path) -> tuple[list[Path]
     """Remove the patched trees and builds of every patch set but the current one (and a cache layout older
     than per-patch trees). Returns (removed, kept because a run holds them)."""
     root = cache_dir / "engine" / source_id(settings)
-    keep = patched_root(root, patches_sha256(patch_files(settings.patches_dir))).name
+    keep = patched_root(root, patches_sha256(patch_files(series_for(settings, cache_dir)))).name
     removed: list[Path] = []
     held: list[Path] = []
     if not root.is_dir():

@@ -8,7 +8,7 @@ from typing import Any
 
 from lab.core.errors import UsageError
 from lab.core.settings import Settings
-from lab.engine.build import build_engine
+from lab.engine.build import Flavor, build_engine
 from lab.engine.contract import ArmResult, ContractClient, filler_tokens, text_step
 from lab.engine.server import ResolvedConfig, adhoc_server
 
@@ -46,11 +46,11 @@ class Check:
         }
 
 
-def run_check(settings: Settings, model: Path, L: int, new: int) -> Check:
+def run_check(settings: Settings, model: Path, L: int, new: int, flavor: Flavor = "release") -> Check:
     """One sample of each arm (baseline, fake, genuine) through a server of `model`."""
     if L + new >= settings.server.ctx_size:
         raise UsageError(f"--L {L} + --new {new} do not fit server.ctx_size {settings.server.ctx_size}")
-    engine = build_engine(settings.engine, settings.cache_dir, quiet=True)
+    engine = build_engine(settings.engine, settings.cache_dir, flavor=flavor, quiet=True)
     with adhoc_server(engine, model, settings.server, settings.cache_dir, "check") as srv:
         n_vocab = srv.n_vocab()
         step = text_step(filler_tokens(L, seed=1, n_vocab=n_vocab), filler_tokens(new, seed=2, n_vocab=n_vocab))

@@ -1,9 +1,15 @@
-"""llama.cpp source at the pin, with the lab's patches applied, in a tree the lab owns.
+"""llama.cpp source, with the lab's patch series applied, in a tree the lab owns.
 
 Three modes (chosen by settings, nothing probes the network):
-  sdist  the PyPI sdist of llama-cpp-python, which vendors llama.cpp (sha256 pinned and verified)
+  sdist  the PyPI sdist of llama-cpp-python, which vendors llama.cpp (sha256 pinned and verified): a supported
+         release (lab.core.releases), with the series ported to it
   git    clone a URL and check out the pinned commit (what the container does on a connected host)
-  path   copy of a checkout the user already has (their tree is never touched)
+  path   copy of a checkout the user already has (their tree is never touched): the first series, newest
+         release first, that applies to it; none that applies is one line naming the file and hunk, before
+         anything is cached
+
+The patches live in one folder per series (`patches/llama.cpp/<llama.cpp commit>/*.patch`); a folder that
+holds *.patch itself is one series (a patch set of a user's or a test's own).
 
 The cache holds, per source, one pristine tree and one patched tree per patch set, each created once and
 never changed after (a second clone with other patches gets a tree of its own, so nothing a running
@@ -26,39 +32,18 @@ import tempfile
 import warnings
 from collections.abc import Iterator
 from contextlib import contextmanager
-from dataclasses import dataclass
 from pathlib import Path
 
-from pydantic import BaseModel
+from pydantic import BaseModel, Field
 
+from lab.core import releases
 from lab.core.errors import LabError
 from lab.core.hashing import file_sha256
 from lab.core.redact import redact_url
 from lab.core.runs import atomic_write
 from lab.core.safetar import safe_extract
 from lab.core.settings import PIN_COMMIT, EngineSettings
-
-
-@dataclass(frozen=True)
-class SdistPin:
-    sha256: str
-    commit: str  # llama.cpp commit vendored under vendor/llama.cpp
-    relation: str  # where it sits relative to the pin
-
-
-# Established by downloading each sdist and reading its vendored tree. Together they bracket da87e9b.
-SDIST_PINS: dict[str, SdistPin] = {
-    "0.3.27": SdistPin(
-        sha256="b9eb9957de3776c2b1ae2beeccb52d5603e4e84afd94ae0d46bf96e04cbead6a",
-        commit="465b1f0e7",
-        relation="12 commits after da87e9b",
-    ),
-    "0.3.26": SdistPin(
-        sha256="71b004d52a274273ae03ec954d62771d26c86f32193fd30be57601508bec0064",
-        commit="7c158fbb4",
-        relation="17 commits before da87e9b",
-    ),
-}
+from lab.engine.series import declared_series, fitting_series, patch_files
 
 _GIT_ID = ["-c", "user.name=prefill-lab", "-c", "user.email=prefill-lab@localhost", "-c", "commit.gpgsign=false"]
 
@@ -79,14 +64,12 @@ class PreparedSource(BaseModel):
     info: SourceInfo
     patch_sha256: str
     patches: list[str]
+    series: str = Field(description="the patch series applied (its folder under patches/llama.cpp)")
+    release: str | None = Field(description="the supported release built: pin, latest or its version (sdist mode)")
 
 
 class SourceError(LabError):
     pass
-
-
-def patch_files(patches_dir: Path) -> list[Path]:
-    return sorted(patches_dir.glob("*.patch"))
 
 
 def patches_sha256(patches: list[Path]) -> str:
@@ -125,11 +108,12 @@ def locked(lock_path: Path) -> Iterator[None]:
 # --- obtaining pristine sources -------------------------------------------------------------------
 
 
-def fetch_sdist(version: str, downloads: Path) -> tuple[Path, SdistPin]:
+def fetch_sdist(version: str, downloads: Path) -> tuple[Path, releases.Release]:
     """The llama-cpp-python sdist from PyPI (pip's own client), verified against the pinned sha256."""
-    pin = SDIST_PINS.get(version)
+    pin = releases.release(version)
     if pin is None:
-        raise SourceError(f"no pinned sha256 for llama-cpp-python=={version}; known: {sorted(SDIST_PINS)}")
+        known = sorted(r.sdist_version for r in releases.RELEASES)
+        raise SourceError(f"no pinned sha256 for llama-cpp-python=={version}; known: {known}")
     archive = downloads / f"llama_cpp_python-{version}.tar.gz"
     if not archive.exists():
         downloads.mkdir(parents=True, exist_ok=True)
@@ -248,19 +232,48 @@ def source_id(settings: EngineSettings) -> str:
 # --- the lab's tree ---------------------------------------------------------------------------------
 
 
-def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
-    """The source with the current patches applied, in the tree of that patch set (created once, then reused)."""
+def series_for(settings: EngineSettings, cache_dir: Path) -> Path:
+    """The patch series this source takes: the one its release declares, else the first that fits the user's
+    checkout (read there, before anything is cached), else (git at another commit) the first that fits the
+    cloned pristine tree."""
+    declared = declared_series(settings)
+    if declared is not None:
+        return declared
+    if settings.source_mode == "path":
+        if settings.path is None:
+            raise SourceError("engine.source_mode=path needs engine.path (LAB_ENGINE__PATH)")
+        return fitting_series(settings.path.expanduser().resolve(), settings.patches_dir)
     root = cache_dir / "engine" / source_id(settings)
-    patches = patch_files(settings.patches_dir)
-    if not patches:
-        raise SourceError(f"no *.patch in {settings.patches_dir}")
+    _pristine_tree(settings, cache_dir, root)
+    return fitting_series(root / "pristine", settings.patches_dir)
+
+
+def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
+    """The source with its patch series applied, in the tree of that patch set (created once, then reused)."""
+    series = series_for(settings, cache_dir)
+    root = cache_dir / "engine" / source_id(settings)
+    patches = patch_files(series)
     want = patches_sha256(patches)
     info = _pristine_tree(settings, cache_dir, root)
     tree = patched_root(root, want) / "src"
     with locked(tree.parent.with_suffix(".lock")):
         if _patch_stamp(tree) != want:
             _create_patched(root / "pristine", tree, patches, want, info)
-    return PreparedSource(path=tree, info=info, patch_sha256=want, patches=[p.name for p in patches])
+    return PreparedSource(
+        path=tree,
+        info=info,
+        patch_sha256=want,
+        patches=[p.name for p in patches],
+        series=series.name,
+        release=release_label(settings),
+    )
+
+
+def release_label(settings: EngineSettings) -> str | None:
+    """`pin` or `latest` for those releases, the version for another supported one, None for a checkout."""
+    if settings.source_mode != "sdist":
+        return None
+    return releases.name_of(settings.sdist_version) or settings.sdist_version
 
 
 def patched_root(root: Path, patch_sha256: str) -> Path:

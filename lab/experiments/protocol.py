@@ -40,6 +40,7 @@ from lab import __version__
 from lab.core.console import lab_console
 from lab.core.hostnoise import NoiseWindow, read_state
 from lab.core.modelfile import model_record
+from lab.core.releases import resolve_version
 from lab.core.runs import RunError, RunFolder
 from lab.core.settings import REPO_ROOT, Settings
 from lab.core.snapshot import snapshot_git, snapshot_host
@@ -136,6 +137,8 @@ class Experiment(ABC):
 def engine_record(engine: EngineInfo) -> dict[str, Any]:
     return {
         "source": engine.source.model_dump(mode="json"),
+        "release": engine.release,
+        "series": engine.series,
         "patch_sha256": engine.patch_sha256,
         "patches": engine.patches,
         "flags": engine.flags,
@@ -155,9 +158,12 @@ def record_params(experiment: Experiment, settings: Settings) -> dict[str, Any]:
 
 def restore(experiment: Experiment, settings: Settings, run: RunFolder) -> Settings:
     """`settings` with the inputs `run` was started with put back (a field an older run did not record keeps
-    today's value)."""
-    params = run.manifest().params
+    today's value), the llama.cpp release it was measured with among them."""
+    m = run.manifest()
+    params = m.params
     update = {name: _field(name).validate_python(params[name]) for name in experiment.records if name in params}
+    if settings.engine.source_mode == "sdist" and (release := m.engine.get("release")):
+        update["engine"] = settings.engine.model_copy(update={"sdist_version": resolve_version(release)})
     return experiment.restore_own(settings.model_copy(update=update), params, run)
 
 
