@@ -13,24 +13,39 @@ from pathlib import Path
 
 import pytest
 
-from lab.conversation.derive import StepTokens, derive_conversation
-from lab.conversation.load import ConversationError
+from lab.conversation.cache_setting import todays_setting
+from lab.conversation.derive import StepTokens, derive_conversation, derive_tasks
+from lab.conversation.load import ConversationError, load_conversation
 from lab.conversation.synth import SynthConversation, synth_conversation
-from lab.conversation.today import today_step, users_server
+from lab.conversation.today import setting_overrides, today_step
 from lab.core.runs import RunFolder
 from lab.core.schemas import ConversationSample, ConversationStepResult
 from lab.core.schemas.raw import CONVERSATION_CAUSES, CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import load_settings
-from lab.core.settings_server import ConversationSettings
+from lab.core.settings_server import ConversationSettings, ServerSettings
 from lab.engine.build import EngineInfo
 from lab.engine.server import LlamaServer, LogTail
+from lab.engine.serverflags import read_defaults
 from lab.models.resolve import resolve_projector
 
-from conftest import interrupt_after_first_row, server_settings
+from conftest import ENGINES, EngineOf, interrupt_after_first_row, server_settings
 
 pytestmark = pytest.mark.engine
 
 LAB = str(Path(sys.executable).parent / "lab")
+
+
+def todays_server(engine: EngineInfo, **conversation: object) -> ServerSettings:
+    """The lab's test server run as users run that release's llama-server (its own defaults, read from its --help),
+    with these conversation.* flags."""
+    c, base = ConversationSettings.model_validate(conversation), server_settings()
+    setting = todays_setting(c, base, read_defaults(engine.server, engine.lib_dir))
+    return base.with_overrides(**setting_overrides(setting, c))
+
+
+def derived(engine: EngineInfo, tiny_model: Path, trace: Path) -> list[StepTokens]:
+    """The trace's one task in tokens, through that engine's chat template and tokenizer."""
+    return derive_tasks(load_settings(), engine, tiny_model, load_conversation(trace), str(trace)).tasks["task000"]
 
 
 def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> list[ConversationSample]:
@@ -70,17 +85,19 @@ def test_a_conversation_that_does_not_fit_the_context_is_refused_naming_the_step
         derive_conversation(settings, trace)
 
 
+@pytest.mark.parametrize("release", ENGINES)
 def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_eviction(
-    tmp_path: Path, engine: EngineInfo, tiny_model: Path
+    tmp_path: Path, engine_of: EngineOf, tiny_model: Path, release: str
 ) -> None:
-    """The conversation replayed in order to a server run as users run it: its own numbers (prompt_n + cache_n)
-    are the derived prompt, and its reuse never passes what the step shares with the one before; at the
-    eviction it falls to the divergence point or below (a hybrid reuses only up to a checkpoint)."""
-    settings = load_settings()
+    """The conversation replayed in order to a server run as users run it, on each supported release: its own
+    numbers (prompt_n + cache_n) are the derived prompt, and its reuse never passes what the step shares with the
+    one before; at the eviction it falls to the divergence point or below (a hybrid reuses only up to a
+    checkpoint). The log lines the lab reads are there on each release (they moved to trace level later)."""
+    settings, engine = load_settings(), engine_of(release)
     trace = synth_conversation(SynthConversation(steps=6), tmp_path / "c.jsonl")
-    steps = derive_conversation(settings, trace)["task000"]
+    steps = derived(engine, tiny_model, trace)
     extra = ["--mmproj", str(resolve_projector(settings))]
-    server = server_settings(**users_server(ConversationSettings()))
+    server = todays_server(engine)
     with LlamaServer(engine, tiny_model, server, tmp_path / "today.log", extra_args=extra) as srv:
         today = replay_today(srv, steps)
         log = srv.log_text()
@@ -94,7 +111,7 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
     evicted = next(t for st, t in zip(steps, today, strict=True) if st.diverged)
     assert evicted.cache_n is not None and evicted.cache_n <= steps[4].common < steps[3].cells
     # the user's own flags: no checkpoints and no RAM cache, and the server's log says so
-    server = server_settings(**users_server(ConversationSettings(checkpoints=0, cache_ram_mib=0)))
+    server = todays_server(engine, checkpoints=0, cache_ram_mib=0)
     with LlamaServer(engine, tiny_model, server, tmp_path / "own.log", extra_args=extra) as srv:
         own = replay_today(srv, steps[:3])
         log = srv.log_text()
@@ -102,25 +119,26 @@ def test_todays_server_reuses_at_most_what_the_step_shares_and_falls_at_an_evict
     assert [t.cache_n for t in own] == [t.cache_n for t in today[:3]]  # extensions reuse all they share anyway
 
 
+@pytest.mark.parametrize("release", ENGINES)
 def test_an_agent_that_drops_its_reasoning_is_served_from_context_checkpoints(
-    tmp_path: Path, engine: EngineInfo, tiny_model: Path
+    tmp_path: Path, engine_of: EngineOf, tiny_model: Path, release: str
 ) -> None:
     """Each reply opens with reasoning the agent does not send back, so every next prompt departs from what the
     server holds right after the previous prompt. A hybrid then reuses only up to a context checkpoint: with
     llama-server's defaults the server's own log shows the restore and cache_n stops at the checkpoint (at most
     what the step shares); with checkpoints off it re-prefills the whole conversation every step."""
-    settings = load_settings()
+    settings, engine = load_settings(), engine_of(release)
     trace = synth_conversation(SynthConversation(steps=4, reasoning_words=30), tmp_path / "c.jsonl")
-    steps = derive_conversation(settings, trace)["task000"]
+    steps = derived(engine, tiny_model, trace)
     assert all(st.diverged and st.at_message == len(steps[k].messages) for k, st in enumerate(steps[1:]))
     extra = ["--mmproj", str(resolve_projector(settings))]
-    server = server_settings(**users_server(ConversationSettings()))
+    server = todays_server(engine)
     with LlamaServer(engine, tiny_model, server, tmp_path / "today.log", extra_args=extra) as srv:
         today = replay_today(srv, steps)
     for st, t in zip(steps[1:], today[1:], strict=True):
         assert t.ok and t.checkpoint_restore and t.cache_n is not None, t
         assert 0 < t.cache_n <= st.common and t.prompt_n == st.cells - t.cache_n, (st.step, st.common, t)
-    off = server_settings(**users_server(ConversationSettings(checkpoints=0)))
+    off = todays_server(engine, checkpoints=0)
     with LlamaServer(engine, tiny_model, off, tmp_path / "off.log", extra_args=extra) as srv:
         none = replay_today(srv, steps)
     assert [t.cache_n for t in none] == [0] * len(steps) and not any(t.checkpoint_restore for t in none)

@@ -8,6 +8,8 @@ from collections.abc import Callable
 from dataclasses import dataclass
 from typing import Any, Literal
 
+from lab.core.settings_server import ConversationSettings, ServerSettings
+from lab.engine.serverflags import ServerDefaults
 from lab.models.hparams import hparams_of
 
 Memory = Literal["hybrid", "window", "plain"]  # what the model's sequence memory can cut back
@@ -39,6 +41,23 @@ class CacheSetting:
         out += ["--swa-full"] if self.swa_full else []
         out += ["--ubatch-size", str(self.ubatch)] if self.ubatch != 512 else []
         return out
+
+
+def todays_setting(
+    conversation: ConversationSettings, server: ServerSettings, defaults: ServerDefaults
+) -> CacheSetting:
+    """Today's server's cache flags: conversation.* where set, else that server's own defaults, over the lab
+    server's batch sizes (`--swa-full` as conversation.swa_full or among either's extra flags)."""
+    c = conversation
+    return CacheSetting(
+        checkpoints=defaults.checkpoints if c.checkpoints is None else c.checkpoints,
+        checkpoint_min_step=defaults.checkpoint_min_step if c.checkpoint_min_step is None else c.checkpoint_min_step,
+        cache_ram_mib=defaults.cache_ram_mib if c.cache_ram_mib is None else c.cache_ram_mib,
+        cache_reuse=c.cache_reuse,
+        swa_full=c.swa_full or "--swa-full" in [*server.extra_args, *c.extra_args],
+        ubatch=server.ubatch_size,
+        batch=server.batch_size,
+    )
 
 
 @dataclass(frozen=True)

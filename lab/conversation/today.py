@@ -19,6 +19,7 @@ from typing import Any
 
 import httpx
 
+from lab.conversation.cache_setting import CacheSetting
 from lab.conversation.derive import StepTokens
 from lab.conversation.load import ConversationError
 from lab.core.runs import utc_now
@@ -37,11 +38,19 @@ RAM_CACHE_STATE = re.compile(r"cache state: \d+ prompts, ([0-9.]+) MiB")
 CHECKPOINT_MADE = re.compile(r"created context checkpoint \d+ of \d+ \(.*size = ([0-9.]+) MiB\)")
 
 
-def users_server(conversation: ConversationSettings) -> dict[str, Any]:
-    """The server settings that make the lab's server today's (lab.experiments.protocol.OpenRun.server's
-    overrides): the prompt cache and checkpoints the way users run them, and their own extra flags."""
-    keys = ("checkpoints", "checkpoint_min_step", "cache_ram_mib", "cache_reuse", "swa_full", "extra_args")
-    return {k: getattr(conversation, k) for k in keys}
+def setting_overrides(setting: CacheSetting, conversation: ConversationSettings) -> dict[str, Any]:
+    """The server settings that make the lab's server today's under a cache setting
+    (lab.experiments.protocol.OpenRun.server's overrides), with the user's own extra flags."""
+    return {
+        "checkpoints": setting.checkpoints,
+        "checkpoint_min_step": setting.checkpoint_min_step,
+        "cache_ram_mib": setting.cache_ram_mib,
+        "cache_reuse": setting.cache_reuse,
+        "swa_full": setting.swa_full,
+        "ubatch_size": setting.ubatch,
+        "batch_size": setting.batch,
+        "extra_args": list(conversation.extra_args),
+    }
 
 
 def today_step(srv: LlamaServer, tail: LogTail, st: StepTokens, rep: int = 0) -> ConversationSample:

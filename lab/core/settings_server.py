@@ -117,9 +117,10 @@ class ServerSettings(Section):
 
 
 class ConversationSettings(Section):
-    """`lab trace replay CONVERSATION`: today's server, configured the way users run it (the defaults are
-    llama-server's own at the pin). The lab's own server (the optimum and no-cache arms) keeps `server.*`:
-    checkpoints and the RAM cache off, so each of its requests is timed from the state the arm sets."""
+    """`lab trace replay CONVERSATION`: today's server, configured the way users run it (unset, a flag keeps that
+    llama-server's own default, read from its --help: they differ between versions). The lab's own server (the
+    optimum and no-cache arms) keeps `server.*`: checkpoints and the RAM cache off, so each of its requests is
+    timed from the state the arm sets."""
 
     reps: int = Field(
         default=5,
@@ -131,9 +132,15 @@ class ConversationSettings(Section):
         description="the arms to measure (--arms); none given: every arm the trace allows (a conversation: all "
         "three; a trace of step shapes: the optimum)",
     )
-    checkpoints: int = Field(default=32, ge=0, description="today's --ctx-checkpoints")
-    checkpoint_min_step: int = Field(default=256, ge=0, description="today's --checkpoint-min-step")
-    cache_ram_mib: int = Field(default=8192, ge=-1, description="today's --cache-ram (MiB; 0: off, -1: no limit)")
+    checkpoints: int | None = Field(default=None, ge=0, description="today's --ctx-checkpoints (unset: the server's)")
+    checkpoint_min_step: int | None = Field(
+        default=None,
+        ge=0,
+        description="today's --checkpoint-min-step (unset: the server's: 256 at the pin, 8192 later)",
+    )
+    cache_ram_mib: int | None = Field(
+        default=None, ge=-1, description="today's --cache-ram (MiB; 0: off, -1: no limit; unset: the server's)"
+    )
     cache_reuse: int = Field(default=0, ge=0, description="today's --cache-reuse")
     swa_full: bool = Field(
         default=False, description="today's --swa-full (a sliding-window model's window cache as large as the context)"

@@ -31,13 +31,13 @@ from typing import Any, ClassVar
 from rich.console import Console
 
 from lab.conversation.arms import ARMS, no_cache_step, optimum_step
-from lab.conversation.cache_setting import CacheSetting
+from lab.conversation.cache_setting import CacheSetting, todays_setting
 from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, is_conversation, load_conversation
 from lab.conversation.policy import Predicted, predict_conversation
 from lab.conversation.shapes import derive_shapes, load_trace, step_for
 from lab.conversation.summary import cause_results, summarize
-from lab.conversation.today import sample_base, today_step, users_server, warm_step
+from lab.conversation.today import sample_base, setting_overrides, today_step, warm_step
 from lab.conversation.window import WindowCache
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
@@ -53,10 +53,10 @@ from lab.core.schemas import (
 )
 from lab.core.schemas.raw import CONVERSATION_CAUSES, CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import Settings
-from lab.core.settings_server import ConversationSettings
 from lab.core.stats import rotated
 from lab.engine.contract import ContractClient, Step
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
+from lab.engine.serverflags import ServerDefaults, read_defaults
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.hparams import HparamsError
 
@@ -86,6 +86,7 @@ class Replay(Experiment):
         self.derive_log: Path | None = None  # the server that derived the steps, before the run folder existed
         self.predicted: dict[tuple[str, int], Predicted] = {}  # today's reuse, as the policy model predicts it
         self.todays: dict[str, CacheSetting] = {}  # today's settings by key ("": conversation.*)
+        self.server_defaults: ServerDefaults | None = None  # today's server's own, from its --help
         self.samples: list[ConversationSample] = []
         self.causes: list[ConversationCauseResult] = []
         self.image_pos: dict[str, int] = {}  # the positions each image takes (lab.conversation.derive.Templater)
@@ -118,14 +119,16 @@ class Replay(Experiment):
             derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
         self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
         self.image_pos = derived.image_pos
-        today = settings.server.with_overrides(**users_server(settings.conversation))
+        self.server_defaults = read_defaults(parts.engine.server, parts.engine.lib_dir)
+        mine = todays_setting(settings.conversation, settings.server, self.server_defaults)
         meta = read_gguf_metadata(parts.model)
-        self.window = WindowCache.of(meta, today.ubatch_size, today.ctx_size, today.swa_full_on)
+        self.window = WindowCache.of(meta, mine.ubatch, settings.server.ctx_size, mine.swa_full)
         if "today" in self.arms:
-            self.todays = self.todays or {"": todays_setting(settings)}
+            self.todays = self.todays or {"": mine}
             own = self.todays[next(iter(self.todays))]
             with contextlib.suppress(UsageError, HparamsError):  # a memory layout the policy does not model
-                self.predicted = predict_conversation(self.tasks, meta, own, today.ctx_size, self.image_pos)
+                ctx = settings.server.ctx_size
+                self.predicted = predict_conversation(self.tasks, meta, own, ctx, self.image_pos)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run
@@ -172,7 +175,14 @@ class Replay(Experiment):
         self.samples = samples
         run.rewrite(CONVERSATION_STEPS, self.steps)
         run.rewrite(CONVERSATION_TASKS, self.totals)
-        return Outcome(results={"today_server": self.memory} if self.memory else {})
+        today = {**self.memory, **self._today_record(own)}
+        return Outcome(results={"today_server": today} if today else {})
+
+    def _today_record(self, own: str) -> dict[str, Any]:
+        """Which server today's arm ran (its --version) and the flags it ran with."""
+        if own not in self.todays or self.server_defaults is None:
+            return {}
+        return {"version": self.server_defaults.version, "setting": vars(self.todays[own])}
 
     def arm_keys(self) -> list[ArmKey]:
         """The arms a step is measured in: today's once per setting (its key), then the controls."""
@@ -277,34 +287,6 @@ def replay_arms(asked: list[ConversationArm] | None, shapes: bool) -> tuple[Conv
     if not asked:
         raise UsageError("--arms: give at least one of today, optimum, no_cache")
     return tuple(a for a in ARMS if a in asked)
-
-
-def setting_overrides(setting: CacheSetting, conversation: ConversationSettings) -> dict[str, Any]:
-    """The server settings of today's server under a cache setting (with the user's own extra flags)."""
-    return {
-        "checkpoints": setting.checkpoints,
-        "checkpoint_min_step": setting.checkpoint_min_step,
-        "cache_ram_mib": setting.cache_ram_mib,
-        "cache_reuse": setting.cache_reuse,
-        "swa_full": setting.swa_full,
-        "ubatch_size": setting.ubatch,
-        "batch_size": setting.batch,
-        "extra_args": list(conversation.extra_args),
-    }
-
-
-def todays_setting(settings: Settings) -> CacheSetting:
-    """The cache flags of today's server (conversation.* over the lab server's batch sizes)."""
-    c, today = settings.conversation, settings.server.with_overrides(**users_server(settings.conversation))
-    return CacheSetting(
-        checkpoints=c.checkpoints,
-        checkpoint_min_step=c.checkpoint_min_step,
-        cache_ram_mib=c.cache_ram_mib,
-        cache_reuse=c.cache_reuse,
-        swa_full=today.swa_full_on,
-        ubatch=today.ubatch_size,
-        batch=today.batch_size,
-    )
 
 
 def run_conversation(

@@ -33,7 +33,7 @@ from typing import Any, ClassVar, NamedTuple
 from rich.console import Console
 
 from lab.conversation.arms import ARMS
-from lab.conversation.cache_setting import CacheSetting
+from lab.conversation.cache_setting import CacheSetting, todays_setting
 from lab.conversation.derive import StepTokens, cells
 from lab.conversation.policy import predict_conversation
 from lab.core.errors import UsageError
@@ -45,7 +45,7 @@ from lab.core.schemas.trace import TuneSetting
 from lab.core.settings import Settings
 from lab.core.stats import median_interval, step_median_share, verdict
 from lab.core.units import MIB
-from lab.experiments.conversation import Replay, todays_setting
+from lab.experiments.conversation import Replay
 from lab.experiments.protocol import OpenRun, Outcome, RunParts
 from lab.measure.plan import Rates, fmt_duration
 from lab.models.hparams import HparamsError
@@ -175,7 +175,8 @@ class Tune(Replay):
         super().prepare(settings, parts)
         assert parts.model is not None
         meta = read_gguf_metadata(parts.model)
-        base = todays_setting(settings)
+        assert self.server_defaults is not None
+        base = todays_setting(settings.conversation, settings.server, self.server_defaults)
         if self.rates is None:
             from lab.experiments.planning import rates_for
 
