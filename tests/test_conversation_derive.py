@@ -16,8 +16,11 @@ import pytest
 from lab.conversation.cache_setting import todays_setting
 from lab.conversation.derive import StepTokens, derive_conversation, derive_tasks
 from lab.conversation.load import ConversationError, load_conversation
+from lab.conversation.prediction import policy_for, predict
+from lab.conversation.rules import rules_for
 from lab.conversation.synth import SynthConversation, synth_conversation
 from lab.conversation.today import setting_overrides, today_step
+from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
 from lab.core.schemas import ConversationSample, ConversationStepResult
 from lab.core.schemas.raw import CONVERSATION_CAUSES, CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
@@ -46,6 +49,15 @@ def todays_server(engine: EngineInfo, **conversation: object) -> ServerSettings:
 def derived(engine: EngineInfo, tiny_model: Path, trace: Path) -> list[StepTokens]:
     """The trace's one task in tokens, through that engine's chat template and tokenizer."""
     return derive_tasks(load_settings(), engine, tiny_model, load_conversation(trace), str(trace)).tasks["task000"]
+
+
+def predicted_cache_n(engine: EngineInfo, model: Path, steps: list[StepTokens], **conversation: object) -> list[int]:
+    """Each step's reuse as the policy model of that engine's server version predicts it, under its defaults and
+    these conversation.* flags."""
+    defaults = read_defaults(engine.server, engine.lib_dir)
+    setting = todays_setting(ConversationSettings.model_validate(conversation), server_settings(), defaults)
+    model_ = policy_for(read_gguf_metadata(model), setting, server_settings().ctx_size, {}, rules_for(defaults.version))
+    return [p.reuse.cache_n for p in predict(steps, model_)]
 
 
 def replay_today(srv: LlamaServer, steps: list[StepTokens], rep: int = 0) -> list[ConversationSample]:
@@ -126,7 +138,8 @@ def test_an_agent_that_drops_its_reasoning_is_served_from_context_checkpoints(
     """Each reply opens with reasoning the agent does not send back, so every next prompt departs from what the
     server holds right after the previous prompt. A hybrid then reuses only up to a context checkpoint: with
     llama-server's defaults the server's own log shows the restore and cache_n stops at the checkpoint (at most
-    what the step shares); with checkpoints off it re-prefills the whole conversation every step."""
+    what the step shares); with checkpoints off it re-prefills the whole conversation every step. The policy
+    model of that release's server predicts every step's reuse, both ways."""
     settings, engine = load_settings(), engine_of(release)
     trace = synth_conversation(SynthConversation(steps=4, reasoning_words=30), tmp_path / "c.jsonl")
     steps = derived(engine, tiny_model, trace)
@@ -138,10 +151,12 @@ def test_an_agent_that_drops_its_reasoning_is_served_from_context_checkpoints(
     for st, t in zip(steps[1:], today[1:], strict=True):
         assert t.ok and t.checkpoint_restore and t.cache_n is not None, t
         assert 0 < t.cache_n <= st.common and t.prompt_n == st.cells - t.cache_n, (st.step, st.common, t)
+    assert predicted_cache_n(engine, tiny_model, steps) == [t.cache_n for t in today]
     off = todays_server(engine, checkpoints=0)
     with LlamaServer(engine, tiny_model, off, tmp_path / "off.log", extra_args=extra) as srv:
         none = replay_today(srv, steps)
     assert [t.cache_n for t in none] == [0] * len(steps) and not any(t.checkpoint_restore for t in none)
+    assert predicted_cache_n(engine, tiny_model, steps, checkpoints=0) == [0] * len(steps)
 
 
 def test_a_conversation_replays_in_three_arms_with_intervals(tmp_path: Path) -> None:

@@ -9,7 +9,8 @@ from typing import Any
 import pytest
 
 from lab.conversation.cache_setting import CacheSetting
-from lab.conversation.policy import Request, policy_for
+from lab.conversation.policy import Request
+from lab.conversation.prediction import policy_for
 from lab.conversation.window import WindowCache
 from lab.core.gguf_io import read_gguf_metadata
 from lab.engine.build import EngineInfo

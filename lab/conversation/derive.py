@@ -9,8 +9,10 @@
     L, new    the optimum's prior depth and new part: L = common, new = prompt - common
     diverged  the prompt departs from the previous prompt + reply before its end (an eviction, a cut), and
               `at_message` is the first message that differs, `cause` why (lab.conversation.causes)
-    before    the cells before the last user message, where the server cuts a batch to checkpoint (the patched
-              server's `/apply-template` returns the template's message spans; None when it marks none)
+    before    the cells before the last user message, where the server cuts a batch to checkpoint (the pin's
+              patched `/apply-template` returns the template's message spans; None when it marks none)
+    users     each user message's first cell, as a newer server finds them: the template's message delimiters
+              (the newer patched `/apply-template` returns them) matched in the prompt's tokens
     held      the prompt and the reply as one text, as today's replay holds them in the slot
 
 A step that does not fit the server's context (prompt + reply beyond ctx_size) is refused, naming the step.
@@ -81,6 +83,7 @@ class StepTokens:
     reply_text: str = field(default="", repr=False)
     shape: TraceStep | None = field(default=None, repr=False)  # a step-shape trace's step (no prompt recorded)
     before_user: int | None = None  # cells before the last user message (None: the template does not mark it)
+    user_starts: tuple[int, ...] = ()  # each user message's first cell, by the template's delimiters
     held: list[Unit] = field(default_factory=list, repr=False)  # the prompt and reply as one text (today's slot)
     cause: Cause | None = None  # why the prompt departs from the previous one and its reply (lab.conversation.causes)
 
@@ -131,25 +134,43 @@ class Templater:
     ) -> tuple[list[Unit], str, list[bytes]]:
         """(units, the templated text with one media marker per image, the images in order); `template`: the
         request's TEMPLATE_FIELDS."""
-        units, text, shots, _ = self.rendered(messages, template)
+        units, text, shots, *_ = self.rendered(messages, template)
         return units, text, shots
 
     def rendered(
         self, messages: list[dict[str, Any]], template: dict[str, Any] | None = None
-    ) -> tuple[list[Unit], str, list[bytes], int | None]:
-        """`prompt`'s three, and the cells before the last user message, where the server cuts a batch to keep a
-        checkpoint (None when the template does not mark its messages' roles)."""
+    ) -> tuple[list[Unit], str, list[bytes], int | None, tuple[int, ...]]:
+        """`prompt`'s three, the cells before the last user message (the message spans a server at the pin
+        returns; None when the template marks none) and each user message's first cell (the delimiters a newer
+        server returns): where the server cuts a batch to keep a checkpoint."""
         r = self.srv.client.post("/apply-template", json={"messages": messages, **(template or {})})
         if r.status_code != 200:
             raise ConversationError(f"the server's chat template refused the request: {_error(r.text)}")
         text = str(r.json()["prompt"])
         shots = [image_bytes(p) for m in messages for p in images(m)]
         units = self.units(text, shots)
+        starts = self.user_starts(units, r.json().get("message_delimiters") or [])
         users = [int(s["pos"]) for s in r.json().get("message_spans", []) if s.get("role") == "user"]
         if not users:
-            return units, text, shots, None
+            return units, text, shots, None, starts
         prefix = text.encode()[: users[-1]].decode(errors="ignore")
-        return units, text, shots, cells(self.units(prefix, shots[: prefix.count(self.marker or "\0")]))
+        return units, text, shots, cells(self.units(prefix, shots[: prefix.count(self.marker or "\0")])), starts
+
+    def user_starts(self, units: list[Unit], delimiters: list[dict[str, Any]]) -> tuple[int, ...]:
+        """Each user message's first cell, as the server finds them: at every cell the first delimiter whose
+        tokens follow names the role starting there; an image's cells match nothing."""
+        delims = [
+            (str(d.get("role")), self._tokens(str(d["delimiter"]), False)) for d in delimiters if d.get("delimiter")
+        ]
+        flat: list[int | None] = []
+        for u in units:
+            flat += [None] * u[1] if isinstance(u, tuple) else [u]
+        out = []
+        for i in range(len(flat)):
+            role = next((role for role, toks in delims if toks and flat[i : i + len(toks)] == toks), None)
+            if role == "user":
+                out.append(i)
+        return tuple(out)
 
     def units(self, text: str, shots: list[bytes]) -> list[Unit]:
         """A templated text's units: its pieces between media markers tokenized, each image its cells."""
@@ -199,9 +220,9 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
         where = f"{trace}: task {s.task_id!r} step {s.step}"
         try:
             msgs, template = s.request["messages"], template_fields(s.request)
-            units, text, shots, st_before_user = t.rendered(msgs, template)
+            units, text, shots, st_before_user, starts = t.rendered(msgs, template)
             st = StepTokens(s.task_id, s.step, units, t.reply(s.reply), messages=msgs, text=text, shots=shots)
-            st.template, st.before_user = template, st_before_user
+            st.template, st.before_user, st.user_starts = template, st_before_user, starts
             st.marker = t.marker or ""
             st.reply_text = reply_text(s.reply)
             st.held = t.units(text + st.reply_text, shots)

@@ -28,14 +28,13 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 from dataclasses import dataclass, field
-from typing import Any, Literal
+from typing import Literal
 
-from lab.conversation.cache_setting import CacheSetting, Memory, StateSizes, memory_of
-from lab.conversation.derive import StepTokens, Unit
-from lab.conversation.window import WindowCache
+from lab.conversation.cache_setting import CacheSetting, Memory, StateSizes
+from lab.conversation.derive import Unit
+from lab.conversation.rules import PIN, Rules
 from lab.core.errors import UsageError
 from lab.core.units import MIB
-from lab.models.memshape import memory_shape
 
 SIMILARITY = 0.1  # slot_prompt_similarity's default
 Source = Literal["slot", "checkpoint", "ram", "none"]
@@ -49,6 +48,7 @@ class Request:
     units: Sequence[Unit]
     before_user: int | None = None
     cache_prompt: bool = True
+    user_starts: tuple[int, ...] = ()  # each user message's first cell (a server that finds them by delimiters)
 
 
 @dataclass
@@ -57,6 +57,7 @@ class Checkpoint:
     pos_min: int
     pos_max: int
     size: int
+    task: int = 0  # the request that made it
 
 
 @dataclass
@@ -117,6 +118,7 @@ class PolicyModel:
     memory: Memory
     sizes: StateSizes
     ctx: int
+    rules: Rules = PIN
     n_swa: int = 0  # the model's window (sliding-window models)
     window_cells: int = 0  # the window cache's cells
     window_extra: int = 0  # bytes --swa-full adds to the window cache (it then spans the context)
@@ -128,6 +130,7 @@ class PolicyModel:
     swa_lo: int = 0  # a window cache's lowest position (where a restore or a cut last restarted it)
     ram_updated: int | None = None  # the RAM cache's bytes when it was last updated (the server logs it then)
     made: int | None = None  # bytes of the last checkpoint made
+    task: int = 0  # the request being served
 
     def __post_init__(self) -> None:
         if self.setting.cache_reuse and self.memory != "hybrid":  # a hybrid's recurrent state cannot shift
@@ -186,6 +189,7 @@ class PolicyModel:
         self.swa_lo = cut if lo >= cut else lo
 
     def step(self, req: Request) -> Reuse:
+        self.task += 1
         new = cells_of(req.units)
         self._select(new)
         n_past = common(self.slot, new) if req.cache_prompt else 0
@@ -195,7 +199,7 @@ class PolicyModel:
         thold = max(0, pos_next - self.server_swa - (0 if has_new else 1))
         found = None
         if 0 < n_past <= len(self.slot) and self._pos_min(self._pos(self.slot, len(self.slot))) >= thold:
-            found = next((c for c in reversed(self.checkpoints) if c.pos_min < thold or c.pos_min == 0), None)
+            found = next((c for c in reversed(self.checkpoints) if self._restorable(c, thold, pos_next)), None)
             if found is not None:
                 pos_next = min(pos_next, max(found.pos_min + 1, found.pos_max))
                 n_past, source = min(self._upto_pos(new, pos_next), found.n_tokens), "checkpoint"
@@ -209,7 +213,7 @@ class PolicyModel:
         if self.memory == "window":
             self._window_after(n_past, new, found)
         self.slot = self.slot[:n_past]
-        created = self._prefill(new, n_past, req.before_user)
+        created = self._prefill(new, n_past, req)
         return Reuse(
             cache_n=n_past,
             source=source if n_past else "none",
@@ -219,6 +223,13 @@ class PolicyModel:
             created=created,
             window_bytes=self.window_extra,
         )
+
+    def _restorable(self, c: Checkpoint, thold: int, pos_next: int) -> bool:
+        """A checkpoint the reuse can resume from: one whose state is from before the window's threshold (or the
+        very start); with fit_next, only one that also ends at or before where the reuse resumes."""
+        if self.rules.fit_next and c.pos_max > pos_next:
+            return False
+        return c.pos_min < thold or c.pos_min == 0
 
     def _select(self, new: list[Cell]) -> None:
         """Slot selection, and the RAM prompt cache when it is consulted."""
@@ -239,12 +250,18 @@ class PolicyModel:
     def _save(self) -> None:
         if any(common(c.tokens, self.slot) == len(self.slot) for c in self.ram):
             return  # already cached
-        self.ram = [c for c in self.ram if common(c.tokens, self.slot) != len(c.tokens)]
         end = self._pos(self.slot, len(self.slot))
         lo = self._pos_min(end)
         whole = self.sizes.whole(len(self.slot), self._window_held(lo, end))
         copies = [Checkpoint(**vars(c)) for c in self.checkpoints]
-        self.ram.append(Cached(list(self.slot), whole, copies, lo))
+        entry = Cached(list(self.slot), whole, copies, lo)
+        limit = self.setting.cache_ram_mib * MIB if self.setting.cache_ram_mib > 0 else 0
+        if not self.rules.ram_keep_one and limit and entry.size > limit:
+            return  # larger than the whole cache: not cached
+        self.ram = [c for c in self.ram if common(c.tokens, self.slot) != len(c.tokens)]
+        while not self.rules.ram_keep_one and limit and self.ram and sum(c.size for c in self.ram) + entry.size > limit:
+            self.ram.pop(0)  # room made before it is added
+        self.ram.append(entry)
 
     def _load(self, new: list[Cell]) -> None:
         lcp = common(self.slot, new)
@@ -267,7 +284,8 @@ class PolicyModel:
 
     def _limit(self) -> None:
         limit = self.setting.cache_ram_mib * MIB if self.setting.cache_ram_mib > 0 else 0
-        while limit and len(self.ram) > 1 and sum(c.size for c in self.ram) > limit:
+        keep = 1 if self.rules.ram_keep_one else 0
+        while limit and len(self.ram) > keep and sum(c.size for c in self.ram) > limit:
             self.ram.pop(0)
         n_tokens = sum(len(c.tokens) for c in self.ram)
         per_token = max(1.0, sum(c.size for c in self.ram) / max(1, n_tokens))
@@ -275,11 +293,11 @@ class PolicyModel:
         while len(self.ram) > 1 and sum(len(c.tokens) for c in self.ram) > tokens_limit:
             self.ram.pop(0)
 
-    def _prefill(self, new: list[Cell], n: int, before_user: int | None) -> int:
+    def _prefill(self, new: list[Cell], n: int, req: Request) -> int:
         """The prompt from n cells on, in batches as the server cuts them; checkpoints made before batches."""
         s = self.setting
         can = s.checkpoints > 0 and (self.memory == "hybrid" or self.server_swa > 0)
-        known = before_user is not None and before_user > 0
+        marks = Marks.of(req, self.rules)
         total, created = len(new), 0
         while n < total:
             has_image = False
@@ -289,89 +307,76 @@ class PolicyModel:
             start = n
             while n < total and n - start < s.batch and not isinstance(new[n], tuple):
                 n += 1
-                if known and n == before_user:
+                if marks.cut(n, can, self._spaced(n)):
                     break
                 if can and any(total == n + min(s.batch, off) for off in (4 + s.ubatch, 4)):
                     break
             near_end = total < n + s.ubatch
-            do = can and (n == total or known or near_end)
-            if known and before_user is not None:
-                do = do and (start == before_user or (start > before_user and near_end))
-            do = do and start > 0 and not has_image  # an empty memory, or an image decoded in this batch
-            do = do and (not self.checkpoints or start > self.checkpoints[-1].n_tokens + s.checkpoint_min_step)
-            if do:
-                while len(self.checkpoints) >= s.checkpoints:
-                    self.checkpoints.pop(0)
-                pos_max = self._pos(new, start) - 1
-                pos_min = self._pos_min(pos_max + 1)
-                size = self.sizes.checkpoint(self._window_held(pos_min, pos_max + 1))
-                self.checkpoints.append(Checkpoint(start, pos_min, pos_max, size))
-                self.made = self.checkpoints[-1].size
+            do = can and start > 0 and not has_image  # an empty memory, or an image decoded in this batch
+            if do and marks.keep(start, n == total, near_end, self._spaced(start)):
+                self._add_checkpoint(new, start)
                 created += 1
         self.slot = list(new)
         return created
 
+    def _spaced(self, n: int) -> bool:
+        """Whether a checkpoint at n would be more than min-step after the newest one (or the first)."""
+        return not self.checkpoints or n > self.checkpoints[-1].n_tokens + self.setting.checkpoint_min_step
 
-def policy_for(meta: dict[str, Any], setting: CacheSetting, ctx: int, image_pos: dict[str, int]) -> PolicyModel:
-    """Today's server for a model (its GGUF metadata), empty, under one setting; state sizes predicted from the
-    model's shape (lab.models.memshape)."""
-    shape = memory_shape(meta)
-    if shape is None:
-        raise UsageError(f"{meta.get('general.architecture')}: its memory layout is not modelled")
-    memory = memory_of(meta)
-    window = WindowCache.of(meta, setting.ubatch, ctx, setting.swa_full)
-
-    window_cell = shape.window_kv_bytes_per_cell + shape.cell_meta_bytes
-    stock = WindowCache.of(meta, setting.ubatch, ctx, False)
-    extra = (ctx - stock.cells) * shape.window_kv_bytes_per_cell if window and stock and setting.swa_full else 0
-
-    def checkpoint(w: int) -> int:
-        return shape.recurrent_bytes + w * window_cell
-
-    def whole(n: int, w: int) -> int:
-        return shape.recurrent_bytes + n * shape.bytes_per_cell + w * window_cell
-
-    return PolicyModel(
-        setting,
-        memory,
-        StateSizes(checkpoint, whole),
-        ctx,
-        n_swa=window.n_swa if window else 0,
-        window_cells=window.cells if window else 0,
-        window_extra=extra,
-        image_pos=dict(image_pos),
-    )
+    def _add_checkpoint(self, new: list[Cell], start: int) -> None:
+        """The state before cell `start`, made room for: with thinning, other requests' checkpoints within min-step
+        of an earlier kept one go first, then the oldest; one at the same cells is replaced."""
+        s = self.setting
+        if self.rules.thinning:
+            kept: list[Checkpoint] = []
+            last = -1
+            for i, c in enumerate(self.checkpoints):
+                if len(kept) + len(self.checkpoints) - i + 1 < s.checkpoints:  # room enough: the rest stay
+                    kept += self.checkpoints[i:]
+                    break
+                if c.task != self.task and last >= 0 and c.n_tokens <= last + s.checkpoint_min_step:
+                    continue
+                last = c.n_tokens
+                kept.append(c)
+            self.checkpoints = kept
+        while len(self.checkpoints) >= s.checkpoints:
+            self.checkpoints.pop(0)
+        if self.rules.thinning:
+            self.checkpoints = [c for c in self.checkpoints if c.n_tokens != start]
+        pos_max = self._pos(new, start) - 1
+        pos_min = self._pos_min(pos_max + 1)
+        size = self.sizes.checkpoint(self._window_held(pos_min, pos_max + 1))
+        self.checkpoints.append(Checkpoint(start, pos_min, pos_max, size, self.task))
+        self.made = size
 
 
 @dataclass(frozen=True)
-class Predicted:
-    """A step of today's replay as the model predicts it: its request's reuse, and what the server logs of
-    its memory over the step (the RAM cache when updated, a checkpoint made) and holds after it."""
+class Marks:
+    """Where a request's user messages are, as the server's rules use them to cut batches and keep checkpoints."""
 
-    reuse: Reuse
-    ram_logged: int | None
-    checkpoint_made: int | None
-    held_bytes: int
+    rules: Rules
+    before_user: int  # the pin's: cells before the last user message (0: none marked)
+    users: frozenset[int]  # the delimiters': each user message's first cell
+    last: int  # the last user message's first cell (-1: none)
 
+    @classmethod
+    def of(cls, req: Request, rules: Rules) -> Marks:
+        users = req.user_starts if rules.marks == "delimiters" else ()
+        before = req.before_user or 0 if rules.marks == "before_user" else 0
+        return cls(rules, before, frozenset(users), users[-1] if users else -1)
 
-def predict(steps: Sequence[StepTokens], model: PolicyModel) -> list[Predicted]:
-    """A conversation's steps as today's replay sends them: each step's chat request, then its reply held in the
-    slot by a raw completion of the prompt and reply (lab.conversation.today)."""
-    out = []
-    for st in steps:
-        model.ram_updated, model.made = None, None
-        reuse = model.step(Request(st.prompt, st.before_user))
-        after = model.step(Request(st.held or st.prompt))
-        out.append(Predicted(reuse, model.ram_updated, model.made, after.held_bytes))
-    return out
+    def cut(self, n: int, can: bool, spaced: bool) -> bool:
+        """Whether the batch ends after cell n: at the last user message (the pin, whatever else), or where a
+        checkpoint may go before a user message (the last one, or one min-step past the newest)."""
+        if self.rules.marks == "before_user":
+            return self.before_user > 0 and n == self.before_user
+        return can and n in self.users and (n == self.last or spaced)
 
-
-def predict_conversation(
-    tasks: dict[str, list[StepTokens]], meta: dict[str, Any], setting: CacheSetting, ctx: int, image_pos: dict[str, int]
-) -> dict[tuple[str, int], Predicted]:
-    """Each task's steps as today's replay sends them, a fresh server per task (`ctx` cells), by (task, step)."""
-    return {
-        (task, st.step): p
-        for task, steps in tasks.items()
-        for st, p in zip(steps, predict(steps, policy_for(meta, setting, ctx, image_pos)), strict=True)
-    }
+    def keep(self, start: int, done: bool, near_end: bool, spaced: bool) -> bool:
+        """Whether the state before a batch starting at `start` is kept as a checkpoint."""
+        if self.rules.marks == "before_user":
+            bu = self.before_user
+            if bu > 0 and not (start == bu or (start > bu and near_end)):
+                return False
+            return (done or bu > 0 or near_end) and spaced
+        return (done or start in self.users or near_end) and (start == self.last or near_end or spaced)

@@ -11,7 +11,7 @@ from typing import Any, Literal
 
 from lab.conversation.arms import ARMS
 from lab.conversation.derive import StepTokens
-from lab.conversation.policy import Predicted
+from lab.conversation.prediction import Predicted
 from lab.conversation.window import WindowCache
 from lab.core.schemas import (
     ConversationArm,

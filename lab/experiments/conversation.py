@@ -34,7 +34,8 @@ from lab.conversation.arms import ARMS, no_cache_step, optimum_step
 from lab.conversation.cache_setting import CacheSetting, todays_setting
 from lab.conversation.derive import StepTokens, Templater, derive_tasks
 from lab.conversation.load import ConversationError, is_conversation, load_conversation
-from lab.conversation.policy import Predicted, predict_conversation
+from lab.conversation.prediction import Predicted, predict_conversation
+from lab.conversation.rules import PIN, rules_for
 from lab.conversation.shapes import derive_shapes, load_trace, step_for
 from lab.conversation.summary import cause_results, summarize
 from lab.conversation.today import sample_base, setting_overrides, today_step, warm_step
@@ -87,6 +88,7 @@ class Replay(Experiment):
         self.predicted: dict[tuple[str, int], Predicted] = {}  # today's reuse, as the policy model predicts it
         self.todays: dict[str, CacheSetting] = {}  # today's settings by key ("": conversation.*)
         self.server_defaults: ServerDefaults | None = None  # today's server's own, from its --help
+        self.rules = PIN  # how its version's prompt cache behaves (lab.conversation.rules)
         self.samples: list[ConversationSample] = []
         self.causes: list[ConversationCauseResult] = []
         self.image_pos: dict[str, int] = {}  # the positions each image takes (lab.conversation.derive.Templater)
@@ -120,6 +122,7 @@ class Replay(Experiment):
         self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
         self.image_pos = derived.image_pos
         self.server_defaults = read_defaults(parts.engine.server, parts.engine.lib_dir)
+        self.rules = rules_for(self.server_defaults.version)
         mine = todays_setting(settings.conversation, settings.server, self.server_defaults)
         meta = read_gguf_metadata(parts.model)
         self.window = WindowCache.of(meta, mine.ubatch, settings.server.ctx_size, mine.swa_full)
@@ -128,7 +131,7 @@ class Replay(Experiment):
             own = self.todays[next(iter(self.todays))]
             with contextlib.suppress(UsageError, HparamsError):  # a memory layout the policy does not model
                 ctx = settings.server.ctx_size
-                self.predicted = predict_conversation(self.tasks, meta, own, ctx, self.image_pos)
+                self.predicted = predict_conversation(self.tasks, meta, own, ctx, self.image_pos, self.rules)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run

@@ -35,7 +35,8 @@ from rich.console import Console
 from lab.conversation.arms import ARMS
 from lab.conversation.cache_setting import CacheSetting, todays_setting
 from lab.conversation.derive import StepTokens, cells
-from lab.conversation.policy import predict_conversation
+from lab.conversation.prediction import predict_conversation
+from lab.conversation.rules import Rules
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
@@ -94,10 +95,11 @@ def predict_option(
     ctx: int,
     image_pos: dict[str, int],
     rates: Rates,
+    rules: Rules,
 ) -> Option:
     """One setting over the conversation: its prefill seconds from the rates (each step prefills from its reuse to
     its end), the most memory its caches hold, and each step's reuse."""
-    predicted = predict_conversation(tasks, meta, setting, ctx, image_pos)
+    predicted = predict_conversation(tasks, meta, setting, ctx, image_pos, rules)
     cells_of = {(st.task_id, st.step): st.cells for steps in tasks.values() for st in steps}
     return Option(
         setting,
@@ -185,7 +187,8 @@ class Tune(Replay):
         window = self.window is not None
         try:
             self.options = [
-                predict_option(self.tasks, meta, s, ctx, self.image_pos, self.rates) for s in grid(base, window)
+                predict_option(self.tasks, meta, s, ctx, self.image_pos, self.rates, self.rules)
+                for s in grid(base, window)
             ]
         except (UsageError, HparamsError) as e:  # a memory layout the policy does not model
             raise UsageError(f"lab trace tune: {e}") from e
