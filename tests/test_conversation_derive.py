@@ -304,3 +304,34 @@ def test_an_interrupted_conversation_replay_resumes_with_its_whole_reps(tmp_path
         (rep, k, a) for rep in range(3) for k in range(3) for a in ("today", "optimum", "no_cache")
     )
     assert all(first[(s.rep, s.step, s.arm)] == s.t_utc for s in after if (s.rep, s.step, s.arm) in first)
+
+
+def test_today_s_server_can_be_a_binary_of_the_user_s_own(tmp_path: Path, engine_of: EngineOf) -> None:
+    """--today-server: another llama-server (here the newest release's build) replays today's arm while the lab's
+    arms run the pin's patched build; the run records that server's version and path, its defaults are that
+    version's and so are the rules its reuse is predicted with. A path that is no executable is one line, and
+    nothing is created."""
+    latest = engine_of("latest")
+    trace = synth_conversation(SynthConversation(steps=4, reasoning_words=30), tmp_path / "c.jsonl")
+    runs = tmp_path / "runs"
+    cmd = [LAB, "trace", "replay", str(trace), "--reps", "1", "--arms", "today,optimum", "--runs-dir", str(runs)]
+    r = subprocess.run(
+        [*cmd, "--engine", "pin", "--today-server", str(latest.server), "--json"],
+        capture_output=True,
+        text=True,
+        timeout=900,
+    )
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(json.loads(r.stdout)["run"]))
+    m = run.manifest()
+    assert m.engine["release"] == "pin" and "465b1f0e7" in m.engine["source"]["commit"]  # the lab's own arms
+    today = m.results["today_server"]
+    assert "0c1e57098" in today["version"] and today["binary"] == str(latest.server)
+    assert today["setting"]["checkpoint_min_step"] == 8192  # that server's own default
+    samples = run.read(CONVERSATION_SAMPLES)
+    assert all(s.ok for s in samples) and {s.arm for s in samples} == {"today", "optimum"}
+    steps = run.read(CONVERSATION_STEPS)
+    assert [st.predicted_cache_n for st in steps] == [st.today_cache_n for st in steps]
+    bad = subprocess.run([*cmd, "--today-server", str(tmp_path / "nope")], capture_output=True, text=True, timeout=300)
+    assert bad.returncode == 1 and "not an executable file" in bad.stderr.strip().splitlines()[-1], bad.stderr
+    assert len(list(runs.iterdir())) == 1

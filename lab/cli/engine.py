@@ -29,12 +29,19 @@ app = group("the patched llama.cpp engine")
 
 
 def _built(
-    flavor: str, release: str | None, source_mode: str | None, path: Path | None, cache_dir: Path | None, quiet: bool
+    flavor: str,
+    release: str | None,
+    source_mode: str | None,
+    path: Path | None,
+    cache_dir: Path | None,
+    quiet: bool,
+    stock: bool | None = None,
 ) -> Any:
     """The engine of this flavor for these source flags, built (or found built) now."""
     from lab.engine.build import build_engine, check_flavor
 
-    s = settings_for(cache_dir, {"sdist_version": release, "source_mode": source_mode, "path": path})
+    engine = {"sdist_version": release, "source_mode": source_mode, "path": path, "stock": stock or None}
+    s = settings_for(cache_dir, engine)
     return build_engine(s.engine, s.cache_dir, flavor=check_flavor(flavor), quiet=quiet)
 
 
@@ -46,10 +53,13 @@ def engine_build(
     path: SourcePath = None,
     cache_dir: CacheDir = None,
     quiet: Annotated[bool, typer.Option("--quiet", "-q")] = False,
+    stock: Annotated[
+        bool, typer.Option("--stock", help="the release as shipped, without the lab's patch: a stock today's server")
+    ] = False,
 ) -> None:
     """Obtain llama.cpp (the pin, or --engine latest), apply its patch series, build it (cached: a repeat is a
     no-op)."""
-    typer.echo(f"{_built(flavor, release, source_mode, path, cache_dir, quiet).server}")
+    typer.echo(f"{_built(flavor, release, source_mode, path, cache_dir, quiet, stock).server}")
 
 
 @app.command("info")

@@ -27,6 +27,25 @@ from lab.cli.common import (
 
 app = group("agent traces (JSONL of recorded steps)")
 
+TodayServer = Annotated[
+    Path | None,
+    typer.Option(
+        "--today-server",
+        help="a llama-server of your own as today's server (conversation.today_server; e.g. a stock build); the "
+        "optimum and no cache run the patched release its --version names unless --engine says",
+    ),
+]
+
+
+def controls_release(release: str | None, today_server: Path | None) -> str | None:
+    """The release the lab's own arms run: --engine, else the one a named today's server's --version names."""
+    if release is not None or today_server is None:
+        return release
+    from lab.engine.serverflags import read_defaults, release_of, today_binary
+
+    binary = today_binary(today_server)
+    return release_of(read_defaults(binary, binary.parent).version)
+
 
 @app.command("synth")
 def trace_synth(
@@ -118,6 +137,7 @@ def trace_replay(
     model: ModelOpt = None,
     mmproj: Mmproj = None,
     release: EngineOpt = None,
+    today_server: TodayServer = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
     reps: Annotated[
@@ -140,12 +160,12 @@ def trace_replay(
 
     s = settings_for(
         None,
-        {"sdist_version": release},
+        {"sdist_version": controls_release(release, today_server)},
         model=model,
         mmproj=mmproj,
         runs_dir=runs_dir,
         server={"threads": threads, "ctx_size": ctx_size},
-        conversation={"reps": reps, "arms": str_list(arms)},
+        conversation={"reps": reps, "arms": str_list(arms), "today_server": today_server},
     )
     run_command(Replay(trace, s.conversation.reps, s.conversation.arms), s, resume, as_json)
 
@@ -188,6 +208,7 @@ def trace_tune(
     model: ModelOpt = None,
     mmproj: Mmproj = None,
     release: EngineOpt = None,
+    today_server: TodayServer = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
     reps: Annotated[
@@ -204,11 +225,12 @@ def trace_tune(
 
     s = settings_for(
         None,
-        {"sdist_version": release},
+        {"sdist_version": controls_release(release, today_server)},
         model=model,
         mmproj=mmproj,
         runs_dir=runs_dir,
         server={"threads": threads, "ctx_size": ctx_size},
+        conversation={"today_server": today_server},
         tune={"reps": reps, "candidates": candidates, "ram": ram},
     )
     t = s.tune

@@ -41,6 +41,9 @@ class EngineSettings(Section):
     native: bool = True
     jobs: int = Field(default=max(1, os.cpu_count() or 1), ge=1)
     extra_cmake_flags: list[str] = Field(default_factory=list)
+    stock: bool = Field(
+        default=False, description="build the release as shipped, without the lab's patch (a stock today's server)"
+    )
     prebuilt: Path | None = Field(
         default=None, description="an engine bundle pushed to a target host (bin/ + lab-build.json): use, never build"
     )

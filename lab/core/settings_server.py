@@ -5,6 +5,7 @@
 from __future__ import annotations
 
 import os
+from pathlib import Path
 from typing import Any, Literal
 
 from pydantic import BaseModel, ConfigDict, Field, field_validator
@@ -147,6 +148,11 @@ class ConversationSettings(Section):
     )
     extra_args: list[str] = Field(
         default_factory=list, description="more flags for today's server only, after server.extra_args"
+    )
+    today_server: Path | None = Field(
+        default=None,
+        description="a llama-server binary of your own (e.g. a stock build) as today's server; its --version is "
+        "recorded, and the optimum and no cache run the patched build of the release it names",
     )
 
     @field_validator("extra_args")

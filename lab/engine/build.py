@@ -26,16 +26,15 @@ from pydantic import BaseModel
 
 from lab.core.errors import LabError, UsageError
 from lab.core.settings import EngineSettings
-from lab.engine.series import patch_files
 from lab.engine.source import (
     PreparedSource,
     SourceInfo,
     applied_diff,
     locked,
     patched_root,
+    patches_for,
     patches_sha256,
     prepare_source,
-    series_for,
     source_id,
 )
 
@@ -170,7 +169,7 @@ def build_engine(
 ) -> EngineInfo:
     if settings.prebuilt is not None:
         return prebuilt_engine(settings.prebuilt)
-    patch_sha256 = patches_sha256(patch_files(series_for(settings, cache_dir)))
+    patch_sha256 = patches_sha256(patches_for(settings, cache_dir)[1])
     patched = patched_root(cache_dir / "engine" / source_id(settings), patch_sha256)
     patched.parent.mkdir(parents=True, exist_ok=True)
     with _in_use_lock(patched).open("a") as held:  # no prune while this key is prepared and built
@@ -293,7 +292,7 @@ def prune_engines(settings: EngineSettings, cache_dir: Path) -> tuple[list[Path]
     """Remove the patched trees and builds of every patch set but the current one (and a cache layout older
     than per-patch trees). Returns (removed, kept because a run holds them)."""
     root = cache_dir / "engine" / source_id(settings)
-    keep = patched_root(root, patches_sha256(patch_files(series_for(settings, cache_dir)))).name
+    keep = patched_root(root, patches_sha256(patches_for(settings, cache_dir)[1])).name
     removed: list[Path] = []
     held: list[Path] = []
     if not root.is_dir():

@@ -12,6 +12,7 @@ import subprocess
 from dataclasses import dataclass
 from pathlib import Path
 
+from lab.core import releases
 from lab.core.errors import LabError
 
 
@@ -89,6 +90,21 @@ def parse_defaults(help_text: str, version: str) -> ServerDefaults:
         flags = ", ".join(_FLAGS[f] for f in missing)
         raise ServerFlagsError(f"{version}: --help names no default for {flags}; is this a llama-server?")
     return ServerDefaults(version=version, **values)  # type: ignore[arg-type]
+
+
+def release_of(version: str) -> str:
+    """The supported release (its sdist version) a server's `--version` line names, else the newest: the patched
+    build nearest a server the lab did not build."""
+    known = next((r.sdist_version for r in releases.RELEASES if r.commit in version), None)
+    return known or releases.NAMED["latest"]
+
+
+def today_binary(binary: Path) -> Path:
+    """A binary a user names for today's server, checked: an executable file (one line otherwise)."""
+    path = binary.expanduser()
+    if not path.is_file() or not os.access(path, os.X_OK):
+        raise ServerFlagsError(f"conversation.today_server: {binary}: not an executable file")
+    return path.resolve()
 
 
 def read_defaults(binary: Path, lib_dir: Path | None = None) -> ServerDefaults:

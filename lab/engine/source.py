@@ -248,11 +248,18 @@ def series_for(settings: EngineSettings, cache_dir: Path) -> Path:
     return fitting_series(root / "pristine", settings.patches_dir)
 
 
+def patches_for(settings: EngineSettings, cache_dir: Path) -> tuple[str, list[Path]]:
+    """The series' name and its patches; `stock`: none (the release as shipped, for today's server)."""
+    if settings.stock:
+        return "stock", []
+    series = series_for(settings, cache_dir)
+    return series.name, patch_files(series)
+
+
 def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
     """The source with its patch series applied, in the tree of that patch set (created once, then reused)."""
-    series = series_for(settings, cache_dir)
+    series, patches = patches_for(settings, cache_dir)
     root = cache_dir / "engine" / source_id(settings)
-    patches = patch_files(series)
     want = patches_sha256(patches)
     info = _pristine_tree(settings, cache_dir, root)
     tree = patched_root(root, want) / "src"
@@ -264,7 +271,7 @@ def prepare_source(settings: EngineSettings, cache_dir: Path) -> PreparedSource:
         info=info,
         patch_sha256=want,
         patches=[p.name for p in patches],
-        series=series.name,
+        series=series,
         release=release_label(settings),
     )
 

@@ -55,9 +55,10 @@ from lab.core.schemas import (
 from lab.core.schemas.raw import CONVERSATION_CAUSES, CONVERSATION_SAMPLES, CONVERSATION_STEPS, CONVERSATION_TASKS
 from lab.core.settings import Settings
 from lab.core.stats import rotated
+from lab.engine.build import EngineInfo
 from lab.engine.contract import ContractClient, Step
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
-from lab.engine.serverflags import ServerDefaults, read_defaults
+from lab.engine.serverflags import ServerDefaults, read_defaults, today_binary
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.hparams import HparamsError
 
@@ -89,6 +90,7 @@ class Replay(Experiment):
         self.todays: dict[str, CacheSetting] = {}  # today's settings by key ("": conversation.*)
         self.server_defaults: ServerDefaults | None = None  # today's server's own, from its --help
         self.rules = PIN  # how its version's prompt cache behaves (lab.conversation.rules)
+        self.today_engine: EngineInfo | None = None  # the run's engine, or its server replaced by the user's own
         self.samples: list[ConversationSample] = []
         self.causes: list[ConversationCauseResult] = []
         self.image_pos: dict[str, int] = {}  # the positions each image takes (lab.conversation.derive.Templater)
@@ -121,7 +123,11 @@ class Replay(Experiment):
             derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
         self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
         self.image_pos = derived.image_pos
-        self.server_defaults = read_defaults(parts.engine.server, parts.engine.lib_dir)
+        self.today_engine = parts.engine
+        if (binary := settings.conversation.today_server) is not None:  # the user's own server as today's
+            b = today_binary(binary)
+            self.today_engine = parts.engine.model_copy(update={"server": b, "lib_dir": b.parent})
+        self.server_defaults = read_defaults(self.today_engine.server, self.today_engine.lib_dir)
         self.rules = rules_for(self.server_defaults.version)
         mine = todays_setting(settings.conversation, settings.server, self.server_defaults)
         meta = read_gguf_metadata(parts.model)
@@ -185,7 +191,8 @@ class Replay(Experiment):
         """Which server today's arm ran (its --version) and the flags it ran with."""
         if own not in self.todays or self.server_defaults is None:
             return {}
-        return {"version": self.server_defaults.version, "setting": vars(self.todays[own])}
+        binary = str(self.today_engine.server) if self.today_engine else None
+        return {"version": self.server_defaults.version, "binary": binary, "setting": vars(self.todays[own])}
 
     def arm_keys(self) -> list[ArmKey]:
         """The arms a step is measured in: today's once per setting (its key), then the controls."""
@@ -198,7 +205,8 @@ class Replay(Experiment):
         for key, setting in self.todays.items():
             over = setting_overrides(setting, sess.settings.conversation)
             over["extra_args"] = [*over["extra_args"], *mmproj_args(self.projector)]
-            out[key] = sess.server(log=f"today-{key}.log" if key else "today-server.log", **over)
+            log = f"today-{key}.log" if key else "today-server.log"
+            out[key] = sess.server(log=log, engine=self.today_engine, **over)
         return out
 
     def _rep(

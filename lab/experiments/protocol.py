@@ -86,11 +86,11 @@ class OpenRun:
             raise RunError(f"{self.run.path.name}: this experiment runs without a model")
         return self.parts.model
 
-    def server(self, log: str = "server.log", **overrides: Any) -> LlamaServer:
-        """A server on the run's settings, logging to the run's logs/`log`; `extra_args` come after the user's
-        server.extra_args, never instead."""
+    def server(self, log: str = "server.log", engine: EngineInfo | None = None, **overrides: Any) -> LlamaServer:
+        """A server on the run's settings (of the run's engine, or another build's binary), logging to the run's
+        logs/`log`; `extra_args` come after the user's server.extra_args, never instead."""
         server_settings = self.settings.server.with_overrides(**overrides)
-        srv = LlamaServer(self.engine, self.model, server_settings, self.run.path / "logs" / log)
+        srv = LlamaServer(engine or self.engine, self.model, server_settings, self.run.path / "logs" / log)
         self.servers.append(srv)
         return srv
 
