@@ -14,6 +14,9 @@
     users     each user message's first cell, as a newer server finds them: the template's message delimiters
               (the newer patched `/apply-template` returns them) matched in the prompt's tokens
     held      the prompt and the reply as one text, as today's replay holds them in the slot
+    preserve  on a server with `--reasoning-preserve` (on by default there; everything above is with it):
+              what the step shares with the previous one without it (`--no-reasoning-preserve`: a template that
+              supports it drops earlier turns' reasoning), so whether a departure is the template's or the agent's
 
 A step that does not fit the server's context (prompt + reply beyond ctx_size) is refused, naming the step.
 """
@@ -34,6 +37,7 @@ from lab.engine.build import EngineInfo, build_engine
 from lab.engine.imagegrid import IMAGE_MARKERS, ImageGeometry
 from lab.engine.png import png_size
 from lab.engine.server import LlamaServer, adhoc_server, mmproj_args
+from lab.engine.serverflags import read_defaults
 from lab.models.hparams import HparamsError, hparams_of
 from lab.models.resolve import resolve_model, resolve_projector
 
@@ -84,6 +88,7 @@ class StepTokens:
     shape: TraceStep | None = field(default=None, repr=False)  # a step-shape trace's step (no prompt recorded)
     before_user: int | None = None  # cells before the last user message (None: the template does not mark it)
     user_starts: tuple[int, ...] = ()  # each user message's first cell, by the template's delimiters
+    common_unpreserved: int | None = None  # `common` with --no-reasoning-preserve (None: the server has no such flag)
     held: list[Unit] = field(default_factory=list, repr=False)  # the prompt and reply as one text (today's slot)
     cause: Cause | None = None  # why the prompt departs from the previous one and its reply (lab.conversation.causes)
 
@@ -103,6 +108,14 @@ class StepTokens:
     def n_out(self) -> int:
         return self.completion_tokens if self.completion_tokens is not None else len(self.reply)
 
+    @property
+    def preserve_effect(self) -> str:
+        """What --reasoning-preserve does to this step's departure: `-` (no such flag, or no difference), or what
+        the step shares without it against with it."""
+        if self.common_unpreserved is None or self.common_unpreserved == self.common:
+            return "-"
+        return f"{self.common_unpreserved} without, {self.common} with"
+
     def record(self) -> dict[str, Any]:
         """What `lab trace derive` prints of the step, JSON-ready (`--json`)."""
         return {
@@ -115,6 +128,7 @@ class StepTokens:
             "cause": self.cause,
             "images": self.images,
             "reply_tokens": self.n_out,
+            "common_without_reasoning_preserve": self.common_unpreserved,
         }
 
 
@@ -213,8 +227,11 @@ def reply_text(reply: dict[str, Any] | None) -> str:
     return str(content) if content else ""
 
 
-def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trace: str) -> list[StepTokens]:
-    """The task's steps in tokens, each against the one before it."""
+def derive_task(
+    t: Templater, steps: list[ConversationStep], ctx_size: int, trace: str, preserve: bool = False
+) -> list[StepTokens]:
+    """The task's steps in tokens, each against the one before it; with `preserve` (a server that has
+    --reasoning-preserve), also what each shares with the one before when the template drops reasoning."""
     out: list[StepTokens] = []
     for s in steps:
         where = f"{trace}: task {s.task_id!r} step {s.step}"
@@ -239,13 +256,28 @@ def derive_task(t: Templater, steps: list[ConversationStep], ctx_size: int, trac
             held = prev.prompt + list(prev.reply)
             st.common, st.previous = common_cells(st.prompt, held), cells(held)
             st.at_message = first_changed(prev.messages, prev_reply(steps, prev.step), msgs)
+            if st.common >= st.previous:  # other messages, the same tokens (a template that renders them alike)
+                st.at_message = None
             if st.at_message is None and st.common < cells(prev.prompt):
                 st.at_message = len(prev.messages)  # same messages, a template that renders them differently
             if st.at_message is not None:
                 reply = prev_reply(steps, prev.step)
                 st.cause = departure_cause(prev.messages, reply, prev.template, msgs, template, st.at_message)
+            if preserve and "preserve_reasoning" not in template.get("chat_template_kwargs", {}):
+                st.common_unpreserved = _unpreserved_common(t, prev, st)
         out.append(st)
     return out
+
+
+def _unpreserved_common(t: Templater, prev: StepTokens, st: StepTokens) -> int:
+    """What `st` shares with `prev`'s prompt and reply when both are rendered with --no-reasoning-preserve."""
+    off = {"preserve_reasoning": False}
+
+    def units(s: StepTokens) -> list[Unit]:
+        template = {**s.template, "chat_template_kwargs": {**s.template.get("chat_template_kwargs", {}), **off}}
+        return t.prompt(s.messages, template)[0]
+
+    return common_cells(units(st), units(prev) + list(prev.reply))
 
 
 def prev_reply(steps: list[ConversationStep], step: int) -> dict[str, Any] | None:
@@ -295,7 +327,8 @@ def derive_tasks(
     with adhoc_server(engine, model, settings.server, settings.cache_dir, "trace-derive", extra) as srv:
         t = Templater(srv, projector)
         t.mrope = is_mrope(model)
-        derived = {k: derive_task(t, v, settings.server.ctx_size, trace) for k, v in tasks.items()}
+        preserve = read_defaults(engine.server, engine.lib_dir).reasoning_preserve is not None
+        derived = {k: derive_task(t, v, settings.server.ctx_size, trace, preserve) for k, v in tasks.items()}
         return Derived(derived, projector, srv.log_path, t.image_pos)
 
 

@@ -14,16 +14,24 @@ from lab.core.schemas import ConversationCauseResult, ConversationStepResult, Co
 
 def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:
     t = Table(title="a conversation in tokens: what any prefix cache could reuse (common) and what is new")
-    for c in ("task", "step", "prompt", "common (L)", "new", "diverges at", "why", "images", "reply"):
+    preserve = any(s.common_unpreserved is not None for steps in tasks.values() for s in steps)
+    columns = ["task", "step", "prompt", "common (L)", "new", "diverges at", "why", "images", "reply"]
+    for c in [*columns, *(["--no-reasoning-preserve"] if preserve else [])]:
         t.add_column(c, justify="left" if c in ("task", "diverges at", "why") else "right")
     for task, steps in tasks.items():
         for s in steps:
             where = "-" if s.step == steps[0].step else "extends" if not s.diverged else f"message {s.at_message}"
-            row = (str(s.cells), str(s.common), str(s.new), where, s.cause or "-", str(s.images), str(s.n_out))
-            t.add_row(task, str(s.step), *row)
+            row = [str(s.cells), str(s.common), str(s.new), where, s.cause or "-", str(s.images), str(s.n_out)]
+            t.add_row(task, str(s.step), *row, *([s.preserve_effect] if preserve else []))
     t.caption = (
         "cells: text tokens plus each image's projector grid and markers; why: the cause of the departure, read from "
         "the messages; reply: recorded completion tokens"
+        + (
+            "; --no-reasoning-preserve: what the step shares without it (this server keeps earlier turns' reasoning "
+            "by default), where that differs"
+            if preserve
+            else ""
+        )
     )
     return t
 
