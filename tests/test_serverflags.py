@@ -3,6 +3,8 @@ and each supported release's binary against the defaults the lab expects of it (
 
 from __future__ import annotations
 
+from pathlib import Path
+
 import pytest
 
 from lab.engine.serverflags import ServerFlagsError, parse_defaults, read_defaults
@@ -58,3 +60,24 @@ def test_each_release_s_server_has_the_defaults_the_lab_models(
     assert commit in d.version
     assert (d.checkpoints, d.checkpoint_min_step, d.cache_ram_mib, d.cache_reuse) == (32, min_step, 8192, 0)
     assert (d.ubatch, d.batch, d.cache_idle_slots, d.reasoning_preserve) == (512, 2048, True, preserve)
+
+
+@pytest.mark.fast
+def test_a_version_line_names_its_release_and_its_rules() -> None:
+    from lab.conversation.rules import LATEST, PIN, rules_for
+    from lab.engine.serverflags import release_of
+
+    assert (release_of("1 (465b1f0e7)"), rules_for("1 (465b1f0e7)")) == ("0.3.27", PIN)
+    assert rules_for("1 (7c158fbb4)") == PIN  # 0.3.26 takes the pin's series, and its rules
+    assert (release_of("0.5.0-dev (build 1, commit 0c1e57098)"), rules_for("commit 0c1e57098")) == ("0.3.36", LATEST)
+    assert release_of("9 (deadbeef0)") == "0.3.36"  # a build the lab does not know: the newest
+
+
+@pytest.mark.fast
+def test_a_named_binary_that_is_not_a_server_is_one_line(tmp_path: Path) -> None:
+    from lab.engine.serverflags import users_server
+
+    with pytest.raises(ServerFlagsError, match="not an executable file"):
+        users_server(tmp_path / "nope")
+    with pytest.raises(ServerFlagsError, match="is this a llama-server"):
+        users_server(Path("/bin/true"))

@@ -41,10 +41,9 @@ def controls_release(release: str | None, today_server: Path | None) -> str | No
     """The release the lab's own arms run: --engine, else the one a named today's server's --version names."""
     if release is not None or today_server is None:
         return release
-    from lab.engine.serverflags import read_defaults, release_of, today_binary
+    from lab.engine.serverflags import release_of, users_server
 
-    binary = today_binary(today_server)
-    return release_of(read_defaults(binary, binary.parent).version)
+    return release_of(users_server(today_server)[1].version)
 
 
 @app.command("synth")

@@ -41,8 +41,8 @@ RULES = (LATEST, PIN)  # newest first
 def rules_for(version: str) -> Rules:
     """The rules of the server whose `--version` line this is: its release's series', else (a build the lab does
     not know) the newest release's, said in a line."""
-    series = next((r.series for r in releases.RELEASES if r.commit in version), None)
-    found = next((r for r in RULES if r.series == series), None)
+    named = releases.named_by(version)
+    found = next((r for r in RULES if named is not None and r.series == named.series), None)
     if found is None:
         warn(
             f"llama-server {version!r} is not a supported release: its prompt cache is modelled as {RULES[0].series}'s"

@@ -53,6 +53,12 @@ def release(version: str) -> Release | None:
     return next((r for r in RELEASES if r.sdist_version == version), None)
 
 
+def named_by(version_line: str) -> Release | None:
+    """The supported release whose llama.cpp commit a server's `--version` line names (the first listed, for a
+    commit two sdists vendor), None for a build of another commit."""
+    return next((r for r in RELEASES if r.commit in version_line), None)
+
+
 def name_of(version: str) -> str | None:
     """`pin` or `latest` for their versions, None for the others."""
     return next((n for n, v in NAMED.items() if v == version), None)

@@ -6,6 +6,7 @@ server) is read the same way, so today's server is modelled with the defaults it
 
 from __future__ import annotations
 
+import functools
 import os
 import re
 import subprocess
@@ -95,21 +96,30 @@ def parse_defaults(help_text: str, version: str) -> ServerDefaults:
 def release_of(version: str) -> str:
     """The supported release (its sdist version) a server's `--version` line names, else the newest: the patched
     build nearest a server the lab did not build."""
-    known = next((r.sdist_version for r in releases.RELEASES if r.commit in version), None)
-    return known or releases.NAMED["latest"]
+    named = releases.named_by(version)
+    return named.sdist_version if named else releases.NAMED["latest"]
 
 
-def today_binary(binary: Path) -> Path:
-    """A binary a user names for today's server, checked: an executable file (one line otherwise)."""
+def users_server(binary: Path) -> tuple[Path, ServerDefaults]:
+    """A binary a user names for today's server, checked (an executable file, one line otherwise), and its
+    defaults (its libraries beside it or where the system finds them)."""
     path = binary.expanduser()
     if not path.is_file() or not os.access(path, os.X_OK):
         raise ServerFlagsError(f"conversation.today_server: {binary}: not an executable file")
-    return path.resolve()
+    path = path.resolve()
+    return path, read_defaults(path, path.parent)
 
 
 def read_defaults(binary: Path, lib_dir: Path | None = None) -> ServerDefaults:
-    """Run `binary --version` and `--help` (each a second or less) and read its defaults."""
-    env = dict(os.environ, LD_LIBRARY_PATH=str(lib_dir)) if lib_dir else None
+    """Run `binary --version` and `--help` (each a second or less) and read its defaults; once per binary and
+    build (a run reads them where it derives, plans and replays)."""
+    return _read_defaults(str(binary), binary.stat().st_mtime_ns if binary.exists() else 0, str(lib_dir or ""))
+
+
+@functools.lru_cache(maxsize=16)
+def _read_defaults(binary_path: str, mtime_ns: int, lib_dir_path: str) -> ServerDefaults:
+    binary = Path(binary_path)
+    env = dict(os.environ, LD_LIBRARY_PATH=lib_dir_path) if lib_dir_path else None
     texts = []
     for flag in ("--version", "--help"):
         try:

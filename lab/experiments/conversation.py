@@ -58,7 +58,7 @@ from lab.core.stats import rotated
 from lab.engine.build import EngineInfo
 from lab.engine.contract import ContractClient, Step
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
-from lab.engine.serverflags import ServerDefaults, read_defaults, today_binary
+from lab.engine.serverflags import ServerDefaults, read_defaults, users_server
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
 from lab.models.hparams import HparamsError
 
@@ -125,9 +125,10 @@ class Replay(Experiment):
         self.image_pos = derived.image_pos
         self.today_engine = parts.engine
         if (binary := settings.conversation.today_server) is not None:  # the user's own server as today's
-            b = today_binary(binary)
+            b, self.server_defaults = users_server(binary)
             self.today_engine = parts.engine.model_copy(update={"server": b, "lib_dir": b.parent})
-        self.server_defaults = read_defaults(self.today_engine.server, self.today_engine.lib_dir)
+        else:
+            self.server_defaults = read_defaults(parts.engine.server, parts.engine.lib_dir)
         self.rules = rules_for(self.server_defaults.version)
         mine = todays_setting(settings.conversation, settings.server, self.server_defaults)
         meta = read_gguf_metadata(parts.model)
