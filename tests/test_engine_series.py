@@ -111,3 +111,11 @@ def test_a_resumed_run_keeps_the_release_it_was_measured_with(tmp_path: Path) ->
     settings = load_settings(runs_dir=tmp_path)
     assert settings.engine.sdist_version == "0.3.27"
     assert restore(Probe(), settings, run).engine.sdist_version == "0.3.36"
+
+
+def test_a_missing_checkout_is_one_line_and_nothing_is_cached(tmp_path: Path) -> None:
+    from lab.engine.source import SourceError
+
+    with pytest.raises(SourceError, match=r"engine.path .*nope: no such directory"):
+        prepare_source(EngineSettings(source_mode="path", path=tmp_path / "nope"), tmp_path / "cache")
+    assert not (tmp_path / "cache").exists()

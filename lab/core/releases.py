@@ -68,7 +68,8 @@ def resolve_version(given: str) -> str:
     """An sdist version from a name or a version; ValueError naming the supported ones otherwise."""
     version = NAMED.get(given, given)
     if release(version) is None:
-        known = ", ".join([*(f"{n} ({v})" for n, v in NAMED.items()), *(r.sdist_version for r in RELEASES)])
+        others = [r.sdist_version for r in RELEASES if r.sdist_version not in NAMED.values()]
+        known = ", ".join([*(f"{n} ({v})" for n, v in NAMED.items()), *others])
         raise ValueError(f"{given!r} is not a supported llama.cpp release; known: {known}")
     return version
 

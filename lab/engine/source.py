@@ -242,6 +242,8 @@ def series_for(settings: EngineSettings, cache_dir: Path) -> Path:
     if settings.source_mode == "path":
         if settings.path is None:
             raise SourceError("engine.source_mode=path needs engine.path (LAB_ENGINE__PATH)")
+        if not settings.path.expanduser().is_dir():
+            raise SourceError(f"engine.path {settings.path}: no such directory (a llama.cpp checkout)")
         return fitting_series(settings.path.expanduser().resolve(), settings.patches_dir)
     root = cache_dir / "engine" / source_id(settings)
     _pristine_tree(settings, cache_dir, root)
