@@ -12,6 +12,7 @@ re-patch the shared engine cache a user measures with (a test that changes the p
 
 from __future__ import annotations
 
+import json
 import os
 import signal
 import subprocess
@@ -114,6 +115,35 @@ def server_settings(**kw: object) -> ServerSettings:
 
 
 ServerFactory = Callable[..., LlamaServer]
+
+# a chat template that keeps earlier turns' reasoning only when asked (--reasoning-preserve sets preserve_thinking)
+THINKING_TEMPLATE = """{%- for message in messages -%}
+<|im_start|>{{ message.role }}
+{% if message.role == 'assistant' and message.reasoning_content and preserve_thinking %}<think>
+{{ message.reasoning_content }}
+</think>
+{% endif %}{{ message.content }}<|im_end|>
+{% endfor -%}
+{%- if add_generation_prompt %}<|im_start|>assistant
+{% endif -%}"""
+
+
+def thinking_conversation(folder: Path, steps: int = 3) -> tuple[Path, Path]:
+    """An agent that sends its reasoning back (`reasoning_content`), and THINKING_TEMPLATE: (the trace, the
+    template file)."""
+    template = folder / "thinking.jinja"
+    template.write_text(THINKING_TEMPLATE)
+    history: list[dict[str, object]] = []
+    lines = []
+    for k in range(steps):
+        history.append({"role": "user", "content": f"look at screen {k} and say what you see"})
+        thought, answer = f"the screen shows window {k} with {k + 3} buttons", f"I see window {k}."
+        reply = {"role": "assistant", "content": f"<think>\n{thought}\n</think>\n{answer}"}
+        lines.append({"task_id": "t", "step": k, "request": {"messages": list(history)}, "reply": reply})
+        history.append({"role": "assistant", "content": answer, "reasoning_content": thought})
+    trace = folder / "thinking.jsonl"
+    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return trace, template
 
 
 def interrupt_after_first_row(

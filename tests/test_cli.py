@@ -45,7 +45,7 @@ def test_help_imports_only_the_cli() -> None:
 
 
 def test_fab_tasks_forward_the_options_of_the_commands_they_run() -> None:
-    from lab.remote.forward import lab_options
+    from lab.remote.forward import lab_args, lab_options
 
     for command in ("sweep", "arms", "profile"):
         flags = {o.flag for o in lab_options(command)}
@@ -56,3 +56,12 @@ def test_fab_tasks_forward_the_options_of_the_commands_they_run() -> None:
     }
     threadpool = next(o for o in lab_options("profile") if o.flag == "--threadpool")
     assert threadpool.negative == "--no-threadpool"
+    sweep = lab_options("sweep")  # a fab option is spelled as the lab's: `fab -H nuc16 measure --engine latest`
+    assert all(o.flag == "--" + o.param.replace("_", "-") for o in sweep if o.flag != "--Ls"), sweep
+    assert lab_args("sweep", sweep, {"engine": "latest", "threads": 4}) == [
+        "sweep",
+        "--threads",
+        "4",
+        "--engine",
+        "latest",
+    ]

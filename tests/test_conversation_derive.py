@@ -31,7 +31,7 @@ from lab.engine.server import LlamaServer, LogTail
 from lab.engine.serverflags import read_defaults
 from lab.models.resolve import resolve_projector
 
-from conftest import ENGINES, EngineOf, interrupt_after_first_row, server_settings
+from conftest import ENGINES, EngineOf, interrupt_after_first_row, server_settings, thinking_conversation
 
 pytestmark = pytest.mark.engine
 
@@ -337,35 +337,13 @@ def test_today_s_server_can_be_a_binary_of_the_user_s_own(tmp_path: Path, engine
     assert len(list(runs.iterdir())) == 1
 
 
-THINKING_TEMPLATE = """{%- for message in messages -%}
-<|im_start|>{{ message.role }}
-{% if message.role == 'assistant' and message.reasoning_content and preserve_thinking %}<think>
-{{ message.reasoning_content }}
-</think>
-{% endif %}{{ message.content }}<|im_end|>
-{% endfor -%}
-{%- if add_generation_prompt %}<|im_start|>assistant
-{% endif -%}"""
-
-
 def test_derive_says_what_reasoning_preserve_does_to_each_departure(
     tmp_path: Path, engine_of: EngineOf, tiny_model: Path
 ) -> None:
     """An agent that sends its reasoning back (`reasoning_content`) to a template that keeps it only when asked:
     on the newest server (--reasoning-preserve on by default) every step extends the one before; without it each
     departs at the previous reply. On the pin (no such flag) nothing is said."""
-    template = tmp_path / "thinking.jinja"
-    template.write_text(THINKING_TEMPLATE)
-    history: list[dict[str, object]] = []
-    lines = []
-    for k in range(3):
-        history.append({"role": "user", "content": f"look at screen {k} and say what you see"})
-        thought, answer = f"the screen shows window {k}", f"I see window {k}."
-        reply = {"role": "assistant", "content": f"<think>\n{thought}\n</think>\n{answer}"}
-        lines.append({"task_id": "t", "step": k, "request": {"messages": list(history)}, "reply": reply})
-        history.append({"role": "assistant", "content": answer, "reasoning_content": thought})
-    trace = tmp_path / "c.jsonl"
-    trace.write_text("".join(json.dumps(x) + "\n" for x in lines))
+    trace, template = thinking_conversation(tmp_path)
     settings = load_settings(server={"extra_args": ["--chat-template-file", str(template)]})
     conversation = load_conversation(trace)
     steps = derive_tasks(settings, engine_of("latest"), tiny_model, conversation, str(trace)).tasks["t"]

@@ -64,3 +64,21 @@ def test_a_build_step_whose_output_cuts_a_character_in_two_is_logged_not_fatal(t
     )
     text = log.read_text()
     assert "[  9%] Building x.o" in text and "cut" in text and "rest" in text and "\ufffd" in text
+
+
+def test_a_bundle_of_another_release_is_refused_not_run_under_the_wrong_name(
+    engine: EngineInfo, tmp_path: Path
+) -> None:
+    """A target host runs the bundle it was pushed (engine.prebuilt): `--engine latest` with the pin's bundle is
+    one line naming both releases; the pin's own is taken as it is."""
+    bundle = tmp_path / "engine"
+    (bundle / "bin").mkdir(parents=True)
+    for binary in (engine.server, engine.bench):
+        (bundle / "bin" / binary.name).symlink_to(binary)
+    (bundle / STAMP).write_text((engine.build_dir / STAMP).read_text())
+    env = {"LAB_ENGINE__PREBUILT": str(bundle)}
+    ok = lab("engine", "info", "--json", env=env)
+    assert ok.returncode == 0 and json.loads(ok.stdout)["release"] == "pin", ok.stderr
+    r = lab("engine", "info", "--engine", "latest", env=env)
+    assert r.returncode == 1 and len(r.stderr.strip().splitlines()) == 1, r.stderr
+    assert "is the pin release's build; this run asks for latest" in r.stderr

@@ -215,10 +215,10 @@ def trace_tune(
     ] = None,
     as_json: AsJson = False,
 ) -> None:
-    """The llama-server cache flags for this conversation: every setting on a grid predicted by a model of the
-    server's cache policy, the front (prefill seconds against memory) measured with the defaults (conversation.*)
-    in the three-arm replay, interleaved, and the recommendation as flags to paste, with the share of the saving
-    it realises."""
+    """The llama-server cache flags for this conversation, for the server's version: every setting on a grid
+    predicted by a model of that version's cache policy, the front (prefill seconds against memory) measured with
+    the defaults (conversation.*) in the three-arm replay, interleaved, and the recommendation the evidence decides
+    (a decided gain, else the same with less memory, else the defaults) as flags to paste."""
     from lab.core.units import parse_size
     from lab.experiments.tune import Tune
 

@@ -12,6 +12,7 @@ from lab.core.settings_server import ConversationSettings, ServerSettings
 from lab.engine.serverflags import ServerDefaults
 from lab.models.hparams import hparams_of
 
+PRESERVE = {True: "--reasoning-preserve", False: "--no-reasoning-preserve"}
 Memory = Literal["hybrid", "window", "plain"]  # what the model's sequence memory can cut back
 
 
@@ -26,6 +27,7 @@ class CacheSetting:
     swa_full: bool = False  # --swa-full
     ubatch: int = 512  # --ubatch-size
     batch: int = 2048  # --batch-size
+    reasoning_preserve: bool | None = None  # --reasoning-preserve (None: a server without the flag)
 
     def flags(self) -> list[str]:
         """The flags to paste into a llama-server command."""
@@ -40,6 +42,7 @@ class CacheSetting:
         out += ["--cache-reuse", str(self.cache_reuse)] if self.cache_reuse else []
         out += ["--swa-full"] if self.swa_full else []
         out += ["--ubatch-size", str(self.ubatch)] if self.ubatch != 512 else []
+        out += [] if self.reasoning_preserve is None else [PRESERVE[self.reasoning_preserve]]
         return out
 
 
@@ -47,16 +50,25 @@ def todays_setting(
     conversation: ConversationSettings, server: ServerSettings, defaults: ServerDefaults
 ) -> CacheSetting:
     """Today's server's cache flags: conversation.* where set, else that server's own defaults, over the lab
-    server's batch sizes (`--swa-full` as conversation.swa_full or among either's extra flags)."""
+    server's batch sizes (`--swa-full` and `--[no-]reasoning-preserve` as conversation.* or among either's extra
+    flags, the last one said)."""
     c = conversation
+    extra = [*server.extra_args, *c.extra_args]
+    said = [a == PRESERVE[True] for a in extra if a in PRESERVE.values()]
+    preserve = c.reasoning_preserve if c.reasoning_preserve is not None else said[-1] if said else None
     return CacheSetting(
         checkpoints=defaults.checkpoints if c.checkpoints is None else c.checkpoints,
         checkpoint_min_step=defaults.checkpoint_min_step if c.checkpoint_min_step is None else c.checkpoint_min_step,
         cache_ram_mib=defaults.cache_ram_mib if c.cache_ram_mib is None else c.cache_ram_mib,
         cache_reuse=c.cache_reuse,
-        swa_full=c.swa_full or "--swa-full" in [*server.extra_args, *c.extra_args],
+        swa_full=c.swa_full or "--swa-full" in extra,
         ubatch=server.ubatch_size,
         batch=server.batch_size,
+        reasoning_preserve=None
+        if defaults.reasoning_preserve is None
+        else defaults.reasoning_preserve
+        if preserve is None
+        else preserve,
     )
 
 

@@ -15,8 +15,9 @@
               (the newer patched `/apply-template` returns them) matched in the prompt's tokens
     held      the prompt and the reply as one text, as today's replay holds them in the slot
     preserve  on a server with `--reasoning-preserve` (on by default there; everything above is with it):
-              what the step shares with the previous one without it (`--no-reasoning-preserve`: a template that
-              supports it drops earlier turns' reasoning), so whether a departure is the template's or the agent's
+              every step also as the server renders it without (`--no-reasoning-preserve`: a template that
+              supports it drops earlier turns' reasoning), and what it shares with the previous one then, so
+              whether a departure is the template's or the agent's
 
 A step that does not fit the server's context (prompt + reply beyond ctx_size) is refused, naming the step.
 """
@@ -227,17 +228,22 @@ def reply_text(reply: dict[str, Any] | None) -> str:
     return str(content) if content else ""
 
 
+UNPRESERVED = {"preserve_reasoning": False}  # --no-reasoning-preserve, as a request's template kwargs say it
+
+
 def derive_task(
-    t: Templater, steps: list[ConversationStep], ctx_size: int, trace: str, preserve: bool = False
+    t: Templater, steps: list[ConversationStep], ctx_size: int, trace: str, kwargs: dict[str, Any] | None = None
 ) -> list[StepTokens]:
-    """The task's steps in tokens, each against the one before it; with `preserve` (a server that has
-    --reasoning-preserve), also what each shares with the one before when the template drops reasoning."""
+    """The task's steps in tokens, each against the one before it; `kwargs`: chat template kwargs the server's own
+    flags add (a request's own win), which render the prompts but are not sent with the request."""
     out: list[StepTokens] = []
     for s in steps:
         where = f"{trace}: task {s.task_id!r} step {s.step}"
         try:
             msgs, template = s.request["messages"], template_fields(s.request)
-            units, text, shots, st_before_user, starts = t.rendered(msgs, template)
+            own = template.get("chat_template_kwargs", {})
+            rendering = {**template, "chat_template_kwargs": {**kwargs, **own}} if kwargs else template
+            units, text, shots, st_before_user, starts = t.rendered(msgs, rendering)
             st = StepTokens(s.task_id, s.step, units, t.reply(s.reply), messages=msgs, text=text, shots=shots)
             st.template, st.before_user, st.user_starts = template, st_before_user, starts
             st.marker = t.marker or ""
@@ -263,21 +269,8 @@ def derive_task(
             if st.at_message is not None:
                 reply = prev_reply(steps, prev.step)
                 st.cause = departure_cause(prev.messages, reply, prev.template, msgs, template, st.at_message)
-            if preserve and "preserve_reasoning" not in template.get("chat_template_kwargs", {}):
-                st.common_unpreserved = _unpreserved_common(t, prev, st)
         out.append(st)
     return out
-
-
-def _unpreserved_common(t: Templater, prev: StepTokens, st: StepTokens) -> int:
-    """What `st` shares with `prev`'s prompt and reply when both are rendered with --no-reasoning-preserve."""
-    off = {"preserve_reasoning": False}
-
-    def units(s: StepTokens) -> list[Unit]:
-        template = {**s.template, "chat_template_kwargs": {**s.template.get("chat_template_kwargs", {}), **off}}
-        return t.prompt(s.messages, template)[0]
-
-    return common_cells(units(st), units(prev) + list(prev.reply))
 
 
 def prev_reply(steps: list[ConversationStep], step: int) -> dict[str, Any] | None:
@@ -315,6 +308,8 @@ class Derived:
     projector: Path | None
     log: Path
     image_pos: dict[str, int] = field(default_factory=dict)  # the positions each image takes
+    # the steps as a server with --no-reasoning-preserve renders them (None: the server has no such flag)
+    unpreserved: dict[str, list[StepTokens]] | None = None
 
 
 def derive_tasks(
@@ -327,9 +322,15 @@ def derive_tasks(
     with adhoc_server(engine, model, settings.server, settings.cache_dir, "trace-derive", extra) as srv:
         t = Templater(srv, projector)
         t.mrope = is_mrope(model)
-        preserve = read_defaults(engine.server, engine.lib_dir).reasoning_preserve is not None
-        derived = {k: derive_task(t, v, settings.server.ctx_size, trace, preserve) for k, v in tasks.items()}
-        return Derived(derived, projector, srv.log_path, t.image_pos)
+        ctx = settings.server.ctx_size
+        derived = {k: derive_task(t, v, ctx, trace) for k, v in tasks.items()}
+        off = None
+        if read_defaults(engine.server, engine.lib_dir).reasoning_preserve is not None:
+            off = {k: derive_task(t, v, ctx, trace, UNPRESERVED) for k, v in tasks.items()}
+            for k, steps in derived.items():
+                for st, other in zip(steps, off[k], strict=True):
+                    st.common_unpreserved = other.common
+        return Derived(derived, projector, srv.log_path, t.image_pos, off)
 
 
 def is_mrope(model: Path) -> bool:

@@ -19,7 +19,7 @@ from typing import Any
 
 import httpx
 
-from lab.conversation.cache_setting import CacheSetting
+from lab.conversation.cache_setting import PRESERVE, CacheSetting
 from lab.conversation.derive import StepTokens
 from lab.conversation.load import ConversationError
 from lab.core.runs import utc_now
@@ -40,7 +40,11 @@ CHECKPOINT_MADE = re.compile(r"created context checkpoint \d+ of \d+ \(.*size = 
 
 def setting_overrides(setting: CacheSetting, conversation: ConversationSettings) -> dict[str, Any]:
     """The server settings that make the lab's server today's under a cache setting
-    (lab.experiments.protocol.OpenRun.server's overrides), with the user's own extra flags."""
+    (lab.experiments.protocol.OpenRun.server's overrides), with the user's own extra flags (`--reasoning-preserve`
+    as the setting says)."""
+    extra = list(conversation.extra_args)
+    if setting.reasoning_preserve is not None:  # the setting says it (else the user's own flags stand)
+        extra = [a for a in extra if a not in PRESERVE.values()] + [PRESERVE[setting.reasoning_preserve]]
     return {
         "checkpoints": setting.checkpoints,
         "checkpoint_min_step": setting.checkpoint_min_step,
@@ -49,7 +53,7 @@ def setting_overrides(setting: CacheSetting, conversation: ConversationSettings)
         "swa_full": setting.swa_full,
         "ubatch_size": setting.ubatch,
         "batch_size": setting.batch,
-        "extra_args": list(conversation.extra_args),
+        "extra_args": extra,
     }
 
 

@@ -59,6 +59,16 @@ def named_by(version_line: str) -> Release | None:
     return next((r for r in RELEASES if r.commit in version_line), None)
 
 
+def server_label(version_line: str) -> str:
+    """A server's `--version` line as the llama.cpp it is: `llama.cpp 0c1e57098 (latest: llama-cpp-python 0.3.36)`
+    for a supported release's commit, else the line itself."""
+    r = named_by(version_line)
+    if r is None:
+        return f"llama-server {version_line or 'of an unknown version'}"
+    name = name_of(r.sdist_version)
+    return f"llama.cpp {r.commit} ({name + ': ' if name else ''}llama-cpp-python {r.sdist_version})"
+
+
 def name_of(version: str) -> str | None:
     """`pin` or `latest` for their versions, None for the others."""
     return next((n for n, v in NAMED.items() if v == version), None)

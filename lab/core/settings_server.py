@@ -146,6 +146,11 @@ class ConversationSettings(Section):
     swa_full: bool = Field(
         default=False, description="today's --swa-full (a sliding-window model's window cache as large as the context)"
     )
+    reasoning_preserve: bool | None = Field(
+        default=None,
+        description="today's --reasoning-preserve / --no-reasoning-preserve (a server that has the flag: on unless "
+        "set; unset: the server's)",
+    )
     extra_args: list[str] = Field(
         default_factory=list, description="more flags for today's server only, after server.extra_args"
     )

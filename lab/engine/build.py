@@ -35,6 +35,7 @@ from lab.engine.source import (
     patches_for,
     patches_sha256,
     prepare_source,
+    release_label,
     source_id,
 )
 
@@ -168,7 +169,14 @@ def build_engine(
     settings: EngineSettings, cache_dir: Path, flavor: Flavor = "release", quiet: bool = True
 ) -> EngineInfo:
     if settings.prebuilt is not None:
-        return prebuilt_engine(settings.prebuilt)
+        info = prebuilt_engine(settings.prebuilt)
+        asked = release_label(settings)
+        if asked is not None and info.release is not None and info.release != asked:
+            raise BuildError(
+                f"engine.prebuilt {settings.prebuilt} is the {info.release} release's build; this run asks for "
+                f"{asked} (--engine / engine.sdist_version): push that release's bundle"
+            )
+        return info
     patch_sha256 = patches_sha256(patches_for(settings, cache_dir)[1])
     patched = patched_root(cache_dir / "engine" / source_id(settings), patch_sha256)
     patched.parent.mkdir(parents=True, exist_ok=True)

@@ -79,6 +79,7 @@ class Replay(Experiment):
         self.shots_dir: Path | None = None  # a step-shape trace's screenshots are relative to the original trace
         self.projector: Path | None = None
         self.tasks: dict[str, list[StepTokens]] = {}
+        self.unpreserved: dict[str, list[StepTokens]] | None = None  # as --no-reasoning-preserve renders them
         self.raw: dict[str, list[ConversationStep]] = {}
         self.optimum: dict[tuple[str, int], Step] = {}
         self.steps: list[ConversationStepResult] = []
@@ -122,7 +123,7 @@ class Replay(Experiment):
             self.raw = load_conversation(self.trace)
             derived = derive_tasks(settings, parts.engine, parts.model, self.raw, str(self.trace))
         self.tasks, self.projector, self.derive_log = derived.tasks, derived.projector, derived.log
-        self.image_pos = derived.image_pos
+        self.image_pos, self.unpreserved = derived.image_pos, derived.unpreserved
         self.today_engine = parts.engine
         if (binary := settings.conversation.today_server) is not None:  # the user's own server as today's
             b, self.server_defaults = users_server(binary)
@@ -138,7 +139,8 @@ class Replay(Experiment):
             own = self.todays[next(iter(self.todays))]
             with contextlib.suppress(UsageError, HparamsError):  # a memory layout the policy does not model
                 ctx = settings.server.ctx_size
-                self.predicted = predict_conversation(self.tasks, meta, own, ctx, self.image_pos, self.rules)
+                tasks = self.tasks_for(own)
+                self.predicted = predict_conversation(tasks, meta, own, ctx, self.image_pos, self.rules)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         run = sess.run
@@ -200,6 +202,13 @@ class Replay(Experiment):
         today: list[ArmKey] = [("today", k) for k in self.todays] if "today" in self.arms else []
         return [*today, *((a, "") for a in self.arms if a != "today")]
 
+    def tasks_for(self, setting: CacheSetting) -> dict[str, list[StepTokens]]:
+        """The steps as today's server under `setting` renders them (without earlier reasoning on
+        --no-reasoning-preserve)."""
+        if setting.reasoning_preserve is False and self.unpreserved is not None:
+            return self.unpreserved
+        return self.tasks
+
     def _today(self, sess: OpenRun) -> dict[str, LlamaServer]:
         """Today's servers, one per setting (the replay's own: conversation.*), not started yet."""
         out = {}
@@ -235,7 +244,8 @@ class Replay(Experiment):
                 if arm != "today" and previous in (None, "today"):
                     client.warm_up()  # after the other process's work
                 if arm == "today":
-                    rows.append(today_step(today[key], tails[key], st, rep).model_copy(update={"setting": key}))
+                    mine = self.tasks_for(self.todays[key])[st.task_id][k]  # as this setting's server renders it
+                    rows.append(today_step(today[key], tails[key], mine, rep).model_copy(update={"setting": key}))
                 else:
                     rows.append(self._sample(arm, rep, st, self._optimum(t, st), client, self.decode_replies))
                 previous = arm

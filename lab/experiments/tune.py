@@ -17,8 +17,10 @@ Lifecycle (the protocol's, lab.experiments.protocol; measuring is the replay's, 
               difference from the defaults (each step's median over reps of the paired difference, summed, as a
               share of the saving; with a verdict: within a point, or decided either way), split into the steps
               whose measured reuse differs from the defaults' and the alike ones (the bookkeeping), and how many
-              steps' reuse the model predicted exactly. The recommendation: the measured setting (within --ram)
-              that gains most on the defaults, as flags to paste
+              steps' reuse the model predicted exactly. The recommendation, decided by the evidence: a candidate
+              decided better than the defaults, else one decided the same that holds less memory, else the
+              defaults (and how many reps would decide the closest candidate), as flags to paste for the
+              server's version
 """
 
 from __future__ import annotations
@@ -26,7 +28,7 @@ from __future__ import annotations
 import itertools
 import math
 import time
-from dataclasses import dataclass, replace
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 from typing import Any, ClassVar, NamedTuple
 
@@ -42,9 +44,9 @@ from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
 from lab.core.schemas import ConversationSample, Interval
 from lab.core.schemas.raw import TUNE_SETTINGS
-from lab.core.schemas.trace import TuneSetting
+from lab.core.schemas.trace import RecommendedAs, TuneSetting
 from lab.core.settings import Settings
-from lab.core.stats import median_interval, step_median_share, verdict
+from lab.core.stats import called, median_interval, reps_to_decide, step_median_share, verdict
 from lab.core.units import MIB
 from lab.experiments.conversation import Replay
 from lab.experiments.protocol import OpenRun, Outcome, RunParts
@@ -57,20 +59,31 @@ EQUIVALENT = 0.01  # realised shares within a point of the defaults' agree
 
 
 def setting_key(s: CacheSetting) -> str:
-    return f"ckpt{s.checkpoints}-step{s.checkpoint_min_step}-ram{s.cache_ram_mib}" + ("-swafull" if s.swa_full else "")
+    key = f"ckpt{s.checkpoints}-step{s.checkpoint_min_step}-ram{s.cache_ram_mib}"
+    return key + ("-swafull" if s.swa_full else "") + ("-nopreserve" if s.reasoning_preserve is False else "")
 
 
-def grid(base: CacheSetting, window: bool) -> list[CacheSetting]:
-    """Every setting weighed: the defaults, and checkpoints x spacing x RAM cache (off, or the defaults' size)
-    x --swa-full for a sliding-window model."""
+def grid(base: CacheSetting, window: bool, preserve: bool = False) -> list[CacheSetting]:
+    """Every setting weighed: the defaults, and checkpoints x spacing (the defaults' among them) x RAM cache (off,
+    or the defaults' size) x --swa-full for a sliding-window model x --reasoning-preserve on or off where it
+    changes the conversation's prompts (`preserve`)."""
     rams = sorted({0, base.cache_ram_mib if base.cache_ram_mib else 8192})
+    steps = sorted({*MIN_STEPS, base.checkpoint_min_step})
     fulls = (False, True) if window else (base.swa_full,)
+    keeps = (True, False) if preserve and base.reasoning_preserve is not None else (base.reasoning_preserve,)
     out = [base]
-    for ck, step, ram, full in itertools.product(CHECKPOINTS, MIN_STEPS, rams, fulls):
-        s = replace(base, checkpoints=ck, checkpoint_min_step=step, cache_ram_mib=ram, swa_full=full)
+    for ck, step, ram, full, keep in itertools.product(CHECKPOINTS, steps, rams, fulls, keeps):
+        s = replace(
+            base, checkpoints=ck, checkpoint_min_step=step, cache_ram_mib=ram, swa_full=full, reasoning_preserve=keep
+        )
         if s not in out:
             out.append(s)
     return out
+
+
+def renders_differently(a: dict[str, list[StepTokens]], b: dict[str, list[StepTokens]] | None) -> bool:
+    """Whether some step's prompt differs between two renderings of the conversation."""
+    return b is not None and any(x.prompt != y.prompt for k in a for x, y in zip(a[k], b[k], strict=True))
 
 
 @dataclass
@@ -82,6 +95,7 @@ class Option:
     peak_bytes: int
     reused: int
     cache_n: dict[tuple[str, int], int]
+    tasks: dict[str, list[StepTokens]] = field(repr=False, default_factory=dict)  # as its server renders them
 
     @property
     def key(self) -> str:
@@ -107,6 +121,7 @@ def predict_option(
         max((max(p.held_bytes, p.reuse.held_bytes) for p in predicted.values()), default=0),
         sum(p.reuse.cache_n for p in predicted.values()),
         {k: p.reuse.cache_n for k, p in predicted.items()},
+        tasks,
     )
 
 
@@ -128,8 +143,8 @@ def front(options: list[Option]) -> list[Option]:
 
 def pick(on_front: list[Option], defaults: Option, k: int) -> list[Option]:
     """The k fastest settings on the front (where the recommendation will be), none that predicts what the
-    defaults do."""
-    return [o for o in on_front if o.cache_n != defaults.cache_n][:k]
+    defaults do with as much memory (one that reuses the same holding less may be recommended as the same)."""
+    return [o for o in on_front if o.cache_n != defaults.cache_n or o.peak_bytes < defaults.peak_bytes][:k]
 
 
 class Tune(Replay):
@@ -185,10 +200,13 @@ class Tune(Replay):
             self.rates = rates_for(settings)
         ctx = settings.server.ctx_size
         window = self.window is not None
+        preserve = renders_differently(self.tasks, self.unpreserved)
+        if not preserve:  # the flag changes nothing here: not weighed, and the user's own flags stand
+            base = replace(base, reasoning_preserve=None)
         try:
             self.options = [
-                predict_option(self.tasks, meta, s, ctx, self.image_pos, self.rates, self.rules)
-                for s in grid(base, window)
+                predict_option(self.tasks_for(s), meta, s, ctx, self.image_pos, self.rates, self.rules)
+                for s in grid(base, window, preserve)
             ]
         except (UsageError, HparamsError) as e:  # a memory layout the policy does not model
             raise UsageError(f"lab trace tune: {e}") from e
@@ -198,7 +216,7 @@ class Tune(Replay):
             self.chosen = [base, *(o.setting for o in pick(self.on_front, self.options[0], self.k))]
         self.todays = {setting_key(s): s for s in self.chosen}
         by_key = {o.key: o for o in self.options}
-        self.plan = tune_plan(self.tasks, [by_key[k] for k in self.todays if k in by_key], self.rates, self.reps)
+        self.plan = tune_plan([by_key[k] for k in self.todays if k in by_key], self.rates, self.reps)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         if self.plan is not None:  # printed first: what the measuring will cost
@@ -206,17 +224,25 @@ class Tune(Replay):
         started = time.monotonic()
         outcome = super().measure(sess, console)
         self.took_s = time.monotonic() - started
-        self.results = tune_results(self.options, self.on_front, self.chosen, self.samples, self.ram_bytes)
+        self.results = tune_results(
+            self.options, self.on_front, self.chosen, self.samples, self.ram_bytes, self.version
+        )
         sess.run.rewrite(TUNE_SETTINGS, self.results)
         best = next((r for r in self.results if r.recommended), None)
         outcome.results["recommended"] = best.flags if best else None
+        outcome.results["recommended_as"] = best.recommended_as if best else None
+        outcome.results["recommended_for"] = self.version  # today's server's --version: the flags are for it
         outcome.results["plan_s"] = self.plan.total_s if self.plan else None
         outcome.results["took_s"] = self.took_s
         return outcome
 
     def predicted_rows(self) -> list[TuneSetting]:
         """Every setting's row before anything is measured (`--plan`)."""
-        return tune_results(self.options, self.on_front, self.chosen, [], self.ram_bytes)
+        return tune_results(self.options, self.on_front, self.chosen, [], self.ram_bytes, self.version)
+
+    @property
+    def version(self) -> str:
+        return self.server_defaults.version if self.server_defaults else ""
 
     def tables(self) -> dict[str, Any]:
         return {**super().tables(), "settings": [r.model_dump(mode="json") for r in self.results]}
@@ -297,9 +323,11 @@ def measured_fields(samples: list[ConversationSample], keys: list[str], o: Optio
         return step_median_share(minus(base.defaults, own, cols), base.saving, f"tune/{k}/{what}")
 
     total = vs(None, "diff")
+    called_as = verdict(total, EQUIVALENT, center=0.0)
     return out | {
         "vs_defaults": total,
-        "verdict": verdict(total, EQUIVALENT, center=0.0),
+        "verdict": called_as,
+        "reps_to_decide": reps_to_decide(total, EQUIVALENT, center=0.0) if called_as == "undecided" else None,
         "differing_steps": len(diff),
         "vs_defaults_differing": vs(differ, "ndiff"),
         "vs_defaults_alike": vs(alike, "alike"),
@@ -312,10 +340,10 @@ def tune_results(
     chosen: list[CacheSetting],
     samples: list[ConversationSample],
     ram_bytes: int | None,
+    version: str = "",
 ) -> list[TuneSetting]:
     """Every setting's row: the grid's predictions, and for the measured ones their intervals over reps. The
-    recommendation: the measured setting within --ram that gains most on the defaults (paired, the lower-noise
-    comparison), the defaults when none gains."""
+    recommendation as the evidence decides it (`recommend`)."""
     keys = [setting_key(s) for s in chosen]
     measured = {s.setting for s in samples if s.arm == "today"}
     base = Baseline.of(samples, keys[0]) if keys else None
@@ -327,10 +355,12 @@ def tune_results(
             TuneSetting(
                 key=k,
                 flags=" ".join(o.setting.flags()),
+                server_version=version,
                 checkpoints=o.setting.checkpoints,
                 checkpoint_min_step=o.setting.checkpoint_min_step,
                 cache_ram_mib=o.setting.cache_ram_mib,
                 swa_full=o.setting.swa_full,
+                reasoning_preserve=o.setting.reasoning_preserve,
                 role="defaults" if keys and k == keys[0] else "candidate" if k in keys else "grid",
                 on_front=k in front_keys,
                 predicted_prefill_s=o.prefill_s,
@@ -340,12 +370,45 @@ def tune_results(
                 **(measured_fields(samples, keys, o, base) if base and k in keys and k in measured else {}),
             )
         )
-    fits = [r for r in rows if r.role != "grid" and r.realised is not None and r.within_budget]
-    if fits:
-        gain = {r.key: r.vs_defaults.value if r.vs_defaults else 0.0 for r in fits}
-        best = max(fits, key=lambda r: (gain[r.key], r.role == "defaults", -r.predicted_peak_mib))
-        best.recommended = True
+    recommend(rows)
     return rows
+
+
+def _gain(r: TuneSetting) -> float:
+    return r.vs_defaults.value if r.vs_defaults else 0.0
+
+
+def gaining(r: TuneSetting) -> tuple[float, float]:
+    """The order candidates are weighed in: the gain on the defaults, then the lighter."""
+    return _gain(r), -r.predicted_peak_mib
+
+
+def recommend(rows: list[TuneSetting]) -> None:
+    """Mark the recommendation, which the evidence decides: the measured candidate (within --ram) decided better
+    than the defaults that gains most; else one decided the same (within EQUIVALENT) that holds less memory, the
+    lightest; else the defaults. Defaults beyond --ram: the candidate within it not decided worse that gains most."""
+    measured = [r for r in rows if r.role != "grid" and r.realised is not None]
+    defaults = next((r for r in measured if r.role == "defaults"), None)
+    candidates = [r for r in measured if r.role == "candidate" and r.within_budget]
+    better = [r for r in candidates if called(r.verdict, _gain(r)) == "better"]
+    lighter = [
+        r
+        for r in candidates
+        if r.verdict == "agree" and defaults is not None and r.predicted_peak_mib < defaults.predicted_peak_mib
+    ]
+    fits = [r for r in candidates if called(r.verdict, _gain(r)) != "worse"]
+    why: RecommendedAs
+    if better:
+        best, why = max(better, key=gaining), "gain"
+    elif lighter:
+        best, why = min(lighter, key=lambda r: r.predicted_peak_mib), "less memory"
+    elif defaults is not None and defaults.within_budget:
+        best, why = defaults, "defaults"
+    elif fits:
+        best, why = max(fits, key=gaining), "within budget"
+    else:
+        return
+    best.recommended, best.recommended_as = True, why
 
 
 @dataclass(frozen=True)
@@ -372,14 +435,16 @@ class TunePlan:
         )
 
 
-def tune_plan(tasks: dict[str, list[StepTokens]], chosen: list[Option], rates: Rates, reps: int) -> TunePlan:
-    """Per rep: every step's optimum (its new part) and no cache; for every setting each step's prompt past the
-    predicted reuse and its reply held; the servers started (each task's side by side)."""
+def tune_plan(chosen: list[Option], rates: Rates, reps: int) -> TunePlan:
+    """Per rep: every step's optimum (its new part) and no cache (the defaults' rendering); for every setting each
+    step's prompt (as its server renders it) past the predicted reuse and its reply held; the servers started
+    (each task's side by side)."""
+    tasks = chosen[0].tasks if chosen else {}
     steps = [st for v in tasks.values() for st in v]
     controls = sum(rates.ms(st.common, st.cells) + rates.ms(0, st.cells) for st in steps) / 1e3
     today = 0.0
     for o in chosen:
-        for st in steps:
+        for st in (st for v in o.tasks.values() for st in v):
             today += rates.ms(o.cache_n[(st.task_id, st.step)], st.cells) + rates.ms(st.cells, cells(st.held))
     start = rates.process_start_s or 1.0
     return TunePlan(reps, len(chosen), len(tasks), controls, today / 1e3, start * (1 + len(chosen) * len(tasks)))

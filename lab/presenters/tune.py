@@ -6,9 +6,11 @@ from __future__ import annotations
 from rich.table import Table
 
 from lab.core.console import key_columns
+from lab.core.releases import server_label
 from lab.core.schemas import cell
 from lab.core.schemas.trace import TuneSetting
 from lab.core.stats import called
+from lab.experiments.tune import EQUIVALENT
 
 
 def _verdict(r: TuneSetting) -> str:
@@ -71,16 +73,60 @@ def tune_tables(rows: list[TuneSetting]) -> list[Table]:
 
 
 def recommendation(rows: list[TuneSetting]) -> str:
+    """The recommendation for the server's version, and why the evidence makes it (lab.experiments.tune.recommend)."""
     best = next((r for r in rows if r.recommended), None)
     defaults = next((r for r in rows if r.role == "defaults"), None)
     if best is None or defaults is None:
         return "no recommendation: no setting was measured within --ram"
-    line = f"recommended: llama-server ... {best.flags}  (realises {cell(best.realised, share=True)} of the saving"
-    if best is defaults:
-        return line + "; the defaults: no measured candidate gained on them)"
-    versus = f"{cell(best.vs_defaults, share=True)} on them, {_verdict(best)}"
+    head = f"for {server_label(best.server_version)}: llama-server ... {best.flags}"
+    realised = f"realises {cell(best.realised, share=True)} of the saving"
+    if best.recommended_as == "defaults":
+        return f"{head}  (the defaults kept: {realised}; {_undecided(rows)})"
+    versus = f"{cell(best.vs_defaults, share=True)} on the defaults' {cell(defaults.realised, share=True)}"
     split = (
         f"{cell(best.vs_defaults_differing, share=True)} on the {best.differing_steps} steps whose reuse differs, "
         f"{cell(best.vs_defaults_alike, share=True)} on the rest"
     )
-    return line + f"; the defaults {cell(defaults.realised, share=True)}: {versus}; {split})"
+    why = {
+        "gain": "decided better",
+        "less memory": f"the same within {EQUIVALENT:.0%} of the saving, {_lighter(best, defaults)}",
+        "within budget": "the defaults exceed --ram; not decided worse",
+    }[best.recommended_as or "gain"]
+    return f"{head}  ({why}: {realised}, {versus}; {split}){_reasoning(best)}"
+
+
+def _undecided(rows: list[TuneSetting]) -> str:
+    """Why the defaults stay, and what would decide the candidate closest to a gain."""
+    candidates = [r for r in rows if r.role == "candidate" and r.vs_defaults is not None]
+    if not candidates:
+        return "no candidate measured"
+    closest = max(candidates, key=lambda r: r.vs_defaults.value if r.vs_defaults else 0.0)
+    said = f"{closest.flags}: {cell(closest.vs_defaults, share=True)}, {_verdict(closest)}"
+    if closest.verdict == "undecided" and closest.reps_to_decide:
+        return (
+            f"no candidate decided better or the same with less memory; the closest, {said}: about "
+            f"{closest.reps_to_decide} reps would decide it (--reps)"
+        )
+    return f"no candidate decided better or the same with less memory; the closest, {said}"
+
+
+def _lighter(best: TuneSetting, defaults: TuneSetting) -> str:
+    """What memory the recommendation gives back, and where from."""
+    freed = defaults.predicted_peak_mib - best.predicted_peak_mib
+    parts = []
+    if best.cache_ram_mib == 0 and defaults.cache_ram_mib != 0:
+        size = "unlimited" if defaults.cache_ram_mib < 0 else f"{defaults.cache_ram_mib} MiB"
+        parts.append(f"the RAM prompt cache ({size}) off")
+    if best.checkpoints < defaults.checkpoints:
+        parts.append(f"{best.checkpoints} context checkpoints instead of {defaults.checkpoints}")
+    where = f": {', '.join(parts)}" if parts else ""
+    return f"holding {freed:.1f} MiB less at most{where}"
+
+
+def _reasoning(best: TuneSetting) -> str:
+    if best.reasoning_preserve is not False:
+        return ""
+    return (
+        "; --no-reasoning-preserve also changes what the model reads (earlier turns' reasoning dropped): the replay "
+        "kept the recorded replies, so how the agent would answer then is not measured"
+    )

@@ -37,7 +37,8 @@ def lab_options(command: str) -> list[Forwarded]:
             continue
         flag = max(p.opts, key=len)  # --threads, not -t
         negative = p.secondary_opts[0] if p.is_flag and p.secondary_opts else None
-        out.append(Forwarded(p.name.lower(), flag, p.help or "", negative))
+        param = flag.removeprefix("--").replace("-", "_").lower()  # fab's option spelled as lab's: --engine
+        out.append(Forwarded(param, flag, p.help or "", negative))
     return out
 
 

@@ -14,10 +14,11 @@ from typing import Any
 
 from fabric import task
 from invoke.exceptions import Exit
+from pydantic import ValidationError
 from rich.console import Console
 
 from lab.core.console import lab_console
-from lab.core.errors import LabError
+from lab.core.errors import LabError, validation_line
 from lab.core.settings import Settings, load_settings
 from lab.measure.cleanroom import CleanRoom
 from lab.remote.connect import SshTarget, explain
@@ -113,8 +114,12 @@ VIA_OPTS["push_model"] = (
 
 def _run_there(c: Any, args: list[str], own: dict[str, Any], room: CleanRoom | None = None) -> str:
     """`lab <args>` on the host (lab.remote.session.run_remote) with the task's own options, then the fetched
-    run tracked and its status said."""
-    settings, console = load_settings(), lab_console()
+    run tracked and its status said. The release the command names (`--engine`) is the one pushed."""
+    asked = args[args.index("--engine") + 1] if "--engine" in args[:-1] else None
+    try:
+        settings, console = load_settings(engine={"sdist_version": asked}), lab_console()
+    except ValidationError as e:
+        raise Exit(f"invalid settings: {validation_line(e, root='settings')}", code=2) from e
     resume = own.get("resume")
     if resume is not None:
         args = args[:1]  # a resumed run keeps its own params

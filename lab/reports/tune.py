@@ -10,6 +10,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from lab.core.releases import server_label
 from lab.core.settings import ReportSettings
 from lab.core.stats import called
 from lab.reports.data import figure_rows, newest_run
@@ -56,10 +57,9 @@ def tune_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) 
     notes = [f"run {run_id}; grey: every setting predicted, dashed: the predicted front; bars: 95% intervals"]
     if not best.empty:
         b = best.iloc[0]
-        notes.append(
-            f"recommended: {b['flags']}, realising {b['realised_value']:.1%} [{b['realised_lo']:.1%}, "
-            f"{b['realised_hi']:.1%}] of the optimum's saving"
-        )
+        realised = f"{b['realised_value']:.1%} [{b['realised_lo']:.1%}, {b['realised_hi']:.1%}]"
+        server = server_label(str(b.get("server_version", "")))
+        notes.append(f"recommended for {server}: {b['flags']}, realising {realised} of the optimum's saving")
         if pd.notna(b.get("vs_defaults_value")):
             lo, value, hi = (100 * b[f"vs_defaults_{k}"] for k in ("lo", "value", "hi"))
             notes[-1] += f", {value:+.1f} [{lo:+.1f}, {hi:+.1f}] points on the defaults ({called(b['verdict'], value)})"

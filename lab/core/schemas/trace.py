@@ -207,6 +207,9 @@ class ConversationCauseResult(BaseModel):
     )
 
 
+RecommendedAs = Literal["gain", "less memory", "defaults", "within budget"]
+
+
 class TuneSetting(BaseModel):
     """raw/tune_settings.jsonl: one llama-server cache setting of `lab trace tune`: what the policy model predicts
     for the conversation (every setting on the grid) and, for the defaults and the candidates, what the three-arm
@@ -214,10 +217,16 @@ class TuneSetting(BaseModel):
 
     key: str = Field(description="the setting's name in the run (today's samples carry it)")
     flags: str = Field(description="the llama-server flags, as pasted into its command")
+    server_version: str = Field(
+        default="", description="today's server's --version line: the llama.cpp the flags are for"
+    )
     checkpoints: int
     checkpoint_min_step: int
     cache_ram_mib: int
     swa_full: bool = False
+    reasoning_preserve: bool | None = Field(
+        default=None, description="--reasoning-preserve on or off (None: a server without the flag)"
+    )
     role: Literal["defaults", "candidate", "grid"] = Field(description="what the run did with it")
     on_front: bool = Field(description="not beaten by another setting in both predicted prefill and memory")
     predicted_prefill_s: float = Field(description="the conversation's prefill seconds the model predicts (all tasks)")
@@ -251,4 +260,12 @@ class TuneSetting(BaseModel):
     verdict: Verdict | None = Field(
         default=None, description="vs the defaults: agree (within a point), disagree or undecided"
     )
+    reps_to_decide: int | None = Field(
+        default=None, description="about how many reps would decide vs_defaults when undecided"
+    )
     recommended: bool = False
+    recommended_as: RecommendedAs | None = Field(
+        default=None,
+        description="why it is the recommendation: a decided gain on the defaults; decided the same, holding less "
+        "memory; the defaults kept (no candidate decided either); the defaults exceed --ram and it fits",
+    )
