@@ -9,7 +9,7 @@ import pytest
 from lab.core.schemas import Interval
 from lab.core.schemas.trace import TuneSetting
 from lab.core.stats import reps_to_decide, verdict
-from lab.experiments.tune import EQUIVALENT, recommend
+from lab.experiments.tune.decide import EQUIVALENT, recommend
 from lab.presenters.tune import recommendation
 
 pytestmark = pytest.mark.fast

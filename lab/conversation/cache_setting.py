@@ -56,6 +56,8 @@ def todays_setting(
     extra = [*server.extra_args, *c.extra_args]
     said = [a == PRESERVE[True] for a in extra if a in PRESERVE.values()]
     preserve = c.reasoning_preserve if c.reasoning_preserve is not None else said[-1] if said else None
+    if defaults.reasoning_preserve is None or preserve is None:  # no such flag, or the server's own default
+        preserve = defaults.reasoning_preserve
     return CacheSetting(
         checkpoints=defaults.checkpoints if c.checkpoints is None else c.checkpoints,
         checkpoint_min_step=defaults.checkpoint_min_step if c.checkpoint_min_step is None else c.checkpoint_min_step,
@@ -64,11 +66,7 @@ def todays_setting(
         swa_full=c.swa_full or "--swa-full" in extra,
         ubatch=server.ubatch_size,
         batch=server.batch_size,
-        reasoning_preserve=None
-        if defaults.reasoning_preserve is None
-        else defaults.reasoning_preserve
-        if preserve is None
-        else preserve,
+        reasoning_preserve=preserve,
     )
 
 

@@ -10,7 +10,7 @@ from lab.core.releases import server_label
 from lab.core.schemas import cell
 from lab.core.schemas.trace import TuneSetting
 from lab.core.stats import called
-from lab.experiments.tune import EQUIVALENT
+from lab.experiments.tune.decide import EQUIVALENT
 
 
 def _verdict(r: TuneSetting) -> str:
@@ -73,7 +73,7 @@ def tune_tables(rows: list[TuneSetting]) -> list[Table]:
 
 
 def recommendation(rows: list[TuneSetting]) -> str:
-    """The recommendation for the server's version, and why the evidence makes it (lab.experiments.tune.recommend)."""
+    """The recommendation for the server's version, and why the evidence makes it (tune.decide.recommend)."""
     best = next((r for r in rows if r.recommended), None)
     defaults = next((r for r in rows if r.role == "defaults"), None)
     if best is None or defaults is None:
