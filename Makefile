@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/lab
 PYTHON ?= python3
 
-.PHONY: deps setup engine-latest demo test test-fast test-engine lint bench repro lock
+.PHONY: deps setup engine-latest demo test test-fast test-engine test-faults lint bench repro lock
 .DEFAULT_GOAL := demo
 
 deps:
@@ -76,6 +76,10 @@ test-fast: $(VENV)/.installed
 
 test-engine: engine-latest
 	$(VENV)/bin/pytest -q -m "fast or engine"
+
+# the fault suite alone (also part of `make test`): hostile upstreams and agents, hosts and archives
+test-faults: engine-latest
+	$(VENV)/bin/pytest -q -m faults
 
 # the C++ tools (lab/**/*.cpp, lab/**/*.h) against .clang-format, with clang-format from the dev extras
 lint: $(VENV)/.installed

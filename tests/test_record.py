@@ -16,6 +16,7 @@ import httpx
 import openai
 import pytest
 
+from lab.conversation.load import load_conversation
 from lab.core.schemas import ConversationSample, ConversationStep, ConversationStepResult
 from lab.core.settings import load_settings
 from lab.engine.media import data_url
@@ -75,7 +76,8 @@ def replay_once(trace: Path, runs: Path) -> tuple[Path, list[ConversationSample]
 
 
 def steps(trace: Path) -> list[ConversationStep]:
-    return [ConversationStep.model_validate_json(line) for line in trace.read_text().splitlines()]
+    """The trace's steps (with their tool times, lines of their own), task by task."""
+    return [s for task in load_conversation(trace).values() for s in task]
 
 
 def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaServer, tmp_path: Path) -> None:
@@ -120,8 +122,8 @@ def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaS
             for c in rec.agent.chat.completions.create(messages=messages, stream=True, **PARAMS)
             if c.choices
         )
-        # a step waits for its tool time: the last one is written when the recorder stops
-        assert [s.step for s in steps(trace)] == [0, 1]
+        # every step is on disk as soon as the agent has its reply (its tool time follows as a line of its own)
+        assert [s.step for s in steps(trace)] == [0, 1, 2]
         out, _ = rec.stop()
     assert out == f"3 steps written to {trace}\n"
 
@@ -162,8 +164,9 @@ def test_a_three_turn_conversation_passes_through_and_is_recorded(server: LlamaS
             models = http.get(f"{rec.base_url}/models")
             assert models.status_code == 200
             assert models.json()["data"][0]["id"] == http.get(f"{server.url}/v1/models").json()["data"][0]["id"]
-            bad = http.post(f"{rec.base_url}/chat/completions", content=b"{not json")
-            assert bad.status_code == http.post(f"{server.url}/v1/chat/completions", content=b"{not json").status_code
+            garbled = {"content": b"{not json", "headers": {"Content-Type": "application/json"}}
+            bad = http.post(f"{rec.base_url}/chat/completions", **garbled)
+            assert bad.status_code == http.post(f"{server.url}/v1/chat/completions", **garbled).status_code
         rec.agent.chat.completions.create(messages=sent[0], **PARAMS)
         rec.agent.chat.completions.create(messages=sent[0], extra_headers={"X-Lab-Task": "other"}, **PARAMS)
         out, err = rec.stop()

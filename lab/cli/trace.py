@@ -177,11 +177,20 @@ def trace_record(
     task: Annotated[str, typer.Option("--task", help="task id; a request's X-Lab-Task header wins")] = "task000",
     host: Annotated[str, typer.Option("--host", help="address to listen on")] = "127.0.0.1",
     append: Annotated[bool, typer.Option("--append", help="add to an existing trace (steps continue)")] = False,
+    token: Annotated[
+        str | None,
+        typer.Option("--token", help="a secret every request must carry in X-Lab-Token (record.token)"),
+    ] = None,
+    read_timeout: Annotated[
+        float | None,
+        typer.Option("--read-timeout", help="seconds the upstream may stay silent (record.read_timeout_s)"),
+    ] = None,
 ) -> None:
     """Record a real agent: forward its OpenAI requests unchanged, one ConversationStep line per chat exchange."""
     from lab.conversation.record import Recording, record
 
-    n = record(Recording(upstream, listen, out, task, host, append))
+    s = settings_for(record={"token": token, "read_timeout_s": read_timeout})
+    n = record(Recording(upstream, listen, out, task, host, append, s.record))
     typer.echo(f"{n} steps written to {out}")
 
 

@@ -85,30 +85,52 @@ def _merge_call(calls: list[dict[str, Any]], part: dict[str, Any]) -> None:
 @dataclass
 class StreamAssembler:
     """Feed a stream's raw bytes as they arrive (split anywhere, even inside a UTF-8 character); `reply()` is
-    the message assembled from choice 0's deltas and the token counts of the last chunk that carried any."""
+    the message assembled from choice 0's deltas and the token counts of the last chunk that carried any.
 
+    Linear in the bytes fed, and bounded: past `limit` bytes it stops assembling (`overflow`; the stream itself
+    is not its business). `finished` once choice 0 has its `finish_reason`; `error` once an event carried an
+    `error` object (an upstream that fails mid-stream and then ends it cleanly)."""
+
+    limit: int | None = None
     chunks: int = 0
     done: bool = False
+    finished: bool = False
+    error: str | None = None
+    overflow: bool = False
     message: dict[str, Any] = field(default_factory=lambda: {"role": "assistant", "content": None})
     prompt_tokens: int | None = None
     completion_tokens: int | None = None
+    _fed: int = 0
     _deltas: int = 0
-    _text: str = ""
+    _partial: list[str] = field(default_factory=list)  # the unterminated line, in pieces: joined once it ends
     _data: list[str] = field(default_factory=list)
     _decoder: codecs.IncrementalDecoder = field(default_factory=lambda: codecs.getincrementaldecoder("utf-8")())
 
     def feed(self, raw: bytes) -> None:
-        self._text += self._decoder.decode(raw)
-        *lines, self._text = self._text.split("\n")
+        if self.overflow:
+            return
+        self._fed += len(raw)
+        if self.limit is not None and self._fed > self.limit:
+            self.overflow, self._partial, self._data = True, [], []
+            return
+        text = self._decoder.decode(raw)
+        if "\n" not in text:
+            self._partial.append(text)
+            return
+        first, *lines, rest = text.split("\n")
+        self._line("".join([*self._partial, first]).removesuffix("\r"))
         for line in lines:
             self._line(line.removesuffix("\r"))
+        self._partial = [rest] if rest else []
 
     def close(self) -> None:
         """The stream ended: an event not yet closed by a blank line still counts."""
-        self._text += self._decoder.decode(b"", final=True)
-        if self._text:
-            self._line(self._text)
-            self._text = ""
+        if self.overflow:
+            return
+        tail = "".join(self._partial) + self._decoder.decode(b"", final=True)
+        self._partial = []
+        if tail:
+            self._line(tail)
         self._event()
 
     def _line(self, line: str) -> None:
@@ -133,19 +155,32 @@ class StreamAssembler:
             self.add_chunk(chunk)
 
     def add_chunk(self, chunk: dict[str, Any]) -> None:
-        """One parsed `chat.completion.chunk`."""
+        """One parsed `chat.completion.chunk` (or an `error` event)."""
         self.chunks += 1
+        if chunk.get("error") is not None:
+            self.error = error_text(chunk["error"])
         for choice in chunk.get("choices") or []:
-            if isinstance(choice, dict) and choice.get("index", 0) == 0 and isinstance(choice.get("delta"), dict):
+            if not isinstance(choice, dict) or choice.get("index", 0) != 0:
+                continue
+            if isinstance(choice.get("delta"), dict):
                 self._deltas += 1
                 merge_delta(self.message, choice["delta"])
+            if choice.get("finish_reason"):
+                self.finished = True
         prompt, completion = token_counts(chunk)
         if prompt is not None or completion is not None:
             self.prompt_tokens, self.completion_tokens = prompt, completion
 
     def reply(self) -> Reply:
-        message = self.message if self._deltas else None
+        message = self.message if self._deltas and not self.overflow else None
         return Reply(message, self.prompt_tokens, self.completion_tokens)
+
+
+def error_text(error: Any) -> str:
+    """An upstream's `error` value in one short line."""
+    text = str(error.get("message") or error) if isinstance(error, dict) else str(error)
+    text = " ".join(text.split())
+    return text if len(text) <= 200 else text[:197] + "..."
 
 
 def assemble(raw_chunks: list[bytes]) -> Reply:

@@ -1,8 +1,9 @@
 """Reading a conversation trace: every line a `ConversationStep`, checked before anything runs.
 
 A bad line is one error naming the file, line and step (a step that is not valid chat JSON, an image that
-does not load); the steps come back grouped by task, in step order, with every image as a data URL (an image
-given as a file path is read relative to the trace; every image is checked to be a PNG that decodes).
+does not load); the steps come back grouped by task, in step order, with their tool times (lines of their own)
+and every image as a data URL (an image given as a file path is read relative to the trace; every image is
+checked to be a PNG that decodes). A last line cut mid-write is left out with a warning.
 """
 
 from __future__ import annotations
@@ -12,13 +13,14 @@ import binascii
 import json
 import struct
 from collections.abc import Iterator
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
 from pydantic import ValidationError
 
-from lab.core.errors import LabError, validation_line
-from lab.core.schemas import ConversationStep
+from lab.core.errors import LabError, validation_line, warn
+from lab.core.schemas import ConversationStep, StepToolTime
 from lab.engine.media import data_url
 from lab.engine.png import png_check
 
@@ -39,20 +41,58 @@ def is_conversation(path: Path) -> bool:
     return False
 
 
-def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
-    """The trace's tasks, each a list of steps in step order, images resolved to data URLs."""
-    if not path.is_file():
-        raise ConversationError(f"{path}: no such conversation trace")
-    tasks: dict[str, dict[int, ConversationStep]] = {}
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
+@dataclass
+class TraceLines:
+    """A conversation trace's lines, each with where it is (`file:line`): its steps, its tool times, and where a
+    torn last line starts (a byte offset; None: the file ends with a whole line)."""
+
+    steps: list[tuple[str, ConversationStep]]
+    tool_times: list[tuple[str, StepToolTime]]
+    torn_at: int | None = None
+
+
+def read_trace(path: Path) -> TraceLines:
+    """Every line checked (one error naming the file and line); a last line cut mid-write (by a kill or a full
+    disk: no newline, not JSON) is left out, never read as a step."""
+    data = path.read_bytes()
+    torn_at = None
+    if data and not data.endswith(b"\n"):
+        start = data.rfind(b"\n") + 1
+        try:
+            json.loads(data[start:])
+        except ValueError:
+            torn_at, data = start, data[:start]
+    out = TraceLines([], [], torn_at)
+    for i, raw in enumerate(data.split(b"\n"), start=1):
+        if not raw.strip():
             continue
         where = f"{path}:{i}"
         try:
-            raw = json.loads(line)
-            step = ConversationStep.model_validate(raw)
-        except (json.JSONDecodeError, ValidationError) as e:
+            parsed = json.loads(raw)
+            if isinstance(parsed, dict) and "request" not in parsed and "tool_s" in parsed:
+                out.tool_times.append((where, StepToolTime.model_validate(parsed)))
+            else:
+                out.steps.append((where, ConversationStep.model_validate(parsed)))
+        except (ValueError, ValidationError) as e:
             raise ConversationError(f"{where}: not a conversation step: {validation_line(e, root='step')}") from e
+    return out
+
+
+def torn_warning(path: Path, lines: TraceLines) -> str:
+    torn = path.stat().st_size - (lines.torn_at or 0)
+    return f"{path}: its last line was cut mid-write ({torn} bytes, no newline): left out, every whole line kept"
+
+
+def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
+    """The trace's tasks, each a list of steps in step order with their tool times, images resolved to data
+    URLs."""
+    if not path.is_file():
+        raise ConversationError(f"{path}: no such conversation trace")
+    lines = read_trace(path)
+    if lines.torn_at is not None:
+        warn(torn_warning(path, lines))
+    tasks: dict[str, dict[int, ConversationStep]] = {}
+    for where, step in lines.steps:
         where += f": task {step.task_id!r} step {step.step}"
         if step.step in tasks.setdefault(step.task_id, {}):
             raise ConversationError(f"{where}: a duplicate step")
@@ -61,6 +101,13 @@ def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
         except ConversationError as e:
             raise ConversationError(f"{where}: {e}") from e
         tasks[step.task_id][step.step] = step
+    for where, tool in lines.tool_times:
+        owner = tasks.get(tool.task_id, {}).get(tool.step)
+        if owner is None:
+            raise ConversationError(f"{where}: the tool time of task {tool.task_id!r} step {tool.step}, no such step")
+        if owner.tool_s is not None:
+            raise ConversationError(f"{where}: task {tool.task_id!r} step {tool.step} has a tool time already")
+        owner.tool_s = tool.tool_s
     if not tasks:
         raise ConversationError(f"{path}: no steps")
     return {t: [steps[k] for k in sorted(steps)] for t, steps in tasks.items()}

@@ -1,10 +1,11 @@
-"""A conversation trace being written: step numbers per task, and one pending step per task held back until
-its tool time is known.
+"""A conversation trace being written: step numbers per task, each step on disk as soon as its exchange is
+complete, and its tool time appended later as a line of its own.
 
-A step's `tool_s` is the agent's own time after its reply until the task's next request, so a finished
-exchange waits (in memory) for that request, is then appended with its `tool_s`, and the rest are appended
-with `tool_s` None when the recorder stops. Each line is flushed and fsynced before the next event is
-handled, so a stop loses nothing that was complete; a SIGKILL loses at most the one pending step per task."""
+A step's `tool_s` is the agent's own time after its reply until the task's next request, known only when that
+request arrives: the step is written when the agent has its reply, and a `StepToolTime` line follows when the
+next request comes (none for the task's last step). Each line is flushed and fsynced before the next event is
+handled, so however the recorder ends (a signal, SIGKILL, the OOM killer) every complete exchange is in the
+trace; a line cut mid-write is left out by the readers and set aside by `--append`."""
 
 from __future__ import annotations
 
@@ -12,9 +13,12 @@ import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from lab.core.errors import LabError
-from lab.core.runs import read_jsonl
-from lab.core.schemas import ConversationStep
+from pydantic import BaseModel
+
+from lab.conversation.load import ConversationError, read_trace, torn_warning
+from lab.core.errors import LabError, warn
+from lab.core.runs import utc_now
+from lab.core.schemas import ConversationStep, StepToolTime
 
 
 class RecordError(LabError):
@@ -24,35 +28,41 @@ class RecordError(LabError):
 @dataclass
 class ConversationLog:
     """`begin` when a request arrives (its step number), then `finish` with its row or `abandon` (nothing
-    written, the number given back when no later request of the task took one); `close` when stopping."""
+    written, the number given back when no later request of the task took one)."""
 
     path: Path
     next_step: dict[str, int] = field(default_factory=dict)
-    pending: dict[str, tuple[ConversationStep, float]] = field(default_factory=dict)
+    waiting: dict[str, tuple[int, float]] = field(default_factory=dict)  # per task: a written step, its reply's end
     written: int = 0
-    stopping: bool = False
 
     @classmethod
     def open(cls, path: Path, append: bool = False) -> ConversationLog:
-        """A new trace, or with `append` an existing conversation trace whose steps continue per task."""
+        """A new trace, or with `append` an existing conversation trace whose steps continue per task (a torn
+        last line is first moved to a file of its own beside it)."""
         log = cls(path)
         if path.exists() and not append:
             raise RecordError(f"{path} exists: pass --append to add to it, or choose another -o")
         if path.exists():
             if path.is_dir():
                 raise RecordError(f"{path} is a directory, not a conversation trace")
-            for row in read_jsonl(path, ConversationStep):
+            try:
+                lines = read_trace(path)
+            except ConversationError as e:
+                raise RecordError(str(e)) from e
+            for _, row in lines.steps:
                 log.next_step[row.task_id] = max(log.next_step.get(row.task_id, 0), row.step + 1)
+            if lines.torn_at is not None:
+                log._set_aside(lines.torn_at, torn_warning(path, lines))
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
         return log
 
     def begin(self, task: str, now: float) -> int:
-        """A request of `task` arrived at monotonic time `now`: the task's pending step gets its tool time and
-        is written; the new request's step number."""
-        if (held := self.pending.pop(task, None)) is not None:
-            row, ended = held
-            self._write(row.model_copy(update={"tool_s": max(0.0, now - ended)}))
+        """A request of `task` arrived at monotonic time `now`: the task's last step gets its tool time; the new
+        request's step number."""
+        if (held := self.waiting.pop(task, None)) is not None:
+            step, ended = held
+            self._write(StepToolTime(task_id=task, step=step, tool_s=max(0.0, now - ended)))
         step = self.next_step.get(task, 0)
         self.next_step[task] = step + 1
         return step
@@ -63,24 +73,29 @@ class ConversationLog:
             self.next_step[task] = step
 
     def finish(self, row: ConversationStep, ended: float) -> None:
-        """An exchange completed at monotonic time `ended`: held until the task's next request (or written now
-        while stopping). A step still held here overlapped this one, so it has no tool time of its own."""
-        if self.stopping:
-            self._write(row)
-            return
-        if (held := self.pending.pop(row.task_id, None)) is not None:
-            self._write(held[0])
-        self.pending[row.task_id] = (row, ended)
+        """An exchange completed at monotonic time `ended`: written now. A later request of the task that arrived
+        before it ended means the agent did not wait for it: its tool time is 0."""
+        self._write(row)
+        self.written += 1
+        if self.next_step.get(row.task_id, 0) > row.step + 1:
+            self._write(StepToolTime(task_id=row.task_id, step=row.step, tool_s=0.0))
+        else:
+            self.waiting[row.task_id] = (row.step, ended)
 
-    def close(self) -> None:
-        """Stopping: every held step is written with tool_s None, and later completions at once."""
-        self.stopping = True
-        for task in list(self.pending):
-            self._write(self.pending.pop(task)[0])
-
-    def _write(self, row: ConversationStep) -> None:
+    def _write(self, row: BaseModel) -> None:
         with self.path.open("a") as fh:
             fh.write(row.model_dump_json() + "\n")
             fh.flush()
             os.fsync(fh.fileno())
-        self.written += 1
+
+    def _set_aside(self, at: int, why: str) -> None:
+        """The bytes after `at` go to `<trace>.torn-<time>` and the trace ends with its last whole line."""
+        aside = self.path.with_name(f"{self.path.name}.torn-{utc_now().replace(':', '')}")
+        with self.path.open("r+b") as fh, aside.open("xb") as out:
+            fh.seek(at)
+            out.write(fh.read())
+            out.flush()
+            os.fsync(out.fileno())
+            fh.truncate(at)
+            os.fsync(fh.fileno())
+        warn(f"{why}; moved to {aside}")

@@ -1,7 +1,14 @@
 """`lab trace record`: an OpenAI-compatible pass-through an agent is pointed at (base_url
-http://127.0.0.1:PORT/v1). Every request goes to the upstream unchanged (but for the lab's own `X-Lab-Task`
-header) and the upstream's answer comes back unchanged: status, headers, body, and a stream chunk by chunk as
-it arrives. Each chat-completions exchange becomes one `ConversationStep` line of the trace (see `log`).
+http://127.0.0.1:PORT/v1). Every request goes to the upstream unchanged (but for the lab's own `X-Lab-Task` and
+`X-Lab-Token` headers) and the upstream's answer comes back unchanged: status, headers, body, and a stream chunk
+by chunk as it arrives. Each chat-completions exchange the agent received whole becomes one `ConversationStep`
+line of the trace, written at once (see `log`); one that failed, carried an error or did not reach the agent is
+not recorded, and says why in one line.
+
+It takes an agent's API calls only: JSON bodies, no `Origin` (a web page's request), the token when one is set;
+and it holds bounded amounts: a request up to record.max_request_mib (else 413), a reply up to
+record.max_reply_mib (else a 502, or a stream passed on unrecorded), an upstream silent for at most
+record.read_timeout_s (else a 504 or a cut stream).
 
 aiohttp serves the agent, httpx.AsyncClient talks to the upstream."""
 
@@ -9,11 +16,13 @@ from __future__ import annotations
 
 import asyncio
 import contextlib
+import hmac
+import ipaddress
 import json
 import signal
 import time
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -24,17 +33,20 @@ from pydantic import ValidationError
 from lab.conversation.assemble import Reply, StreamAssembler, reply_of_body
 from lab.conversation.log import ConversationLog, RecordError
 from lab.core.errors import validation_line, warn
+from lab.core.redact import redact_url
 from lab.core.runs import utc_now
 from lab.core.schemas import ConversationStep
+from lab.core.settings_server import RecordSettings
 
 TASK_HEADER = "X-Lab-Task"
+TOKEN_HEADER = "X-Lab-Token"
 DEFAULT_TASK = "task000"
 # hop-by-hop headers (RFC 9110 7.6.1) and what the client library sets itself; never forwarded either way
 _HOP = frozenset(
     {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
     | {"upgrade", "proxy-connection", "host", "content-length"}
 )
-MAX_BODY = 1 << 30  # a request with screenshots as data URLs is large; aiohttp's default limit is 1 MiB
+_OWN = frozenset({TASK_HEADER.lower(), TOKEN_HEADER.lower()})  # the lab's own headers, never forwarded
 
 
 @dataclass(frozen=True)
@@ -47,14 +59,40 @@ class Recording:
     task: str = DEFAULT_TASK
     host: str = "127.0.0.1"
     append: bool = False
+    limits: RecordSettings = field(default_factory=RecordSettings)
 
     @property
     def url(self) -> str:
         host = f"[{self.host}]" if ":" in self.host else self.host
         return f"http://{host}:{self.port}/v1"
 
+    @property
+    def shown_upstream(self) -> str:
+        """The upstream as it may be printed: credentials in its URL masked."""
+        return redact_url(self.upstream)
+
     def banner(self) -> str:
-        return f"recording: {self.url} -> {self.upstream}, trace {self.trace}"
+        return f"recording: {self.url} -> {self.shown_upstream}, trace {self.trace}"
+
+    def exposure(self) -> str | None:
+        """The warning for listening beyond loopback (None on loopback)."""
+        if is_loopback(self.host):
+            return None
+        if self.limits.token is None:
+            return (
+                f"listening on {self.host}: anyone who reaches port {self.port} can use {self.shown_upstream} "
+                "through it and add steps to the trace; --token makes every request carry it in X-Lab-Token"
+            )
+        return f"listening on {self.host}: a request without the token in its {TOKEN_HEADER} header is refused (401)"
+
+
+def is_loopback(host: str) -> bool:
+    if host == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host).is_loopback
+    except ValueError:
+        return False
 
 
 def upstream_url(base: str, path: str, query: str) -> str:
@@ -78,149 +116,257 @@ def chat_body(body: bytes) -> dict[str, Any] | None:
     return parsed if isinstance(parsed, dict) else None
 
 
+def is_json(content_type: str) -> bool:
+    mime = content_type.partition(";")[0].strip().lower()
+    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
+
+
+def error_response(status: int, message: str, kind: str) -> web.Response:
+    """The recorder's own answer, in the OpenAI error shape."""
+    return web.json_response(
+        {"error": {"message": f"lab trace record: {message}", "type": kind, "code": status}}, status=status
+    )
+
+
+@dataclass
+class Exchange:
+    """One chat-completions exchange being recorded: settled exactly once, as a step or as nothing."""
+
+    task: str
+    step: int
+    sent: dict[str, Any]
+    started_utc: str
+    t0: float
+    settled: bool = False
+
+
 class Recorder:
-    """The aiohttp handler: forward, pass the answer back, hand each chat exchange to the log."""
+    """The aiohttp handler: refuse what is not an agent's API call, forward the rest, pass the answer back, and
+    hand each chat exchange the agent received whole to the log."""
 
     def __init__(self, rec: Recording, log: ConversationLog, client: httpx.AsyncClient) -> None:
         self.rec, self.log, self.client = rec, log, client
+        self.max_reply = rec.limits.max_reply_mib << 20
+
+    def refusal(self, request: web.Request) -> web.Response | None:
+        """A web page's request (it carries an `Origin`; an agent's does not), a request without the token, or a
+        body that is not JSON: what a page could send without a CORS preflight is `text/plain`."""
+        if origin := request.headers.get("Origin"):
+            return error_response(403, f"a request from a web page (Origin {origin[:80]}) is refused", "forbidden")
+        token = self.rec.limits.token
+        if token is not None and not hmac.compare_digest(
+            request.headers.get(TOKEN_HEADER, "").encode(), token.encode()
+        ):
+            return error_response(401, f"no valid {TOKEN_HEADER} header", "unauthorized")
+        if request.can_read_body and not is_json(request.headers.get("Content-Type", "")):
+            shown = request.headers.get("Content-Type", "none")[:80]
+            return error_response(
+                415, f"a body of Content-Type {shown}: only JSON is forwarded", "unsupported_media_type"
+            )
+        return None
 
     async def handle(self, request: web.Request) -> web.StreamResponse:
-        body = await request.read()
+        if (refused := self.refusal(request)) is not None:
+            warn(f"{request.method} {request.path}: refused ({refused.status})")
+            return refused
+        try:
+            body = await request.read()
+        except web.HTTPRequestEntityTooLarge:
+            limit = self.rec.limits.max_request_mib
+            warn(f"{request.method} {request.path}: a body over record.max_request_mib ({limit} MiB): refused (413)")
+            return error_response(413, f"a request body over record.max_request_mib ({limit} MiB)", "request_too_large")
         task = request.headers.get(TASK_HEADER) or self.rec.task
         sent: dict[str, Any] | None = None
         if is_chat(request) and (sent := chat_body(body)) is None:
             warn(f"{request.path}: the body is not a JSON object: forwarded, not recorded")
         started_utc, t0 = utc_now(ms=True), time.monotonic()
-        step = self.log.begin(task, t0) if sent is not None else None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP | {"x-lab-task"}}
+        exchange = Exchange(task, self.log.begin(task, t0), sent, started_utc, t0) if sent is not None else None
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP | _OWN}
         headers["Accept-Encoding"] = "identity"  # the body comes back as sent, readable for the trace
         url = upstream_url(self.rec.upstream, request.path, request.query_string)
         try:
-            upstream = await self.client.send(
-                self.client.build_request(request.method, url, headers=headers, content=body), stream=True
-            )
-        except httpx.HTTPError as e:
-            if step is not None:
-                self.log.abandon(task, step)
-            why = f"{type(e).__name__}: {e}".rstrip(": ")
-            warn(f"upstream {self.rec.upstream} failed for {request.method} {request.path}: {why}")
-            message = f"lab trace record: upstream {self.rec.upstream} unreachable ({why})"
-            error = {"message": message, "type": "upstream_error", "code": 502}
-            return web.json_response({"error": error}, status=502)
-
-        def settle(reply: Reply | None) -> None:
-            """Record the exchange (before its last byte reaches the agent, whose next request may follow)."""
-            if step is not None and sent is not None:
-                self._settle(task, step, sent, reply, upstream.status_code, started_utc, t0)
-
-        try:
-            return await self._pass_back(request, upstream, sent is not None, settle)
+            try:
+                upstream = await self.client.send(
+                    self.client.build_request(request.method, url, headers=headers, content=body), stream=True
+                )
+            except httpx.HTTPError as e:
+                return self._failed(request, e)
+            try:
+                return await self._pass_back(request, upstream, exchange)
+            finally:
+                await upstream.aclose()
         finally:
-            await upstream.aclose()
+            if exchange is not None:
+                self.settle(exchange, None, "no reply")  # anything not settled by now is not recorded
 
-    def _settle(
-        self, task: str, step: int, sent: dict[str, Any], reply: Reply | None, status: int, started_utc: str, t0: float
-    ) -> None:
+    def _failed(self, request: web.Request, e: httpx.HTTPError) -> web.Response:
+        """The upstream could not be reached, or sent no answer within record.read_timeout_s."""
+        why = redact_url(f"{type(e).__name__}: {e}".rstrip(": "))
+        warn(f"upstream {self.rec.shown_upstream} failed for {request.method} {request.path}: {why}")
+        if isinstance(e, httpx.TimeoutException) and not isinstance(e, httpx.ConnectTimeout):
+            wait = self.rec.limits.read_timeout_s
+            return error_response(
+                504, f"upstream {self.rec.shown_upstream} sent nothing for {wait:g} s ({why})", "upstream_timeout"
+            )
+        return error_response(502, f"upstream {self.rec.shown_upstream} unreachable ({why})", "upstream_error")
+
+    def settle(self, x: Exchange, reply: Reply | None, why: str = "", status: int = 200) -> None:
+        """Record the exchange once: a step when the agent received a good reply, else (a reply with a flaw,
+        `why`) nothing, its number given back, and one warning line saying why."""
+        if x.settled:
+            return
+        x.settled = True
         ended = time.monotonic()
-        if reply is None or not 200 <= status < 300 or reply.message is None:
-            self.log.abandon(task, step)
-            what = "no reply" if reply is None else f"status {status}, no assistant message"
-            warn(f"task {task!r}: {what}: not recorded")
+        if why or reply is None or not 200 <= status < 300 or reply.message is None:
+            self.log.abandon(x.task, x.step)
+            what = why or ("no assistant message" if 200 <= status < 300 else f"status {status}")
+            warn(f"task {x.task!r} step {x.step}: {what}: not recorded")
             return
         try:
             row = ConversationStep(
-                task_id=task,
-                step=step,
-                request=sent,
+                task_id=x.task,
+                step=x.step,
+                request=x.sent,
                 reply=reply.message,
                 prompt_tokens=reply.prompt_tokens,
                 completion_tokens=reply.completion_tokens,
-                started_utc=started_utc,
-                elapsed_s=ended - t0,
+                started_utc=x.started_utc,
+                elapsed_s=ended - x.t0,
             )
         except ValidationError as e:
-            self.log.abandon(task, step)
-            warn(f"task {task!r}: not a chat-completions request ({validation_line(e, limit=1)}): not recorded")
+            self.log.abandon(x.task, x.step)
+            warn(f"task {x.task!r}: not a chat-completions request ({validation_line(e, limit=1)}): not recorded")
             return
         self.log.finish(row, ended)
 
     async def _pass_back(
-        self,
-        request: web.Request,
-        upstream: httpx.Response,
-        record: bool,
-        settle: Callable[[Reply | None], None],
+        self, request: web.Request, upstream: httpx.Response, x: Exchange | None
     ) -> web.StreamResponse:
-        """The upstream's answer, sent back as it arrives; `settle` gets the reply read from it (None when cut
-        off) before the answer's last chunk is sent, so the exchange is recorded before the agent can go on."""
+        """The upstream's answer, passed back as it arrives (a JSON body once whole, a stream chunk by chunk);
+        the exchange is settled once the agent has received it."""
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
         if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
-            try:
-                content = b"".join([raw async for raw in upstream.aiter_raw()])
-            except httpx.HTTPError as e:
-                warn(f"upstream cut the answer to {request.path} short: {e}")
-                settle(None)
-                return web.json_response({"error": {"message": str(e), "code": 502}}, status=502)
-            settle(reply_of_body(chat_body(content)) if record else None)
-            return web.Response(body=content, status=upstream.status_code, headers=headers)
+            return await self._pass_body(request, upstream, headers, x)
         out = web.StreamResponse(status=upstream.status_code, headers=headers)
         await out.prepare(request)
-        stream = StreamAssembler()
-        last: bytes | None = None  # one chunk held back until the exchange is recorded
+        stream = StreamAssembler(limit=self.max_reply)
+        delivered = False  # choice 0's finish_reason has reached the agent
         try:
             async for raw in upstream.aiter_raw():
-                if record:
+                if x is not None:
                     stream.feed(raw)
-                if last is not None:
-                    await out.write(last)
-                last = raw
-            stream.close()
-            settle(stream.reply() if record else None)
-            if last is not None:
-                await out.write(last)
+                await out.write(raw)
+                delivered = stream.finished
             await out.write_eof()
         except httpx.HTTPError as e:
-            warn(f"upstream cut the stream of {request.path} short: {e}")
-            settle(None)
+            why = redact_url(f"{type(e).__name__}: {e}".rstrip(": "))
+            warn(f"upstream cut the stream of {request.path} short: {why}")
             if request.transport is not None:
                 request.transport.close()  # the agent sees a broken stream, not a clean end
+            return out
         except ConnectionError:
-            warn(f"the agent hung up during the stream of {request.path}")
-            settle(None)
+            if x is not None and delivered:  # the agent hung up once its reply was whole: it has it
+                self.settle(x, stream.reply(), status=upstream.status_code)
+            else:
+                warn(f"the agent hung up during the stream of {request.path}")
+            return out
+        if x is not None:
+            stream.close()
+            self.settle(x, stream.reply(), self._stream_flaw(stream), upstream.status_code)
+        return out
+
+    def _stream_flaw(self, stream: StreamAssembler) -> str:
+        if stream.error is not None:
+            return f"the stream carried an error ({stream.error})"
+        if stream.overflow:
+            return f"a reply over record.max_reply_mib ({self.rec.limits.max_reply_mib} MiB), passed on"
+        return ""
+
+    async def _pass_body(
+        self, request: web.Request, upstream: httpx.Response, headers: dict[str, str], x: Exchange | None
+    ) -> web.StreamResponse:
+        chunks: list[bytes] = []
+        size = 0
+        try:
+            async for raw in upstream.aiter_raw():
+                size += len(raw)
+                if size > self.max_reply:
+                    limit = self.rec.limits.max_reply_mib
+                    warn(
+                        f"the answer to {request.path} is over record.max_reply_mib ({limit} MiB): the agent gets a 502"
+                    )
+                    return error_response(
+                        502, f"the upstream's answer is over record.max_reply_mib ({limit} MiB)", "reply_too_large"
+                    )
+                chunks.append(raw)
+        except httpx.HTTPError as e:
+            return self._failed(request, e)
+        content = b"".join(chunks)
+        out = web.Response(body=content, status=upstream.status_code, headers=headers)
+        try:
+            await out.prepare(request)
+            await out.write_eof()
+        except ConnectionError:
+            warn(f"the agent hung up before the answer to {request.path} reached it")
+            return out
+        if x is not None:
+            self.settle(x, reply_of_body(chat_body(content)), status=upstream.status_code)
         return out
 
 
 def make_app(recorder: Recorder) -> web.Application:
-    app = web.Application(client_max_size=MAX_BODY)
+    app = web.Application(client_max_size=recorder.rec.limits.max_request_mib << 20)
     app.router.add_route("*", "/{tail:.*}", recorder.handle)
     return app
 
 
+# every signal whose default is to end the process, but those of a crash (SIGSEGV, SIGBUS, ...)
+ENDING = tuple(
+    getattr(signal, name)
+    for name in [
+        "SIGHUP",
+        "SIGINT",
+        "SIGQUIT",
+        "SIGTERM",
+        "SIGUSR1",
+        "SIGUSR2",
+        "SIGALRM",
+        "SIGVTALRM",
+        "SIGPROF",
+        "SIGXCPU",
+        "SIGXFSZ",
+        "SIGPWR",
+    ]
+    if hasattr(signal, name)
+)
+
+
 async def serve(rec: Recording, ready: Callable[[str], None] = print) -> int:
-    """Record until SIGINT or SIGTERM; the number of steps written."""
+    """Record until a signal ends it; the number of steps written."""
     log = ConversationLog.open(rec.trace, rec.append)
     # no keep-alive upstream: llama-server closes a connection after a stream, and a reused one then fails
     limits = httpx.Limits(max_keepalive_connections=0)
-    timeout = httpx.Timeout(None, connect=10.0)
+    timeout = httpx.Timeout(connect=10.0, read=rec.limits.read_timeout_s, write=None, pool=None)
     async with httpx.AsyncClient(limits=limits, timeout=timeout, follow_redirects=False) as client:
         runner = web.AppRunner(make_app(Recorder(rec, log, client)), access_log=None, shutdown_timeout=5.0)
         await runner.setup()
         stop = asyncio.Event()
         loop = asyncio.get_running_loop()
-        for sig in (signal.SIGINT, signal.SIGTERM):
+        for sig in ENDING:
             loop.add_signal_handler(sig, stop.set)
         try:
             try:
                 await web.TCPSite(runner, rec.host, rec.port).start()
             except OSError as e:
                 raise RecordError(f"cannot listen on {rec.host}:{rec.port}: {e.strerror or e}") from e
+            if (exposed := rec.exposure()) is not None:
+                warn(exposed)
             ready(rec.banner())
             await stop.wait()
         finally:
-            log.close()  # every complete exchange is on disk before anything else stops
             with contextlib.suppress(Exception):
                 await runner.cleanup()  # exchanges still running get a moment; those that finish are written
-            for sig in (signal.SIGINT, signal.SIGTERM):
+            for sig in ENDING:
                 loop.remove_signal_handler(sig)
     return log.written
 

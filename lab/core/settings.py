@@ -20,7 +20,7 @@ from pydantic_settings import (
 )
 
 from lab.core import releases
-from lab.core.settings_server import ConversationSettings, Section, ServerSettings, TuneSettings
+from lab.core.settings_server import ConversationSettings, RecordSettings, Section, ServerSettings, TuneSettings
 
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -269,6 +269,7 @@ class Settings(BaseSettings):
     server: ServerSettings = Field(default_factory=ServerSettings)
     conversation: ConversationSettings = Field(default_factory=ConversationSettings)
     tune: TuneSettings = Field(default_factory=TuneSettings)
+    record: RecordSettings = Field(default_factory=RecordSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
     replay: ReplaySettings = Field(default_factory=ReplaySettings)
@@ -330,6 +331,7 @@ def _default_cache_dir() -> Path:
 # LAB_* variables that are not settings: the params file, and the container build's and remote tests' own
 NOT_SETTINGS = {
     "LAB_PARAMS_FILE",
+    "LAB_RUN_ID_FILE",  # where a lab on a target host reports the run it opened (lab.experiments.protocol)
     "LAB_REVISION",
     "LAB_DOCKER_DIR",
     "LAB_DOCKER_KEEP_STORAGE",

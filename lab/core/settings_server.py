@@ -1,6 +1,6 @@
 """The server sections of the lab's settings: how the lab's own llama-server is started for measurements
 (`server`), and how today's server of a conversation replay is configured, the way users run it
-(`conversation`)."""
+(`conversation`), and the recorder between an agent and its upstream (`record`)."""
 
 from __future__ import annotations
 
@@ -190,3 +190,29 @@ class TuneSettings(Section):
         except UsageError as e:
             raise ValueError(str(e)) from e
         return v
+
+
+class RecordSettings(Section):
+    """`lab trace record`: the pass-through between an agent and its upstream, and what it holds in memory."""
+
+    read_timeout_s: float = Field(
+        default=900.0,
+        gt=0,
+        description="the longest the upstream may stay silent during an answer (a CPU prefill of a long prompt "
+        "sends nothing until it is done); then the agent gets a 504 or a cut stream",
+    )
+    max_request_mib: int = Field(
+        default=256, ge=1, description="the largest request body accepted (screenshots as data URLs); larger: 413"
+    )
+    max_reply_mib: int = Field(
+        default=64,
+        ge=1,
+        description="the largest reply held to be recorded; a larger non-stream reply is a 502, a "
+        "larger stream passes on unrecorded",
+    )
+    token: str | None = Field(
+        default=None,
+        min_length=16,
+        description="a secret every request must carry in its X-Lab-Token header (--token; for listening beyond "
+        "loopback, where anyone who reaches the port could add steps to the trace)",
+    )

@@ -36,6 +36,7 @@ from lab.core.schemas.trace import (
     ConversationStep,
     ConversationStepResult,
     ConversationTaskResult,
+    StepToolTime,
     TraceStep,
 )
 
@@ -72,6 +73,7 @@ __all__ = [
     "ReplayRowWork",
     "ReplaySpanRow",
     "ServerPointFields",
+    "StepToolTime",
     "SweepPoint",
     "SweepRound",
     "SweepSample",

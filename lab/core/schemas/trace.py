@@ -85,6 +85,18 @@ class ConversationStep(BaseModel):
         return [ChatMessage.model_validate(m) for m in self.request["messages"]]
 
 
+class StepToolTime(BaseModel):
+    """A conversation trace's second kind of line: a step's tool time, known only when the task's next request
+    arrives, so the recorder appends it then, after the step it belongs to (the step itself is on disk as soon as
+    its reply is)."""
+
+    model_config = ConfigDict(extra="forbid")
+
+    task_id: str
+    step: int = Field(ge=0)
+    tool_s: float = Field(ge=0, description="the agent's own time after the step's reply until its next request")
+
+
 ConversationArm = Literal["today", "optimum", "no_cache"]
 
 
