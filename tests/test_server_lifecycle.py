@@ -2,23 +2,28 @@
 
 from __future__ import annotations
 
+import json
 import os
 import signal
+import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from pathlib import Path
 
 import pytest
 
 from lab.core.errors import UsageError
+from lab.engine import server as server_module
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import cpus
 from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, server_args
 from lab.experiments.prefill_tps import LlamaBench, bench_command
 
-from conftest import ServerFactory, server_settings
+from conftest import ENGINES, EngineOf, ServerFactory, server_settings
 
 pytestmark = pytest.mark.engine
 
@@ -131,3 +136,51 @@ def test_pinned_server_and_bench_stay_on_their_cpus(start_server: ServerFactory,
     assert bench.split()[1:4] == ["taskset", "--cpu-list", "0,1"] and "-C 0x3 --cpu-strict 1" in bench
     with pytest.raises(UsageError, match="cpu_list"):
         cpus("0-x")
+
+
+class _Impostor(BaseHTTPRequestHandler):
+    """Another process's server: healthy, and answering everything."""
+
+    def do_GET(self) -> None:
+        body = json.dumps({"status": "ok"}).encode()
+        self.send_response(200)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    def log_message(self, *args: object) -> None:
+        pass
+
+
+class _SharingServer(ThreadingHTTPServer):
+    def server_bind(self) -> None:
+        self.socket.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEPORT, 1)  # as llama-server's with --reuse-port
+        super().server_bind()
+
+
+@pytest.mark.faults
+@pytest.mark.parametrize("release", ENGINES)
+@pytest.mark.parametrize("shared", [False, True], ids=["port taken", "port shared"])
+def test_another_server_on_its_port_is_never_measured(
+    release: str, shared: bool, engine_of: EngineOf, tiny_model: Path, tmp_path: Path, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Two lab commands race for a port (free_port(), then the server binds it): the other one's server answers
+    /health while ours fails to bind, or (with --reuse-port on both) binds the same port beside it and the kernel
+    shares the connections out. Ours moves to another port, and every answer is its own."""
+    impostor = (_SharingServer if shared else ThreadingHTTPServer)(("127.0.0.1", 0), _Impostor)
+    threading.Thread(target=impostor.serve_forever, daemon=True).start()
+    taken = impostor.server_address[1]
+    ports, free_port = iter([taken]), server_module.free_port
+    monkeypatch.setattr(server_module, "free_port", lambda: next(ports, 0) or free_port())
+    extra = ["--reuse-port"] if shared else []
+    srv = LlamaServer(engine_of(release), tiny_model, server_settings(), tmp_path / "server.log", extra)
+    try:
+        srv.start()
+        assert srv.port != taken, srv.log_text()[-2000:]
+        assert srv.config.build and all(srv.props().get("build_info") for _ in range(16))
+        assert srv.tokenize("hello")
+    finally:
+        srv.stop()
+        impostor.shutdown()
+        impostor.server_close()

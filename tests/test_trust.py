@@ -5,14 +5,17 @@ grammar before any path is built from it."""
 from __future__ import annotations
 
 import io
+import os
+import re
 import subprocess
 import tarfile
+import tempfile
 from pathlib import Path
 
 import pytest
 from labcli import lab, one_line_error
 
-from lab.core.runs import RunError, check_run_id
+from lab.core.runs import RunError, RunFolder, check_run_id
 from lab.core.safetar import UnsafeArchive, check_members, safe_extract
 
 pytestmark = pytest.mark.fast
@@ -36,44 +39,106 @@ def _file(name: str) -> tarfile.TarInfo:
     return info
 
 
+def _dir(name: str) -> tarfile.TarInfo:
+    info = tarfile.TarInfo(name)
+    info.type, info.mode = tarfile.DIRTYPE, 0o777
+    return info
+
+
 def _link(name: str, target: str, kind: bytes = tarfile.SYMTYPE) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
     info.type, info.linkname = kind, target
     return info
 
 
-def _device(name: str) -> tarfile.TarInfo:
+def _special(name: str, kind: bytes = tarfile.CHRTYPE) -> tarfile.TarInfo:
     info = tarfile.TarInfo(name)
-    info.type = tarfile.CHRTYPE
+    info.type = kind
     return info
+
+
+def realpath_overflow(dest: Path) -> list[tarfile.TarInfo]:
+    """CVE-2025-4517's shape: directories reached through a chain of links whose expansion passes PATH_MAX, so
+    os.path.realpath stops resolving there and tarfile's `data` filter (before 3.11.13, 3.12.11, 3.13.4) takes
+    a link back up for one inside; through it, a link out of dest, a hard link to a file there, and writes."""
+    steps = "abcdefghijklmnop"
+    width = (os.pathconf(dest.parent, "PC_PATH_MAX") - len(str(dest)) - 1) // (len(steps) + 1)
+    members, path = [], ""
+    for step in steps:
+        members += [_dir(os.path.join(path, "d" * width)), _link(os.path.join(path, step), "d" * width)]
+        path = os.path.join(path, "d" * width)
+    last = os.path.join(*steps, "l" * 254)
+    return [
+        *members,
+        _link(last, os.path.join(*[".."] * len(steps))),  # dest, never expanded by realpath
+        _link("escape", os.path.join(last, "..")),  # dest's parent
+        _link("flaglink", "escape/flag", tarfile.LNKTYPE),
+        _file("flaglink"),  # overwrites ../flag through the hard link
+        _file("escape/newfile"),
+    ]
 
 
 HOSTILE = {
     "parent": [_file("../escaped.txt")],
     "absolute": [_file("/tmp/lab-escaped-absolute.txt")],
     "symlink out": [_link("out", "../../..")],
+    "symlink in": [_link("in", "ok.txt")],  # a run folder or a source tree never needs one
+    "symlink chain": [_link("a", "."), _link("a/b", ".."), _file("a/b/evil")],
     "hard link out": [_link("hard", "/etc/passwd", tarfile.LNKTYPE)],
-    "device": [_device("dev")],
+    "hard link in": [_link("hard", "ok.txt", tarfile.LNKTYPE)],
+    "device": [_special("dev")],
+    "fifo": [_special("fifo", tarfile.FIFOTYPE)],
+    "realpath overflow": [],  # realpath_overflow(dest): its lengths depend on where it is extracted
 }
 
 
+def hostile(case: str, dest: Path) -> bytes:
+    return archive(*(realpath_overflow(dest) if case == "realpath overflow" else HOSTILE[case]))
+
+
+def outside(root: Path, *dests: Path) -> dict[str, str]:
+    """What every entry under root but outside the destinations is and holds."""
+    seen = {}
+    for top, dirs, files in os.walk(root):
+        dirs[:] = [d for d in dirs if Path(top, d) not in dests]
+        for p in (Path(top, name) for name in dirs + files):
+            kind = f"-> {os.readlink(p)}" if p.is_symlink() else p.read_text(errors="replace") if p.is_file() else "/"
+            seen[str(p.relative_to(root))] = kind
+    return seen
+
+
+@pytest.mark.faults
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_hostile_archive_writes_nothing_outside(case: str, tmp_path: Path) -> None:
+    """Only regular files and directories with relative names, checked before anything is written (tarfile's own
+    filter is bypassable before 3.11.13 by CVE-2025-4517); the refusal is one line naming the member."""
     dest = tmp_path / "dest"
     dest.mkdir()
-    blob = archive(*HOSTILE[case])
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar:
-        if case == "absolute":  # tarfile's filter makes the name relative: it lands inside dest
-            safe_extract(tar, dest)
-            assert (dest / "tmp" / "lab-escaped-absolute.txt").exists()
-        else:
-            with pytest.raises(UnsafeArchive, match="refusing"):
-                safe_extract(tar, dest)
-    with tarfile.open(fileobj=io.BytesIO(blob)) as tar, pytest.raises(UnsafeArchive, match="refusing"):
-        check_members(tar.getmembers(), dest)  # the check older Pythons get
-    assert not (tmp_path / "escaped.txt").exists() and not Path("/tmp/lab-escaped-absolute.txt").exists()
+    (tmp_path / "flag").write_text("a file of the user's\n")
+    before = outside(tmp_path, dest)
+    blob = hostile(case, dest)
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar, pytest.raises(UnsafeArchive, match=r"^refusing") as e:
+        safe_extract(tar, dest)
+    assert len(str(e.value).splitlines()) == 1 and len(str(e.value)) < 400, str(e.value)
+    assert list(dest.iterdir()) == []
+    with tarfile.open(fileobj=io.BytesIO(blob)) as tar, pytest.raises(UnsafeArchive, match=r"^refusing"):
+        check_members(tar.getmembers(), dest)  # the check every Python gets
+    assert outside(tmp_path, dest) == before and not Path("/tmp/lab-escaped-absolute.txt").exists()
 
 
+@pytest.mark.faults
+def test_an_archive_of_files_and_directories_extracts_as_the_user_s(tmp_path: Path) -> None:
+    """A run folder as a host's `tar -C run -cf - .` packs it: `./` names, directories, files."""
+    info = [_dir("."), _dir("./raw"), _file("./raw/rows.jsonl"), _file("./manifest.json")]
+    info[2].mode, info[3].mode = 0o6777, 0o644  # setuid, setgid, world-writable: dropped
+    with tarfile.open(fileobj=io.BytesIO(archive(*info))) as tar:
+        safe_extract(tar, tmp_path)
+    assert (tmp_path / "raw" / "rows.jsonl").read_text() == "xxxx" and (tmp_path / "ok.txt").read_text() == "fine"
+    assert (tmp_path / "raw" / "rows.jsonl").stat().st_mode & 0o7777 == 0o755
+    assert (tmp_path / "manifest.json").stat().st_uid == os.getuid()
+
+
+@pytest.mark.faults
 @pytest.mark.skipif(not OLD_PYTHON.exists(), reason="no system python3")
 def test_on_a_python_without_tar_filters_the_same_archives_are_refused(tmp_path: Path) -> None:
     """The remote flow's fetch and the engine source's unpack on the oldest Python `requires-python` allows."""
@@ -83,9 +148,11 @@ def test_on_a_python_without_tar_filters_the_same_archives_are_refused(tmp_path:
         text=True,
         check=True,
     ).stdout.strip()
-    for case, members in HOSTILE.items():
-        (tmp_path / f"{case}.tar").write_bytes(archive(*members))
+    for case in HOSTILE:
+        (tmp_path / f"{case}.tar").write_bytes(hostile(case, tmp_path / case))
     (tmp_path / "good.tar").write_bytes(archive())
+    (tmp_path / "flag").write_text("a file of the user's\n")
+    before = outside(tmp_path)
     script = (
         "import sys, tarfile, pathlib; from lab.core.safetar import safe_extract, UnsafeArchive\n"
         "for f in sorted(pathlib.Path(sys.argv[1]).glob('*.tar')):\n"
@@ -93,7 +160,7 @@ def test_on_a_python_without_tar_filters_the_same_archives_are_refused(tmp_path:
         "    try:\n"
         "        with tarfile.open(f) as t: safe_extract(t, d)\n"
         "        print(f.stem, 'extracted ' + (d / 'ok.txt').read_text(), sep='\\t')\n"
-        "    except UnsafeArchive as e: print(f.stem, 'refused', sep='\\t')\n"
+        "    except UnsafeArchive as e: print(f.stem, 'refused', repr(str(e)), sep='\\t')\n"
     )
     r = subprocess.run(
         [OLD_PYTHON, "-c", script, str(tmp_path)],
@@ -103,9 +170,12 @@ def test_on_a_python_without_tar_filters_the_same_archives_are_refused(tmp_path:
         timeout=60,
     )
     assert r.returncode == 0, r.stderr
-    got = dict(line.split("\t") for line in r.stdout.splitlines())
-    assert got == {"good": "extracted fine", **{case: "refused" for case in HOSTILE}}, (version, got)
-    assert not (tmp_path / "escaped.txt").exists()
+    got = {case: outcome for case, outcome, *_ in (line.split("\t") for line in r.stdout.splitlines())}
+    assert got == {"good": "extracted fine", **{case: "refused" for case in HOSTILE}}, (version, r.stdout)
+    assert all("\\n" not in line for line in r.stdout.splitlines()), r.stdout
+    dests = [tmp_path / case for case in (*HOSTILE, "good")]
+    assert outside(tmp_path, *dests) == before
+    assert all(not any((tmp_path / case).iterdir()) for case in HOSTILE)
 
 
 @pytest.mark.parametrize("bad", [".", "..", "../x", "/etc", "a b", "2026-12-02_h_sweep_1a2b3c/../x", ""])
@@ -138,6 +208,81 @@ def test_a_second_writer_of_a_run_is_refused_naming_the_holder(tmp_path: Path) -
     assert json.loads((run.path / "manifest.json").read_text())["status"] == "incomplete"
     with run.writer():  # released: this process (or the next writer) takes it again
         pass
+
+
+@pytest.fixture
+def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
+    """This test's temp directory in place of the machine's (where the writer locks live)."""
+    tmp = tmp_path / "tmp"
+    tmp.mkdir()
+    monkeypatch.setenv("TMPDIR", str(tmp))
+    monkeypatch.setattr(tempfile, "tempdir", None)  # gettempdir() reads TMPDIR again
+    assert tempfile.gettempdir() == str(tmp)
+    return tmp
+
+
+def _refused(run: RunFolder, needle: str) -> None:
+    with pytest.raises(RunError, match=re.escape(needle)) as e, run.writer():
+        pytest.fail("the writer lock was taken")
+    assert len(str(e.value).splitlines()) == 1, str(e.value)
+
+
+@pytest.mark.faults
+def test_a_symlink_planted_at_a_writer_lock_truncates_nothing(own_tmp: Path, tmp_path: Path) -> None:
+    """Another local user plants a link named like a run's lock file, to one of the user's files (a symbolic
+    link, or a hard link where the kernel allows one)."""
+    run = RunFolder.create(tmp_path / "runs", "sweep", "h", {})
+    with run.writer():
+        pass
+    (lock,) = (own_tmp / f"prefill-lab-locks-{os.getuid()}").glob(f"{run.path.name}-*.lock")
+    victim = tmp_path / "thesis.tex"
+    victim.write_text("three years of work\n")
+    lock.unlink()
+    lock.symlink_to(victim)
+    _refused(run, f"the lock file {lock} is a symbolic link")
+    assert victim.read_text() == "three years of work\n"
+    lock.unlink()
+    lock.hardlink_to(victim)
+    _refused(run, f"the lock file {lock} is not a file of yours alone")
+    assert victim.read_text() == "three years of work\n"
+
+
+@pytest.mark.faults
+def test_the_writer_lock_directory_is_the_user_s_alone(own_tmp: Path, tmp_path: Path) -> None:
+    """Created 0700; one of the user's own with looser modes is tightened; a link in its place is refused."""
+    run = RunFolder.create(tmp_path / "runs", "sweep", "h", {})
+    locks = own_tmp / f"prefill-lab-locks-{os.getuid()}"
+    with run.writer():
+        assert locks.stat().st_mode & 0o777 == 0o700
+        assert all(p.stat().st_mode & 0o077 == 0 for p in locks.iterdir())
+    locks.chmod(0o777)
+    with run.writer():
+        pass
+    assert locks.stat().st_mode & 0o777 == 0o700
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    for p in locks.iterdir():
+        p.unlink()
+    locks.rmdir()
+    locks.symlink_to(elsewhere)
+    _refused(run, f"the lock directory {locks} is a symbolic link or not a directory")
+    assert list(elsewhere.iterdir()) == []
+
+
+@pytest.mark.faults
+@pytest.mark.skipif(os.geteuid() != 0, reason="needs root to give the lock directory to another user")
+def test_a_writer_lock_directory_or_file_of_another_user_is_refused(own_tmp: Path, tmp_path: Path) -> None:
+    run = RunFolder.create(tmp_path / "runs", "sweep", "h", {})
+    locks = own_tmp / f"prefill-lab-locks-{os.getuid()}"
+    locks.mkdir(mode=0o700)
+    os.chown(locks, 65534, 65534)
+    _refused(run, f"the lock directory {locks} belongs to uid 65534")
+    os.chown(locks, os.getuid(), os.getgid())
+    with run.writer():
+        pass
+    (lock,) = locks.glob(f"{run.path.name}-*.lock")
+    os.chown(lock, 65534, 65534)
+    _refused(run, f"the lock file {lock} is not a file of yours")
 
 
 def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path) -> None:

@@ -25,6 +25,7 @@ class Section(BaseModel):
 LAB_SERVER_FLAGS = {
     "--host",
     "--port",
+    "--reuse-port",
     "--parallel",
     "-np",
     "--ctx-checkpoints",

@@ -9,6 +9,7 @@ import os
 import re
 import signal
 import socket
+import struct
 import subprocess
 import time
 from pathlib import Path
@@ -27,6 +28,10 @@ from lab.engine.pinning import llama_args, taskset
 
 class ServerError(LabError):
     pass
+
+
+class PortTaken(ServerError):
+    """Another process listens on the port the server was started on."""
 
 
 class ResolvedConfig(BaseModel):
@@ -118,6 +123,35 @@ def free_port() -> int:
     with socket.socket(socket.AF_INET, socket.SOCK_STREAM) as s:
         s.bind(("127.0.0.1", 0))
         return int(s.getsockname()[1])
+
+
+def listeners(port: int) -> set[int]:
+    """Inodes of the TCP sockets listening on `port` where a connection to 127.0.0.1 can land (127.0.0.1 or a
+    wildcard address), from /proc/net/tcp and tcp6 (addresses in the host's byte order)."""
+    reach = {"127.0.0.1", "0.0.0.0", "::", "::ffff:127.0.0.1"}
+    found = set()
+    for family, table in ((socket.AF_INET, "tcp"), (socket.AF_INET6, "tcp6")):
+        with contextlib.suppress(FileNotFoundError):
+            for line in Path(f"/proc/net/{table}").read_text().splitlines()[1:]:
+                fields = line.split()
+                address, hex_port = fields[1].split(":")
+                if fields[3] != "0A" or int(hex_port, 16) != port:  # 0A: LISTEN
+                    continue
+                raw = b"".join(struct.pack("=I", int(address[i : i + 8], 16)) for i in range(0, len(address), 8))
+                if socket.inet_ntop(family, raw) in reach:
+                    found.add(int(fields[9]))
+    return found
+
+
+def socket_inodes(pid: int) -> set[int]:
+    """Inodes of the sockets a process holds open."""
+    found = set()
+    with contextlib.suppress(FileNotFoundError, ProcessLookupError):
+        for fd in Path(f"/proc/{pid}/fd").iterdir():
+            with contextlib.suppress(OSError):
+                if (target := os.readlink(fd)).startswith("socket:["):
+                    found.add(int(target[8:-1]))
+    return found
 
 
 def die_with_parent() -> None:
@@ -244,7 +278,7 @@ class LlamaServer:
                 self._wait_healthy()
             except ServerError as e:
                 self.stop()
-                if "couldn't bind" in str(e):
+                if isinstance(e, PortTaken) or "couldn't bind" in str(e):
                     continue  # port taken between probe and bind: try another
                 raise
             self.config = parse_resolved_config(self.log_text())
@@ -268,9 +302,19 @@ class LlamaServer:
                 raise ServerError(f"llama-server exited with {rc} during startup; log {self.log_path}:\n{tail}")
             with contextlib.suppress(httpx.HTTPError):
                 if self.client.get("/health", timeout=2.0).status_code == 200:
+                    self._check_port_is_ours()
                     return
             time.sleep(0.1)
         raise ServerError(f"llama-server not healthy after {self.settings.startup_timeout_s}s; log {self.log_path}")
+
+    def _check_port_is_ours(self) -> None:
+        """Whoever answered /health, every socket listening on the port must be our process's: another lab
+        command's server can take the port between free_port() and our bind (ours then exits, but the other
+        answers first), or share it (`--reuse-port` on both, the kernel dealing connections out between them)."""
+        assert self.proc is not None
+        listening = listeners(self.port)
+        if not listening or not listening <= socket_inodes(self.proc.pid):
+            raise PortTaken(f"another process listens on port {self.port}; log {self.log_path}")
 
     def alive(self) -> bool:
         return self.proc is not None and self.proc.poll() is None
