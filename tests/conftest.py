@@ -30,6 +30,8 @@ from lab.engine.source import PreparedSource, prepare_source
 from lab.models.resolve import ensure_tiny_model
 from lab.models.tinyarchs import TinyModelSpec, tiny_spec
 
+from sshd import Sshd, fab_project, start_sshd
+
 TIERS = ("fast", "engine", "browser", "slow")
 ENGINES = tuple(NAMED)  # the supported releases every contract test runs on: pin, latest
 
@@ -185,3 +187,18 @@ def server(engine: EngineInfo, tiny_model: Path, tmp_path_factory: pytest.TempPa
     with LlamaServer(engine, tiny_model, server_settings(), log) as srv:
         yield srv
         assert srv.alive(), f"server died during the module; log {log}"
+
+
+@pytest.fixture(scope="module")
+def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
+    """nuc16, a target host: a real sshd in its own network namespace (its llama-server's loopback and ports are
+    not this machine's), one per test module."""
+    server = start_sshd(tmp_path_factory.mktemp("nuc16"), netns=True)
+    yield server
+    server.stop()
+
+
+@pytest.fixture(scope="module")
+def project(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
+    """A lab project to run `fab` in (its fabfile, params and runs folder), one per test module."""
+    return fab_project(tmp_path_factory.mktemp("project"))

@@ -45,6 +45,25 @@ class Sshd:
         out = subprocess.run(["pgrep", "-P", str(self.proc.pid)], capture_output=True, text=True).stdout
         return [int(x) for x in out.split()]
 
+    def sshd_processes(self) -> list[int]:
+        """Every sshd process below the listener (each connection's monitor and the child that does its network
+        I/O), not the shells and commands they run: SIGSTOP them and the host goes silent, its runs go on."""
+        parent: dict[int, int] = {}
+        for stat in Path("/proc").glob("[0-9]*/stat"):
+            try:
+                comm, rest = stat.read_text().rsplit(")", 1)
+            except (OSError, ValueError):
+                continue
+            if comm.split("(", 1)[1] == "sshd":
+                parent[int(stat.parent.name)] = int(rest.split()[1])
+        out, todo = [], [self.proc.pid]
+        while todo:
+            pid = todo.pop()
+            kids = [p for p, pp in parent.items() if pp == pid]
+            out += kids
+            todo += kids
+        return out
+
     def write_wrong_known_hosts(self, path: Path) -> Path:
         """A known_hosts naming this host with a different key (a changed or spoofed host)."""
         other = self.dir / "other_host_key"

@@ -22,17 +22,9 @@ from lab.core.hashing import file_sha256
 from lab.core.runs import RunFolder
 from lab.core.schemas.raw import SWEEP_POINTS, SWEEP_SAMPLES
 
-from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, fab_project, start_sshd
+from sshd import Sshd, alias, cut_mid_sweep, fab, fab_cmd, fab_env, start_sshd
 
 pytestmark = pytest.mark.slow
-
-
-@pytest.fixture(scope="module")
-def host(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
-    """nuc16 in its own network namespace: its llama-server's loopback and ports are not this machine's."""
-    server = start_sshd(tmp_path_factory.mktemp("nuc16"), netns=True)
-    yield server
-    server.stop()
 
 
 @pytest.fixture(scope="module")
@@ -46,11 +38,6 @@ def host_b(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Sshd]:
 def ssh_config(server: Sshd, path: Path, known_hosts: Path) -> Path:
     path.write_text(alias("nuc16", server, known_hosts))
     return path
-
-
-@pytest.fixture(scope="module")
-def project(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
-    return fab_project(tmp_path_factory.mktemp("project"))
 
 
 def remote_dir(host: Sshd) -> Path:

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 import contextlib
 import json
+import os
 from abc import ABC, abstractmethod
 from collections.abc import Callable
 from dataclasses import dataclass, field
@@ -202,8 +203,10 @@ def open_run(
         if parts.model is not None and m.model.get("sha256") != parts.model_record["sha256"]:
             raise RunError(f"{resume.path.name} was measured with another model ({m.model.get('path')})")
         resume.begin_resume(experiment)
+        report_run(resume)
         return OpenRun(settings, resume, parts, resumed=True)
     run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
+    report_run(run)
     if writer is not None:  # held until the caller's run ends
         writer.enter_context(run.writer())
     with run.guard():
@@ -217,6 +220,13 @@ def open_run(
             lab={"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"]},
         )
     return OpenRun(settings, run, parts)
+
+
+def report_run(run: RunFolder) -> None:
+    """The run this command opened, into the file LAB_RUN_ID_FILE names (a fab task sets it on a target host, to
+    fetch this run and no other)."""
+    if path := os.environ.get("LAB_RUN_ID_FILE"):
+        Path(path).write_text(run.path.name + "\n")
 
 
 def run_output(experiment: Experiment, run: RunFolder, as_json: bool) -> str:

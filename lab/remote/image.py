@@ -107,20 +107,23 @@ def lab_in_container(
     container: str,
     docker_host: str | None,
     model: HostModel | None = None,
+    env: dict[str, str] | None = None,
 ) -> str:
     """`lab <args>` in the image on the host: run folders in remote_dir/runs, params.yaml from remote_dir, the
     host's user, no network (like compose.yaml), tini as PID 1 so a hang-up reaches the lab. `model`: a file
-    of the host's, mounted read-only where `args` name it, and recorded by its host path and hash."""
+    of the host's, mounted read-only where `args` name it, and recorded by its host path and hash. `env`: more
+    variables for the lab there."""
     runs, params = sh(f"{remote_dir}/runs:/work/catalog/runs"), sh(f"{remote_dir}/params.yaml:/work/params.yaml:ro")
     mount = ""
     if model is not None:
         if ":" in model.path or "," in model.path:  # docker's -v splits on ':'
             raise UsageError(f"--model {model.path}: a path with ':' or ',' cannot be mounted; link it elsewhere")
         mount = f"-v {sh(f'{model.path}:{model.mount}:ro')} -e LAB_MODEL_ORIGIN={shlex.quote(model.origin())} "
+    extra = "".join(f"-e {shlex.quote(k + '=' + v)} " for k, v in (env or {}).items())
     return (
         f"mkdir -p {sh(remote_dir + '/runs')} && {docker(docker_host)} run --rm --init --name {shlex.quote(container)} "
         f'--network none -u "$(id -u):$(id -g)" --hostname {shlex.quote(t.name)} '
-        f"-e LAB_HOST_NAME={shlex.quote(t.name)} -v {runs} -v {params} {mount}{shlex.quote(ref.name)} "
+        f"-e LAB_HOST_NAME={shlex.quote(t.name)} {extra}-v {runs} -v {params} {mount}{shlex.quote(ref.name)} "
         f"{shlex.join(args)} --runs-dir /work/catalog/runs"
     )
 

@@ -3,32 +3,44 @@
 Layout on the host (remote_dir, default ~/prefill-lab): bundle/ (the pushed bundle), venv/ (the lab from
 the bundle's wheel), cache/, runs/. The experiment runs with a pty, so a dropped connection hangs it up:
 the run's guard turns SIGHUP into `status: incomplete`, its llama-server dies with it (PR_SET_PDEATHSIG),
-the clean room restarts the host's service, and what was written is fetched on the next connection.
+the clean room restarts the host's service, and what was written is fetched on the next connection. Ctrl-C is
+sent down the pty (the run ends incomplete); a second one, or no end within CTRL_C_GRACE s, hangs up.
+
+The run fetched is the one the host's lab reports for this command (LAB_RUN_ID_FILE), never a name its listing
+shows. Run folders are write-once here too: a new run never lands on a local folder, and a resumed run's local
+copy only grows (`merge_resumed`).
 """
 
 from __future__ import annotations
 
+import filecmp
 import json
+import os
 import shlex
 import shutil
+import signal
+import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
+from types import FrameType, TracebackType
+from typing import Any
 
 from rich.console import Console
 
-from lab.core.errors import UsageError
-from lab.core.runs import RUN_ID, RunFolder, check_run_id
+from lab.core.errors import LabError, UsageError
+from lab.core.runs import Manifest, RunFolder, check_run_id
 from lab.core.settings import REPO_ROOT, Settings, params_file
 from lab.core.snapshot import snapshot_git, snapshot_host
 from lab.core.target import LocalTarget
 from lab.engine.build import build_engine
+from lab.experiments.profile_dump import DUMP
 from lab.inproc import build_driver
 from lab.instrument import build_instrument
 from lab.measure.cleanroom import CleanRoom, parse, wrap
 from lab.models.resolve import resolve_model, resolve_projector
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
-from lab.remote.connect import RemoteError, SshTarget, sh
+from lab.remote.connect import ConnectionLost, RemoteError, SshTarget, network_errors, sh
 from lab.remote.image import (
     IMAGE,
     ImageRef,
@@ -48,6 +60,7 @@ class RemoteResult:
     run: Path | None  # the local copy under runs_dir
     status: str
     message: str = ""
+    interrupted: bool = False  # Ctrl-C: the run was stopped there and fetched
 
 
 def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) -> dict[str, str]:
@@ -108,12 +121,13 @@ def wheelhouse_on_host(t: SshTarget, settings: Settings, remote_dir: str, consol
     return f"wheelhouse {key}", f"--no-index --find-links {sh(dest)} -r {sh(dest + '/requirements.txt')}"
 
 
-def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[str]) -> str:
+def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[str], report: str) -> str:
     env = {
         "LAB_CACHE_DIR": f"{remote_dir}/cache",
         "LAB_ENGINE__PREBUILT": f"{remote_dir}/bundle/engine",
         "LAB_HOST_NAME": t.name,
         "LAB_PARAMS_FILE": f"{remote_dir}/params.yaml",
+        "LAB_RUN_ID_FILE": f"{remote_dir}/runs/{report}",
     }
     if meta.get("model"):
         env["LAB_MODEL"] = f"{remote_dir}/bundle/models/{meta['model']}"
@@ -122,12 +136,6 @@ def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[
     exports = " ".join(f"{k}={shlex.quote(v)}" for k, v in env.items())
     lab, runs = sh(f"{remote_dir}/venv/bin/lab"), sh(f"{remote_dir}/runs")
     return f"cd {sh(remote_dir)} && {exports} {lab} {shlex.join(args)} --runs-dir {runs}"
-
-
-def list_runs(t: SshTarget, remote_dir: str) -> set[str]:
-    """The run folders on the host: only names of the run-id grammar (a host's listing is not trusted)."""
-    r = t.run(f"ls -1 {sh(remote_dir + '/runs')} 2>/dev/null")
-    return {x.strip() for x in r.stdout.splitlines() if RUN_ID.match(x.strip())}
 
 
 def absolute_dir(t: SshTarget, remote_dir: str) -> str:
@@ -152,26 +160,36 @@ class Deployment:
     def kind(self) -> str:
         return "bundle" if self.image is None else "docker"
 
-    def command(self, t: SshTarget, remote_dir: str, args: list[str], room: CleanRoom | None) -> str:
+    def command(self, t: SshTarget, remote_dir: str, args: list[str], room: CleanRoom | None, report: str) -> str:
         """`lab <args>` on the host, from the bundle or in the image; in a clean room held by the host's shell
-        around the whole command when asked (the same for both: the container cannot reach the host's services)."""
+        around the whole command when asked (the same for both: the container cannot reach the host's services).
+        The lab writes the id of the run it opens to `report` (a name in the host's runs folder)."""
         if self.image is None:
-            cmd = lab_command(t, remote_dir, self.meta, args)
+            cmd = lab_command(t, remote_dir, self.meta, args, report)
         else:
-            cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host, self.model)
+            env = {"LAB_RUN_ID_FILE": f"/work/catalog/runs/{report}"}
+            cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host, self.model, env)
         return cmd if room is None else wrap(cmd, room)
 
     def record(self, t: SshTarget, remote_dir: str, local: Path, room: CleanRoom | None, output: str) -> None:
-        """What the host ran, into the local run folder: the bundle's git state or the image, and the clean room."""
+        """What the host ran, into the local run folder: the bundle's git state or the image, and the clean room.
+        A resumed run keeps its first session's record; a later session's clean room is added to
+        `clean_room_resumed`."""
         if self.image is None:
-            t.get_tree(f"{remote_dir}/bundle/lab-git", local / "git" / "bundle")
-        else:
+            if not (local / "git" / "bundle").exists():
+                t.get_tree(f"{remote_dir}/bundle/lab-git", local / "git" / "bundle")
+        elif not (local / "git" / "image.json").exists():
             (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
             # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
             snapshot_git(LocalTarget(), REPO_ROOT, local / "git" / "pushed-from")
         if room is not None:
             where = f"on the host, around the {'container' if self.image is not None else 'lab'}"
-            RunFolder.open(local).add_results(clean_room=parse(output, room, where))
+            run = RunFolder.open(local)
+            results, record = run.manifest().results, parse(output, room, where)
+            if "clean_room" in results and run.manifest().resumed_utc:
+                run.add_results(clean_room_resumed=[*results.get("clean_room_resumed", []), record])
+            else:
+                run.add_results(clean_room=record)
 
     def stop(self, t: SshTarget) -> None:
         if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
@@ -249,31 +267,89 @@ def run_remote(
         t.put(params, f"{remote_dir}/params.yaml")
     else:
         t.run(f"touch {sh(remote_dir + '/params.yaml')}")
-    before = list_runs(t, remote_dir)
-    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], room)
+    report = f".lab-run-{uuid.uuid4().hex[:12]}"  # where the host's lab says which run it opened
+    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], room, report)
     console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
-    error, output = "", ""
+    error, output, ctrl_c = "", "", CtrlC(t)
     try:
-        r = t.run(cmd, pty=True)
+        with ctrl_c:
+            r = t.run(cmd, pty=True)
         output = r.stdout + r.stderr
         if not r.ok:
-            error = f"exit {r.exited}: {(r.stdout + r.stderr).strip()[-1500:]}"
+            error = f"exit {r.exited}: {output.strip()[-1500:]}"
+    except KeyboardInterrupt:  # outside invoke's wait, so no ^C reached the host: hang up instead
+        ctrl_c.interrupted = True
+        t.hang_up()
+    except ConnectionLost as e:
+        error = str(e)
     except Exception as e:  # a dropped connection: fetch what is there on a fresh connection
         error = f"connection lost: {type(e).__name__}: {e}"
-    if error:  # a cut connection may also just end the command (exit -1): make sure nothing is left running
-        how.stop(t)
-    run_id = resume or next(iter(sorted(list_runs(t, remote_dir) - before)), None)
-    if run_id is None:
-        return RemoteResult(t.name, None, "failed", error or "no run folder was created")
-    local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir, run_id)
-    how.record(t, remote_dir, local, room, output)
+    if ctrl_c.interrupted:
+        error = "interrupted (Ctrl-C)"
+        console.print(f"{t.name}: interrupted: stopping the run there, then fetching what it wrote")
+    try:
+        if error:  # a cut connection may also just end the command (exit -1): make sure nothing is left running
+            how.stop(t)
+        run_id = resume or reported_run(t, remote_dir, report)
+        if run_id is None:
+            return RemoteResult(t.name, None, "failed", error or "no run folder was created", ctrl_c.interrupted)
+        local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir, run_id, resumed=resume is not None)
+        how.record(t, remote_dir, local, room, output)
+    except Exception as e:
+        if not error or isinstance(e, LabError) or not isinstance(e, network_errors()):
+            raise
+        raise RemoteError(
+            f"{error.splitlines()[0]}; reconnecting failed ({type(e).__name__}: {e}): what the run wrote stays there"
+        ) from e
     if pushed is not None:
         RunFolder.open(local).add_results(model_push=pushed.record())
     m = RunFolder.open(local).manifest()
     if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
         RunFolder.open(local).fail(f"remote run ended without finishing ({error or 'unknown cause'})")
         m = RunFolder.open(local).manifest()
-    return RemoteResult(t.name, local, m.status, error or m.reason)
+    return RemoteResult(t.name, local, m.status, error or m.reason, ctrl_c.interrupted)
+
+
+def reported_run(t: SshTarget, remote_dir: str, report: str) -> str | None:
+    """The run the host's lab said it opened for this command (None: it opened none), checked as a run id."""
+    path = sh(f"{remote_dir}/runs/{report}")
+    said = t.run(f"cat {path} 2>/dev/null; rm -f {path}").stdout.strip()
+    return check_run_id(said, f"{t.name}: the run its lab reported") if said else None
+
+
+CTRL_C_GRACE = 30.0  # s the host's run has to end after a Ctrl-C before the connection is hung up
+
+
+class CtrlC:
+    """SIGINT while the host's run goes on (the main thread only: parallel hosts' is lab.remote.parallel's). The
+    first is raised as KeyboardInterrupt, which invoke sends down the pty as ^C (the run ends incomplete and the
+    command returns); a second, or no end within CTRL_C_GRACE s, hangs up (SIGHUP there)."""
+
+    def __init__(self, t: SshTarget) -> None:
+        self.t, self.interrupted = t, False
+        self.old: Any = None
+        self.timer: threading.Timer | None = None
+
+    def __enter__(self) -> CtrlC:
+        if threading.current_thread() is threading.main_thread():
+            self.old = signal.signal(signal.SIGINT, self.on_sigint)
+        return self
+
+    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
+        if self.interrupted:
+            self.t.hang_up()
+            return
+        self.interrupted = True
+        self.timer = threading.Timer(CTRL_C_GRACE, self.t.hang_up)
+        self.timer.daemon = True
+        self.timer.start()
+        raise KeyboardInterrupt
+
+    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
+        if self.timer is not None:
+            self.timer.cancel()
+        if self.old is not None:
+            signal.signal(signal.SIGINT, self.old)
 
 
 def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
@@ -288,17 +364,114 @@ def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
     return str(model["path"]) if model.get("seen_as") and model.get("path") else None
 
 
-def fetch(t: SshTarget, remote: str, runs_dir: Path, run_id: str) -> Path:
-    """Replace the local copy of a run folder with the host's (a resumed run only grows). Only a folder named
-    by a run id directly under runs_dir is ever replaced."""
+def fetch(t: SshTarget, remote: str, runs_dir: Path, run_id: str, resumed: bool) -> Path:
+    """The host's copy of a run folder, here. A new run lands in a new folder: a local folder of its id is
+    refused (nothing changes here, the host keeps its copy). A resumed run's local copy only grows
+    (`merge_resumed`). Only a folder named by a run id directly under runs_dir is ever written."""
     local = runs_dir / check_run_id(run_id, f"{t.name}: run folder")
+    where = f"{t.name}:{remote}"
+    if local.exists() and not resumed:
+        raise RemoteError(
+            f"{run_id} already exists here and is not this run's: {where} not fetched (nothing changed here; "
+            "the host keeps its copy)"
+        )
     tmp = local.with_name(f".{local.name}.fetch")
     shutil.rmtree(tmp, ignore_errors=True)
-    t.get_tree(remote, tmp)
-    if local.exists():
-        shutil.rmtree(local)
-    tmp.rename(local)
+    try:
+        t.get_tree(remote, tmp)
+        if local.exists():
+            merge_resumed(tmp, local, where)
+        else:
+            tmp.rename(local)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
     return local
+
+
+LOCAL_FILES = ("git/bundle/", "git/image.json", "git/pushed-from/")  # what Deployment.record adds here
+LOCAL_RESULTS = ("model_push", "clean_room", "clean_room_resumed")  # results only this machine writes
+SAME_RUN = ("run_id", "experiment", "host", "started_utc", "params")  # fixed when a run starts
+WORKING_FILES = (f"raw/{DUMP}.jsonl", f"raw/{DUMP}.part.jsonl")  # removed by the lab when its run completes
+
+
+def merge_resumed(there: Path, here: Path, where: str) -> None:
+    """A resumed run's copy from the host (`there`) into its local copy (`here`), which only grows. What only the
+    local copy has stays (what this machine added: the bundle's git state, the push and clean-room results; a
+    file the host's lab has since removed), what only the host's has is added, and a file both have takes the
+    host's where it continues the local one: a JSON-lines table with at least as many rows, another file at least
+    as new; manifest.json is the host's with this machine's results kept. A host whose copy is another run, or
+    shorter (fewer rows, an older file, resumes missing, or files missing though it did not resume the run),
+    changes nothing here: one line says why."""
+    old, new = manifest_at(here, "the local copy"), manifest_at(there, where)
+    differ = [k for k in SAME_RUN if getattr(old, k) != getattr(new, k)]
+    if differ:
+        raise RemoteError(
+            f"{where} is not the run {here.name} here (its {', '.join(differ)} differ): not fetched, nothing changed "
+            "here"
+        )
+    mine, theirs = files_in(here), files_in(there, where)
+    shorter, updates = [], []
+    if new.resumed_utc[: len(old.resumed_utc)] != old.resumed_utc:
+        shorter.append(f"{len(new.resumed_utc)} resumes there, {len(old.resumed_utc)} here")
+    for rel, src in theirs.items():
+        dst = mine.get(rel)
+        if rel == "manifest.json" or (dst is not None and filecmp.cmp(src, dst, shallow=False)):
+            continue
+        if dst is not None and rel.endswith(".jsonl") and rows(src) < rows(dst):
+            shorter.append(f"{rel} has {rows(src)} rows there, {rows(dst)} here")
+        elif dst is not None and not rel.endswith(".jsonl") and src.stat().st_mtime < dst.stat().st_mtime:
+            shorter.append(f"{rel} is older there")
+        else:
+            updates.append(rel)
+    if len(new.resumed_utc) == len(old.resumed_utc):  # not resumed there: what it lacks, it lost
+        lost = [rel for rel in mine if rel not in theirs and not rel.startswith(LOCAL_FILES)]
+        shorter += [f"{rel} is missing there" for rel in sorted(lost)]
+    # a working file the host's lab removed when it completed the run (the profile's dump, now its Parquet)
+    done = [rel for rel in WORKING_FILES if rel in mine and rel not in theirs and ".ready" in theirs]
+    if shorter:
+        more = f" and {len(shorter) - 3} more" if len(shorter) > 3 else ""
+        raise RemoteError(
+            f"{where} is shorter than the local copy ({'; '.join(shorter[:3])}{more}): not fetched, nothing changed "
+            "here"
+        )
+    kept = {k: v for k, v in old.results.items() if k in LOCAL_RESULTS or k not in new.results}
+    merged = new.model_copy(update={"results": {**new.results, **kept}})
+    if (here / ".ready").exists() and (updates or merged != old):
+        raise RemoteError(f"{here.name} is complete here and a complete run is never changed: {where} not fetched")
+    for rel in [*(r for r in updates if r != ".ready"), "manifest.json", ".ready"]:  # .ready last
+        if rel == "manifest.json":
+            if merged != old:
+                RunFolder(here).write_manifest(merged)
+        elif rel in updates:
+            (here / rel).parent.mkdir(parents=True, exist_ok=True)
+            os.replace(there / rel, here / rel)
+        if rel == "manifest.json":
+            for gone in done:
+                (here / gone).unlink()
+
+
+def manifest_at(folder: Path, where: str) -> Manifest:
+    try:
+        return Manifest.model_validate_json((folder / "manifest.json").read_text())
+    except (OSError, ValueError) as e:
+        raise RemoteError(
+            f"{where}: no readable manifest.json ({type(e).__name__}): not fetched, nothing changed here"
+        ) from e
+
+
+def files_in(folder: Path, where: str | None = None) -> dict[str, Path]:
+    """A run folder's files by their path in it; a link in a host's copy (`where`) is refused."""
+    out = {}
+    for p in sorted(folder.rglob("*")):
+        if where is not None and p.is_symlink():
+            raise RemoteError(f"{where}: {p.relative_to(folder)} is a link: not fetched, nothing changed here")
+        if p.is_file():
+            out[p.relative_to(folder).as_posix()] = p
+    return out
+
+
+def rows(path: Path) -> int:
+    return sum(1 for line in path.read_bytes().splitlines() if line.strip())
 
 
 def snapshot(t: SshTarget, dest: Path, remote_checkout: str | None) -> dict[str, str]:

@@ -35,12 +35,17 @@ def _target(c: Any) -> SshTarget:
     return SshTarget(c, name=str(getattr(c, "original_host", None) or c.host))
 
 
+INTERRUPTED = 130  # exit code after Ctrl-C (128 + SIGINT, as a shell reports it)
+
+
 def _guarded(c: Any, work: Any) -> Any:
     """The lab's error policy for fab tasks: a refused host key or any LabError is one clear message and exit 1
-    (2 for a bad option); anything else is a bug and keeps its traceback."""
+    (2 for a bad option), Ctrl-C one line and exit 130; anything else is a bug and keeps its traceback."""
     host = str(getattr(c, "original_host", c.host))
     try:
         return work(_target(c))
+    except KeyboardInterrupt as e:
+        raise Exit(f"{host}: interrupted", code=INTERRUPTED) from e
     except LabError as e:
         raise Exit(f"{host}: {e}", code=e.exit_code) from e
     except Exception as e:
@@ -62,8 +67,11 @@ def _finish(res: RemoteResult, settings: Settings, console: Console) -> str:
     console.print(f"{res.host}: {res.status}" + (f" ({res.message})" if res.message else ""))
     if res.run is not None:
         console.print(str(res.run))
+    rerun = f"; rerun with --resume {res.run.name if res.run else '<run>'}" if res.status != "complete" else ""
+    if res.interrupted:
+        raise Exit(f"{res.host}: interrupted; run {res.status}{rerun}", code=INTERRUPTED)
     if res.status != "complete":
-        raise Exit(f"{res.host}: run {res.status}; rerun with --resume {res.run.name if res.run else '<run>'}", code=1)
+        raise Exit(f"{res.host}: run {res.status}{rerun}", code=1)
     return str(res.run)
 
 
