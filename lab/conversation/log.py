@@ -2,7 +2,7 @@
 complete, and its tool time appended later as a line of its own.
 
 A step's `tool_s` is the agent's own time after its reply until the task's next request, known only when that
-request arrives: the step is written when the agent has its reply, and a `StepToolTime` line follows when the
+request arrives: the step is written as its reply reaches the agent, and a `StepToolTime` line follows when the
 next request comes (none for the task's last step). Each line is flushed and fsynced before the next event is
 handled, so however the recorder ends (a signal, SIGKILL, the OOM killer) every complete exchange is in the
 trace; a line cut mid-write is left out by the readers and set aside by `--append`."""

@@ -242,22 +242,24 @@ class Recorder:
     async def _pass_back(
         self, request: web.Request, upstream: httpx.Response, x: Exchange | None
     ) -> web.StreamResponse:
-        """The upstream's answer, passed back as it arrives (a JSON body once whole, a stream chunk by chunk);
-        the exchange is settled once the agent has received it."""
+        """The upstream's answer, passed back as it arrives (a JSON body once whole, a stream chunk by chunk but
+        for its last chunk, held back): the exchange is settled while the agent is still there, before the last
+        bytes go, so an agent that has its reply finds it in the trace."""
         headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
         if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
             return await self._pass_body(request, upstream, headers, x)
         out = web.StreamResponse(status=upstream.status_code, headers=headers)
         await out.prepare(request)
         stream = StreamAssembler(limit=self.max_reply)
-        delivered = False  # choice 0's finish_reason has reached the agent
+        held, held_finished, delivered = None, False, False  # delivered: choice 0's finish_reason reached the agent
         try:
             async for raw in upstream.aiter_raw():
+                if held is not None:
+                    await out.write(held)
+                    delivered = held_finished
                 if x is not None:
                     stream.feed(raw)
-                await out.write(raw)
-                delivered = stream.finished
-            await out.write_eof()
+                held, held_finished = raw, stream.finished
         except httpx.HTTPError as e:
             why = redact_url(f"{type(e).__name__}: {e}".rstrip(": "))
             warn(f"upstream cut the stream of {request.path} short: {why}")
@@ -271,8 +273,15 @@ class Recorder:
                 warn(f"the agent hung up during the stream of {request.path}")
             return out
         if x is not None:
-            stream.close()
-            self.settle(x, stream.reply(), self._stream_flaw(stream), upstream.status_code)
+            if delivered or agent_there(request):
+                stream.close()
+                self.settle(x, stream.reply(), self._stream_flaw(stream), upstream.status_code)
+            else:
+                warn(f"the agent hung up during the stream of {request.path}")
+        with contextlib.suppress(ConnectionError):  # recorded: an agent that hangs up now had its reply
+            if held is not None:
+                await out.write(held)
+            await out.write_eof()
         return out
 
     def _stream_flaw(self, stream: StreamAssembler) -> str:
@@ -303,15 +312,20 @@ class Recorder:
             return self._failed(request, e)
         content = b"".join(chunks)
         out = web.Response(body=content, status=upstream.status_code, headers=headers)
-        try:
-            await out.prepare(request)
-            await out.write_eof()
-        except ConnectionError:
+        if not agent_there(request):  # it gave up waiting (and may retry): it never sees this answer
             warn(f"the agent hung up before the answer to {request.path} reached it")
             return out
         if x is not None:
             self.settle(x, reply_of_body(chat_body(content)), status=upstream.status_code)
+        with contextlib.suppress(ConnectionError):
+            await out.prepare(request)
+            await out.write_eof()
         return out
+
+
+def agent_there(request: web.Request) -> bool:
+    """The agent's connection is still open (it has not hung up or timed out)."""
+    return request.transport is not None and not request.transport.is_closing()
 
 
 def make_app(recorder: Recorder) -> web.Application:
