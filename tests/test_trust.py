@@ -15,6 +15,7 @@ from pathlib import Path
 import pytest
 from labcli import lab, one_line_error
 
+from lab.core.locks import LockError
 from lab.core.runs import RunError, RunFolder, check_run_id
 from lab.core.safetar import UnsafeArchive, check_members, safe_extract
 
@@ -222,7 +223,7 @@ def own_tmp(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Path:
 
 
 def _refused(run: RunFolder, needle: str) -> None:
-    with pytest.raises(RunError, match=re.escape(needle)) as e, run.writer():
+    with pytest.raises(LockError, match=re.escape(needle)) as e, run.writer():
         pytest.fail("the writer lock was taken")
     assert len(str(e.value).splitlines()) == 1, str(e.value)
 

@@ -14,7 +14,6 @@ crashed server) stays `status: incomplete` with the reason, and can be resumed.
 from __future__ import annotations
 
 import contextlib
-import errno
 import fcntl
 import hashlib
 import json
@@ -22,8 +21,6 @@ import os
 import re
 import secrets
 import signal
-import stat
-import tempfile
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
@@ -33,6 +30,7 @@ from typing import Any, Literal, TypeVar, overload
 from pydantic import BaseModel, Field, ValidationError
 
 from lab.core.errors import LabError, validation_line
+from lab.core.locks import open_lock
 from lab.core.rawtable import RawTable
 
 Status = Literal["running", "incomplete", "complete"]
@@ -180,7 +178,7 @@ class RunFolder:
         holder dies, however it dies. The lock file lives in this machine's temp directory, named after the run
         folder's real path (every process and clone here finds the same one; the run folder stays as measured)."""
         key = hashlib.sha256(str(self.path.resolve()).encode()).hexdigest()[:16]
-        fd = _open_lock(f"{self.path.name}-{key}.lock")
+        fd = open_lock(f"{self.path.name}-{key}.lock")
         try:
             try:
                 fcntl.flock(fd, fcntl.LOCK_EX | fcntl.LOCK_NB)
@@ -315,44 +313,6 @@ class RunFolder:
         the next write, or the end of the run, stops it."""
         if self.interrupted:
             raise RunInterrupted(self.interrupted)
-
-
-def _open_lock(name: str) -> int:
-    """A writer lock file in this user's lock directory in the temp directory (created 0700). Another local
-    user who made that directory, or a link or file in it, could hold the user's locks or have a writer
-    overwrite one of the user's files: such a directory or file is refused (one line); the user's own directory
-    with looser modes (an older lab made it 0755) is tightened to 0700."""
-    uid = os.getuid()
-    locks = Path(tempfile.gettempdir()) / f"prefill-lab-locks-{uid}"
-    with contextlib.suppress(FileExistsError):
-        os.mkdir(locks, 0o700)
-    try:
-        dfd = os.open(locks, os.O_RDONLY | os.O_DIRECTORY | os.O_NOFOLLOW | os.O_CLOEXEC)
-    except OSError as e:
-        link = e.errno in (errno.ELOOP, errno.ENOTDIR)
-        what = "is a symbolic link or not a directory" if link else f"cannot be opened ({e.strerror})"
-        raise RunError(f"the lock directory {locks} {what}; remove it, or set TMPDIR to a directory of yours") from None
-    try:
-        owner = os.fstat(dfd).st_uid
-        if owner != uid:
-            raise RunError(
-                f"the lock directory {locks} belongs to uid {owner}, not to you (uid {uid}); have it removed, or set "
-                "TMPDIR to a directory of yours"
-            )
-        os.fchmod(dfd, 0o700)
-        path = locks / name
-        try:  # no O_TRUNC: the file is emptied once its lock is held
-            fd = os.open(name, os.O_RDWR | os.O_CREAT | os.O_NOFOLLOW | os.O_CLOEXEC, 0o600, dir_fd=dfd)
-        except OSError as e:
-            what = "is a symbolic link" if e.errno == errno.ELOOP else f"cannot be opened ({e.strerror})"
-            raise RunError(f"the lock file {path} {what}; remove it and retry") from None
-        st = os.fstat(fd)
-        if not stat.S_ISREG(st.st_mode) or st.st_uid != uid or st.st_nlink != 1:  # a hard link to a user's file
-            os.close(fd)
-            raise RunError(f"the lock file {path} is not a file of yours alone; remove it and retry")
-        return fd
-    finally:
-        os.close(dfd)
 
 
 def _checked(table: RawTable[Row], row: Row) -> Row:

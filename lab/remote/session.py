@@ -8,39 +8,32 @@ sent down the pty (the run ends incomplete); a second one, or no end within CTRL
 
 The run fetched is the one the host's lab reports for this command (LAB_RUN_ID_FILE), never a name its listing
 shows. Run folders are write-once here too: a new run never lands on a local folder, and a resumed run's local
-copy only grows (`merge_resumed`).
+copy only grows (lab.remote.fetch).
 """
 
 from __future__ import annotations
 
-import filecmp
 import json
-import os
 import shlex
-import shutil
-import signal
-import threading
 import uuid
 from dataclasses import dataclass
 from pathlib import Path
-from types import FrameType, TracebackType
-from typing import Any
 
 from rich.console import Console
 
 from lab.core.errors import LabError, UsageError
-from lab.core.runs import Manifest, RunFolder, check_run_id
+from lab.core.runs import RunFolder, check_run_id
 from lab.core.settings import REPO_ROOT, Settings, params_file
 from lab.core.snapshot import snapshot_git, snapshot_host
 from lab.core.target import LocalTarget
 from lab.engine.build import build_engine
-from lab.experiments.profile_dump import DUMP
 from lab.inproc import build_driver
 from lab.instrument import build_instrument
 from lab.measure.cleanroom import CleanRoom, parse, wrap
 from lab.models.resolve import resolve_model, resolve_projector
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
 from lab.remote.connect import ConnectionLost, RemoteError, SshTarget, network_errors, sh
+from lab.remote.fetch import fetch
 from lab.remote.image import (
     IMAGE,
     ImageRef,
@@ -50,6 +43,7 @@ from lab.remote.image import (
     push_image,
     stop_container,
 )
+from lab.remote.interrupt import CtrlC
 from lab.remote.modelcheck import HostModel, check_host_model, model_arg, with_model
 from lab.remote.modelpush import NAMED, local_model, push_model
 
@@ -270,22 +264,8 @@ def run_remote(
     report = f".lab-run-{uuid.uuid4().hex[:12]}"  # where the host's lab says which run it opened
     cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], room, report)
     console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
-    error, output, ctrl_c = "", "", CtrlC(t)
-    try:
-        with ctrl_c:
-            r = t.run(cmd, pty=True)
-        output = r.stdout + r.stderr
-        if not r.ok:
-            error = f"exit {r.exited}: {output.strip()[-1500:]}"
-    except KeyboardInterrupt:  # outside invoke's wait, so no ^C reached the host: hang up instead
-        ctrl_c.interrupted = True
-        t.hang_up()
-    except ConnectionLost as e:
-        error = str(e)
-    except Exception as e:  # a dropped connection: fetch what is there on a fresh connection
-        error = f"connection lost: {type(e).__name__}: {e}"
+    error, output, ctrl_c = run_there(t, cmd)
     if ctrl_c.interrupted:
-        error = "interrupted (Ctrl-C)"
         console.print(f"{t.name}: interrupted: stopping the run there, then fetching what it wrote")
     try:
         if error:  # a cut connection may also just end the command (exit -1): make sure nothing is left running
@@ -310,46 +290,30 @@ def run_remote(
     return RemoteResult(t.name, local, m.status, error or m.reason, ctrl_c.interrupted)
 
 
+def run_there(t: SshTarget, cmd: str) -> tuple[str, str, CtrlC]:
+    """Run the host's command with a pty: (what went wrong, or "", what it printed, the Ctrl-C it saw)."""
+    error, output, ctrl_c = "", "", CtrlC(t)
+    try:
+        with ctrl_c:
+            r = t.run(cmd, pty=True)
+        output = r.stdout + r.stderr
+        if not r.ok:
+            error = f"exit {r.exited}: {output.strip()[-1500:]}"
+    except KeyboardInterrupt:  # outside invoke's wait, so no ^C reached the host: hang up instead
+        ctrl_c.interrupted = True
+        t.hang_up()
+    except ConnectionLost as e:
+        error = str(e)
+    except Exception as e:  # a dropped connection: fetch what is there on a fresh connection
+        error = f"connection lost: {type(e).__name__}: {e}"
+    return ("interrupted (Ctrl-C)" if ctrl_c.interrupted else error), output, ctrl_c
+
+
 def reported_run(t: SshTarget, remote_dir: str, report: str) -> str | None:
     """The run the host's lab said it opened for this command (None: it opened none), checked as a run id."""
     path = sh(f"{remote_dir}/runs/{report}")
     said = t.run(f"cat {path} 2>/dev/null; rm -f {path}").stdout.strip()
     return check_run_id(said, f"{t.name}: the run its lab reported") if said else None
-
-
-CTRL_C_GRACE = 30.0  # s the host's run has to end after a Ctrl-C before the connection is hung up
-
-
-class CtrlC:
-    """SIGINT while the host's run goes on (the main thread only: parallel hosts' is lab.remote.parallel's). The
-    first is raised as KeyboardInterrupt, which invoke sends down the pty as ^C (the run ends incomplete and the
-    command returns); a second, or no end within CTRL_C_GRACE s, hangs up (SIGHUP there)."""
-
-    def __init__(self, t: SshTarget) -> None:
-        self.t, self.interrupted = t, False
-        self.old: Any = None
-        self.timer: threading.Timer | None = None
-
-    def __enter__(self) -> CtrlC:
-        if threading.current_thread() is threading.main_thread():
-            self.old = signal.signal(signal.SIGINT, self.on_sigint)
-        return self
-
-    def on_sigint(self, signum: int, frame: FrameType | None) -> None:
-        if self.interrupted:
-            self.t.hang_up()
-            return
-        self.interrupted = True
-        self.timer = threading.Timer(CTRL_C_GRACE, self.t.hang_up)
-        self.timer.daemon = True
-        self.timer.start()
-        raise KeyboardInterrupt
-
-    def __exit__(self, kind: type[BaseException] | None, e: BaseException | None, tb: TracebackType | None) -> None:
-        if self.timer is not None:
-            self.timer.cancel()
-        if self.old is not None:
-            signal.signal(signal.SIGINT, self.old)
 
 
 def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
@@ -362,116 +326,6 @@ def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
     except ValueError:
         return None
     return str(model["path"]) if model.get("seen_as") and model.get("path") else None
-
-
-def fetch(t: SshTarget, remote: str, runs_dir: Path, run_id: str, resumed: bool) -> Path:
-    """The host's copy of a run folder, here. A new run lands in a new folder: a local folder of its id is
-    refused (nothing changes here, the host keeps its copy). A resumed run's local copy only grows
-    (`merge_resumed`). Only a folder named by a run id directly under runs_dir is ever written."""
-    local = runs_dir / check_run_id(run_id, f"{t.name}: run folder")
-    where = f"{t.name}:{remote}"
-    if local.exists() and not resumed:
-        raise RemoteError(
-            f"{run_id} already exists here and is not this run's: {where} not fetched (nothing changed here; "
-            "the host keeps its copy)"
-        )
-    tmp = local.with_name(f".{local.name}.fetch")
-    shutil.rmtree(tmp, ignore_errors=True)
-    try:
-        t.get_tree(remote, tmp)
-        if local.exists():
-            merge_resumed(tmp, local, where)
-        else:
-            tmp.rename(local)
-    finally:
-        shutil.rmtree(tmp, ignore_errors=True)
-    return local
-
-
-LOCAL_FILES = ("git/bundle/", "git/image.json", "git/pushed-from/")  # what Deployment.record adds here
-LOCAL_RESULTS = ("model_push", "clean_room", "clean_room_resumed")  # results only this machine writes
-SAME_RUN = ("run_id", "experiment", "host", "started_utc", "params")  # fixed when a run starts
-WORKING_FILES = (f"raw/{DUMP}.jsonl", f"raw/{DUMP}.part.jsonl")  # removed by the lab when its run completes
-
-
-def merge_resumed(there: Path, here: Path, where: str) -> None:
-    """A resumed run's copy from the host (`there`) into its local copy (`here`), which only grows. What only the
-    local copy has stays (what this machine added: the bundle's git state, the push and clean-room results; a
-    file the host's lab has since removed), what only the host's has is added, and a file both have takes the
-    host's where it continues the local one: a JSON-lines table with at least as many rows, another file at least
-    as new; manifest.json is the host's with this machine's results kept. A host whose copy is another run, or
-    shorter (fewer rows, an older file, resumes missing, or files missing though it did not resume the run),
-    changes nothing here: one line says why."""
-    old, new = manifest_at(here, "the local copy"), manifest_at(there, where)
-    differ = [k for k in SAME_RUN if getattr(old, k) != getattr(new, k)]
-    if differ:
-        raise RemoteError(
-            f"{where} is not the run {here.name} here (its {', '.join(differ)} differ): not fetched, nothing changed "
-            "here"
-        )
-    mine, theirs = files_in(here), files_in(there, where)
-    shorter, updates = [], []
-    if new.resumed_utc[: len(old.resumed_utc)] != old.resumed_utc:
-        shorter.append(f"{len(new.resumed_utc)} resumes there, {len(old.resumed_utc)} here")
-    for rel, src in theirs.items():
-        dst = mine.get(rel)
-        if rel == "manifest.json" or (dst is not None and filecmp.cmp(src, dst, shallow=False)):
-            continue
-        if dst is not None and rel.endswith(".jsonl") and rows(src) < rows(dst):
-            shorter.append(f"{rel} has {rows(src)} rows there, {rows(dst)} here")
-        elif dst is not None and not rel.endswith(".jsonl") and src.stat().st_mtime < dst.stat().st_mtime:
-            shorter.append(f"{rel} is older there")
-        else:
-            updates.append(rel)
-    if len(new.resumed_utc) == len(old.resumed_utc):  # not resumed there: what it lacks, it lost
-        lost = [rel for rel in mine if rel not in theirs and not rel.startswith(LOCAL_FILES)]
-        shorter += [f"{rel} is missing there" for rel in sorted(lost)]
-    # a working file the host's lab removed when it completed the run (the profile's dump, now its Parquet)
-    done = [rel for rel in WORKING_FILES if rel in mine and rel not in theirs and ".ready" in theirs]
-    if shorter:
-        more = f" and {len(shorter) - 3} more" if len(shorter) > 3 else ""
-        raise RemoteError(
-            f"{where} is shorter than the local copy ({'; '.join(shorter[:3])}{more}): not fetched, nothing changed "
-            "here"
-        )
-    kept = {k: v for k, v in old.results.items() if k in LOCAL_RESULTS or k not in new.results}
-    merged = new.model_copy(update={"results": {**new.results, **kept}})
-    if (here / ".ready").exists() and (updates or merged != old):
-        raise RemoteError(f"{here.name} is complete here and a complete run is never changed: {where} not fetched")
-    for rel in [*(r for r in updates if r != ".ready"), "manifest.json", ".ready"]:  # .ready last
-        if rel == "manifest.json":
-            if merged != old:
-                RunFolder(here).write_manifest(merged)
-        elif rel in updates:
-            (here / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(there / rel, here / rel)
-        if rel == "manifest.json":
-            for gone in done:
-                (here / gone).unlink()
-
-
-def manifest_at(folder: Path, where: str) -> Manifest:
-    try:
-        return Manifest.model_validate_json((folder / "manifest.json").read_text())
-    except (OSError, ValueError) as e:
-        raise RemoteError(
-            f"{where}: no readable manifest.json ({type(e).__name__}): not fetched, nothing changed here"
-        ) from e
-
-
-def files_in(folder: Path, where: str | None = None) -> dict[str, Path]:
-    """A run folder's files by their path in it; a link in a host's copy (`where`) is refused."""
-    out = {}
-    for p in sorted(folder.rglob("*")):
-        if where is not None and p.is_symlink():
-            raise RemoteError(f"{where}: {p.relative_to(folder)} is a link: not fetched, nothing changed here")
-        if p.is_file():
-            out[p.relative_to(folder).as_posix()] = p
-    return out
-
-
-def rows(path: Path) -> int:
-    return sum(1 for line in path.read_bytes().splitlines() if line.strip())
 
 
 def snapshot(t: SshTarget, dest: Path, remote_checkout: str | None) -> dict[str, str]:
