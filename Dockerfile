@@ -69,7 +69,7 @@ ENV LAB_ENGINE__SOURCE_MODE=${LAB_ENGINE__SOURCE_MODE} \
 COPY patches/ patches/
 COPY lab/__init__.py lab/
 COPY lab/core/__init__.py lab/core/settings.py lab/core/settings_server.py lab/core/errors.py lab/core/safetar.py \
-     lab/core/redact.py lab/core/runs.py lab/core/rawtable.py lab/core/units.py lab/core/hashing.py \
+     lab/core/redact.py lab/core/runs.py lab/core/locks.py lab/core/rawtable.py lab/core/units.py lab/core/hashing.py \
      lab/core/releases.py lab/core/
 COPY lab/engine/__init__.py lab/engine/source.py lab/engine/series.py lab/engine/build.py lab/engine/pinning.py \
      lab/engine/
