@@ -20,7 +20,7 @@ from lab.catalog.tables import load_table
 from lab.core.errors import LabError
 from lab.core.runs import match_run_id
 from lab.core.schemas import BANDS, InprocFill, Interval
-from lab.core.stats import geomean_ratio, run_drift_factors, unpaired
+from lab.core.stats import SlotRep, geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
 from lab.measure.fills import fill_values
 
 
@@ -29,6 +29,9 @@ class CompareError(LabError):
 
 
 TOTAL_BAND = "all bands (FUSED chunk)"
+VERSUS = "_vs"  # an interleaved run's experiment: the measured experiment's name and this
+TOLERANCE = 0.03  # an interleaved run's verdicts: B the same as A within 1 +- this
+REP_FIELDS = ("rep", "cycle", "fill_pass")  # a sample's place within its process, by table
 
 
 @dataclass(frozen=True)
@@ -69,10 +72,16 @@ KINDS = {
         ("task_id", "step"),
         {"today_ms_value": "today's server", "optimum_ms_value": "optimum", "no_cache_ms_value": "no cache"},
     ),
+    "decode": Kind(
+        "decode_depths",
+        (),
+        ("depth",),
+        {"server_ms_value": "server decode ms/token", "bench_ms_value": "llama-bench decode ms/token"},
+    ),
 }
 Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
 # `lab arms` runs: in-process sweeps
-KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile", "conversation": "conversation"}
+KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile", "conversation": "conversation", "decode": "decode"}
 
 
 @dataclass(frozen=True)
@@ -93,11 +102,19 @@ class CompareRow:
         """True when B/A's interval excludes 1; None without an interval ("within noise" when False)."""
         return None if self.ci is None or self.ci.n < 2 else not (self.ci.lo <= 1 <= self.ci.hi)
 
-    def record(self, keys: tuple[str, ...]) -> dict[str, Any]:
+    def called(self, tolerance: float) -> str:
+        """B against A at a tolerance: `same` (the interval inside 1 +- tolerance), `faster` or `slower` (wholly
+        outside it), else `undecided`."""
+        return {"agree": "same", "undecided": "undecided"}.get(
+            verdict(self.ci, tolerance), "faster" if self.ci is not None and self.ci.value < 1 else "slower"
+        )
+
+    def record(self, keys: tuple[str, ...], tolerance: float | None = None) -> dict[str, Any]:
         ci = self.ci.model_dump(mode="json") if self.ci else None
         key = dict(zip(keys, self.key, strict=True)) if self.key else {}
         out = {"metric": self.metric, "a": self.a, "b": self.b, "ratio": self.ratio, "ratio_ci": ci}
-        return {**key, **out, "significant": self.significant}
+        called = {"called": self.called(tolerance)} if tolerance is not None else {}
+        return {**key, **out, "significant": self.significant, **called}
 
 
 class ModelRef(NamedTuple):
@@ -117,6 +134,8 @@ class Comparison:
     summary: list[CompareRow] = field(default_factory=list)  # the geometric mean per metric over the keys
     drift: float = 0.0  # the run level's spread the intervals carry (0: none, only processes and reps)
     models: tuple[ModelRef, ModelRef] | None = None  # what each run measured
+    paired: bool = False  # the two sides of one interleaved run, paired by process slot (lab.experiments.versus)
+    tolerance: float | None = None  # the verdicts' tolerance (faster / slower / same / undecided), when called
 
     @property
     def kind(self) -> Kind:
@@ -148,8 +167,10 @@ class Comparison:
             "drift": self.drift,
             "models": [m._asdict() for m in self.models] if self.models else None,
             "same_model": self.same_model,
-            "rows": [r.record(self.keys) for r in self.rows],
-            "geomean": [r.record(self.keys) for r in self.summary],
+            "paired": self.paired,
+            "tolerance": self.tolerance,
+            "rows": [r.record(self.keys, self.tolerance) for r in self.rows],
+            "geomean": [r.record(self.keys, self.tolerance) for r in self.summary],
         }
 
     def slowdowns(self, pct: float) -> list[CompareRow]:
@@ -184,11 +205,22 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 class Samples(NamedTuple):
-    """The samples behind one (key, metric) of one run, and the process each came from (0: runs from before
-    processes were recorded, or one process: a within-run interval)."""
+    """The samples behind one (key, metric) of one run, the process each came from (0: runs from before
+    processes were recorded, or one process: a within-run interval) and its rep (cycle, fill pass) there."""
 
     values: list[float]
     procs: list[int]
+    reps: list[int]
+
+    def by_slot(self) -> dict[SlotRep, float]:
+        """The samples keyed by (process, i): the i-th of that process in rep order, what pairs them with the
+        other configuration's process of the same slot in an interleaved run."""
+        out: dict[SlotRep, float] = {}
+        seen: dict[int, int] = {}
+        for j in sorted(range(len(self.values)), key=lambda j: (self.procs[j], self.reps[j], j)):
+            i = seen[self.procs[j]] = seen.get(self.procs[j], -1) + 1
+            out[(self.procs[j], i)] = self.values[j]
+        return out
 
 
 def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], Samples]:
@@ -198,9 +230,10 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
     out: dict[tuple[tuple[Any, ...], str], Samples] = {}
 
     def add(key: tuple[Any, ...], metric: str, value: float, row: dict[str, Any]) -> None:
-        got = out.setdefault((key, metric), Samples([], []))
+        got = out.setdefault((key, metric), Samples([], [], []))
         got.values.append(float(value))
         got.procs.append(int(_value(row.get("process")) or 0))
+        got.reps.append(int(next((_value(row.get(k)) for k in REP_FIELDS if _value(row.get(k)) is not None), 0)))
 
     if experiment == "profile":
         for w in side.get("profile_walls", []):
@@ -208,6 +241,13 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
                 add((w["depth"], TOTAL_BAND), "fused_chunk_ms", w["ms"], w)
         for c in side.get("profile_band_cycles", []):
             add((c["depth"], c["band"]), "ms_per_token", c["ms_per_token"], c)
+        return out
+    if experiment == "decode":  # a depth's samples are lists in its row, each with its process
+        for r in side.get("decode_depths", []):
+            for tool in ("server", "bench"):
+                values, procs = list(r.get(f"{tool}_samples_ms") or []), list(r.get(f"{tool}_processes") or [])
+                for v, k in zip(values, procs, strict=False):
+                    add((r["depth"],), f"{tool}_ms_value", v, {"process": k})
         return out
     if experiment == "conversation":
         for smp in side.get("conversation_samples", []):
@@ -242,9 +282,9 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
         only_new = int(point["new"]) + int(_value(point.get("image_tokens")) or 0)
         baseline, chunks, procs = fill_values(fills, int(point["L"]), only_new)
         if baseline and (key, "baseline_median_ms") not in out:
-            out[(key, "baseline_median_ms")] = Samples(baseline, procs)
+            out[(key, "baseline_median_ms")] = Samples(baseline, procs, [0] * len(procs))
         if chunks and _where(point) == "inproc":
-            out[(key, "opt_prefill_ms")] = Samples(chunks, procs)
+            out[(key, "opt_prefill_ms")] = Samples(chunks, procs, [0] * len(procs))
     return out
 
 
@@ -270,13 +310,14 @@ def _where(row: dict[str, Any]) -> str:
 
 
 def compare_rows(
-    experiment: str, a_side: Side, b_side: Side, drift: float = 0.0
+    experiment: str, a_side: Side, b_side: Side, drift: float = 0.0, paired: bool = False
 ) -> tuple[list[CompareRow], list[CompareRow]]:
     """B/A rows for every key either run has (a side it lacks is None), each with the interval of B/A from
     both runs' samples; and per metric the geometric mean over the keys both have. Profiles also get one
     TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share. `drift`: the host's
     run-to-run spread (log SD, measured by the A/A test), one draw of it shared by every row of a bootstrap
-    replicate, since a run's drift moves all of its points alike."""
+    replicate, since a run's drift moves all of its points alike. `paired`: the two sides of one interleaved
+    run (lab.experiments.versus), their processes paired by slot: B/A resamples slots, then reps, on both."""
     kind = KINDS[KIND_OF[experiment]]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -295,10 +336,13 @@ def compare_rows(
             va, vb = _value(a.get(key, {}).get(metric)), _value(b.get(key, {}).get(metric))
             if va is None and vb is None:
                 continue
-            xa, xb = sa.get((key, metric), Samples([], [])), sb.get((key, metric), Samples([], []))
+            xa, xb = sa.get((key, metric), Samples([], [], [])), sb.get((key, metric), Samples([], [], []))
             tag = f"{key}/{metric}"
             drifts = None if metric in kind.paired else shared
-            ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, drifts)
+            if paired:
+                ci, draws = paired_slots(xb.by_slot(), xa.by_slot(), tag)
+            else:
+                ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, drifts)
             rows.append(CompareRow(key, metric, va, vb, ci, draws))
     summary = []
     for metric in kind.metrics:
@@ -313,6 +357,11 @@ def compare_rows(
 def _check(experiment_a: str, experiment_b: str) -> str:
     """The kind both runs are (a sweep, older arms runs included, or a profile)."""
     kind_a, kind_b = KIND_OF.get(experiment_a, experiment_a), KIND_OF.get(experiment_b, experiment_b)
+    if experiment_a.endswith(VERSUS) or experiment_b.endswith(VERSUS):
+        raise CompareError(
+            "an interleaved run (--vs) holds two runs: name a side, <id>/a or <id>/b, or give it alone for B/A "
+            "of its two sides"
+        )
     if kind_a != kind_b:
         raise CompareError(f"cannot compare a {experiment_a} run with a {experiment_b} run")
     if kind_a not in KINDS:
@@ -320,8 +369,11 @@ def _check(experiment_a: str, experiment_b: str) -> str:
     return kind_a
 
 
-def compare_runs(run_a: Path, run_b: Path, drift: float = 0.0) -> Comparison:
-    """Two run folders (complete or not: what they hold so far); `drift`: see compare_rows."""
+def compare_runs(
+    run_a: Path, run_b: Path, drift: float = 0.0, paired: bool = False, tolerance: float | None = None
+) -> Comparison:
+    """Two run folders (complete or not: what they hold so far); `drift`, `paired`: see compare_rows; with a
+    `tolerance` each row is also called faster, slower, the same or undecided."""
     ma, mb = read_manifest(run_a), read_manifest(run_b)
     name = _check(ma.experiment, mb.experiment)
     kind = KINDS[name]
@@ -329,9 +381,11 @@ def compare_runs(run_a: Path, run_b: Path, drift: float = 0.0) -> Comparison:
     def side(run: Path, experiment: str) -> Side:
         return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
-    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift)
+    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift, paired)
     models = tuple(ModelRef(str(m.model.get("sha256", "")), str(m.model.get("path", ""))) for m in (ma, mb))
-    return Comparison(name, run_a.name, run_b.name, kind.keys, rows, summary, drift, (models[0], models[1]))
+    names = (ma.run_id, mb.run_id) if paired else (run_a.name, run_b.name)
+    pair = (models[0], models[1])
+    return Comparison(name, *names, kind.keys, rows, summary, drift, pair, paired, tolerance)
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.0) -> Comparison:
@@ -361,3 +415,20 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.
         for r in runs.to_dict("records")
     }
     return Comparison(name, a, b, kind.keys, rows, summary, drift, (of[a], of[b]))
+
+
+def is_versus(run: Path) -> bool:
+    """Whether a run folder is an interleaved run of two configurations (its sides in `a/` and `b/`)."""
+    return read_manifest(run).experiment.endswith(VERSUS)
+
+
+def compare_sides(run: Path, tolerance: float | None = None) -> Comparison:
+    """B/A of an interleaved run: its two sides paired by process slot, each row called at the run's tolerance
+    (or `tolerance`)."""
+    m = read_manifest(run)
+    if not m.experiment.endswith(VERSUS):
+        raise CompareError(f"{run.name} is a {m.experiment} run, not an interleaved run of two configurations")
+    for side in ("a", "b"):
+        if not (run / side / "manifest.json").exists():
+            raise CompareError(f"{run.name} has no side {side} yet (interrupted before it started: resume it)")
+    return compare_runs(run / "a", run / "b", paired=True, tolerance=tolerance or m.params.get("tolerance", TOLERANCE))

@@ -57,16 +57,35 @@ def resolve(ref: str | None, runs_dir: Path) -> Any:
     return resolve_run(ref, runs_dir) if ref else None
 
 
-def run_command(experiment: Any, settings: Any, resume: str | None, as_json: bool, console: Any = None) -> Any:
+def run_command(
+    experiment: Any, settings: Any, resume: str | None, as_json: bool, console: Any = None, vs: list[str] | None = None
+) -> Any:
     """Run (or resume) an experiment for a command: its closing tables on the console (none with --json), then
-    the run folder, or with --json the records the tables are printed from; returns the run folder."""
+    the run folder, or with --json the records the tables are printed from; returns the run folder. With `vs`
+    (or resuming such a run): both configurations interleaved in one run, B/A per point (lab.experiments.versus)."""
+    from lab.catalog.compare import is_versus
     from lab.core.console import lab_console
     from lab.experiments.protocol import run_experiment, run_output
     from lab.presenters.runs import show_run
 
     console = console or lab_console(quiet=as_json)
-    run = run_experiment(experiment, settings, resolve(resume, settings.runs_dir), console, show_run)
+    folder = resolve(resume, settings.runs_dir)
+    if vs is not None or (folder is not None and is_versus(folder.path)):
+        return run_versus_command(experiment, settings, folder, as_json, console, vs)
+    run = run_experiment(experiment, settings, folder, console, show_run)
     typer.echo(run_output(experiment, run, as_json))
+    return run
+
+
+def run_versus_command(experiment: Any, settings: Any, folder: Any, as_json: bool, console: Any, vs: Any) -> Any:
+    import json
+
+    from lab.experiments.versus import parse_vs, run_versus
+    from lab.presenters import compare_table
+
+    run, comparison = run_versus(experiment, settings, parse_vs(vs or []), folder, console)
+    console.print(compare_table(comparison))
+    typer.echo(json.dumps({"run": str(run.path), **comparison.record()}, indent=1) if as_json else str(run.path))
     return run
 
 
@@ -126,6 +145,15 @@ TraceMaxDepth = Annotated[int, typer.Option("--max-depth", min=2)]
 Resume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")]
 ReplayResume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")]
 AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
+VsOpt = Annotated[
+    list[str] | None,
+    typer.Option(
+        "--vs",
+        metavar="KEY=VALUE",
+        help="also measure a second configuration, interleaved in this run (B: these settings, e.g. engine=latest, "
+        "server.threads=1, server.extra_args='-ctk q8_0 -ctv q8_0', model=PATH; 'same' for an A/A): B/A per point",
+    ),
+]
 
 # --- the sweep (and `lab arms`) ------------------------------------------------------------------------------
 LsOpt = Annotated[str | None, typer.Option("--Ls", help="cached prefix lengths, e.g. 512,2048,6000 (sweep.Ls)")]

@@ -19,6 +19,7 @@ from lab.cli.common import (
     SourceMode,
     SourcePath,
     Threads,
+    VsOpt,
     group,
     int_list,
     run_command,
@@ -153,6 +154,7 @@ def engine_decode(
     cache_dir: CacheDir = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    vs: VsOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Decode ms per token at depth through the server (fake prefix, then --n-out tokens) against llama-bench, in
@@ -162,7 +164,7 @@ def engine_decode(
     decode = {"depths": int_list(depths), "new": new, "n_out": n_out, "reps": reps, "tolerance": tolerance}
     engine = {"sdist_version": release}
     s = settings_for(cache_dir, engine, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
-    run = run_command(DecodeCheck(), s, resume, as_json)
+    run = run_command(DecodeCheck(), s, resume, as_json, vs=vs)
     m = run.manifest()
     if m.status != "complete":
         typer.secho(f"failed samples: {m.reason}", fg="red", err=True)

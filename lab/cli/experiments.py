@@ -33,6 +33,7 @@ from lab.cli.common import (
     TargetOpt,
     Threads,
     ThreadsBatch,
+    VsOpt,
     WhereOpt,
     int_list,
     run_command,
@@ -65,6 +66,7 @@ def sweep(
     plan: PlanOpt = False,
     rates: RatesOpt = None,
     budget: BudgetOpt = None,
+    vs: VsOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Live sweep over L x new: fake prefix and genuine hit, against opt_prefill = new / prefill_tps(L).
@@ -81,7 +83,9 @@ def sweep(
     --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
     from lab.core.console import lab_console
+    from lab.core.errors import UsageError
     from lab.experiments.sweep import Sweep
+    from lab.experiments.versus.config import paired_design
     from lab.presenters.plan import plan_first
 
     s = settings_for(
@@ -109,9 +113,13 @@ def sweep(
         server={"threads": threads, "ctx_size": ctx_size},
     )
     console = lab_console(quiet=as_json)
-    if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, console)) is None:
+    if vs is not None:  # both sides get the same reps (lab.experiments.versus): the plan is of those
+        if budget is not None:
+            raise UsageError("--budget with --vs: give --reps instead (both configurations get the same reps)")
+        s = paired_design(s)
+    if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, console, 2 if vs else 1)) is None:
         return
-    run_command(Sweep(), s, resume, as_json, console)
+    run_command(Sweep(), s, resume, as_json, console, vs)
 
 
 @functools.wraps(sweep)
@@ -149,6 +157,7 @@ def profile(
     release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    vs: VsOpt = None,
     as_json: AsJson = False,
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
@@ -174,4 +183,4 @@ def profile(
             "clean_room_start": start,
         },
     )
-    run_command(Profile(), s, resume, as_json)
+    run_command(Profile(), s, resume, as_json, vs=vs)

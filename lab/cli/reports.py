@@ -22,8 +22,10 @@ def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Opt
 
 
 def compare(
-    run_a: Annotated[str, typer.Argument(help="baseline run (id or path)")],
-    run_b: Annotated[str, typer.Argument(help="run to compare with it")],
+    run_a: Annotated[str, typer.Argument(help="baseline run (id or path; a side of an interleaved run: <id>/a)")],
+    run_b: Annotated[
+        str | None, typer.Argument(help="run to compare with it (none: run_a is an interleaved run, B/A of its sides)")
+    ] = None,
     as_report: Annotated[bool, typer.Option("--report", help="also write compare_<a>_vs_<b>.* to reports/")] = False,
     fail_above: Annotated[
         float | None,
@@ -43,21 +45,25 @@ def compare(
     catalog_dir: CatalogDir = None,
     as_json: AsJson = False,
 ) -> None:
-    """Two sweep, two arms or two profile runs side by side: B/A per point with its 95% interval (from both
-    runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid. Runs not in
-    the runs folder are read from the catalog's tables (a catalog pulled without its run folders)."""
-    from lab.catalog.compare import compare_catalog, compare_runs
+    """Two sweep, two arms, two profile or two decode runs side by side: B/A per point with its 95% interval (from
+    both runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid. Runs not
+    in the runs folder are read from the catalog's tables (a catalog pulled without its run folders). One run made
+    with --vs: its two configurations, paired by process slot, each row called faster, slower or the same."""
+    from lab.catalog.compare import compare_catalog, compare_runs, compare_sides
     from lab.core.console import lab_console
     from lab.core.runs import RunError
     from lab.presenters import compare_table
 
     s = settings_for(runs_dir=runs_dir, catalog_dir=catalog_dir)
-    try:
-        a, b = resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path
-    except RunError:
-        c = compare_catalog(s.catalog_dir, run_a, run_b, run_drift)
+    if run_b is None:
+        c = compare_sides(resolve(run_a, s.runs_dir).path)
     else:
-        c = compare_runs(a, b, run_drift)
+        try:
+            a, b = resolve(run_a, s.runs_dir).path, resolve(run_b, s.runs_dir).path
+        except RunError:
+            c = compare_catalog(s.catalog_dir, run_a, run_b, run_drift)
+        else:
+            c = compare_runs(a, b, run_drift)
     if as_json:
         typer.echo(json.dumps(c.record(), indent=1))
     else:

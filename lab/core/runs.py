@@ -70,6 +70,7 @@ def utc_now(ms: bool = False) -> str:
 
 
 # <UTC date>_<host slug>_<experiment>_<6 hex>: what RunFolder.create names a folder, and all a run id may be
+SIDES = ("a", "b")  # the two configurations of an interleaved run (lab.experiments.versus), folders in its own
 RUN_ID = re.compile(r"^\d{4}-\d{2}-\d{2}_[A-Za-z0-9-]+_[a-z][a-z0-9_]*_[0-9a-f]{6}$")
 
 
@@ -129,6 +130,28 @@ class RunFolder:
             )
             return run
         raise RunError(f"could not create a new run folder under {root}")
+
+    @classmethod
+    def create_side(cls, parent: RunFolder, side: str, experiment: str, params: dict[str, Any]) -> RunFolder:
+        """The run folder of one configuration of an interleaved run, inside that run's folder (its id the
+        run's, a slash and the side: `<run id>/a`)."""
+        if side not in SIDES:
+            raise RunError(f"a side of an interleaved run is one of {', '.join(SIDES)}, not {side!r}")
+        path = parent.path / side
+        try:
+            path.mkdir()  # exclusive, as a run folder is
+        except FileExistsError:
+            raise RunError(f"{parent.path.name} already has a side {side}") from None
+        run = cls(path)
+        for sub in ("host", "git", "logs", "raw"):
+            (path / sub).mkdir()
+        m = parent.manifest()
+        run.write_manifest(
+            Manifest(
+                run_id=f"{m.run_id}/{side}", experiment=experiment, host=m.host, started_utc=utc_now(), params=params
+            )
+        )
+        return run
 
     @classmethod
     def open(cls, path: Path) -> RunFolder:
@@ -355,12 +378,16 @@ def read_jsonl(path: Path, schema: type[Row] | None, tolerate_torn_tail: bool = 
 
 
 def resolve_run(ref: str | Path, root: Path) -> RunFolder:
-    """A run by path, by its id, or by a unique prefix of its id under root. Only run folders count: a
-    DVC-tracked run's `<id>.dvc` file beside it is not a second match."""
+    """A run by path, by its id, or by a unique prefix of its id under root; a side of an interleaved run by its
+    run's id (or prefix) and the side, `<id>/a`. Only run folders count: a DVC-tracked run's `<id>.dvc` file
+    beside it is not a second match."""
     p = Path(ref)
     if p.is_dir():
         return RunFolder.open(p)
     name = str(ref).rstrip("/")
+    parent, _, side = name.rpartition("/")
+    if side in SIDES and parent and not Path(parent).is_dir():
+        return RunFolder.open(resolve_run(parent, root).path / side)
     if name.endswith(".dvc"):  # the tracked run's .dvc file names the run too
         name = name[: -len(".dvc")]
     folders = [d.name for d in root.iterdir() if d.is_dir() and not d.name.startswith(".")] if root.is_dir() else []

@@ -8,6 +8,9 @@
   the pairs;
 - `unpaired_ratio(a, b)`: two independent sample sets (two runs): median(a) / median(b), each side resampled
   on its own;
+- `paired_slots(a, b)`: two configurations measured in alternating processes (one run): median(a) / median(b)
+  over the (slot, rep) both have, resampling slots, then reps within a slot, the same draws on both sides, so a
+  slot's host level (both configurations' processes were next in time) moves both;
 - `variance_components(xs, procs)`: the spread between processes and within one, and `reps_per_process`, the
   split of reps over processes that narrows an interval most per second;
 - `proportion_interval(k, n)`: a share of events (an A/A test's false alarms) with its Wilson interval;
@@ -130,11 +133,6 @@ def paired_reps(a: Mapping[int, float], b: Mapping[int, float]) -> list[int]:
     return sorted(r for r in a.keys() & b.keys() if b[r] > 0 and a[r] is not None)
 
 
-def paired_values(a: Mapping[int, float], b: Mapping[int, float]) -> list[float]:
-    """a[rep] / b[rep] over the reps both have, in rep order."""
-    return [a[r] / b[r] for r in paired_reps(a, b)]
-
-
 def paired_ratio(
     a: Mapping[int, float], b: Mapping[int, float], key: str = "", proc_of: Mapping[int, int] | None = None
 ) -> Interval | None:
@@ -182,6 +180,54 @@ def unpaired(
     n_procs = min(_n_procs(procs_a, a), _n_procs(procs_b, b))
     iv = Interval(value=value, lo=lo, hi=hi, n=min(len(xa), len(xb)), processes=n_procs)
     return iv, draws
+
+
+SlotRep = tuple[int, int]  # (process slot, rep within it): what pairs two configurations' samples
+
+
+def paired_slots(
+    a: Mapping[SlotRep, float], b: Mapping[SlotRep, float], key: str = ""
+) -> tuple[Interval | None, npt.NDArray[np.float64] | None]:
+    """median(a) / median(b) over the (slot, rep) keys both have, with its interval and its bootstrap draws:
+    slots drawn with replacement, then each drawn slot's reps with replacement, the same indices for both sides.
+    (None, None) without a common key or when b's median can be 0."""
+    keys = sorted(k for k in a.keys() & b.keys() if _finite(a[k]) and _finite(b[k]))
+    if not keys:
+        return None, None
+    slots = sorted({s for s, _ in keys})
+    per = [[k for k in keys if k[0] == s] for s in slots]
+    width = max(len(p) for p in per)
+    ta, tb = np.full((len(slots), width), np.nan), np.full((len(slots), width), np.nan)
+    for i, ks in enumerate(per):
+        ta[i, : len(ks)] = [a[k] for k in ks]
+        tb[i, : len(ks)] = [b[k] for k in ks]
+    va, vb = ta[~np.isnan(ta)], tb[~np.isnan(tb)]
+    if np.median(vb) <= 0:
+        return None, None
+    value = float(np.median(va) / np.median(vb))
+    if len(keys) == 1:
+        return Interval(value=value, lo=value, hi=value, n=1, processes=1), np.full(N_BOOT, value)
+    rng = _rng(key, np.concatenate([va, vb]))
+    sizes = np.array([len(p) for p in per])
+    pick = rng.integers(0, len(slots), size=(N_BOOT, len(slots))) if len(slots) > 1 else np.zeros((N_BOOT, 1), int)
+    n = sizes[pick][..., None]
+    idx = (rng.random((N_BOOT, len(slots), width)) * n).astype(np.int64)
+    mask = np.arange(width) < n
+
+    def medians(table: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
+        values = np.where(mask, table[pick[..., None], idx], np.nan)
+        return _row_nanmedians(values.reshape(N_BOOT, -1))
+
+    den = medians(tb)
+    if not np.all(den > 0):
+        return None, None
+    draws: npt.NDArray[np.float64] = medians(ta) / den
+    lo, hi = _bounds(draws)
+    return Interval(value=value, lo=lo, hi=hi, n=len(keys), processes=len(slots)), draws
+
+
+def _finite(x: float | None) -> bool:
+    return x is not None and math.isfinite(x)
 
 
 def step_median_share(

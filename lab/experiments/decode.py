@@ -35,7 +35,7 @@ from lab.engine.contract import (
     text_step,
 )
 from lab.experiments.prefill_tps import LlamaBench, measure_decode_tps
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, Processes, RunParts, Show, drain, run_experiment
 
 
 def check_depths(depths: list[int], new: int, n_out: int, ctx_size: int) -> None:
@@ -128,7 +128,11 @@ class DecodeCheck(Experiment):
         check_depths(self.depths, self.new, self.n_out, settings.server.ctx_size)
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
-        """Every depth again on a resume: a rep is a few tokens per depth, the run's whole is minutes."""
+        return drain(self.processes(sess, console))
+
+    def processes(self, sess: OpenRun, console: Console) -> Processes:
+        """A step per rep (a server process of its own, then llama-bench). Every depth again on a resume: a rep is
+        a few tokens per depth, the run's whole is minutes."""
         srv_settings, logs = sess.settings.server, sess.run.path / "logs"
         bench = LlamaBench(
             sess.engine,
@@ -155,6 +159,7 @@ class DecodeCheck(Experiment):
             for d in self.depths:
                 server[d].append((got[d], rep))
                 bench_samples[d] += [(ms, rep) for ms in theirs.get(d, [])]
+            yield None  # a process ends here (an interleaved run measures the other side's next)
         self.rows = [
             summarize_depth(steps[d], self.n_out, server[d], bench_samples[d], self.tolerance) for d in self.depths
         ]

@@ -9,6 +9,7 @@ the TIMED-sum vs FUSED-wall gap per depth.
 
 from __future__ import annotations
 
+from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
@@ -44,7 +45,7 @@ from lab.experiments.profile_dump import (
     run_instrument,
     write_parquet,
 )
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, Show, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, Processes, RunParts, Show, drain, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.measure.cleanroom import CleanRoom, hold
 from lab.measure.costmodel import CostModel, model_cost
@@ -112,6 +113,10 @@ class Profile(Experiment):
             self.window = h.window
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
+        return drain(self.processes(sess, console))
+
+    def processes(self, sess: OpenRun, console: Console) -> Processes:
+        """The instrument's processes, a step each, then the profile's tables."""
         settings, run, inst = sess.settings, sess.run, self.instrument
         assert inst is not None
         p = settings.profile
@@ -122,7 +127,7 @@ class Profile(Experiment):
         merge_part(dump, dump.with_suffix(".part.jsonl"))  # left by a hard-killed run
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
         with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
-            got = self.cycles_until_narrow(sess, console, dump)
+            got = yield from self.cycles_until_narrow(sess, console, dump)
             write_parquet(got.nodes, run.path / "raw" / NODES_PARQUET)
             peaks = None
             if p.peaks and self.cost is not None:
@@ -132,7 +137,7 @@ class Profile(Experiment):
         self.store(sess, dump, got, peaks)
         return Outcome(results={"instrument_meta": got.meta})
 
-    def cycles_until_narrow(self, sess: OpenRun, console: Console, dump: Path) -> Cycles:
+    def cycles_until_narrow(self, sess: OpenRun, console: Console, dump: Path) -> Generator[None, None, Cycles]:
         """profile.cycles, and one more while an interval is wider than profile.target or a reference is undecided
         (at most profile.max_cycles); a resumed run keeps its complete cycles and its llama-bench calls."""
         run, p = sess.run, sess.settings.profile
@@ -144,7 +149,7 @@ class Profile(Experiment):
         if 0 < done < want:
             console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
         while True:
-            done = self.run_cycles(sess, console, dump, done, want)
+            done = yield from self.run_cycles(sess, console, dump, done, want)
             meta, walls, nodes = parse_dump(dump)
             walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
             nodes = band_nodes(nodes)
@@ -156,7 +161,9 @@ class Profile(Experiment):
             want += 1
             console.print(f"after {done} cycles {wide}: one more cycle (at most {p.max_cycles})")
 
-    def run_cycles(self, sess: OpenRun, console: Console, dump: Path, done: int, want: int) -> int:
+    def run_cycles(
+        self, sess: OpenRun, console: Console, dump: Path, done: int, want: int
+    ) -> Generator[None, None, int]:
         """Cycles `done`..`want`-1, spread over instrument processes (profile.cycles_per_process each: a process is
         a level of variance of its own, which cycles in one process would keep out of the intervals), each
         followed by its llama-bench call. Returns the complete cycles the dump then holds."""
@@ -189,6 +196,7 @@ class Profile(Experiment):
             if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
                 k = before // p.cycles_per_process
                 bench_process(sess, p, threads, self.bench_depths(sess), done - before, k)
+            yield None  # a process ends here (an interleaved run measures the other side's next)
         return done
 
     def threads(self, sess: OpenRun) -> int:

@@ -28,7 +28,7 @@ import contextlib
 import json
 import os
 from abc import ABC, abstractmethod
-from collections.abc import Callable
+from collections.abc import Callable, Generator
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, ClassVar
@@ -39,7 +39,7 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lab import __version__
 from lab.core.console import lab_console
-from lab.core.hostnoise import NoiseWindow, read_state
+from lab.core.hostnoise import NoiseFigures, NoiseWindow, read_state
 from lab.core.modelfile import model_record
 from lab.core.releases import resolve_version
 from lab.core.runs import RunError, RunFolder
@@ -107,12 +107,27 @@ class Outcome:
     failure: str = ""
 
 
+Processes = Generator[None, None, Outcome]  # a measurement a process at a time: None after each, its Outcome returned
+
+
+def drain(steps: Processes) -> Outcome:
+    """Every step of a measurement, in a row; its Outcome."""
+    while True:
+        try:
+            next(steps)
+        except StopIteration as stop:
+            return stop.value  # type: ignore[no-any-return]
+
+
 class Experiment(ABC):
     """One kind of run. Instances are made per run and may keep what `prepare` found for `measure`."""
 
     name: str  # the manifest's `experiment`, and part of the run folder's name
     needs_engine: ClassVar[bool] = True
     records: ClassVar[tuple[str, ...]] = ()  # the Settings fields that are this experiment's inputs
+    label = ""  # what its progress lines start with (an interleaved run's side: "A ", "B ")
+    progress: Progress | None = None  # a progress display its caller shares (an interleaved run's two sides)
+    holds_progress: ClassVar[bool] = False  # whether its progress display lasts from one process to the next
 
     def own_params(self, settings: Settings) -> dict[str, Any]:
         """Inputs that are not settings (a trace file, say), recorded beside the settings sections."""
@@ -129,10 +144,22 @@ class Experiment(ABC):
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         """The work, in the open run; raise to leave the run incomplete."""
 
+    def processes(self, sess: OpenRun, console: Console) -> Processes:
+        """The work a process at a time: after each of the run's processes a step ends, so an interleaved run of
+        two configurations (lab.experiments.versus) can alternate two experiments' processes. An experiment
+        whose processes are levels of variance (the sweep, the profile, the decode check) yields after each;
+        the default is one step."""
+        return (yield from _one_step(self.measure(sess, console)))
+
     def tables(self) -> dict[str, Any]:
         """The records its closing tables are printed from (lab.presenters.runs), JSON-ready (what `--json`
         prints)."""
         return {}
+
+
+def _one_step(outcome: Outcome) -> Processes:
+    yield None
+    return outcome
 
 
 def engine_record(engine: EngineInfo) -> dict[str, Any]:
@@ -191,9 +218,12 @@ def open_run(
     parts: RunParts,
     resume: RunFolder | None = None,
     writer: contextlib.ExitStack | None = None,
+    side: RunFolder | None = None,
+    side_name: str = "",
 ) -> OpenRun:
     """A new run folder with its provenance recorded, or `resume` reopened after checking it was measured with
-    the same engine build and model."""
+    the same engine build and model. `side`: the interleaved run whose side `side_name` this is (its folder is
+    made inside that run's, which is the one a target host reports)."""
     if resume is not None:
         m = resume.resumable(experiment)
         if parts.engine is not None and (
@@ -203,10 +233,14 @@ def open_run(
         if parts.model is not None and m.model.get("sha256") != parts.model_record["sha256"]:
             raise RunError(f"{resume.path.name} was measured with another model ({m.model.get('path')})")
         resume.begin_resume(experiment)
-        report_run(resume)
+        if side is None:
+            report_run(resume)
         return OpenRun(settings, resume, parts, resumed=True)
-    run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
-    report_run(run)
+    if side is not None:
+        run = RunFolder.create_side(side, side_name, experiment, params)
+    else:
+        run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
+        report_run(run)
     if writer is not None:  # held until the caller's run ends
         writer.enter_context(run.writer())
     with run.guard():
@@ -253,14 +287,11 @@ def run_experiment(
         return _run(experiment, settings, resume, console, writer, show)
 
 
-def _run(
-    experiment: Experiment,
-    settings: Settings,
-    resume: RunFolder | None,
-    console: Console,
-    writer: contextlib.ExitStack,
-    show: Show | None,
-) -> RunFolder:
+def ready(
+    experiment: Experiment, settings: Settings, resume: RunFolder | None, writer: contextlib.ExitStack
+) -> tuple[Settings, RunParts]:
+    """What a run measures with, before any folder of it exists: a resumed run's own inputs put back, the engine
+    built (and held in use to the end) and the model hashed, everything else checked by the experiment."""
     if resume is not None:
         resume.resumable(experiment.name)  # before its inputs are read back
         try:
@@ -273,29 +304,50 @@ def _run(
     if parts.engine is not None:
         writer.enter_context(in_use(parts.engine))
     experiment.prepare(settings, parts)
+    return settings, parts
+
+
+def _run(
+    experiment: Experiment,
+    settings: Settings,
+    resume: RunFolder | None,
+    console: Console,
+    writer: contextlib.ExitStack,
+    show: Show | None,
+) -> RunFolder:
+    settings, parts = ready(experiment, settings, resume, writer)
     sess = open_run(settings, experiment.name, record_params(experiment, settings), parts, resume, writer)
     console.print(f"run folder: {sess.run.path}", highlight=False)
     with sess.run.guard():
         window = watch_host(sess, console) if experiment.needs_engine else None
         outcome = experiment.measure(sess, console)
-        if window is not None:
-            ctx: dict[str, int] = {}
-            for srv in sess.servers:
-                for k, v in srv.ctx_switches.items():
-                    ctx[k] = ctx.get(k, 0) + v
-            figures = window.stop(ctx)
-            outcome.results["host_noise"] = figures.model_dump(mode="json")
-            console.print(f"host noise over the run: {figures.line()}", highlight=False)
-            for w in figures.warnings:
-                console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
-        sess.run.add_results(**outcome.results)
-        if outcome.failure:
-            sess.run.fail(outcome.failure)
-        else:
-            sess.run.complete()
+        finish(sess, outcome, window.stop(ctx_switches([sess])) if window else None, console)
     if show is not None:
         show(experiment, sess, outcome, console)
     return sess.run
+
+
+def ctx_switches(sessions: list[OpenRun]) -> dict[str, int]:
+    """The context switches of every server the runs started."""
+    ctx: dict[str, int] = {}
+    for srv in (srv for sess in sessions for srv in sess.servers):
+        for k, v in srv.ctx_switches.items():
+            ctx[k] = ctx.get(k, 0) + v
+    return ctx
+
+
+def finish(sess: OpenRun, outcome: Outcome, noise: NoiseFigures | None, console: Console) -> None:
+    """A measured run's results (and the host's noise over it) into its manifest, then complete or failed."""
+    if noise is not None:
+        outcome.results["host_noise"] = noise.model_dump(mode="json")
+        console.print(f"host noise over the run: {noise.line()}", highlight=False)
+        for w in noise.warnings:
+            console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
+    sess.run.add_results(**outcome.results)
+    if outcome.failure:
+        sess.run.fail(outcome.failure)
+    else:
+        sess.run.complete()
 
 
 def watch_host(sess: OpenRun, console: Console) -> NoiseWindow:

@@ -42,7 +42,16 @@ from lab.engine.server import LlamaServer, mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
 from lab.experiments import sweep_inproc
 from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
+from lab.experiments.protocol import (
+    Experiment,
+    OpenRun,
+    Outcome,
+    Processes,
+    RunParts,
+    drain,
+    progress_bar,
+    run_experiment,
+)
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep_inproc import InprocPlace
 from lab.experiments.sweep_rounds import Ledger, Place, done_points
@@ -95,6 +104,7 @@ class Sweep(Experiment):
 
     name = "sweep"
     records = ("sweep", "server", "model", "mmproj")
+    holds_progress = True
 
     def __init__(self) -> None:
         self.projector: Path | None = None
@@ -141,6 +151,10 @@ class Sweep(Experiment):
             self.shape = memory_shape(read_gguf_metadata(parts.model))
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
+        return drain(self.processes(sess, console))
+
+    def processes(self, sess: OpenRun, console: Console) -> Processes:
+        """The run's processes, a step each (see the lifecycle above), then the grid's summary."""
         settings, run = sess.settings, sess.run
         sw = settings.sweep
         started = time.monotonic()
@@ -150,15 +164,16 @@ class Sweep(Experiment):
         book = Ledger(sw, run, kept, fills)
         todo = self.todo(sw, done)
         if todo:
-            with contextlib.ExitStack() as run_long, progress_bar(console) as progress:
+            with contextlib.ExitStack() as run_long:
+                progress = self.progress or run_long.enter_context(progress_bar(console))
                 slots = None if self.projector else Path(run_long.enter_context(scratch_dir(settings.cache_dir)))
                 states = Path(run_long.enter_context(scratch_dir(settings.cache_dir)))
                 tokens = stream_tokens(sw, self.n_vocab, max(news)) if self.driver else []
                 scratch = Scratch(slots, states, tokens)
-                task = progress.add_task("sweep", total=book.planned(todo))
+                task = progress.add_task(f"{self.label}sweep", total=book.planned(todo))
                 process = first = book.next_process()
                 while todo:
-                    progress.update(task, description=f"process {process + 1}")
+                    progress.update(task, description=f"{self.label}process {process + 1}")
                     with contextlib.ExitStack() as stack:
                         t0, filled = time.monotonic(), sum(f.ms for f in fills) / 1e3
                         at = self.open_process(sess, stack, book, scratch, process, progress)
@@ -181,6 +196,11 @@ class Sweep(Experiment):
                     if todo and self.plan is not None and self.revised is None and process - first == sw.processes:
                         now = [*done.values(), *book.last.values()]
                         self.revised = revise_plan(settings, self.plan, now, sw.processes, progress.console)
+                    paused = time.monotonic()
+                    yield None  # a process ends here (an interleaved run measures the other side's next)
+                    started += time.monotonic() - paused  # its own time, not the other side's
+                if self.progress is not None:
+                    progress.update(task, visible=False)
         self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
         if "inproc" in places_of(sw):
             inproc_samples = [s for s in run.read(SWEEP_SAMPLES) if s.where == "inproc"]

@@ -130,6 +130,12 @@ class Plan(BaseModel):
     def total_s(self) -> float:
         return sum(a.seconds for a in self.arms)
 
+    def times(self, k: int) -> Plan:
+        """The plan of k configurations measured interleaved, each costing what this one does (`--vs`)."""
+        arms = [a.model_copy(update={"seconds": a.seconds * k}) for a in self.arms]
+        bound = self.bound_s * k if self.bound_s is not None else None
+        return self.model_copy(update={"arms": arms, "bound_s": bound})
+
 
 Point = tuple[int, int]  # (L, only_new)
 

@@ -27,8 +27,11 @@ def plan_table(old: Plan, new: Plan) -> Table:
     return t
 
 
-def plan_first(settings: Settings, where: Where, show: bool, budget: str | None, console: Console) -> Settings | None:
-    """`--plan` (print the plan and measure nothing: returns None) and `--budget` (the reps it affords)."""
+def plan_first(
+    settings: Settings, where: Where, show: bool, budget: str | None, console: Console, sides: int = 1
+) -> Settings | None:
+    """`--plan` (print the plan and measure nothing: returns None) and `--budget` (the reps it affords); `sides`:
+    2 for an interleaved run of two configurations (`--vs`), each assumed to cost what the first does."""
     if not show and budget is None:
         return settings
     rates = rates_for(settings)
@@ -39,5 +42,7 @@ def plan_first(settings: Settings, where: Where, show: bool, budget: str | None,
     console.print(plan_table(old, new))
     parts = resolve_parts(settings, needs_engine=True)
     before = newest_sweep_points(settings.runs_dir, parts.model_record["sha256"], parts.target.name)
-    console.print(f"plan: {plan_line(predicted_plan(settings, rates, where, *before))}", highlight=False)
+    predicted = predicted_plan(settings, rates, where, *before).times(sides)
+    both = f"{sides} configurations interleaved, each costing what A does: " if sides > 1 else ""
+    console.print(f"plan: {both}{plan_line(predicted)}", highlight=False)
     return None if show else settings

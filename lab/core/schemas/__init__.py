@@ -39,6 +39,7 @@ from lab.core.schemas.trace import (
     StepToolTime,
     TraceStep,
 )
+from lab.core.schemas.versus import VersusSlot
 
 __all__ = [
     "BANDS",
@@ -79,6 +80,7 @@ __all__ = [
     "SweepSample",
     "TraceStep",
     "Verdict",
+    "VersusSlot",
     "Where",
     "cell",
     "ggml_pad",

@@ -17,8 +17,10 @@ from lab.core.schemas.trace import (
     ConversationTaskResult,
     TuneSetting,
 )
+from lab.core.schemas.versus import VersusSlot
 
 SWEEP_SAMPLES = RawTable("samples", SweepSample)
+VERSUS_SLOTS = RawTable("slots", VersusSlot)
 SWEEP_POINTS = RawTable("points", SweepPoint)
 SWEEP_ROUNDS = RawTable("rounds", SweepRound)
 SWEEP_FILLS = RawTable("fills", InprocFill)
@@ -64,5 +66,6 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         REPLAY_SPAN,
         REPLAY_COST,
         REPLAY_ROW_WORK,
+        VERSUS_SLOTS,
     )
 }

@@ -1,0 +1,214 @@
+"""The interleaved run: one experiment measured in two configurations, their processes alternating.
+
+Lifecycle (the protocol's, for two experiments in one run folder):
+    ready    both sides' settings (B: A's with --vs set; both with the paired design), engines built and held,
+             models hashed, everything checked                      (a bad input creates nothing)
+    open     the run's folder `<date>_<host>_<experiment>_vs_<hex>` (its writer lock taken at once; the id a
+             target host reports), then each side's run folder inside it, `a/` and `b/`, with its provenance
+    measure  under every folder's guard: slot after slot, one process of each side, in the slot's order
+             (blocks of two slots, AB then BA or BA then AB, at random); each process's start and length into
+             raw/slots.jsonl; a side whose processes are done waits while the other finishes
+    finish   each side's results and status; B/A per point paired by slot (lab.catalog.compare.compare_sides)
+             into raw/versus.json; the run complete when both sides are
+    resume   `--resume <run>`: each side resumes as a run of its own would, the slots go on in the same order
+"""
+
+from __future__ import annotations
+
+import contextlib
+import json
+import secrets
+import time
+from dataclasses import dataclass
+from typing import Any, Literal
+
+from rich.console import Console
+
+from lab.catalog.compare import TOLERANCE, VERSUS, Comparison, compare_sides
+from lab.core.console import lab_console
+from lab.core.hostnoise import NoiseWindow, read_state
+from lab.core.runs import SIDES, RunError, RunFolder, utc_now
+from lab.core.schemas import VersusSlot
+from lab.core.schemas.raw import VERSUS_SLOTS
+from lab.core.settings import Settings
+from lab.experiments.protocol import (
+    Experiment,
+    OpenRun,
+    Outcome,
+    Processes,
+    RunParts,
+    ctx_switches,
+    finish,
+    open_run,
+    progress_bar,
+    ready,
+    record_params,
+    report_run,
+)
+from lab.experiments.versus.config import paired_design, side_b, slot_order
+
+
+@dataclass
+class Side:
+    """One configuration of the run: its experiment, settings and parts, then its open run folder."""
+
+    name: Literal["a", "b"]
+    experiment: Experiment
+    settings: Settings
+    parts: RunParts | None = None
+    sess: OpenRun | None = None  # None once complete (a resumed run whose side had finished)
+    outcome: Outcome | None = None
+
+
+def run_versus(
+    experiment: Experiment,
+    settings: Settings,
+    vs: dict[str, str] | None = None,
+    resume: RunFolder | None = None,
+    console: Console | None = None,
+) -> tuple[RunFolder, Comparison]:
+    """Measure `experiment` with `settings` (side A) and with `vs` set on them (side B), interleaved in one run;
+    or resume such a run. Returns the run folder and B/A per point."""
+    console = console or lab_console()
+    with contextlib.ExitStack() as writer:
+        if resume is not None:
+            writer.enter_context(resume.writer())
+            run, sides = _reopen(experiment, settings, resume, writer)
+        else:
+            run, sides = _open(experiment, settings, vs or {}, writer)
+        console.print(f"run folder: {run.path}", highlight=False)
+        params = run.manifest().params
+        _measure(run, sides, int(params["seed"]), console)
+        comparison = compare_sides(run.path)
+        run.write_raw("versus.json", json.dumps(comparison.record(), indent=1) + "\n")
+        failed = [f"side {s.name}: {s.outcome.failure}" for s in sides if s.outcome and s.outcome.failure]
+        if failed:
+            run.fail("; ".join(failed))
+        else:
+            run.complete()
+        return run, comparison
+
+
+def _open(
+    experiment: Experiment, settings: Settings, vs: dict[str, str], writer: contextlib.ExitStack
+) -> tuple[RunFolder, list[Side]]:
+    """A new interleaved run: both sides ready before any folder exists, then the run's folder and theirs."""
+    a = paired_design(settings)
+    sides = [Side("a", experiment, a), Side("b", type(experiment)(), side_b(a, vs, experiment.name))]
+    for s in sides:
+        s.settings, s.parts = ready(s.experiment, s.settings, None, writer)
+    parts = sides[0].parts
+    assert parts is not None
+    params = {"experiment": experiment.name, "vs": vs, "seed": secrets.randbits(31), "tolerance": TOLERANCE}
+    run = RunFolder.create(a.runs_dir, experiment.name + VERSUS, parts.target.name, params)
+    writer.enter_context(run.writer())
+    report_run(run)
+    with run.guard():
+        for s in sides:
+            _open_side(s, run, None, writer)
+    return run, sides
+
+
+def _reopen(
+    experiment: Experiment, settings: Settings, run: RunFolder, writer: contextlib.ExitStack
+) -> tuple[RunFolder, list[Side]]:
+    """A resumed interleaved run: each side that is not complete resumes with its own recorded inputs (side B's
+    engine and model from the run's --vs), a side that never started starts."""
+    m = run.resumable(experiment.name + VERSUS)
+    vs: dict[str, str] = m.params.get("vs", {})
+    a = paired_design(settings)
+    sides = [Side("a", experiment, a), Side("b", type(experiment)(), side_b(a, vs, experiment.name))]
+    for s in sides:
+        folder = run.path / s.name
+        side_run = RunFolder.open(folder) if (folder / "manifest.json").exists() else None
+        if side_run is not None and side_run.ready:
+            s.outcome = Outcome()
+            continue
+        s.settings, s.parts = ready(s.experiment, s.settings, side_run, writer)
+        if side_run is None and folder.exists():
+            raise RunError(f"{folder}: a side folder without its manifest; move it away to start that side anew")
+        with run.guard():
+            _open_side(s, run, side_run, writer)
+    run.begin_resume(experiment.name + VERSUS)
+    report_run(run)
+    return run, sides
+
+
+def _open_side(s: Side, run: RunFolder, resume: RunFolder | None, writer: contextlib.ExitStack) -> None:
+    assert s.parts is not None
+    params = record_params(s.experiment, s.settings)
+    s.sess = open_run(s.settings, s.experiment.name, params, s.parts, resume, writer, side=run, side_name=s.name)
+
+
+def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> None:
+    """Slot after slot, one process of each side still measuring, in the slot's order, under every folder's
+    guard (an interruption leaves each incomplete, with the reason)."""
+    open_sides = [s for s in sides if s.sess is not None]
+    runs = [run, *(s.sess.run for s in open_sides if s.sess)]
+    with contextlib.ExitStack() as live:
+        for r in runs:
+            live.enter_context(r.guard())
+        target = open_sides[0].sess.target if open_sides and open_sides[0].sess else None
+        window = None
+        if target is not None and open_sides[0].experiment.needs_engine:
+            state = read_state(target).model_dump(mode="json")
+            for r in runs:
+                r.add_results(host_state=state)
+            window = NoiseWindow().start()
+        if any(s.experiment.holds_progress for s in open_sides):
+            shared = live.enter_context(progress_bar(console))
+            for s in open_sides:
+                s.experiment.progress = shared
+        for s in open_sides:
+            s.experiment.label = f"{s.name.upper()} "
+        going: dict[str, Processes] = {}
+        live.callback(_close, going)  # a failure stops the other side's process too
+        for s in open_sides:
+            assert s.sess is not None
+            going[s.name] = s.experiment.processes(s.sess, console)
+        slot = max((r.slot for r in run.read(VERSUS_SLOTS, tolerate_torn_tail=True)), default=-1) + 1
+        while going:
+            for order, name in enumerate(slot_order(slot, seed)):
+                if name in going:
+                    _step(run, next(s for s in sides if s.name == name), going, slot, order)
+            slot += 1
+        sessions = [s.sess for s in open_sides if s.sess is not None]
+        noise = window.stop(ctx_switches(sessions)) if window is not None else None
+        quiet = Console(quiet=True)
+        for i, s in enumerate(open_sides):
+            assert s.sess is not None and s.outcome is not None
+            finish(s.sess, s.outcome, noise, console if i == 0 else quiet)
+        if noise is not None:
+            run.add_results(host_noise=noise.model_dump(mode="json"))
+        run.add_results(**_timing(run))
+
+
+def _close(going: dict[str, Processes]) -> None:
+    for g in going.values():
+        g.close()
+
+
+def _step(run: RunFolder, s: Side, going: dict[str, Processes], slot: int, order: int) -> None:
+    """One process of side `s` (or, once its processes are done, its closing summary)."""
+    started, t0 = utc_now(), time.monotonic()
+    try:
+        next(going[s.name])
+    except StopIteration as stop:
+        s.outcome = stop.value
+        del going[s.name]
+        return
+    row = VersusSlot(slot=slot, side=s.name, order=order, started_utc=started, seconds=time.monotonic() - t0)
+    run.append(VERSUS_SLOTS, [row])
+
+
+def _timing(run: RunFolder) -> dict[str, Any]:
+    """The run's slots: how many, how many paired (both sides measured), each side's process seconds."""
+    rows = run.read(VERSUS_SLOTS)
+    per: dict[int, set[str]] = {}
+    for r in rows:
+        per.setdefault(r.slot, set()).add(r.side)
+    return {
+        "slots": len(per),
+        "paired_slots": sum(1 for v in per.values() if v == set(SIDES)),
+        "process_s": {side: [r.seconds for r in rows if r.side == side] for side in SIDES},
+    }

@@ -1,0 +1,135 @@
+"""`--vs`: two configurations measured interleaved in one run, on the real patched server and tiny model: the
+run's folder with both sides, the slots in balanced alternation, B/A paired by slot in one table and as JSON,
+`lab compare` on it and on its sides, an interrupted run resumed, and the profile and the decode check likewise."""
+
+from __future__ import annotations
+
+import json
+import signal
+import subprocess
+import sys
+import time
+from collections import Counter
+from pathlib import Path
+
+import pytest
+from labcli import lab
+
+from lab.core.runs import RunFolder
+from lab.core.schemas.raw import PROFILE_BAND_CYCLES, SWEEP_POINTS, SWEEP_SAMPLES, VERSUS_SLOTS
+
+pytestmark = pytest.mark.engine
+
+LAB = str(Path(sys.executable).parent / "lab")
+REPO = Path(__file__).resolve().parent.parent
+SWEEP = ["sweep", "--Ls", "256,512", "--news", "16", "--reps", "2", "--processes", "2", "--fill-passes", "2"]
+
+
+def only_run(runs: Path) -> RunFolder:
+    found = [p for p in runs.iterdir() if p.is_dir()]
+    assert len(found) == 1, found
+    return RunFolder.open(found[0])
+
+
+def check_slots(run: RunFolder, slots: int) -> None:
+    """Every slot holds one process of each side; a block of two slots runs AB then BA or BA then AB."""
+    rows = run.read(VERSUS_SLOTS)
+    by_slot: dict[int, list[str]] = {}
+    for r in sorted(rows, key=lambda r: (r.slot, r.order)):
+        by_slot.setdefault(r.slot, []).append(r.side)
+    assert sorted(by_slot) == list(range(slots)) and all(sorted(v) == ["a", "b"] for v in by_slot.values())
+    for k in range(0, slots - 1, 2):
+        assert by_slot[k] == by_slot[k + 1][::-1]
+
+
+def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    r = lab(*SWEEP, "--vs", "server.threads=2", "--runs-dir", str(runs), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = json.loads(r.stdout)
+    run = only_run(runs)
+    assert out["run"] == str(run.path) and run.ready and run.manifest().experiment == "sweep_vs"
+    assert run.manifest().params["vs"] == {"server.threads": "2"}
+    check_slots(run, 2)
+    for side, threads in (("a", 1), ("b", 2)):
+        s = RunFolder.open(run.path / side)
+        m = s.manifest()
+        assert s.ready and m.run_id == f"{run.path.name}/{side}" and m.params["server"]["threads"] == threads
+        assert m.engine["patch_sha256"] and m.model["sha256"]  # each side's provenance, as a run's
+        assert sorted(p.L for p in s.read(SWEEP_POINTS)) == [256, 512]
+        samples = s.read(SWEEP_SAMPLES)
+        assert Counter((x.process, x.arm) for x in samples) == {(p, a): 2 for p in (0, 1) for a in ("fake", "genuine")}
+    assert out["paired"] is True and out["tolerance"] == 0.03
+    times = [x for x in out["rows"] if x["metric"] == "fake_median_ms"]
+    assert [(x["L"], x["new"]) for x in times] == [(256, 16), (512, 16)]
+    for x in times:
+        assert x["ratio_ci"]["processes"] == 2 and x["ratio_ci"]["n"] == 2
+        assert x["called"] in ("faster", "slower", "same", "undecided")
+    assert {g["metric"] for g in out["geomean"]} >= {"fake_median_ms", "genuine_median_ms"}
+    assert json.loads((run.path / "raw" / "versus.json").read_text())["rows"] == out["rows"]  # what was stored
+
+    shown = lab("compare", run.path.name, "--runs-dir", str(runs), "--json")
+    assert shown.returncode == 0 and json.loads(shown.stdout)["rows"] == out["rows"]  # one record, recomputed
+    sides = lab("compare", f"{run.path.name}/a", f"{run.path.name}/b", "--runs-dir", str(runs), "--json")
+    assert sides.returncode == 0, sides.stderr
+    assert json.loads(sides.stdout)["paired"] is False  # two runs' worth of samples, unpaired
+    both = lab("compare", run.path.name, run.path.name, "--runs-dir", str(runs))
+    assert both.returncode == 1 and "name a side" in both.stderr and len(both.stderr.strip().splitlines()) == 1
+    table = lab("compare", run.path.name, "--runs-dir", str(runs))
+    assert "called" in table.stdout and "2 slots" in table.stdout
+
+
+def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    args = [*SWEEP[:-4], "--processes", "3", "--fill-passes", "2"]
+    proc = subprocess.Popen(
+        [LAB, *args, "--vs", "same", "--runs-dir", str(runs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 240
+    while not any(p.stat().st_size for p in runs.glob(f"*/raw/{VERSUS_SLOTS.file}")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    proc.send_signal(signal.SIGTERM)
+    proc.communicate(timeout=60)
+    run = only_run(runs)
+    assert run.manifest().status == "incomplete" and not run.ready
+    for side in ("a", "b"):
+        assert RunFolder.open(run.path / side).manifest().status in ("incomplete", "running")
+    r = lab("sweep", "--resume", run.path.name, "--runs-dir", str(runs))
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert r.stdout.strip().splitlines()[-1] == str(run.path)
+    assert run.ready and len(run.manifest().resumed_utc) == 1
+    for side in ("a", "b"):
+        s = RunFolder.open(run.path / side)
+        assert s.ready and sorted(p.L for p in s.read(SWEEP_POINTS)) == [256, 512]
+        reps = Counter((x.point, x.arm, x.rep) for x in s.read(SWEEP_SAMPLES))
+        assert set(reps.values()) == {1} and len(reps) == 2 * 2 * 2  # none lost, none doubled
+    rows = run.read(VERSUS_SLOTS)
+    assert Counter(r.side for r in rows) == {"a": 2, "b": 2}
+    assert len({r.slot for r in rows}) >= 2
+
+
+def test_the_profile_and_the_decode_check_interleave_too(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    profile = ["profile", "--chunk", "128", "--max-depth", "256", "--cycles", "2", "--no-peaks"]
+    r = lab(*profile, "--vs", "profile.threads=2", "--runs-dir", str(runs), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = json.loads(r.stdout)
+    run = RunFolder.open(Path(out["run"]))
+    check_slots(run, 2)
+    assert Counter(c.process for c in RunFolder.open(run.path / "b").read(PROFILE_BAND_CYCLES))[1] > 0
+    bands = [x for x in out["rows"] if x["metric"] == "ms_per_token"]
+    assert bands and all(x["ratio_ci"]["processes"] == 2 for x in bands if x["ratio_ci"])
+    r = lab(
+        "engine", "decode", "--depths", "300,600", "--reps", "2", "--n-out", "8", "--new", "16",
+        "--vs", "same", "--runs-dir", str(runs), "--json",
+    )  # fmt: skip
+    assert r.returncode == 0, r.stderr + r.stdout
+    out = json.loads(r.stdout)
+    check_slots(RunFolder.open(Path(out["run"])), 2)
+    server = [x for x in out["rows"] if x["metric"] == "server_ms_value"]
+    assert [x["depth"] for x in server] == [300, 600] and all(x["ratio_ci"]["processes"] == 2 for x in server)
