@@ -51,7 +51,7 @@ from lab.reports.render import save_chart
 
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")
-CHARTS = ("agreement", "bands", "roofline", "arms", "conversation", "tune", "replay")
+CHARTS = ("agreement", "bands", "roofline", "arms", "conversation", "tune", "versus", "replay")
 SETTINGS = ReportSettings()
 BANDS = ("ffn_moe", "attn_core", "proj", "gdn", "other")
 ARMS: tuple[ArmName, ...] = ("fake", "genuine", "baseline")

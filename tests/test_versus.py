@@ -16,7 +16,10 @@ import pytest
 from labcli import lab
 
 from lab.core.runs import RunFolder
-from lab.core.schemas.raw import PROFILE_BAND_CYCLES, SWEEP_POINTS, SWEEP_SAMPLES, VERSUS_SLOTS
+from lab.core.schemas.raw import PROFILE_BAND_CYCLES, SWEEP_POINTS, SWEEP_SAMPLES, VERSUS_ROWS, VERSUS_SLOTS
+from lab.core.settings import ReportSettings
+from lab.reports.data import catalog_runs
+from lab.reports.versus import versus_chart
 
 pytestmark = pytest.mark.engine
 
@@ -66,7 +69,9 @@ def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
         assert x["ratio_ci"]["processes"] == 2 and x["ratio_ci"]["n"] == 2
         assert x["called"] in ("faster", "slower", "same", "undecided")
     assert {g["metric"] for g in out["geomean"]} >= {"fake_median_ms", "genuine_median_ms"}
-    assert json.loads((run.path / "raw" / "versus.json").read_text())["rows"] == out["rows"]  # what was stored
+    stored = run.read(VERSUS_ROWS)  # what was stored: every row, then the geomeans (no point)
+    assert len(stored) == len(out["rows"]) + len(out["geomean"])
+    assert stored[0].point == "where=server L=256 new=16 image=-" and stored[-1].point == ""
 
     shown = lab("compare", run.path.name, "--runs-dir", str(runs), "--json")
     assert shown.returncode == 0 and json.loads(shown.stdout)["rows"] == out["rows"]  # one record, recomputed
@@ -77,6 +82,14 @@ def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
     assert both.returncode == 1 and "name a side" in both.stderr and len(both.stderr.strip().splitlines()) == 1
     table = lab("compare", run.path.name, "--runs-dir", str(runs))
     assert "called" in table.stdout and "2 slots" in table.stdout
+
+    # the catalog keeps B/A per point, and the report draws it with its intervals
+    catalog = tmp_path / "catalog"
+    assert lab("catalog", "ingest", "--runs-dir", str(runs), "--catalog-dir", str(catalog)).returncode == 0
+    spec = versus_chart(catalog, catalog_runs(catalog), ReportSettings()).to_dict()
+    drawn = next(iter(spec["datasets"].values()))
+    assert len(drawn) == len([x for x in out["rows"] + out["geomean"] if x["ratio_ci"]])
+    assert {d["run_id"] for d in drawn} == {run.path.name} and all(d["ratio_lo"] <= d["ratio_hi"] for d in drawn)
 
 
 def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_path: Path) -> None:
@@ -133,3 +146,23 @@ def test_the_profile_and_the_decode_check_interleave_too(tmp_path: Path) -> None
     check_slots(RunFolder.open(Path(out["run"])), 2)
     server = [x for x in out["rows"] if x["metric"] == "server_ms_value"]
     assert [x["depth"] for x in server] == [300, 600] and all(x["ratio_ci"]["processes"] == 2 for x in server)
+
+
+def test_the_kv_cache_type_reaches_the_server_the_driver_the_instrument_and_llama_bench(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    q8 = ["--vs", "server.cache_type_k=q8_0", "--vs", "server.cache_type_v=q8_0"]
+    r = lab(*SWEEP, "--where", "both", *q8, "--runs-dir", str(runs), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = Path(json.loads(r.stdout)["run"])
+    for side, kv in (("a", "f16"), ("b", "q8_0")):
+        m = RunFolder.open(run / side).manifest()
+        assert (m.params["server"]["cache_type_k"], m.params["server"]["cache_type_v"]) == (kv, kv)
+        assert (m.results["driver_meta"]["cache_type_k"], m.results["driver_meta"]["cache_type_v"]) == (kv, kv)
+        assert f"K ({kv})" in (run / side / "logs" / "server.log").read_text()
+    profile = ["profile", "--chunk", "128", "--max-depth", "256", "--cycles", "2", "--no-peaks"]
+    r = lab(*profile, *q8, "--runs-dir", str(runs), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = Path(json.loads(r.stdout)["run"])
+    meta = RunFolder.open(run / "b").manifest().results["instrument_meta"]
+    assert (meta["cache_type_k"], meta["cache_type_v"]) == ("q8_0", "q8_0")
+    assert "-ctk q8_0 -ctv q8_0" in (run / "b" / "logs" / "llama-bench.log").read_text()

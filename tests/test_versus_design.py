@@ -19,20 +19,22 @@ pytestmark = pytest.mark.fast
 
 
 def test_side_b_sets_what_a_user_compares_and_nothing_else(settings: Settings) -> None:
-    vs = parse_vs(["engine=latest", "server.extra_args=-ctk q8_0 -ctv q8_0", "threads=1", "server.flash_attn=off"])
+    vs = parse_vs(["engine=latest", "server.extra_args=--no-warmup -fit off", "threads=1", "server.flash_attn=off"])
     assert vs == {
         "engine.sdist_version": "latest",
-        "server.extra_args": "-ctk q8_0 -ctv q8_0",
+        "server.extra_args": "--no-warmup -fit off",
         "server.threads": "1",
         "server.flash_attn": "off",
     }
     b = side_b(settings, vs, "sweep")
-    assert b.server.extra_args == ["-ctk", "q8_0", "-ctv", "q8_0"] and b.server.threads == 1
+    assert b.server.extra_args == ["--no-warmup", "-fit", "off"] and b.server.threads == 1
     assert b.server.flash_attn == "off" and b.engine.sdist_version != settings.engine.sdist_version
     assert b.sweep == settings.sweep and settings.server.extra_args == []  # A untouched
     assert side_b(settings, parse_vs(["same"]), "sweep") == settings
     assert side_b(settings, {"model": "/models/x.gguf"}, "decode").model == Path("/models/x.gguf")
     assert side_b(settings, {"profile.threads": "1"}, "profile").profile.threads == 1
+    kv = side_b(settings, parse_vs(["server.cache_type_k=q8_0", "server.cache_type_v=q8_0"]), "profile").server
+    assert kv.kv_args == ["-ctk", "q8_0", "-ctv", "q8_0"] and settings.server.kv_args == []
 
 
 @pytest.mark.parametrize(
@@ -43,6 +45,8 @@ def test_side_b_sets_what_a_user_compares_and_nothing_else(settings: Settings) -
         (["server.thread=1"], "sweep", "did you mean server.threads?"),
         (["server.threads=zero"], "sweep", "--vs server: threads"),
         (["server.extra_args=--port 9"], "sweep", "--port"),
+        (["server.extra_args=-ctk q8_0"], "sweep", "use server.cache_type_k"),
+        (["server.cache_type_k=q9"], "sweep", "cache_type_k"),
         (["threads"], "sweep", "give KEY=VALUE"),
         (["threads=1", "server.threads=2"], "sweep", "given twice"),
     ],

@@ -19,7 +19,7 @@ from lab.catalog.ingest import read_manifest, run_rows
 from lab.catalog.tables import load_table
 from lab.core.errors import LabError
 from lab.core.runs import match_run_id
-from lab.core.schemas import BANDS, InprocFill, Interval
+from lab.core.schemas import BANDS, InprocFill, Interval, VersusRow
 from lab.core.stats import SlotRep, geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
 from lab.measure.fills import fill_values
 
@@ -173,6 +173,23 @@ class Comparison:
             "geomean": [r.record(self.keys, self.tolerance) for r in self.summary],
         }
 
+    def stored(self) -> list[VersusRow]:
+        """The rows as an interleaved run stores them (raw/versus.jsonl, the catalog's versus_rows): per point and
+        metric, then the geometric means."""
+        tol = self.tolerance if self.tolerance is not None else TOLERANCE
+        return [
+            VersusRow(
+                point=" ".join(f"{k}={_text(v)}" for k, v in zip(self.keys, r.key, strict=True)) if r.key else "",
+                metric=r.metric,
+                a=r.a,
+                b=r.b,
+                ratio=r.ci,
+                called=r.called(tol),
+                significant=r.significant,
+            )
+            for r in [*self.rows, *self.summary]
+        ]
+
     def slowdowns(self, pct: float) -> list[CompareRow]:
         """Geometric-mean rows of times significantly slower than 1 + pct/100 (their interval's low end above it)."""
         times = [r for r in self.summary if r.metric not in self.kind.paired]
@@ -185,6 +202,10 @@ class Comparison:
             for r in self.slowdowns(pct)
             if r.ci is not None
         ]
+
+
+def _text(v: Any) -> str:
+    return "-" if v is None else str(v)
 
 
 def _value(v: Any) -> Any:

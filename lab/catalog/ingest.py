@@ -26,7 +26,7 @@ from lab.catalog.tables import (
     flatten,
 )
 from lab.core.errors import LabError, validation_line, warn
-from lab.core.runs import Manifest, RunError, read_document, read_jsonl
+from lab.core.runs import SIDES, Manifest, RunError, read_document, read_jsonl
 
 
 class IngestError(LabError):
@@ -62,7 +62,9 @@ def read_manifest(run_dir: Path) -> Manifest:
 AS_IN_MANIFEST = {"run_id", "experiment", "host", "status", "reason", "started_utc", "finished_utc"}
 
 
-def run_record(run_dir: Path, m: Manifest) -> RunRecord:
+def run_record(run_dir: Path, m: Manifest, name: str | None = None) -> RunRecord:
+    """`name`: the run's path under the runs folder (a side of an interleaved run: `<run>/a`)."""
+    name = name or run_dir.name
     eng, host = m.engine, m.host_summary
     source = eng.get("source", {})
     nodes = run_dir / "raw" / "profile_nodes.parquet"
@@ -85,12 +87,12 @@ def run_record(run_dir: Path, m: Manifest) -> RunRecord:
             [*m.results.get("host_state", {}).get("warnings", []), *m.results.get("host_noise", {}).get("warnings", [])]
         ),
         params_json=json.dumps(m.params, sort_keys=True),
-        path=run_dir.name,
-        nodes_path=f"{run_dir.name}/raw/{nodes.name}" if nodes.exists() else "",
+        path=name,
+        nodes_path=f"{name}/raw/{nodes.name}" if nodes.exists() else "",
     )
 
 
-def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
+def read_spec(run_dir: Path, spec: TableSpec, run_id: str | None = None) -> list[dict[str, Any]]:
     path = run_dir / "raw" / spec.source.file
     if not path.exists():
         if spec.required:
@@ -105,7 +107,7 @@ def read_spec(run_dir: Path, spec: TableSpec) -> list[dict[str, Any]]:
         raise IngestError(str(e)) from e
     if spec.current is not None:
         rows = [c for r in rows if (c := r.current()) is not None]
-    return [{"run_id": run_dir.name, **flatten(r)} for r in rows]
+    return [{"run_id": run_id or run_dir.name, **flatten(r)} for r in rows]
 
 
 def run_rows(run_dir: Path, experiment: str, name: str) -> list[dict[str, Any]]:
@@ -120,17 +122,23 @@ def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, A
         if not (run_dir / "manifest.json").exists():  # a crash between its mkdir and its first write
             warn(f"{run_dir}: skipped, no manifest.json (a run that never started, or pulled only partly: dvc pull)")
             continue
-        m = read_manifest(run_dir)
-        if m.run_id != run_dir.name:
-            raise IngestError(f"{run_dir / 'manifest.json'}:1: run_id {m.run_id!r} does not match the folder name")
-        rec = run_record(run_dir, m)
-        records.append(rec)
-        if not rec.in_figures:
-            continue
+        _collect_run(run_dir, run_dir.name, records, tables)
+        for side in SIDES:  # an interleaved run: each configuration is a run of its own, `<run>/a`, `<run>/b`
+            if (run_dir / side / "manifest.json").exists():
+                _collect_run(run_dir / side, f"{run_dir.name}/{side}", records, tables)
+    return records, tables
+
+
+def _collect_run(run_dir: Path, run_id: str, records: list[RunRecord], tables: dict[str, list[dict[str, Any]]]) -> None:
+    m = read_manifest(run_dir)
+    if m.run_id != run_id:
+        raise IngestError(f"{run_dir / 'manifest.json'}:1: run_id {m.run_id!r} does not match its folder ({run_id})")
+    rec = run_record(run_dir, m, run_id)
+    records.append(rec)
+    if rec.in_figures:
         for spec in SPECS:
             if m.experiment in spec.experiments:
-                tables[spec.name].extend(read_spec(run_dir, spec))
-    return records, tables
+                tables[spec.name].extend(read_spec(run_dir, spec, run_id))
 
 
 def ingest(runs_dir: Path, catalog_dir: Path) -> IngestResult:

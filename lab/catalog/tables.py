@@ -39,6 +39,7 @@ from lab.core.schemas.raw import (
     SWEEP_POINTS,
     SWEEP_SAMPLES,
     TUNE_SETTINGS,
+    VERSUS_ROWS,
 )
 
 Row = TypeVar("Row", bound=BaseModel)
@@ -90,6 +91,8 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("replay_span", ("replay_span",), REPLAY_SPAN),
     TableSpec("replay_cost", ("replay_cost",), REPLAY_COST),
     TableSpec("replay_row_work", ("replay_cost",), REPLAY_ROW_WORK),
+    # an interleaved run of two configurations: B/A per point (its sides' own rows stay in its folder)
+    TableSpec("versus_rows", ("sweep_vs", "profile_vs", "decode_vs"), VERSUS_ROWS),
 )
 SPEC_BY_NAME = {s.name: next(t for t in SPECS if t.name == s.name) for s in SPECS}  # a table's first spec
 

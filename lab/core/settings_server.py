@@ -20,6 +20,8 @@ class Section(BaseModel):
     model_config = ConfigDict(extra="forbid")
 
 
+KvType = Literal["f32", "f16", "bf16", "q8_0", "q4_0", "q4_1", "iq4_nl", "q5_0", "q5_1"]  # llama-server's -ctk/-ctv
+
 # llama-server flags the lab sets itself and its measurements rely on (every alias): extra_args may not
 # override them
 LAB_SERVER_FLAGS = {
@@ -60,12 +62,29 @@ LAB_SERVER_FLAGS = {
     "--log-verbosity",
     "--verbosity",
     "-lv",
+    "--cache-type-k",
+    "-ctk",
+    "--cache-type-v",
+    "-ctv",
+}
+
+
+SETTING_OF = {  # the setting of a flag a user reaches for in extra_args, where it has one the tools share
+    "-ctk": "server.cache_type_k",
+    "--cache-type-k": "server.cache_type_k",
+    "-ctv": "server.cache_type_v",
+    "--cache-type-v": "server.cache_type_v",
 }
 
 
 def refuse_lab_flags(args: list[str]) -> list[str]:
     for arg in args:
         flag = arg.split("=", 1)[0]
+        if flag in SETTING_OF:
+            raise ValueError(
+                f"{flag} is set by the lab for the server and its own tools alike: use {SETTING_OF[flag]}, not "
+                "extra_args"
+            )
         if flag in LAB_SERVER_FLAGS:
             raise ValueError(
                 f"{flag} is set by the lab (where it listens, one slot, the cache and checkpoints a timing "
@@ -90,6 +109,11 @@ class ServerSettings(Section):
     cache_ram_mib: int = Field(default=0, ge=-1, description="--cache-ram (0: RAM prompt cache off, -1: no limit)")
     cache_reuse: int = Field(default=0, ge=0, description="--cache-reuse (0: off; chunks reused by KV shifting)")
     flash_attn: Literal["on", "off", "auto"] = "auto"
+    cache_type_k: KvType = Field(
+        default="f16",
+        description="-ctk: the K cache's type (the server, the in-process driver, the instrument, llama-bench)",
+    )
+    cache_type_v: KvType = Field(default="f16", description="-ctv: the V cache's type (as cache_type_k)")
     cpu_list: str | None = Field(
         default=None, description="pin the server, llama-bench and the instrument to these CPUs, e.g. 0-7"
     )
@@ -111,6 +135,12 @@ class ServerSettings(Section):
         if "extra_args" in overrides:
             overrides["extra_args"] = [*self.extra_args, *overrides["extra_args"]]
         return self.model_copy(update=overrides)
+
+    @property
+    def kv_args(self) -> list[str]:
+        """-ctk / -ctv as llama-server, llama-bench and the lab's own tools take them (none for the default f16)."""
+        k, v = self.cache_type_k, self.cache_type_v
+        return [*(["-ctk", k] if k != "f16" else []), *(["-ctv", v] if v != "f16" else [])]
 
     @property
     def swa_full_on(self) -> bool:

@@ -40,6 +40,10 @@ T = TypeVar("T")
 
 LEVEL = 0.95
 N_BOOT = 4000
+Z975 = 1.959964  # the normal's 97.5% point, and Student's t's for 1..30 degrees of freedom (95% two-sided)
+T975: tuple[float, ...] = (12.706, 4.303, 3.182, 2.776, 2.571, 2.447, 2.365, 2.306, 2.262, 2.228, 2.201, 2.179)
+T975 += (2.160, 2.145, 2.131, 2.120, 2.110, 2.101, 2.093, 2.086, 2.080, 2.074, 2.069, 2.064, 2.060, 2.056, 2.052)
+T975 += (2.048, 2.045, 2.042)
 
 
 def _rng(key: str, values: npt.NDArray[np.float64]) -> np.random.Generator:
@@ -222,8 +226,19 @@ def paired_slots(
     if not np.all(den > 0):
         return None, None
     draws: npt.NDArray[np.float64] = medians(ta) / den
+    if len(slots) > 1:
+        draws = value * (draws / value) ** expansion(len(slots))
     lo, hi = _bounds(draws)
     return Interval(value=value, lo=lo, hi=hi, n=len(keys), processes=len(slots)), draws
+
+
+def expansion(n: int) -> float:
+    """Hesterberg's expanded percentile interval: a bootstrap over n units spreads by sqrt((n - 1) / n) too little
+    and a percentile interval of few units has a normal's tails where a t's belong, so its draws are spread by
+    sqrt(n / (n - 1)) x t(n - 1) / z around the estimate (5 slots: 1.58x; 20: 1.10x)."""
+    df = n - 1
+    t = T975[df - 1] if df <= len(T975) else Z975 + (Z975**3 + Z975) / (4 * df)
+    return math.sqrt(n / (n - 1)) * t / Z975
 
 
 def _finite(x: float | None) -> bool:
@@ -350,7 +365,7 @@ def proportion_interval(k: int, n: int) -> Interval | None:
     test's comparisons called significant). None when n is 0."""
     if n <= 0:
         return None
-    z, p = 1.959964, k / n
+    z, p = Z975, k / n
     center = (p + z * z / (2 * n)) / (1 + z * z / n)
     half = z * math.sqrt(p * (1 - p) / n + z * z / (4 * n * n)) / (1 + z * z / n)
     return Interval(value=p, lo=max(0.0, center - half), hi=min(1.0, center + half), n=n)

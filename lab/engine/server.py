@@ -172,6 +172,7 @@ def server_args(settings: ServerSettings, model: Path, port: int, extra: list[st
         str(settings.cache_reuse),
         "--flash-attn",
         settings.flash_attn,
+        *settings.kv_args,
         "--fit",
         "off",
         "--no-ui",

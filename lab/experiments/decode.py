@@ -144,6 +144,7 @@ class DecodeCheck(Experiment):
             srv_settings.flash_attn,
             cpu_list=srv_settings.cpu_list,
             n_gen=self.n_out,
+            kv=tuple(srv_settings.kv_args),
         )
         server: dict[int, list[tuple[ArmResult, int]]] = {d: [] for d in self.depths}
         bench_samples: dict[int, list[tuple[float, int]]] = {d: [] for d in self.depths}

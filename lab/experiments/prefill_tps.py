@@ -37,6 +37,7 @@ class LlamaBench:
     ubatch: int | None = None
     cpu_list: str | None = None
     n_gen: int = 0
+    kv: tuple[str, ...] = ()  # -ctk / -ctv (lab.core.settings_server.ServerSettings.kv_args)
 
 
 def bench_command(b: LlamaBench) -> str:
@@ -60,6 +61,7 @@ def bench_command(b: LlamaBench) -> str:
         b.flash_attn,
         "-o",
         "jsonl",
+        *b.kv,
         *batching,
         *llama_args(b.cpu_list),
     ]

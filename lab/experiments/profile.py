@@ -185,6 +185,7 @@ class Profile(Experiment):
                 threadpool=p.threadpool,
                 first_cycle=done,
                 cpu_list=sess.settings.server.cpu_list,
+                kv=sess.settings.server.kv_args,
             )
             try:
                 run_instrument(cmd, log, console, want * 2 * n_depths, done * 2 * n_depths)

@@ -24,8 +24,9 @@ from lab.experiments.protocol import OpenRun
 def bench_process(sess: OpenRun, p: ProfileSettings, threads: int, depths: list[int], reps: int, process: int) -> None:
     """One llama-bench call after instrument process `process` (its cycles' worth of reps at every depth, on the
     profile's build, model, chunk and threads); its rows appended under that process."""
+    srv = sess.settings.server
     call = LlamaBench(
-        sess.engine, sess.model, [p.chunk], depths, reps, threads, "auto", cpu_list=sess.settings.server.cpu_list
+        sess.engine, sess.model, [p.chunk], depths, reps, threads, "auto", cpu_list=srv.cpu_list, kv=tuple(srv.kv_args)
     )
     rows = measure_prefill_tps(sess.target, call, sess.run.path / "logs" / "llama-bench.log")
     sess.run.append(PREFILL_TPS, [r.model_copy(update={"process": process}) for r in rows])

@@ -234,6 +234,14 @@ def llama_bench(sess: OpenRun, chunk: int, depth: int) -> PrefillTps:
     sw, srv = sess.settings.sweep, sess.settings.server
     log = sess.run.path / "logs" / "llama-bench.log"
     bench = LlamaBench(
-        sess.engine, sess.model, [chunk], [depth], sw.bench_reps, srv.threads, srv.flash_attn, cpu_list=srv.cpu_list
+        sess.engine,
+        sess.model,
+        [chunk],
+        [depth],
+        sw.bench_reps,
+        srv.threads,
+        srv.flash_attn,
+        cpu_list=srv.cpu_list,
+        kv=tuple(srv.kv_args),
     )
     return measure_prefill_tps(sess.target, bench, log)[0]

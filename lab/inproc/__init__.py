@@ -57,6 +57,7 @@ def driver_command(
     check: bool = False,
     threadpool: bool = False,
     swa_full: bool = False,
+    kv: list[str] | None = None,
 ) -> list[str]:
     """tokens: a file of whitespace-separated ids (else a seeded filler); check: validate and exit; threadpool:
     attach a persistent one, as llama-bench does (llama-server does not, nor does the sweep)."""
@@ -71,6 +72,7 @@ def driver_command(
         *(["--check"] if check else []),
         *(["--threadpool"] if threadpool else []),
         *(["--swa-full"] if swa_full else []),
+        *(kv or []),
     ]
 
 
@@ -204,6 +206,7 @@ def sweep_driver_command(
         fake=fake,
         check=check,
         swa_full=srv.swa_full_on,
+        kv=srv.kv_args,
     )
 
 

@@ -434,11 +434,12 @@ bool serve_one(Driver & d, const Args & args, const std::string & line) {
 
 void write_meta(const Args & args, const labtool::Engine & engine) {
     printf("{\"kind\":\"meta\",\"n_ctx\":%d,\"ubatch\":%d,\"threads\":%d,\"threads_batch\":%d,\"flash_attn\":%s,"
-           "\"n_vocab\":%d,\"tokens\":%s,\"threadpool\":%s}\n",
+           "\"n_vocab\":%d,\"tokens\":%s,\"threadpool\":%s,\"cache_type_k\":%s,\"cache_type_v\":%s}\n",
            args.common.n_ctx, args.ubatch, args.common.threads, args.common.threads_batch,
            json_str(args.common.flash_attn).c_str(), engine.n_vocab(),
            json_str(args.tokens.empty() ? "seeded filler" : "given").c_str(),
-           engine.has_threadpool() ? "true" : "false");
+           engine.has_threadpool() ? "true" : "false", json_str(args.common.cache_type_k).c_str(),
+           json_str(args.common.cache_type_v).c_str());
     fflush(stdout);
 }
 

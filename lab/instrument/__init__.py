@@ -133,6 +133,7 @@ def instrument_command(
     threadpool: bool = False,
     first_cycle: int = 0,
     cpu_list: str | None = None,
+    kv: list[str] | None = None,
 ) -> list[str]:
     """threadpool: attach a persistent polling threadpool, as llama-bench does (llama-server does not);
     cpu_list: pin it like the server (lab.engine.pinning)."""
@@ -155,4 +156,5 @@ def instrument_command(
         str(threads_batch),
         *(["--threadpool"] if threadpool else []),
         *(["--first-cycle", str(first_cycle)] if first_cycle else []),
+        *(kv or []),
     ]

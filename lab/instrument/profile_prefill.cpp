@@ -80,8 +80,8 @@ Args parse(int argc, char ** argv) {
     Args a;
     labtool::ArgReader r(argc, argv,
                          "usage: lab-profile-prefill --model M --out F [--chunk 512] [--max-depth 4096] [--cycles 3]"
-                         " [-t 2] [-tb N] [--n-ctx N] [--seed 1] [--flash-attn auto|on|off] [--warmup 1]"
-                         " [--threadpool] [--first-cycle K (resume: run cycles K..cycles-1)]");
+                         " [-t 2] [-tb N] [--n-ctx N] [--seed 1] [--flash-attn auto|on|off] [-ctk f16] [-ctv f16]"
+                         " [--warmup 1] [--threadpool] [--first-cycle K (resume: run cycles K..cycles-1)]");
     while (r.next()) {
         const std::string & k = r.key();
         if (r.common(a.common)) {
@@ -140,11 +140,12 @@ class Profiler {
         fprintf(out_,
                 "{\"kind\":\"meta\",\"n_vocab\":%d,\"n_layer\":%d,\"chunk\":%d,\"max_depth\":%d,\"cycles\":%d,"
                 "\"threads\":%d,\"threads_batch\":%d,\"threadpool\":%s,\"n_ctx\":%d,\"flash_attn\":%s,"
-                "\"system_info\":%s}\n",
+                "\"cache_type_k\":%s,\"cache_type_v\":%s,\"system_info\":%s}\n",
                 engine_.n_vocab(), llama_model_n_layer(engine_.model), args_.chunk, (n_chunks_ - 1) * args_.chunk,
                 args_.cycles, args_.common.threads, args_.common.threads_batch,
                 engine_.has_threadpool() ? "true" : "false", args_.common.n_ctx,
-                json_str(args_.common.flash_attn).c_str(), json_str(llama_print_system_info()).c_str());
+                json_str(args_.common.flash_attn).c_str(), json_str(args_.common.cache_type_k).c_str(),
+                json_str(args_.common.cache_type_v).c_str(), json_str(llama_print_system_info()).c_str());
     }
 
     // untimed chunks at depth 0, so one-time costs (weight repacking, first allocations) stay out of depth 0

@@ -6,7 +6,7 @@
 //   json_str           a JSON string literal, quoted and escaped: every string a tool prints in JSON goes through it
 //   fail               one line on stderr, exit 2 (bad input, a model or context that cannot be had, a failed step)
 //   CommonArgs,        the options both tools take (--model, --n-ctx, -t, -tb, --seed, --flash-attn, --threadpool,
-//                      --swa-full)
+//                      --swa-full, -ctk, -ctv)
 //     ArgReader        and a small reader of argv that knows them; each tool reads its own options beside them
 //   quiet_log          warnings and errors reach stderr, nothing below them
 //   filler_tokens      the seeded filler stream, ids in [min(1000, n_vocab/2), 0.98 n_vocab)
@@ -69,7 +69,24 @@ struct CommonArgs {
     std::string flash_attn = "auto";
     bool threadpool = false;  // a persistent polling threadpool, as llama-bench attaches (Engine)
     bool swa_full = false;    // --swa-full: a sliding-window cache as large as the context (as llama-server's)
+    std::string cache_type_k = "f16";  // -ctk: the K cache's type (as llama-server's)
+    std::string cache_type_v = "f16";  // -ctv: the V cache's type
 };
+
+// a KV cache type by llama-server's name for it (-ctk / -ctv), or exit 2 naming the ones it takes
+inline ggml_type kv_type(const std::string & name) {
+    static const std::pair<const char *, ggml_type> types[] = {
+        { "f32", GGML_TYPE_F32 },   { "f16", GGML_TYPE_F16 },   { "bf16", GGML_TYPE_BF16 },
+        { "q8_0", GGML_TYPE_Q8_0 }, { "q4_0", GGML_TYPE_Q4_0 }, { "q4_1", GGML_TYPE_Q4_1 },
+        { "iq4_nl", GGML_TYPE_IQ4_NL }, { "q5_0", GGML_TYPE_Q5_0 }, { "q5_1", GGML_TYPE_Q5_1 },
+    };
+    for (const auto & [n, t] : types) {
+        if (name == n) {
+            return t;
+        }
+    }
+    fail("a KV cache type is f32, f16, bf16, q8_0, q4_0, q4_1, iq4_nl, q5_0 or q5_1, not " + name);
+}
 
 // argv, one option at a time: `while (r.next()) { if (!r.common(a.common) && r.key() == "--x") ... }`
 class ArgReader {
@@ -137,6 +154,10 @@ class ArgReader {
             a.threadpool = true;
         } else if (key_ == "--swa-full") {
             a.swa_full = true;
+        } else if (key_ == "-ctk" || key_ == "--cache-type-k") {
+            a.cache_type_k = value();
+        } else if (key_ == "-ctv" || key_ == "--cache-type-v") {
+            a.cache_type_v = value();
         } else {
             return false;
         }
@@ -158,6 +179,8 @@ class ArgReader {
         if (a.threads_batch == 0) {
             a.threads_batch = a.threads;
         }
+        kv_type(a.cache_type_k);
+        kv_type(a.cache_type_v);
     }
 
   private:
@@ -250,6 +273,8 @@ class Engine {
         cp.flash_attn_type = a.flash_attn == "on"    ? LLAMA_FLASH_ATTN_TYPE_ENABLED
                              : a.flash_attn == "off" ? LLAMA_FLASH_ATTN_TYPE_DISABLED
                                                      : LLAMA_FLASH_ATTN_TYPE_AUTO;
+        cp.type_k = kv_type(a.cache_type_k);
+        cp.type_v = kv_type(a.cache_type_v);
         cp.cb_eval = cb_eval;
         cp.cb_eval_user_data = cb_eval_user_data;
         cp.no_perf = true;

@@ -71,6 +71,16 @@ def _ratio_cell(r: CompareRow, paired: bool) -> str:
     return f"[{style}]{r.ci.fmt()} {'slower' if r.ci.value > 1 else 'faster'}[/{style}]"
 
 
+CALLED_STYLE = {"faster": "green", "slower": "red", "same": "dim", "undecided": "default"}
+
+
+def _called_cell(r: CompareRow, called: str) -> str:
+    """The interval alone where the row is called (one verdict per row, in its own column)."""
+    if r.ci is None:
+        return "-" if r.ratio is None else f"{r.ratio:.3f}"
+    return f"[{CALLED_STYLE[called]}]{r.ci.fmt()}[/{CALLED_STYLE[called]}]"
+
+
 def compare_table(c: Comparison) -> Table:
     """B/A per key and metric with its 95% interval from both runs' samples: significant slowdowns red,
     speedups green, the rest marked within noise; then the geometric mean over the grid per metric. The two
@@ -106,8 +116,8 @@ def compare_table(c: Comparison) -> Table:
     )
     for r in [*c.rows, *c.summary]:
         scope = r.ci.scope.replace("processes", "slots") if r.ci and c.paired else r.ci.scope if r.ci else ""
-        cell = _ratio_cell(r, r.metric in c.kind.paired)
         verdict = [r.called(c.tolerance)] if c.tolerance is not None else []
+        cell = _called_cell(r, verdict[0]) if verdict else _ratio_cell(r, r.metric in c.kind.paired)
         key = [_fmt(k) for k in r.key] if r.key else ["geomean", *[""] * (len(c.keys) - 1)]
         a, b = (_fmt(r.a), _fmt(r.b)) if r.key else ("", "")
         t.add_row(*key, r.metric, a, b, cell, *verdict, scope)

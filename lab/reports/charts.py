@@ -16,6 +16,7 @@ from lab.reports.replay import replay_chart
 from lab.reports.roofline import roofline_chart
 from lab.reports.style import Chart
 from lab.reports.tune import tune_chart
+from lab.reports.versus import versus_chart
 
 Builder = Callable[[Path, pd.DataFrame, ReportSettings], Chart]
 
@@ -47,6 +48,11 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         "llama-server cache settings for a recorded conversation: every setting predicted (prefill against memory), "
         "the front, the defaults and the candidates measured, the recommendation",
         tune_chart,
+    ),
+    "versus": (
+        "Two configurations measured interleaved in one run (--vs): B / A per point with its interval paired by "
+        "process slot, called faster, slower, the same or undecided",
+        versus_chart,
     ),
     "replay": (
         "Replay labs: exact replay, replay span, consumer rows / SWA pairs and row-work",

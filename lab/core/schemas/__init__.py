@@ -39,7 +39,7 @@ from lab.core.schemas.trace import (
     StepToolTime,
     TraceStep,
 )
-from lab.core.schemas.versus import VersusSlot
+from lab.core.schemas.versus import VersusRow, VersusSlot
 
 __all__ = [
     "BANDS",
@@ -80,6 +80,7 @@ __all__ = [
     "SweepSample",
     "TraceStep",
     "Verdict",
+    "VersusRow",
     "VersusSlot",
     "Where",
     "cell",

@@ -17,10 +17,11 @@ from lab.core.schemas.trace import (
     ConversationTaskResult,
     TuneSetting,
 )
-from lab.core.schemas.versus import VersusSlot
+from lab.core.schemas.versus import VersusRow, VersusSlot
 
 SWEEP_SAMPLES = RawTable("samples", SweepSample)
 VERSUS_SLOTS = RawTable("slots", VersusSlot)
+VERSUS_ROWS = RawTable("versus", VersusRow)
 SWEEP_POINTS = RawTable("points", SweepPoint)
 SWEEP_ROUNDS = RawTable("rounds", SweepRound)
 SWEEP_FILLS = RawTable("fills", InprocFill)
@@ -67,5 +68,6 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         REPLAY_COST,
         REPLAY_ROW_WORK,
         VERSUS_SLOTS,
+        VERSUS_ROWS,
     )
 }

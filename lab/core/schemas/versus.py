@@ -6,6 +6,8 @@ from typing import Literal
 
 from pydantic import BaseModel, Field
 
+from lab.core.schemas.base import Interval
+
 
 class VersusSlot(BaseModel):
     """raw/slots.jsonl: one side's process in one slot of the run (a slot holds one process of each side, next
@@ -16,3 +18,16 @@ class VersusSlot(BaseModel):
     order: int = Field(ge=0, le=1, description="0: the slot's first process, 1: its second")
     started_utc: str
     seconds: float = Field(ge=0, description="the process's wall time, start to end")
+
+
+class VersusRow(BaseModel):
+    """raw/versus.jsonl: B/A of one point and metric of an interleaved run, or its geometric mean over the grid
+    (`point` empty), as `lab compare RUN` prints it (lab.catalog.compare.Comparison)."""
+
+    point: str = Field(description="the point's keys as text (`server L=512 new=64`), empty for the geomean")
+    metric: str
+    a: float | None = None
+    b: float | None = None
+    ratio: Interval | None = Field(default=None, description="B/A, its interval paired by process slot")
+    called: str = Field(description="faster, slower, same or undecided at the run's tolerance")
+    significant: bool | None = Field(default=None, description="the interval excludes 1")

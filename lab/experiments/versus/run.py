@@ -9,14 +9,13 @@ Lifecycle (the protocol's, for two experiments in one run folder):
              (blocks of two slots, AB then BA or BA then AB, at random); each process's start and length into
              raw/slots.jsonl; a side whose processes are done waits while the other finishes
     finish   each side's results and status; B/A per point paired by slot (lab.catalog.compare.compare_sides)
-             into raw/versus.json; the run complete when both sides are
+             into raw/versus.jsonl; the run complete when both sides are
     resume   `--resume <run>`: each side resumes as a run of its own would, the slots go on in the same order
 """
 
 from __future__ import annotations
 
 import contextlib
-import json
 import secrets
 import time
 from dataclasses import dataclass
@@ -29,7 +28,7 @@ from lab.core.console import lab_console
 from lab.core.hostnoise import NoiseWindow, read_state
 from lab.core.runs import SIDES, RunError, RunFolder, utc_now
 from lab.core.schemas import VersusSlot
-from lab.core.schemas.raw import VERSUS_SLOTS
+from lab.core.schemas.raw import VERSUS_ROWS, VERSUS_SLOTS
 from lab.core.settings import Settings
 from lab.experiments.protocol import (
     Experiment,
@@ -79,8 +78,9 @@ def run_versus(
         console.print(f"run folder: {run.path}", highlight=False)
         params = run.manifest().params
         _measure(run, sides, int(params["seed"]), console)
-        comparison = compare_sides(run.path)
-        run.write_raw("versus.json", json.dumps(comparison.record(), indent=1) + "\n")
+        with run.guard():  # a failure past the measuring leaves the run incomplete, resumable to this step
+            comparison = compare_sides(run.path)
+            run.rewrite(VERSUS_ROWS, comparison.stored())
         failed = [f"side {s.name}: {s.outcome.failure}" for s in sides if s.outcome and s.outcome.failure]
         if failed:
             run.fail("; ".join(failed))
