@@ -76,9 +76,9 @@ struct CommonArgs {
 // a KV cache type by llama-server's name for it (-ctk / -ctv), or exit 2 naming the ones it takes
 inline ggml_type kv_type(const std::string & name) {
     static const std::pair<const char *, ggml_type> types[] = {
-        { "f32", GGML_TYPE_F32 },   { "f16", GGML_TYPE_F16 },   { "bf16", GGML_TYPE_BF16 },
-        { "q8_0", GGML_TYPE_Q8_0 }, { "q4_0", GGML_TYPE_Q4_0 }, { "q4_1", GGML_TYPE_Q4_1 },
-        { "iq4_nl", GGML_TYPE_IQ4_NL }, { "q5_0", GGML_TYPE_Q5_0 }, { "q5_1", GGML_TYPE_Q5_1 },
+        {"f32", GGML_TYPE_F32},       {"f16", GGML_TYPE_F16},   {"bf16", GGML_TYPE_BF16},
+        {"q8_0", GGML_TYPE_Q8_0},     {"q4_0", GGML_TYPE_Q4_0}, {"q4_1", GGML_TYPE_Q4_1},
+        {"iq4_nl", GGML_TYPE_IQ4_NL}, {"q5_0", GGML_TYPE_Q5_0}, {"q5_1", GGML_TYPE_Q5_1},
     };
     for (const auto & [n, t] : types) {
         if (name == n) {
