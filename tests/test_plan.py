@@ -180,6 +180,13 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     # (0.01^2 + 2 x 0.03^2 / 2) x 1.96^2 / (0.05 - 0.02)^2 = 4.3: 5 processes of 2 reps
     est = {"fake/estimate": (Components(between=0.01, within=0.03, processes=3, reps=6), 0.02)}
     assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 10
+    # nothing measured here yet: each place's default spread; in one process the default grid's two verdicts
+    # decide in its first five processes, through the server they take more
+    from lab.measure.plan import DEFAULT_SPREADS
+
+    both = {"fake/genuine": (0.03, 0.05), "fake/estimate": (float("inf"), 0.05)}
+    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 5
+    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["server"]) > 5
 
 
 def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -> None:

@@ -7,7 +7,10 @@ import math
 
 import numpy as np
 import pytest
+from pydantic import BaseModel
 
+from lab.catalog.tables import columns, flatten
+from lab.core.schemas import ArmStats, cell
 from lab.core.stats import (
     Interval,
     geomean_ratio,
@@ -154,6 +157,28 @@ def test_process_level_intervals_say_so_and_keep_their_power() -> None:
     y = {r: 1.0 for r in range(6)}
     paired = paired_ratio(x, y, "p", {r: r // 2 for r in range(6)})
     assert paired is not None and paired.processes == 3 and paired.n == 6
+
+
+def test_an_interval_from_fewer_than_five_samples_or_processes_says_what_it_rests_on() -> None:
+    rng = np.random.default_rng(3)
+    a, pa = runs_of(rng, 3, 4, 0.05)
+    iv = median_interval(a, "a", pa)  # 12 samples from 3 processes
+    assert iv is not None and iv.thin and iv.fmt().endswith(" (only 3 processes)")
+    assert iv.fmt(pct=True).endswith(" (only 3 processes)") and cell(iv, share=True).endswith("(only 3 processes)")
+    few = median_interval([1.0, 1.1, 0.9], "few")  # 3 samples in one process
+    assert few is not None and few.thin and few.fmt().endswith(" (only 3 samples)")
+    b, pb = runs_of(rng, 5, 3, 0.05)
+    enough = median_interval(b, "b", pb)
+    assert enough is not None and not enough.thin and enough.fmt().endswith("]")
+    # the catalog keeps the mark beside the interval's fields, an arm's too
+    row = flatten(Row(ci=iv, arm=ArmStats(median_ms=1, median_lo_ms=0.9, median_hi_ms=1.1, n_ok=12, processes=3)))
+    assert row["ci_thin"] is True and row["arm_thin"] is True and {"ci_thin", "arm_thin"} <= set(columns(Row))
+    assert flatten(Row(ci=enough))["ci_thin"] is False and flatten(Row())["ci_thin"] is None
+
+
+class Row(BaseModel):
+    ci: Interval | None = None
+    arm: ArmStats = ArmStats()
 
 
 def test_proportion_interval() -> None:

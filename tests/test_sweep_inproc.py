@@ -17,7 +17,7 @@ from lab.catalog.ingest import ingest
 from lab.catalog.tables import load_table
 from lab.core.runs import RunFolder
 from lab.core.schemas import SweepPoint, SweepSample
-from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_FILLS, SWEEP_POINTS, SWEEP_SAMPLES
+from lab.core.schemas.raw import ARMS_SUMMARY, PREFILL_TPS, SWEEP_FILLS, SWEEP_POINTS, SWEEP_SAMPLES
 from lab.core.settings import ReportSettings
 from lab.reports.arms import arms_chart
 from lab.reports.data import catalog_runs
@@ -183,6 +183,26 @@ def test_a_sliding_window_model_sweeps_in_both_places(tmp_path: Path, iswa_model
             assert (s.pos_min, s.pos_max) == (max(0, s.L - 128), s.L - 1), s
     notes = [d for p in run.read(SWEEP_POINTS) for d in p.diagnostics]
     assert not [d for d in notes if "first held position" in d or "GGUF predicts" in d], notes  # window, blob
+
+
+def test_in_one_process_the_estimate_stands_beside_every_rep(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    r = lab("arms", "--Ls", "300,700", "--news", "16", "--reps", "3", "--runs-dir", str(runs), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(json.loads(r.stdout)["run"]))
+    est = [t for t in run.read(PREFILL_TPS) if t.rep is not None]
+    # a chunk of the new tokens from the restored depth-L state, first in every rep, in the rep's process
+    assert sorted((t.where, t.depth, t.chunk, t.rep, t.process) for t in est) == sorted(
+        ("inproc", L, 16, rep, rep) for L in (300, 700) for rep in range(3)
+    )
+    for p in run.read(SWEEP_POINTS):
+        iv = p.fake_vs_estimate_ci  # paired by rep, over the reps' processes, as fake / genuine is
+        assert p.estimate_source == "paired" and iv is not None and iv.n == 3 and iv.processes == 3
+        assert p.estimate_ci is not None and p.estimate_ci.n == 3 and p.opt_prefill_ms == p.estimate_ci.value
+    # the catalog keeps the in-process samples apart from the server's, and lab compare resamples them
+    c = compare_runs(run.path, run.path)
+    row = next(x for x in c.rows if x.metric == "opt_prefill_ms")
+    assert row.ci is not None and row.ci.processes == 3 and row.ci.n == 3
 
 
 def test_bad_inputs_create_no_run(tmp_path: Path) -> None:

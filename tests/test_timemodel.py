@@ -184,15 +184,15 @@ def test_the_crossover_line_prints_its_number_once() -> None:
         flat_cv={},
         timed_vs_fused_gap={},
         timed_vs_fused_gap_mean=0.0,
-        crossover_ci=Interval(value=2658, lo=2567, hi=2729, n=3),
+        crossover_ci=Interval(value=2658, lo=2567, hi=2729, n=5, processes=5),
         predicted_crossover_depth=2034.0,
         attn_flops_per_token_per_1k=2.08e6,
         time_crossover_ci=Interval(value=2600, lo=2500, hi=2700, n=3),
     )
     line = prediction_lines(s)[0]
     assert line.startswith(
-        "crossover: measured 2658 [2567, 2729]; predicted in time 2600 [2500, 2700]; from FLOPs 2034"
-    )
+        "crossover: measured 2658 [2567, 2729]; predicted in time 2600 [2500, 2700] (only 3 samples); from FLOPs 2034"
+    )  # an interval from fewer than five samples says so
     assert line.count("2658") == 1
     short = s.model_copy(
         update={"crossover_depth": None, "crossover_ci": None, "crossover_note": "not reached by depth 1024"}

@@ -17,7 +17,7 @@ from pydantic import BaseModel, Field
 
 from lab.catalog.legacy import ARMS_FILLS, ARMS_POINTS, ARMS_SAMPLES, ARMS_SERVER_SAMPLES, TRACE_STEPS, TRACE_TASKS
 from lab.core.rawtable import RawTable
-from lab.core.schemas import SweepPoint, SweepSample
+from lab.core.schemas import ArmStats, Interval, SweepPoint, SweepSample
 from lab.core.schemas.raw import (
     ARMS_SUMMARY,
     CONVERSATION_CAUSES,
@@ -136,6 +136,11 @@ def nested_model(ann: Any) -> type[BaseModel] | None:
     return None
 
 
+def derived(model: type[BaseModel]) -> tuple[str, ...]:
+    """A nested model's properties the catalog keeps beside its fields (an interval's `thin`)."""
+    return ("thin",) if model in (Interval, ArmStats) else ()
+
+
 def flatten(row: BaseModel) -> dict[str, Any]:
     """One catalog row: nested models flattened with `_` (all None when an optional one is absent),
     data-keyed dicts as JSON text."""
@@ -145,6 +150,9 @@ def flatten(row: BaseModel) -> dict[str, Any]:
         if model is not None:
             for k in model.model_fields:
                 out[f"{key}_{k}"] = value.get(k) if isinstance(value, dict) else None
+            nested = getattr(row, key)
+            for k in derived(model):
+                out[f"{key}_{k}"] = getattr(nested, k) if nested is not None else None
         elif isinstance(value, dict):
             out[key] = json.dumps(value, sort_keys=True)
         else:
@@ -176,7 +184,7 @@ def columns(schema: type[BaseModel]) -> list[str]:
     cols = ["run_id"]
     for key, f in schema.model_fields.items():
         model = nested_model(f.annotation)
-        cols += [f"{key}_{k}" for k in model.model_fields] if model is not None else [key]
+        cols += [f"{key}_{k}" for k in [*model.model_fields, *derived(model)]] if model is not None else [key]
     return cols
 
 

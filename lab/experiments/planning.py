@@ -21,7 +21,7 @@ from lab.core.stats import median_interval
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.profile_rates import plan_rates
 from lab.measure.plan import (
-    DEFAULT_SPREAD,
+    DEFAULT_SPREADS,
     Plan,
     Rates,
     Where,
@@ -58,7 +58,7 @@ def plans(
     sw = settings.sweep
     n = reps or sw.max_reps
     points = grid_points(settings)
-    arms: list[str] = [*sw.arms] if where == "server" else [a for a in sw.arms if a != "estimate"]
+    arms: list[str] = [*sw.arms]
     counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
     # each of the first processes adds ceil(min_reps / processes) reps; a point still undecided after them takes
     # the rest in further processes, as many reps in each as narrow its interval most per second: the bound
@@ -94,21 +94,22 @@ def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: 
     for gp in grid(sw):
         rep_s = timed * rates.chunk(gp.L, gp.new) / 1e3
         p = before.get((where, gp.id))
-        spread = (p.verdict_spread() if p is not None else None) or DEFAULT_SPREAD
+        spread = (p.verdict_spread() if p is not None else None) or DEFAULT_SPREADS[where]
         out.append(reps_in_further_process(spread, rates.process_start_s or 1.0, rep_s, share, sw.min_reps))
     return out
 
 
 def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to need in this place, from the spread its ratios had in `previous`
-    (the same point measured here before; else the lab's default spread, lab.measure.plan.DEFAULT_SPREAD)."""
+    (the same point measured here before; else the lab's default spread in this place,
+    lab.measure.plan.DEFAULT_SPREADS)."""
     from lab.experiments.sweep_grid import grid
 
     sw = settings.sweep
     bounds: dict[str, tuple[float, float]] = {}
     if "genuine" in sw.arms:
         bounds["fake/genuine"] = (sw.target, sw.tolerance)
-    if "estimate" in sw.arms and where == "server":
+    if "estimate" in sw.arms:
         bounds["fake/estimate"] = (math.inf, sw.tolerance)
     before: dict[tuple[str, str], SweepPoint] = {(p.where, p.point): p for p in previous}
     out = []
@@ -119,7 +120,7 @@ def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint
             for name, iv in (("fake/genuine", p.fake_vs_genuine_ci), ("fake/estimate", p.fake_vs_estimate_ci)):
                 if iv is not None and name in p.components:
                     spreads[name] = (p.components[name], abs(iv.value - 1))
-        out.append(predicted_reps(spreads, bounds, sw.min_reps, sw.max_reps, sw.processes))
+        out.append(predicted_reps(spreads, bounds, sw.min_reps, sw.max_reps, sw.processes, DEFAULT_SPREADS[where]))
     return out
 
 
@@ -138,7 +139,7 @@ def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str) -> tuple[l
         points = [p for p in RunFolder.open(found).read(SWEEP_POINTS) if p.components]
         if points:
             return points, f"the spread of {found.name}"
-    return [], "the lab's default spread (docs/repetition.md)"
+    return [], "the lab's default spread in each place (docs/repetition.md)"
 
 
 def _both(server: Plan, inproc: Plan) -> Plan:

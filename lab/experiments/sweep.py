@@ -52,17 +52,11 @@ from lab.experiments.protocol import (
     progress_bar,
     run_experiment,
 )
+from lab.experiments.sweep_estimate import Estimate, bench_check, bench_estimate, driver_estimate, no_estimate
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep_inproc import InprocPlace
 from lab.experiments.sweep_rounds import Ledger, Place, done_points
-from lab.experiments.sweep_server import (
-    Estimate,
-    ServerPlace,
-    bench_check,
-    bench_estimate,
-    driver_estimate,
-    no_estimate,
-)
+from lab.experiments.sweep_server import ServerPlace
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
 from lab.measure.fills import complete_fills, run_fill

@@ -36,9 +36,10 @@ def facts(p: SweepPoint, samples: list[SweepSample]) -> list[str]:
 
 
 def estimate_shown(p: SweepPoint) -> Interval | None:
-    """fake / estimate where a rep narrows it (through the server); in one process the estimate is the fill
-    passes' (unpaired, the same decode) and only shown."""
-    return p.fake_vs_estimate_ci if p.where == "server" else None
+    """fake / estimate where a rep narrows it (the estimate beside the reps: through the server, and in one
+    process since it stands beside the driver's arms); a run's in-process estimate from the fill passes is
+    unpaired, one sample per pass, and only shown."""
+    return p.fake_vs_estimate_ci if p.estimate_paired else None
 
 
 def disagreements(p: SweepPoint, samples: list[SweepSample]) -> list[str]:
@@ -82,7 +83,7 @@ def undecided(p: SweepPoint, tol: float) -> list[str]:
         ("fake/genuine", p.fake_vs_genuine_ci, p.genuine_verdict),
         ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict),
     ]
-    if p.where == "server":  # in one process the estimate does not narrow with reps
+    if estimate_shown(p) is not None:  # the fill passes' estimate does not narrow with reps
         checks.append(("fake/estimate", p.fake_vs_estimate_ci, p.estimate_verdict))
     out = []
     for name, iv, v in checks:

@@ -10,6 +10,9 @@ tokens:
     plain      decode L in the sequence first (untimed), then time the new tokens: the proof that a restored
                state is a genuine hit (optional: it costs L per rep)
     baseline   decode L + new from empty (optional direct reps, at most sweep.baseline_reps per point)
+    estimate   first in every rep: restore the depth-L state and time a chunk of the new tokens, what the
+               estimate beside the server times (lab.experiments.sweep_server.driver_estimate), here next to the
+               rep's arms in their process, so fake / estimate is paired by rep as fake / genuine is
 """
 
 from __future__ import annotations
@@ -19,6 +22,7 @@ from typing import Any
 
 from lab.core.runs import utc_now
 from lab.core.schemas import (
+    FILL_PASSES,
     ArmsSummary,
     InprocFill,
     InprocPointFields,
@@ -30,6 +34,7 @@ from lab.core.schemas import (
 )
 from lab.core.settings import SweepSettings
 from lab.core.stats import linear_fit, median_interval, unpaired_ratio
+from lab.experiments.sweep_estimate import driver_estimate, paired_estimate
 from lab.experiments.sweep_grid import GridPoint
 from lab.experiments.sweep_points import (
     PointEstimate,
@@ -78,8 +83,9 @@ def samples_of(rows: list[dict[str, Any]], point: str, process: int = 0) -> list
 
 
 class InprocPlace:
-    """The sweep's reps in one driver process (one of the run's processes): each rep one driver command for its
-    arms, the direct baseline (when a rep has it) in a command of its own, so the rest of the rep is timed alone."""
+    """The sweep's reps in one driver process (one of the run's processes): each rep the estimate's chunk first
+    (when the sweep measures it), then one driver command for its arms, the direct baseline (when a rep has it)
+    in a command of its own, so the rest of the rep is timed alone."""
 
     where: Where = "inproc"
 
@@ -87,6 +93,7 @@ class InprocPlace:
         self, driver: DriverSession, sw: SweepSettings, fills: list[InprocFill], shape: MemoryShape | None
     ) -> None:
         self.driver, self.sw, self.fills, self.shape = driver, sw, fills, shape
+        self.estimate = driver_estimate(driver, None, warm_up=False)
 
     def rep(self, p: GridPoint, rep: int, process: int) -> RepOut:
         todo = rep_arms(self.sw.arms, rep, self.sw)
@@ -94,12 +101,14 @@ class InprocPlace:
         if "baseline" in todo:
             out.samples += samples_of(self.driver.rep(p.L, p.new, rep, ["baseline"]), p.id, process)
         started = time.monotonic()
+        if "estimate" in self.sw.arms:
+            out.tps.append(self.estimate(p, rep).model_copy(update={"where": "inproc", "process": process}))
         out.samples += samples_of(self.driver.rep(p.L, p.new, rep, [a for a in todo if a != "baseline"]), p.id, process)
         out.wall_s = time.monotonic() - started
         return out
 
     def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
-        return summarize_inproc(p, samples, self.sw.tolerance, self.fills, self.shape)
+        return summarize_inproc(p, samples, self.sw.tolerance, self.fills, self.shape, tps)
 
 
 def summarize_inproc(
@@ -108,19 +117,23 @@ def summarize_inproc(
     tol: float,
     fills: list[InprocFill] | None = None,
     shape: MemoryShape | None = None,
+    tps: list[PrefillTps] | None = None,
 ) -> SweepPoint:
-    """One point in one process: its samples, the fill passes (the estimate and the baseline), the GGUF's shape."""
-    ps, fills = PointSamples.of(p, samples, "inproc"), fills or []
-    return summarize_point(ps, fill_estimate(ps, fills), tol, fills, restore_fields(ps, shape))
+    """One point in one process: its samples, the estimate's chunks beside its reps (a run from before they were
+    measured: the fill passes' chunks), the fill passes (the baseline), the GGUF's shape."""
+    tps, fills = [t for t in tps or [] if t.rep is not None], fills or []
+    ps = PointSamples.of(p, samples, "inproc", tps)
+    est = paired_estimate(ps, tps) if tps else fill_estimate(ps, fills)
+    return summarize_point(ps, est, tol, fills, restore_fields(ps, shape))
 
 
 def fill_estimate(ps: PointSamples, fills: list[InprocFill]) -> PointEstimate:
-    """The estimate in one process: the fill passes' chunks (unpaired: the genuine arm is that very chunk, so the
-    estimate comes free, and no rep narrows it)."""
+    """The estimate of a run from before the in-process estimate stood beside the reps: the fill passes' chunks
+    (unpaired, one per pass: no rep narrows it)."""
     _, chunks, procs = fill_values(fills, ps.p.L, ps.p.new)
     fake = ps.by_rep("fake")
     vs_fake = unpaired_ratio(list(fake.values()), chunks, f"{ps.key}/fake/estimate", ps.procs(fake), procs)
-    return PointEstimate(ms=chunks, vs_fake=vs_fake, chunk=ps.p.new, procs=procs)
+    return PointEstimate(ms=chunks, vs_fake=vs_fake, chunk=ps.p.new, procs=procs, source=FILL_PASSES)
 
 
 def restore_fields(ps: PointSamples, shape: MemoryShape | None) -> InprocPointFields:

@@ -11,9 +11,12 @@ from typing import Any
 
 from lab.core.runs import utc_now
 from lab.core.schemas import (
+    FILL_PASSES,
     KV_PAD,
+    PAIRED,
     ArmStats,
     Components,
+    EstimateSource,
     InprocFill,
     InprocPointFields,
     Interval,
@@ -183,6 +186,9 @@ class PointEstimate:
     chunk: int  # the tokens it decodes: only_new (an image step's image tokens too)
     by_rep: Keyed = field(default_factory=dict)
     procs: list[int] | None = None
+    source: EstimateSource = (
+        PAIRED  # or FILL_PASSES: the run's fill passes' chunks, unpaired (in one process, older runs)
+    )
     encode_ms: float = 0.0  # an image step: the fake arm's median vision encode, added to the estimate
 
     def interval(self, ps: PointSamples) -> Interval | None:
@@ -238,7 +244,8 @@ def summarize_point(
         processes=max(1, len({s.process for s in ps.samples})),
         reps_to_decide=max((n for n in more if n is not None), default=None),
         baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs),
-        baseline_source="direct reps" if direct else "fill passes" if base_fill else "",
+        baseline_source="direct reps" if direct else FILL_PASSES if base_fill else "",
+        estimate_source=est.source if est.ms else "",
         components=spread_components(ps, values, est),
         baseline=stats["baseline"],
         fake=stats["fake"],
@@ -276,12 +283,12 @@ def decode_at_depth(ps: PointSamples) -> dict[str, Any]:
 
 def decided(point: SweepPoint, sw: SweepSettings) -> bool:
     """Whether a point needs no more reps: the verdicts of what is measured are decided, and the fake/genuine
-    interval is as narrow as `sw.target`. In one process the estimate is the fill passes' (no rep narrows it)."""
+    interval is as narrow as `sw.target`. The estimate counts where its samples stand beside the reps (a point
+    of a run from before the in-process estimate was paired has the fill passes' only: no rep narrows it)."""
     if "genuine" in sw.arms:
         iv = point.fake_vs_genuine_ci
         if point.genuine_verdict == "undecided" or iv is None or iv.half_width > sw.target:
             return False
     if "plain" in sw.arms and point.plain_verdict == "undecided":
         return False
-    estimated = "estimate" in sw.arms and point.where == "server"
-    return not (estimated and point.estimate_verdict == "undecided")
+    return not ("estimate" in sw.arms and point.estimate_paired and point.estimate_verdict == "undecided")

@@ -48,7 +48,7 @@ class Place(Protocol):
 
 
 def point_key(row: BaseModel) -> tuple[str, str]:
-    """A point's place and id (an estimate sample, which has no `where`, belongs to the server side)."""
+    """A point's place and id."""
     return (getattr(row, "where", "server"), getattr(row, "point", "") or "")
 
 
@@ -94,14 +94,17 @@ class Ledger:
         self.starts: list[float] = []  # what each of the run's processes took to start (model loads, states back)
         self.per_round = math.ceil(sw.min_reps / sw.processes)
         self.samples: dict[Where, dict[str, list[SweepSample]]] = {"server": {}, "inproc": {}}
-        self.tps: dict[str, list[PrefillTps]] = {}  # the server's estimate samples per point
+        self.tps: dict[tuple[Where, str], list[PrefillTps]] = {}  # each place's estimate samples per point
         self.checks: dict[str, list[PrefillTps]] = {}  # the llama-bench cross-check per point (rep None)
         self.rounds: dict[tuple[Where, str], list[SweepRound]] = {}
         self.last: dict[tuple[Where, str], SweepPoint] = {}  # each open point's summary after its last round
         for s in kept.samples:
             self.samples[s.where].setdefault(s.point, []).append(s)
         for t in kept.tps:
-            (self.tps if t.rep is not None else self.checks).setdefault(t.point or "", []).append(t)
+            if t.rep is not None:
+                self.tps.setdefault((t.where, t.point or ""), []).append(t)
+            else:
+                self.checks.setdefault(t.point or "", []).append(t)
         for r in kept.rounds:
             self.rounds.setdefault((r.where, r.point), []).append(r)
         self.last_process = max(
@@ -127,9 +130,9 @@ class Ledger:
         return out
 
     def reps(self, where: Where, point: str) -> set[int]:
-        return {s.rep for s in self.samples[where].get(point, [])} | (
-            {t.rep for t in self.tps.get(point, []) if t.rep is not None} if where == "server" else set()
-        )
+        return {s.rep for s in self.samples[where].get(point, [])} | {
+            t.rep for t in self.tps.get((where, point), []) if t.rep is not None
+        }
 
     def add_check(self, p: GridPoint, rows: list[PrefillTps], process: int) -> None:
         self.checks[p.id] = [r.model_copy(update={"process": process}) for r in rows]
@@ -144,7 +147,7 @@ class Ledger:
         extra = len({r.process for r in rounds}) >= sw.processes  # past its share: stop as soon as decided
         first = max(have, default=-1) + 1
         count = min(self.extra_reps((where, p.id), rounds) if extra else self.per_round, sw.max_reps - len(have))
-        samples, tps = self.samples[where].setdefault(p.id, []), self.tps.setdefault(p.id, [])
+        samples, tps = self.samples[where].setdefault(p.id, []), self.tps.setdefault((where, p.id), [])
         new_samples: list[SweepSample] = []
         new_tps: list[PrefillTps] = []
         walls: list[float] = []
@@ -159,7 +162,7 @@ class Ledger:
             progress.advance(task)
             # stop as soon as decided (the round's last rep is judged by the summary after the round)
             if extra and len(have) + len(walls) >= sw.min_reps and rep < first + count - 1:
-                point = place.summarize(p, samples + new_samples, self._tps(where, p, tps + new_tps))
+                point = place.summarize(p, samples + new_samples, tps + new_tps)
                 if decided(point, sw):
                     break
         checks = [c for c in self.checks.get(p.id, []) if c.process == process] if where == "server" else []
@@ -170,7 +173,7 @@ class Ledger:
         samples += new_samples
         tps += new_tps
         rounds.append(row)
-        point = place.summarize(p, samples, self._tps(where, p, tps))
+        point = place.summarize(p, samples, tps)
         self.last[(where, p.id)] = point
         n_reps = len(self.reps(where, p.id))
         if n_reps < sw.max_reps and not (len({r.process for r in rounds}) >= sw.processes and decided(point, sw)):
@@ -192,9 +195,6 @@ class Ledger:
             return self.sw.min_reps  # no process has had two reps yet: enough to see the spread within one
         start_s, rep_s = statistics.median(self.starts), statistics.median(walls)
         return reps_in_further_process(spread, start_s, rep_s, self.per_round, self.sw.min_reps)
-
-    def _tps(self, where: Where, p: GridPoint, tps: list[PrefillTps]) -> list[PrefillTps]:
-        return tps if where == "server" else []
 
 
 def rep_seconds(rounds: list[SweepRound], key: str) -> Interval | None:

@@ -17,20 +17,17 @@ llama-bench runs once at a few points as an independent cross-check of the estim
 from __future__ import annotations
 
 import time
-from collections.abc import Callable
 
 from lab.core.schemas import InprocFill, Interval, PrefillTps, ServerPointFields, SweepPoint, SweepSample, Where
 from lab.core.settings import SweepSettings
-from lab.core.stats import mean_interval, paired_ratio, unpaired_ratio
+from lab.core.stats import mean_interval, unpaired_ratio
 from lab.engine.contract import ARMS, ContractClient, Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
 from lab.engine.slots import SavedStates
-from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
-from lab.experiments.protocol import OpenRun
-from lab.experiments.sweep_grid import GridPoint, image_counts, only_new, point_seed, point_text_step
+from lab.experiments.sweep_estimate import Estimate, paired_estimate
+from lab.experiments.sweep_grid import GridPoint, image_counts, point_seed, point_text_step
 from lab.experiments.sweep_points import (
-    PointEstimate,
     PointSamples,
     RepOut,
     processes_of,
@@ -38,9 +35,6 @@ from lab.experiments.sweep_points import (
     sample_row,
     summarize_point,
 )
-from lab.inproc import DriverError, DriverSession
-
-Estimate = Callable[[GridPoint, int], PrefillTps]
 
 
 class ServerPlace:
@@ -128,22 +122,6 @@ def summarize_server(
     return summarize_point(ps, paired_estimate(ps, tps), tol, fills or [], ext)
 
 
-def paired_estimate(ps: PointSamples, tps: list[PrefillTps]) -> PointEstimate:
-    """The estimate through the server: the driver's chunks interleaved with the reps, paired with the fake arm
-    by rep (an image step's estimate adds the fake arm's vision encode of that rep)."""
-    encode, fake = ps.by_rep("fake", "encode_ms"), ps.by_rep("fake")
-    est = [t for t in tps if t.rep is not None]  # rep None: the llama-bench cross-check
-    by_rep = {t.rep: t.avg_ms + encode.get(t.rep, 0.0) for t in est if t.rep is not None}
-    encode_ci = ps.interval(encode, "encode")
-    return PointEstimate(
-        ms=[t.avg_ms for t in est],
-        vs_fake=paired_ratio(fake, by_rep, f"{ps.key}/fake/estimate", ps.proc_of),
-        chunk=est[0].chunk if est else ps.p.new,  # an image step's: its image tokens and text tokens
-        by_rep=by_rep,
-        encode_ms=encode_ci.value if encode_ci else 0.0,
-    )
-
-
 def server_fields(
     ps: PointSamples, geom: ImageGeometry | None, checks: list[PrefillTps], inproc: list[SweepSample]
 ) -> ServerPointFields:
@@ -176,72 +154,3 @@ def server_fields(
         bench_check_ci=mean_interval(checks[0].avg_ms, checks[0].stddev_ms, checks[0].reps) if checks else None,
         vs_inproc=vs_inproc,
     )
-
-
-def driver_estimate(driver: DriverSession, geometry: ImageGeometry | None) -> Estimate:
-    """The estimate per rep: the driver restores its depth-L state and times a chunk of only_new tokens."""
-
-    def estimate(p: GridPoint, rep: int) -> PrefillTps:
-        # the same chunk untimed first: the driver wakes after the server's requests with its caches cold,
-        # while the server's arms follow one another (llama-bench, too, warms up first)
-        n = only_new(p, geometry)
-        *_, row = driver.rep(p.L, n, rep, ["warmup", "genuine"])
-        if not row["ok"]:
-            raise DriverError(f"the estimate's chunk at {p.id} rep {rep} failed: {row['reason']}")
-        ms = float(row["decode_ms"])
-        return PrefillTps(
-            point=p.id,
-            rep=rep,
-            depth=p.L,
-            chunk=n,
-            tps=n / ms * 1e3,
-            avg_ms=ms,
-            stddev_ms=0.0,
-            reps=1,
-            tool="lab-inproc-arms",
-        )
-
-    return estimate
-
-
-def no_estimate(p: GridPoint, rep: int) -> PrefillTps:
-    raise AssertionError("this sweep measures no estimate")
-
-
-def bench_estimate(sess: OpenRun, geometry: ImageGeometry | None) -> Estimate:
-    """sweep.estimate_tool = llama-bench: one `llama-bench -p only_new -d L -r bench_reps` call per estimate
-    sample, which fills the depth once per call (the slow way, kept to compare against)."""
-
-    def estimate(p: GridPoint, rep: int) -> PrefillTps:
-        return llama_bench(sess, only_new(p, geometry), p.L).model_copy(update={"point": p.id, "rep": rep})
-
-    return estimate
-
-
-def bench_check(sess: OpenRun, p: GridPoint) -> list[PrefillTps]:
-    """llama-bench's own chunk at depth L, once, at the grid's two smallest L for its smallest new (text points;
-    one depth fill per call): the independent cross-check shown beside the estimate."""
-    sw = sess.settings.sweep
-    if not (sw.bench_check and "estimate" in sw.arms and sw.estimate_tool == "inproc"):
-        return []
-    if p.image or p.L not in sw.Ls[:2] or p.new != sw.news[0]:
-        return []
-    return [llama_bench(sess, p.new, p.L).model_copy(update={"point": p.id, "rep": None})]
-
-
-def llama_bench(sess: OpenRun, chunk: int, depth: int) -> PrefillTps:
-    """`llama-bench -p chunk -d depth -r sweep.bench_reps` on the run's build, model and threads."""
-    sw, srv = sess.settings.sweep, sess.settings.server
-    log = sess.run.path / "logs" / "llama-bench.log"
-    bench = LlamaBench(
-        sess.engine,
-        sess.model,
-        [chunk],
-        [depth],
-        sw.bench_reps,
-        srv.threads,
-        srv.flash_attn,
-        cpu_list=srv.cpu_list,
-        kv=tuple(srv.kv_args),
-    )
-    return measure_prefill_tps(sess.target, bench, log)[0]

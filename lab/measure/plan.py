@@ -232,6 +232,8 @@ def reuse_costs(
         chunks = sum(r.chunk(L, n) for L, n in g.points)
         what = f"{fill_passes} cumulative passes to depth {g.deepest}"
         out.append(cost("fill passes", what, fill_passes * (r.ms(0, g.deepest) + chunks)))
+    if where == "inproc" and "estimate" in arms:  # beside the driver's own arms: the chunk alone
+        out.append(cost("estimate", "the chunk at depth L beside the rep's arms", g.each(r.chunk)))
     if where == "server" and "estimate" in arms:  # the chunk, its warm-up chunk, the server's short warm-up
         what = "the chunk at depth L in process, after a warm-up chunk; a short server warm-up"
         out.append(cost("estimate", what, g.each(lambda L, n: 2 * r.chunk(L, n) + r.chunk(L, min(n, WARM_UP)))))
@@ -243,9 +245,15 @@ def reuse_costs(
 
 
 Z95 = 1.96
-# what a ratio varies by when nothing here has measured it yet: about fake/genuine's on this kind of 2-core VM
-# (docs/repetition.md: 0.04 between processes and 0.13 within one on a noisy day), between processes and within
-DEFAULT_SPREAD = Components(between=0.03, within=0.10, processes=0, reps=0)
+# what a ratio varies by when nothing here has measured it yet, between processes and within one, per place:
+# through the server about fake/genuine's on this kind of 2-core VM (docs/repetition.md: 0.04 between processes
+# and 0.13 within one on a noisy day); in one process, where the arms and the estimate share the process and
+# follow one another, fake/genuine and fake/estimate come to +-1 to 2% over five processes (docs/repetition.md)
+DEFAULT_SPREADS: dict[str, Components] = {
+    "server": Components(between=0.03, within=0.10, processes=0, reps=0),
+    "inproc": Components(between=0.015, within=0.015, processes=0, reps=0),
+}
+DEFAULT_SPREAD = DEFAULT_SPREADS["server"]
 
 
 def predicted_reps(
@@ -254,17 +262,18 @@ def predicted_reps(
     min_reps: int,
     max_reps: int,
     processes: int,
+    default: Components = DEFAULT_SPREAD,
 ) -> int:
     """The reps a point is predicted to take before it stops: each process adds ceil(min_reps / processes) reps
     (r), and a ratio's interval after P processes is about 1.96 x sqrt((between^2 + 2 within^2 / r) / P) wide each
     side (the two-stage bootstrap counts the within spread twice); the point stops once every ratio is decided
     (its interval inside 1 +- tolerance, so narrower than the tolerance less how far the ratio sat from 1) and as
-    narrow as its target. `spreads`: per ratio its spread and that distance (else DEFAULT_SPREAD at 1); `bounds`:
+    narrow as its target. `spreads`: per ratio its spread and that distance (else `default` at 1); `bounds`:
     per ratio (target half-width, tolerance). At least `processes` processes, at most max_reps reps."""
     per = math.ceil(min_reps / processes)
     need = processes
     for name, (target, tolerance) in bounds.items():
-        spread, gap = spreads.get(name, (DEFAULT_SPREAD, 0.0))
+        spread, gap = spreads.get(name, (default, 0.0))
         room = min(target, tolerance - gap)
         if room <= 0:
             return max_reps  # it sat on the bound: no number of reps decides it

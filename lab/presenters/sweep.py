@@ -11,7 +11,7 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.core.console import key_columns
-from lab.core.schemas import ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
+from lab.core.schemas import FILL_PASSES, ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
 from lab.core.stats import reps_per_process
 
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
@@ -31,7 +31,7 @@ def _est(p: SweepPoint) -> str:
     iv = p.estimate_ci
     if p.opt_prefill_ms is None or iv is None or iv.n < 2:
         return ms_text(p.opt_prefill_ms)
-    return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]"
+    return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]{iv.thin_note()}"
 
 
 def _ratio(iv: Interval | None, v: str | None = None) -> str:
@@ -43,9 +43,13 @@ def _ratio(iv: Interval | None, v: str | None = None) -> str:
 TITLES: dict[Where, str] = {
     "server": "through llama-server: median prompt_ms per arm [95% interval] vs the estimate only_new / "
     "prefill_tps(L) + encode; ratios paired by rep, with their interval and verdict",
-    "inproc": "in one process (libllama, no server): median decode ms of the new tokens [95% interval]; the "
-    "estimate is the fill passes' chunk at depth L; ratios paired by rep (the estimate's unpaired)",
+    "inproc": "in one process (libllama, no server): median decode ms of the new tokens [95% interval] vs the "
+    "estimate, the chunk at depth L beside every rep; ratios paired by rep",
 }
+FILL_TITLE = (  # in one process, a run from before the estimate stood beside the reps
+    "in one process (libllama, no server): median decode ms of the new tokens [95% interval]; the estimate is "
+    "the fill passes' chunk at depth L; ratios paired by rep (the estimate's unpaired)"
+)
 
 
 @dataclass(frozen=True)
@@ -114,7 +118,8 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     sources = sorted({p.baseline_source for p in points if p.baseline_source})
     procs = max((p.processes for p in points), default=1)
     scope = f"; every interval over {procs} processes" if procs > 1 else "; within-run intervals (one process)"
-    t = Table(title=TITLES[where] + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope)
+    head = FILL_TITLE if any(p.estimate_source == FILL_PASSES for p in points) else TITLES[where]
+    t = Table(title=head + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope)
     shown = [c for c in COLUMNS if c.shown(points)]
     for c in shown:
         t.add_column(c.header, justify="right")
@@ -203,7 +208,7 @@ def print_summary(
         plain = any(p.plain.n_ok for p in mine)
         for name, attr in (
             ("fake vs genuine hit", "genuine_verdict"),
-            *((("fake vs estimate", "estimate_verdict"),) if where == "server" else ()),
+            *((("fake vs estimate", "estimate_verdict"),) if any(p.estimate_paired for p in mine) else ()),
             *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ()),
         ):
             counts = {v: sum(getattr(p, attr) == v for p in mine) for v in VERDICT_STYLE}

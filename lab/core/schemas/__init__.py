@@ -18,7 +18,10 @@ from lab.core.schemas.decode import BenchDecode, DecodeDepth
 from lab.core.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.core.schemas.sweep import (
+    FILL_PASSES,
+    PAIRED,
     ArmsSummary,
+    EstimateSource,
     InprocFill,
     InprocPointFields,
     PointCore,
@@ -43,7 +46,9 @@ from lab.core.schemas.versus import VersusRow, VersusSlot
 
 __all__ = [
     "BANDS",
+    "FILL_PASSES",
     "KV_PAD",
+    "PAIRED",
     "ArmName",
     "ArmStats",
     "ArmsSummary",
@@ -62,6 +67,7 @@ __all__ = [
     "ConversationStepResult",
     "ConversationTaskResult",
     "DecodeDepth",
+    "EstimateSource",
     "InprocFill",
     "InprocPointFields",
     "Interval",

@@ -15,6 +15,9 @@ Where = Literal["server", "inproc"]  # through llama-server's HTTP API, or in on
 Verdict = Literal["agree", "disagree", "undecided"]
 
 
+MIN_SUPPORT = 5  # fewer samples, or processes resampled, than this: a "95%" interval is about their range
+
+
 class Interval(BaseModel):
     """A point estimate with its 95% interval (lab.core.stats), and how many samples (or pairs) it rests on."""
 
@@ -30,6 +33,18 @@ class Interval(BaseModel):
     def scope(self) -> str:
         """What variance the interval carries: across `processes` processes, or within one run's process."""
         return f"{self.processes} processes" if self.processes > 1 else "within-run"
+
+    @property
+    def thin(self) -> bool:
+        """Whether it rests on fewer than MIN_SUPPORT samples, or resamples fewer than MIN_SUPPORT processes (one
+        process is a within-run interval, which its scope names): printed with what it rests on."""
+        return self.n < MIN_SUPPORT or 1 < self.processes < MIN_SUPPORT
+
+    @property
+    def support(self) -> str:
+        """What it rests on, the fewer of its samples and processes: `3 processes`, `2 samples`."""
+        k, unit = (self.processes, "process") if 1 < self.processes < self.n else (self.n, "sample")
+        return f"{k} {unit}{'' if k == 1 else 'es' if unit == 'process' else 's'}"
 
     @property
     def half_width(self) -> float:
@@ -51,10 +66,16 @@ class Interval(BaseModel):
         return self.model_copy(update={"value": 1 / self.value, "lo": 1 / self.hi, "hi": 1 / self.lo})
 
     def fmt(self, pct: bool = False, digits: int = 3) -> str:
-        """`1.012 [0.998, 1.027]`, or with pct=True, as a change: `+1.2% [-0.2%, +2.7%]`."""
+        """`1.012 [0.998, 1.027]`, or with pct=True, as a change: `+1.2% [-0.2%, +2.7%]`; a thin one adds what it
+        rests on: `1.012 [0.998, 1.027] (only 3 processes)`."""
         if pct:
-            return f"{self.value - 1:+.1%} [{self.lo - 1:+.1%}, {self.hi - 1:+.1%}]"
-        return f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+            text = f"{self.value - 1:+.1%} [{self.lo - 1:+.1%}, {self.hi - 1:+.1%}]"
+        else:
+            text = f"{self.value:.{digits}f} [{self.lo:.{digits}f}, {self.hi:.{digits}f}]"
+        return text + self.thin_note()
+
+    def thin_note(self) -> str:
+        return f" (only {self.support})" if self.thin else ""
 
 
 class Components(BaseModel):
@@ -73,7 +94,7 @@ def cell(iv: Interval | None, digits: int = 3, pct: bool = False, share: bool = 
     if iv is None:
         return "-"
     if share:
-        return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]"
+        return f"{iv.value:.1%} [{iv.lo:.1%}, {iv.hi:.1%}]{iv.thin_note()}"
     return iv.fmt(pct=pct, digits=digits) if iv.n > 1 or pct else f"{iv.value:.{digits}f}"
 
 
@@ -105,3 +126,8 @@ class ArmStats(BaseModel):
             return None
         n = max(self.n_ok, 1)
         return Interval(value=self.median_ms, lo=self.median_lo_ms, hi=self.median_hi_ms, n=n, processes=self.processes)
+
+    @property
+    def thin(self) -> bool:
+        """Whether the median's interval is thin (Interval.thin)."""
+        return self.median is not None and self.median.thin

@@ -50,13 +50,21 @@ class SweepSample(BaseModel):
     t_utc: str = ""
 
 
+# where a sweep point's estimate samples come from: beside every rep, or the run's fill passes (unpaired)
+PAIRED: Literal["paired"] = "paired"
+FILL_PASSES: Literal["fill passes"] = "fill passes"
+EstimateSource = Literal["", "paired", "fill passes"]
+
+
 class PrefillTps(BaseModel):
     """raw/prefill_tps.jsonl: prefill throughput of a `chunk`-token chunk at `depth`, measured separately. In a
     sweep a row with a `rep` is an estimate sample taken interleaved with the arms of its point, so machine drift
     hits both alike: the in-process driver's chunk at depth L after restoring a really decoded state (`tool`
-    lab-inproc-arms; runs before it used one `llama-bench -d` call per sample). A row without a `rep` is the
-    independent cross-check, llama-bench -p chunk -d depth on the same build, model and threads."""
+    lab-inproc-arms; runs before it used one `llama-bench -d` call per sample), beside the server's arms or, in
+    one process (`where` inproc), beside the driver's own. A row without a `rep` is the independent cross-check,
+    llama-bench -p chunk -d depth on the same build, model and threads."""
 
+    where: Where = Field(default="server", description="the place whose rep the estimate sample stands beside")
     point: str | None = None
     rep: int | None = None
     depth: int
@@ -112,6 +120,11 @@ class PointCore(BaseModel):
     plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
     genuine_warm: str = Field(default="", description="how the genuine arm's prefix got into the slot")
     baseline_source: str = Field(default="", description="direct reps, or the fill passes' prefix sums")
+    estimate_source: EstimateSource = Field(
+        default="",
+        description="paired: a chunk beside every rep, in the rep's process pair or its own process; fill passes: "
+        "the run's fill passes' chunks, unpaired (in one process, runs from before the estimate was paired there)",
+    )
     rep_s: Interval | None = Field(default=None, description="wall seconds of one rep past the direct baseline's")
     n_out: int = Field(default=0, description="tokens the fake arm generated after the step (sweep.n_out; 0: none)")
     decode_ci: Interval | None = Field(
@@ -121,6 +134,12 @@ class PointCore(BaseModel):
     def verdict_spread(self) -> Components | None:
         """The spread the adaptive stop sizes a further process by: fake/genuine's, else the fake arm's."""
         return self.components.get("fake/genuine") or self.components.get("fake")
+
+    @property
+    def estimate_paired(self) -> bool:
+        """Whether fake / estimate is paired by rep and narrows with reps: its samples stand beside the reps
+        (through the server always; in one process unless the run took them from its fill passes)."""
+        return self.where == "server" or self.estimate_source == PAIRED
 
 
 class ServerPointFields(BaseModel):
