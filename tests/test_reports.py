@@ -744,7 +744,7 @@ def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser
             assert arm.median_ms is not None
             arm.median_lo_ms, arm.median_hi_ms = arm.median_ms * 0.97, arm.median_ms * 1.04
         p.fake_vs_estimate_ci = Interval(value=1 + (p.fake_vs_estimate or 0), lo=0.98, hi=1.05, n=5)
-        p.fake_vs_genuine_ci = Interval(value=0.98, lo=0.97, hi=0.99, n=5)
+        p.fake_vs_genuine_ci = Interval(value=0.98, lo=0.97, hi=0.99, n=5, processes=3)  # thin: 3 processes
         p.estimate_verdict, p.genuine_verdict, p.reps = "undecided", "agree", 5
     runs = tmp_path / "runs"
     run_id = make_run(runs, "sweep", "vm", rows)
@@ -757,6 +757,8 @@ def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser
     assert r["rules"] == 3 * len(SWEEP_GRID), r  # fake (left) + genuine and baseline (right)
     spec = (out / "agreement.html").read_text()
     assert f"verdicts vs the estimate {len(SWEEP_GRID)} undecided" in spec
+    assert spec.count("[-3.0%, -1.0%] (from fewer than 5 processes or samples)") == len(SWEEP_GRID)
+    assert "[-2.0%, +5.0%] (from" not in spec  # five samples, within-run: not thin
     assert "turbo/boost is on: the clock moves" in (out / "index.html").read_text()
 
 

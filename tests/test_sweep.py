@@ -88,9 +88,12 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         [(L, rep, "lab-inproc-arms") for L in (128, 512, 1024) for rep in (0, 1)]
         + [(L, -1, "llama-bench") for L in (128, 512)]
     )
-    fills = run.read(SWEEP_FILLS)  # two cumulative passes: a segment and a chunk per L
-    assert sorted((f.fill_pass, f.kind, f.L) for f in fills) == sorted(
-        (n, k, L) for n in range(2) for k in ("fill", "chunk") for L in (128, 512, 1024)
+    fills = run.read(SWEEP_FILLS)  # two cumulative passes: per L a segment, the step's chunk, a 512-token chunk
+    assert sorted((f.fill_pass, f.kind, f.L, f.new or 0) for f in fills) == sorted(
+        (n, k, L, new)
+        for n in range(2)
+        for k, new in (("fill", 0), ("chunk", 32), ("chunk", 512))
+        for L in (128, 512, 1024)
     )
     assert {s.warm for s in run.read(SWEEP_SAMPLES) if s.arm == "genuine"} == {"restore"}
     # the two reps ran in two server (and driver) processes, each point's rep 0 in the first: every interval
@@ -110,6 +113,9 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         assert ci is not None and ci.n == 2 and ci.lo <= ci.value <= ci.hi
         assert ci.value - 1 == pytest.approx(p.fake_vs_genuine) and p.reps == 2
         assert p.fake_vs_estimate_ci is not None and p.fake_vs_baseline_ci is not None
+        # fake / estimate's split: the server's share paired by rep, the batch-size effect paired by fill pass
+        assert p.genuine_vs_estimate_ci is not None and p.genuine_vs_estimate_ci.n == 2
+        assert p.batch_effect_ci is not None and p.batch_effect_ci.n == 2 and p.batch_effect_ci.value > 0
         assert p.fake.median_lo_ms is not None and p.fake.median_lo_ms <= p.fake.median_ms <= p.fake.median_hi_ms
         assert p.genuine_verdict == verdict(p.fake_vs_genuine_ci, SweepSettings().tolerance)  # from the interval
         assert p.n_kv_padded == (p.L + 32 + 255) // 256 * 256

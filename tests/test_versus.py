@@ -90,6 +90,7 @@ def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
     drawn = next(iter(spec["datasets"].values()))
     assert len(drawn) == len([x for x in out["rows"] + out["geomean"] if x["ratio_ci"]])
     assert {d["run_id"] for d in drawn} == {run.path.name} and all(d["ratio_lo"] <= d["ratio_hi"] for d in drawn)
+    assert all(d["rests_on"].startswith("fewer than 5 slots") for d in drawn)  # two slots: marked, drawn dashed
 
 
 def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_path: Path) -> None:

@@ -20,6 +20,7 @@ from lab.core.settings import Settings
 from lab.core.stats import median_interval
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.profile_rates import plan_rates
+from lab.experiments.sweep_estimate import batch_chunk
 from lab.measure.plan import (
     DEFAULT_SPREADS,
     Plan,
@@ -73,6 +74,7 @@ def plans(
         "bench_check": sw.bench_check,
         "n_out": sw.n_out if rates.decode_ms_per_token is not None else 0,
         "processes": used,
+        "batch_chunk": batch_chunk(settings) or 0,
     }
     old_arms = ["baseline", "fake", "genuine", "estimate"] if where == "server" else ["baseline", "fake", "genuine"]
     return plan("per-rep prefill", where, points, n, old_arms, rates, **kw), plan(

@@ -52,7 +52,14 @@ from lab.experiments.protocol import (
     progress_bar,
     run_experiment,
 )
-from lab.experiments.sweep_estimate import Estimate, bench_check, bench_estimate, driver_estimate, no_estimate
+from lab.experiments.sweep_estimate import (
+    Estimate,
+    batch_chunk,
+    bench_check,
+    bench_estimate,
+    driver_estimate,
+    no_estimate,
+)
 from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep_inproc import InprocPlace
 from lab.experiments.sweep_rounds import Ledger, Place, done_points
@@ -114,7 +121,9 @@ class Sweep(Experiment):
         self.took_s = 0.0
 
     def driver_news(self, settings: Settings) -> list[int]:
-        return sorted({only_new(p, self.geometry) for p in grid(settings.sweep)})
+        """The chunk sizes the driver times: every point's only_new, and the batch-size reference."""
+        batch = batch_chunk(settings)
+        return sorted({only_new(p, self.geometry) for p in grid(settings.sweep)} | ({batch} if batch else set()))
 
     def todo(self, sw: SweepSettings, done: dict[Hashable, SweepPoint]) -> list[tuple[Where, GridPoint]]:
         """What is left to measure, point by point (in one process: the text points; the driver decodes ids)."""

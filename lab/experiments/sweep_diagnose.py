@@ -4,7 +4,7 @@ floor, failed samples, a window cache holding other cells, a state blob of anoth
 
 from __future__ import annotations
 
-from lab.core.schemas import KV_PAD, Interval, SweepPoint, SweepSample, Verdict
+from lab.core.schemas import BATCH_CHUNK, KV_PAD, Interval, SweepPoint, SweepSample, Verdict
 from lab.core.stats import reps_to_decide
 
 
@@ -54,11 +54,9 @@ def disagreements(p: SweepPoint, samples: list[SweepSample]) -> list[str]:
                 "the only-new branch did not fire"
             )
         else:
-            out.append(
-                f"fake {est.fmt(pct=True)} vs the estimate although prompt_n == only_new: per-request "
-                "server overhead (compare fake/genuine, which shares it)"
-            )
+            out.append(split(p, est))
     if p.estimate_verdict == "disagree" and est is not None and est.value < 1:
+        out.append(split(p, est))
         out.append(
             f"fake {est.fmt(pct=True)} vs the estimate: check that both memory children report "
             f"seq_pos_max == L-1 (the hybrid takes the min) and that the attended KV is padded to "
@@ -76,6 +74,30 @@ def disagreements(p: SweepPoint, samples: list[SweepSample]) -> list[str]:
             "in the same sequence does; check that the sequence's max position was L-1 before the new tokens"
         )
     return out
+
+
+def split(p: SweepPoint, est: Interval) -> str:
+    """A disagreement with the estimate split into what it is made of: fake / estimate = fake / genuine (the
+    fabricated prefix) x genuine / estimate (through the server, its per-request share: the same chunk from the
+    same restored state through llama-server and in the bare engine); beside it, the batch-size effect (the
+    step's chunk against a BATCH_CHUNK-token one at depth L), which the estimate at the step's own size holds
+    but a rate quoted at 512 tokens would miss."""
+    parts = [
+        f"fake / estimate {est.fmt(pct=True)} = the fabricated prefix (fake / genuine) " + _pct(p.fake_vs_genuine_ci)
+    ]
+    share = "the server's per-request share" if p.where == "server" else "the same chunk twice in one process"
+    parts.append(f" x {share} (genuine / estimate) {_pct(p.genuine_vs_estimate_ci)}")
+    b = p.batch_effect_ci
+    if b is not None:
+        parts.append(
+            f"; batch size: a {p.new}-token chunk costs {b.fmt(pct=True)} per token of a {BATCH_CHUNK}-token one "
+            "at depth L (in the estimate already; a rate quoted at that size would miss it)"
+        )
+    return "".join(parts)
+
+
+def _pct(iv: Interval | None) -> str:
+    return iv.fmt(pct=True) if iv is not None else "not measured"
 
 
 def undecided(p: SweepPoint, tol: float) -> list[str]:

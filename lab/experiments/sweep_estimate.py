@@ -7,13 +7,16 @@ driver     the in-process driver restores its really decoded depth-L state and t
 llama-bench `sweep.estimate_tool = llama-bench`: one `llama-bench -p only_new -d L` call per sample (it fills
            the depth once per call: the slow way, kept to compare against)
 check      llama-bench once at the grid's two smallest L, the independent cross-check shown beside it
+batch      the fill passes time a BATCH_CHUNK-token chunk beside each step's own at every L: what the step's
+           batch size does to the rate (SweepPoint.batch_effect_ci), which an estimate quoted at 512 would miss
 """
 
 from __future__ import annotations
 
 from collections.abc import Callable
 
-from lab.core.schemas import PrefillTps
+from lab.core.schemas import BATCH_CHUNK, PrefillTps
+from lab.core.settings import Settings
 from lab.core.stats import paired_ratio
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
@@ -66,6 +69,14 @@ def driver_estimate(driver: DriverSession, geometry: ImageGeometry | None, warm_
         )
 
     return estimate
+
+
+def batch_chunk(settings: Settings) -> int | None:
+    """The batch-size reference the fill passes time (BATCH_CHUNK), when the sweep measures the estimate with
+    the driver and the deepest L leaves room for it in the context (else the split shows no batch-size part)."""
+    sw = settings.sweep
+    measured = "estimate" in sw.arms and sw.estimate_tool == "inproc"
+    return BATCH_CHUNK if measured and max(sw.Ls) + BATCH_CHUNK < settings.server.ctx_size else None
 
 
 def no_estimate(p: GridPoint, rep: int) -> PrefillTps:

@@ -11,6 +11,7 @@ from typing import Any
 
 from lab.core.runs import utc_now
 from lab.core.schemas import (
+    BATCH_CHUNK,
     FILL_PASSES,
     KV_PAD,
     PAIRED,
@@ -42,7 +43,7 @@ from lab.engine.contract import ARMS, Arm, ArmResult
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.sweep_diagnose import diagnose
 from lab.experiments.sweep_grid import GridPoint, image_counts
-from lab.measure.fills import fill_values
+from lab.measure.fills import batch_values, fill_values
 
 # what a sample keeps of the arm's result as it is
 AS_MEASURED = {"arm", "ok", "reason", "encode_ms", "image_decode_ms", "warm"}
@@ -217,6 +218,8 @@ def summarize_point(
     verdicts = {name: verdict(iv, tol) for name, iv in checked.items()}
     more = [reps_to_decide(iv, tol) for name, iv in checked.items() if iv is not None and verdicts[name] == "undecided"]
     est_median = statistics.median(est.ms) if est.ms else None
+    vs_est = ps.interval(_ratio(ps.by_rep("genuine"), est.by_rep), "genuine/estimate") if est.by_rep else None
+    batch, batch_procs = batch_values(fills, p.L, est.chunk, BATCH_CHUNK) if est.chunk != BATCH_CHUNK else ([], [])
     point = SweepPoint(
         where="server" if key == p.id else "inproc",
         point=p.id,
@@ -235,6 +238,8 @@ def summarize_point(
         estimate_ci=est.interval(ps),
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
+        genuine_vs_estimate_ci=vs_est,
+        batch_effect_ci=median_interval(batch, f"{key}/batch", batch_procs),
         genuine_verdict=verdicts["genuine"],
         estimate_verdict=verdicts["estimate"],
         genuine_vs_plain_ci=vs_plain,

@@ -40,6 +40,20 @@ def fill_values(fills: Iterable[InprocFill], L: int, new: int) -> FillValues:
     return out
 
 
+def batch_values(fills: Iterable[InprocFill], L: int, new: int, batch: int) -> tuple[list[float], list[int]]:
+    """Per complete fill pass that timed both: ms per token of the `new`-token chunk at depth L over the
+    `batch`-token chunk's (the two follow each other in the pass, from the same restored state), and the pass's
+    driver process."""
+    values: list[float] = []
+    procs: list[int] = []
+    for n in sorted({f.fill_pass for f in fills}):
+        chunks = {f.new: f for f in fills if f.fill_pass == n and f.kind == "chunk" and f.L == L and f.ok and f.ms > 0}
+        if new in chunks and batch in chunks:
+            values.append((chunks[new].ms / new) / (chunks[batch].ms / batch))
+            procs.append(chunks[new].process)
+    return values, procs
+
+
 def complete_fills(
     run: RunFolder, table: RawTable[InprocFill], settings: Settings, news: list[int]
 ) -> list[InprocFill]:

@@ -172,6 +172,7 @@ def plan(
     n_out: int = 0,
     processes: int = 1,
     reps_each: list[int] | None = None,
+    batch_chunk: int = 0,
 ) -> Plan:
     """The predicted seconds per arm for `reps` reps at every point (the most a point may take: max_reps), or
     `reps_each[i]` at point i (the reps each point is predicted to need); with n_out the fake arm also generates
@@ -194,7 +195,7 @@ def plan(
     if design == "per-rep prefill":
         out += per_rep_prefill_costs(g, arms, bench_reps)
     else:
-        out += reuse_costs(g, where, arms, fill_passes, bench_reps, bench_check)
+        out += reuse_costs(g, where, arms, fill_passes, bench_reps, bench_check, batch_chunk)
     return Plan(design=design, where=where, reps=reps, points=len(points), rates=r, arms=out, reps_each=g.counts)
 
 
@@ -216,9 +217,10 @@ def per_rep_prefill_costs(g: Grid, arms: list[str], bench_reps: int) -> list[Arm
 
 
 def reuse_costs(
-    g: Grid, where: Where, arms: list[str], fill_passes: int, bench_reps: int, bench_check: bool
+    g: Grid, where: Where, arms: list[str], fill_passes: int, bench_reps: int, bench_check: bool, batch_chunk: int = 0
 ) -> list[ArmCost]:
-    """The lab's design: each depth is reached once (saved states, fill passes), so a rep costs its new tokens."""
+    """The lab's design: each depth is reached once (saved states, fill passes), so a rep costs its new tokens;
+    `batch_chunk`: the fill passes also time a chunk of that size at every L (the batch-size reference)."""
     r, out = g.rates, []
     if "genuine" in arms:
         states = r.ms(0, g.deepest) if where == "server" else 0.0  # the server's saved states: one cumulative fill
@@ -229,8 +231,11 @@ def reuse_costs(
             cost("plain", "prefix L prefilled, then new, every rep", g.each(lambda L, n: r.ms(0, L) + r.chunk(L, n)))
         )
     if where == "inproc" or "estimate" in arms:
-        chunks = sum(r.chunk(L, n) for L, n in g.points)
-        what = f"{fill_passes} cumulative passes to depth {g.deepest}"
+        Ls = sorted({L for L, _ in g.points})
+        chunks = sum(r.chunk(L, n) for L, n in g.points) + sum(r.chunk(L, batch_chunk) for L in Ls)
+        what = f"{fill_passes} cumulative passes to depth {g.deepest}" + (
+            f", a {batch_chunk}-token chunk at every L" if batch_chunk else ""
+        )
         out.append(cost("fill passes", what, fill_passes * (r.ms(0, g.deepest) + chunks)))
     if where == "inproc" and "estimate" in arms:  # beside the driver's own arms: the chunk alone
         out.append(cost("estimate", "the chunk at depth L beside the rep's arms", g.each(r.chunk)))

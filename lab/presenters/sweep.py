@@ -11,7 +11,17 @@ from rich.console import Console
 from rich.table import Table
 
 from lab.core.console import key_columns
-from lab.core.schemas import FILL_PASSES, ArmsSummary, ArmStats, Components, Interval, SweepPoint, Where, cell
+from lab.core.schemas import (
+    BATCH_CHUNK,
+    FILL_PASSES,
+    ArmsSummary,
+    ArmStats,
+    Components,
+    Interval,
+    SweepPoint,
+    Where,
+    cell,
+)
 from lab.core.stats import reps_per_process
 
 VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
@@ -77,6 +87,10 @@ def _share(points: list[SweepPoint]) -> bool:
     return any(p.vs_inproc for p in points)
 
 
+def _server_share(points: list[SweepPoint]) -> bool:
+    return any(p.genuine_vs_estimate_ci and p.where == "server" for p in points)
+
+
 def _encode(p: SweepPoint) -> str:
     return p.encode_ci.fmt(digits=0) if p.encode_ci and p.encode_ci.n > 1 else ms_text(p.encode_ms)
 
@@ -100,6 +114,13 @@ COLUMNS = (  # the sweep's table, left to right; L and new name a row (repeated 
     Column("fake/estimate - 1", lambda p: _ratio(p.fake_vs_estimate_ci, p.estimate_verdict)),
     Column("fake/genuine - 1", lambda p: _ratio(p.fake_vs_genuine_ci, p.genuine_verdict)),
     Column("genuine/plain - 1", lambda p: _ratio(p.genuine_vs_plain_ci, p.plain_verdict), _plain),
+    # fake / estimate's split: the server's per-request share, and the batch-size effect beside it
+    Column("server share - 1", lambda p: _ratio(p.genuine_vs_estimate_ci), _server_share),
+    Column(
+        f"per token vs {BATCH_CHUNK} - 1",
+        lambda p: _ratio(p.batch_effect_ci),
+        lambda ps: any(p.batch_effect_ci for p in ps),
+    ),
     Column("cache read ms", lambda p: cell(p.restore_prep_ci, 2), _inproc),
     Column("restore step/genuine - 1", lambda p: _ratio(p.restore_step_vs_genuine_ci), _inproc),
     Column("cache-read share", lambda p: cell(p.cache_read_share_ci, share=True), _inproc),

@@ -18,12 +18,16 @@ from typing import Any
 import altair as alt
 import pandas as pd
 
+from lab.core.schemas import MIN_SUPPORT
 from lab.core.settings import ReportSettings
 from lab.reports.agreement_encode import IMAGE_SHAPES, encode_panel, size_key
 from lab.reports.data import drawn_runs, figure_rows
 from lab.reports.style import MUTED, Chart, error_bars, extent, log_axis, nothing_yet, run_filter, run_param, title
 
 TITLE = "Fake-prefix prefill vs the estimate"
+# fake / estimate's split (the server's per-request share) and the batch-size effect beside it
+SPLIT = {"genuine_vs_estimate_ci": "server share (genuine / estimate)", "batch_effect_ci": "per token vs 512 tokens"}
+SPLIT_COLUMNS = [f"{name}_{end}" for name in SPLIT for end in ("value", "lo", "hi")]
 NEEDED = ("opt_prefill_ms", "fake_median_ms", "genuine_median_ms", "baseline_median_ms", "L", "new")
 COLUMNS = [
     "run_id",
@@ -54,6 +58,9 @@ COLUMNS = [
     "fake_vs_estimate_ci_hi",
     "fake_vs_genuine_ci_lo",
     "fake_vs_genuine_ci_hi",
+    "fake_vs_estimate_ci_thin",
+    "fake_vs_genuine_ci_thin",
+    *SPLIT_COLUMNS,
     "reps",
 ]
 INTERVAL_COLUMNS = COLUMNS[COLUMNS.index("fake_median_lo_ms") :]
@@ -103,17 +110,24 @@ def _points(pts: pd.DataFrame) -> tuple[pd.DataFrame, list[str], bool]:
     if not has_intervals:  # catalogs from before intervals: the same data (and spec) as then
         pts = pts.drop(columns=[c for c in INTERVAL_COLUMNS if c in pts.columns])
     else:
+        for c in ("fake_vs_estimate_ci_thin", "fake_vs_genuine_ci_thin", *SPLIT_COLUMNS):  # older catalogs
+            if c not in pts.columns:
+                pts[c] = None
+        pts["split"] = [_split(row) for _, row in pts.iterrows()]
         verdicts = zip(
             pts["estimate_verdict"],
             pts["fake_vs_estimate_ci_lo"],
             pts["fake_vs_estimate_ci_hi"],
+            pts["fake_vs_estimate_ci_thin"],
             pts["genuine_verdict"],
             pts["fake_vs_genuine_ci_lo"],
             pts["fake_vs_genuine_ci_hi"],
+            pts["fake_vs_genuine_ci_thin"],
             strict=True,
         )
         pts["verdicts"] = [
-            f"vs estimate {e} {_ci(el, eh)} · vs genuine {g} {_ci(gl, gh)}" for e, el, eh, g, gl, gh in verdicts
+            f"vs estimate {e} {_ci(el, eh, et)} · vs genuine {g} {_ci(gl, gh, gt)}"
+            for e, el, eh, et, g, gl, gh, gt in verdicts
         ]
     pts["image"] = pts["image"].astype(object).where(pts["image"].notna(), None)
     for c in ("image_tokens", "encode_ms", "lm_ms"):
@@ -208,7 +222,11 @@ def _fake_panel(pts: pd.DataFrame, look: Look) -> Chart:
                 alt.Tooltip("fake_vs_genuine:Q", title="fake / genuine - 1", format="+.1%"),
                 alt.Tooltip("measurable:N"),
                 *(
-                    [alt.Tooltip("verdicts:N", title="verdicts (95%)"), alt.Tooltip("reps:Q")]
+                    [
+                        alt.Tooltip("verdicts:N", title="verdicts (95%)"),
+                        alt.Tooltip("split:N", title="fake / estimate's split"),
+                        alt.Tooltip("reps:Q"),
+                    ]
                     if look.has_intervals
                     else []
                 ),
@@ -320,5 +338,19 @@ def _notes(pts: pd.DataFrame, runs_drawn: pd.DataFrame, look: Look) -> list[str]
     return notes
 
 
-def _ci(lo: Any, hi: Any) -> str:
-    return "" if lo is None or hi is None or lo != lo or hi != hi else f"[{lo - 1:+.1%}, {hi - 1:+.1%}]"
+def _split(row: pd.Series) -> str:
+    """What fake / estimate is made of at a point, as the sweep's table shows it (changes, with intervals)."""
+    parts = [
+        f"{label} {row[f'{name}_value'] - 1:+.1%} {_ci(row[f'{name}_lo'], row[f'{name}_hi'])}"
+        for name, label in SPLIT.items()
+        if row[f"{name}_value"] is not None and row[f"{name}_value"] == row[f"{name}_value"]
+    ]
+    return " · ".join(parts) or "-"
+
+
+def _ci(lo: Any, hi: Any, thin: Any = None) -> str:
+    """An interval as a change, marked when it rests on fewer than MIN_SUPPORT processes or samples."""
+    if lo is None or hi is None or lo != lo or hi != hi:
+        return ""
+    mark = f" (from fewer than {MIN_SUPPORT} processes or samples)" if thin is True else ""
+    return f"[{lo - 1:+.1%}, {hi - 1:+.1%}]{mark}"

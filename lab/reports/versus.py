@@ -9,6 +9,7 @@ from pathlib import Path
 import altair as alt
 import pandas as pd
 
+from lab.core.schemas import MIN_SUPPORT
 from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows
 from lab.reports.style import Chart, newest_run_picker, nothing_yet, title
@@ -25,12 +26,15 @@ def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
         return nothing_yet(TITLE, "run of two configurations", "`lab sweep --vs server.threads=2`", 520, 120)
     rows = rows[rows["ratio_value"].notna()].copy()
     rows["point"] = rows["point"].where(rows["point"] != "", "geomean")
+    thin = rows["ratio_thin"] if "ratio_thin" in rows.columns else pd.Series(False, index=rows.index)
+    rows["rests_on"] = [f"fewer than {MIN_SUPPORT} slots or reps: about their range" if t is True else "" for t in thin]
     _, param, keep = newest_run_picker(PARAM, "run ", None, runs, rows)
     base = alt.Chart().transform_filter(keep)
     y = alt.Y("point:N", title=None, sort=None)
     x = alt.X("ratio_value:Q", title="B / A", scale=alt.Scale(zero=False))
     color = alt.Color("called:N", scale=alt.Scale(domain=CALLED, range=COLORS), title="called")
-    bars = base.mark_rule(strokeWidth=2).encode(x="ratio_lo:Q", x2="ratio_hi:Q", y=y, color=color)
+    dash = alt.condition("datum.rests_on != ''", alt.value([3, 2]), alt.value([1, 0]))  # thin: dashed
+    bars = base.mark_rule(strokeWidth=2).encode(x="ratio_lo:Q", x2="ratio_hi:Q", y=y, color=color, strokeDash=dash)
     dots = base.mark_point(filled=True, size=60).encode(
         x=x,
         y=y,
@@ -45,6 +49,7 @@ def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
             alt.Tooltip("ratio_hi:Q", title="95% high", format=".3f"),
             alt.Tooltip("ratio_processes:Q", title="slots"),
             alt.Tooltip("called:N"),
+            alt.Tooltip("rests_on:N", title="interval"),
         ],
     )
     one = base.mark_rule(color="#5f6b7a", strokeDash=[4, 3]).encode(x=alt.datum(1.0))
@@ -56,6 +61,7 @@ def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
             TITLE,
             "each point: B / A with its 95% interval, slots (one process of each side, next in time) then reps "
             "resampled on both sides",
-            "blue: B faster, red: slower, green: the same within the run's tolerance, grey: undecided",
+            "blue: B faster, red: slower, green: the same within the run's tolerance, grey: undecided; "
+            f"dashed: an interval from fewer than {MIN_SUPPORT} slots or reps",
         )
     )

@@ -4,6 +4,7 @@ shared pieces in `base`, then one module per experiment family. Import them from
 from lab.core.schemas.base import (
     BANDS,
     KV_PAD,
+    MIN_SUPPORT,
     ArmName,
     ArmStats,
     Band,
@@ -18,6 +19,7 @@ from lab.core.schemas.decode import BenchDecode, DecodeDepth
 from lab.core.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
 from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
 from lab.core.schemas.sweep import (
+    BATCH_CHUNK,
     FILL_PASSES,
     PAIRED,
     ArmsSummary,
@@ -46,8 +48,10 @@ from lab.core.schemas.versus import VersusRow, VersusSlot
 
 __all__ = [
     "BANDS",
+    "BATCH_CHUNK",
     "FILL_PASSES",
     "KV_PAD",
+    "MIN_SUPPORT",
     "PAIRED",
     "ArmName",
     "ArmStats",

@@ -50,6 +50,10 @@ class SweepSample(BaseModel):
     t_utc: str = ""
 
 
+# the batch-size reference: llama-bench's default -p and llama.cpp's default batch, the size a prefill_tps(L) is
+# usually quoted at; the fill passes time a chunk of it beside each step's own (SweepPoint.batch_effect_ci)
+BATCH_CHUNK = 512
+
 # where a sweep point's estimate samples come from: beside every rep, or the run's fill passes (unpaired)
 PAIRED: Literal["paired"] = "paired"
 FILL_PASSES: Literal["fill passes"] = "fill passes"
@@ -104,6 +108,18 @@ class PointCore(BaseModel):
     fake_vs_estimate_ci: Interval | None = Field(default=None, description="fake / estimate, paired by rep")
     fake_vs_genuine_ci: Interval | None = Field(default=None, description="fake / genuine, paired by rep")
     fake_vs_baseline_ci: Interval | None = Field(default=None, description="fake / baseline, paired by rep")
+    genuine_vs_estimate_ci: Interval | None = Field(
+        default=None,
+        description="genuine / estimate, paired by rep: through the server its per-request share (the same chunk "
+        "from the same restored depth-L state, through llama-server and in the bare engine); in one process the "
+        "same work twice. fake / estimate = fake / genuine x this",
+    )
+    batch_effect_ci: Interval | None = Field(
+        default=None,
+        description="ms per token of a chunk of the step's size over a BATCH_CHUNK-token chunk's at depth L, paired "
+        "within each fill pass: what the step's batch size does to the rate (1: nothing), which an estimate quoted "
+        "at 512 tokens would miss",
+    )
     genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
     estimate_verdict: Verdict = Field(default="undecided", description="fake / estimate within 1 +- tolerance?")
     reps: int = Field(default=0, description="interleaved reps measured at this point")

@@ -1,0 +1,89 @@
+"""A disagreement with the estimate, split: a point whose fake arm costs what the genuine hit does but 10% more
+than the engine's own chunk is called "disagree", and its note says how much of it is the server's per-request
+share (genuine / estimate) and how much the fabricated prefix (fake / genuine), with the batch-size effect (the
+step's chunk against a 512-token one in the same fill pass) beside it; the table shows both columns."""
+
+from __future__ import annotations
+
+import io
+
+import pytest
+from rich.console import Console
+
+from lab.core.schemas import BATCH_CHUNK, InprocFill, PrefillTps, SweepSample
+from lab.experiments.sweep_grid import GridPoint
+from lab.experiments.sweep_server import summarize_server
+from lab.presenters.sweep import print_summary
+
+pytestmark = pytest.mark.fast
+
+L, NEW, REPS, PROCS = 2048, 64, 10, 5
+
+
+def samples(p: GridPoint, engine_ms: float, share: float) -> tuple[list[SweepSample], list[PrefillTps]]:
+    """Each rep: the engine's chunk (the estimate), then fake and genuine through the server at `share` more;
+    the host's level moves from rep to rep and falls on all three alike."""
+    rows, tps = [], []
+    for rep in range(REPS):
+        level = 1 + 0.04 * ((rep * 7) % 5 - 2)  # +-8%, the same for the rep's arms and its estimate
+        process = rep % PROCS
+        chunk = engine_ms * level
+        tps.append(
+            PrefillTps(
+                point=p.id, rep=rep, depth=L, chunk=NEW, tps=NEW / chunk * 1e3, avg_ms=chunk, stddev_ms=0.0, reps=1,
+                tool="lab-inproc-arms", process=process,
+            )
+        )  # fmt: skip
+        for arm, jitter in (("fake", 1.002), ("genuine", 0.998)):
+            rows.append(
+                SweepSample(
+                    point=p.id, L=L, new=NEW, arm=arm, rep=rep, ok=True, prompt_ms=chunk * share * jitter,
+                    prompt_n=NEW, cache_n=L, process=process,
+                )
+            )  # fmt: skip
+    return rows, tps
+
+
+def fills(per_token_64: float, per_token_512: float) -> list[InprocFill]:
+    """One fill pass per process, each timing the step's chunk and the 512-token reference at depth L."""
+    out = []
+    for n in range(PROCS):
+        wobble = 1 + 0.01 * (n - 2)
+        out += [
+            InprocFill(kind="fill", fill_pass=n, L=L, start=0, ms=900.0, process=n),
+            InprocFill(kind="chunk", fill_pass=n, L=L, new=NEW, ms=NEW * per_token_64 * wobble, process=n),
+            InprocFill(kind="chunk", fill_pass=n, L=L, new=BATCH_CHUNK, ms=BATCH_CHUNK * per_token_512, process=n),
+        ]
+    return out
+
+
+def test_a_disagreement_is_split_into_the_servers_share_and_the_batch_size() -> None:
+    p = GridPoint(L, NEW)
+    rows, tps = samples(p, engine_ms=40.0, share=1.10)
+    point = summarize_server(p, rows, tps, 0.03, fills=fills(0.625, 0.5))
+    assert point.estimate_verdict == "disagree" and point.genuine_verdict == "agree"
+    est, share, batch = point.fake_vs_estimate_ci, point.genuine_vs_estimate_ci, point.batch_effect_ci
+    assert est is not None and share is not None and batch is not None
+    assert est.value == pytest.approx(1.10 * 1.002, rel=1e-3) and est.processes == PROCS
+    # the host's +-8% falls on both sides of every ratio: the intervals stay well inside +-3%
+    assert share.value == pytest.approx(1.10 * 0.998, rel=1e-3) and share.hi - share.lo < 0.01
+    assert batch.value == pytest.approx(1.25, rel=0.02) and batch.n == PROCS and batch.processes == PROCS
+    note = next(d for d in point.diagnostics if d.startswith("fake / estimate"))
+    assert "the fabricated prefix (fake / genuine) +0.4%" in note
+    assert "the server's per-request share (genuine / estimate) +9.8%" in note
+    assert "a 64-token chunk costs +25.0% [" in note and f"of a {BATCH_CHUNK}-token one" in note
+
+    out = io.StringIO()
+    print_summary(Console(file=out, width=400), [point])
+    text = out.getvalue()
+    assert "server share - 1" in text and "per token vs 512 - 1" in text
+    assert "server: fake vs estimate: 1 disagree" in text and "[1] L=2048 new=64: fake / estimate +10.2%" in text
+
+
+def test_without_the_reference_chunk_the_split_has_no_batch_part() -> None:
+    p = GridPoint(L, NEW)
+    rows, tps = samples(p, engine_ms=40.0, share=0.9)
+    point = summarize_server(p, rows, tps, 0.03, fills=[f for f in fills(0.6, 0.5) if f.new != BATCH_CHUNK])
+    assert point.estimate_verdict == "disagree" and point.batch_effect_ci is None
+    note = next(d for d in point.diagnostics if d.startswith("fake / estimate"))
+    assert "(genuine / estimate) -10.2%" in note and "batch size" not in note
