@@ -4,6 +4,7 @@ the CLI, which measures nothing."""
 
 from __future__ import annotations
 
+import math
 import sys
 from pathlib import Path
 
@@ -187,6 +188,20 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     both = {"fake/genuine": (0.03, 0.05), "fake/estimate": (float("inf"), 0.05)}
     assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 5
     assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["server"]) > 5
+
+
+def test_a_run_of_one_rep_per_process_still_says_its_spread() -> None:
+    """Without components (one rep per process), a ratio's interval over P processes implies the spread between
+    them: the half-width is about 1.96 of them over sqrt(P); a within-run interval implies nothing."""
+    from lab.core.schemas import Interval
+    from lab.measure.plan import predicted_reps, spread_of
+
+    iv = Interval(value=1.0, lo=math.exp(-0.0196), hi=math.exp(0.0196), n=5, processes=4)
+    c = spread_of(iv)
+    assert c is not None and c.between == pytest.approx(0.02) and c.within == 0 and c.processes == 4
+    assert spread_of(iv.model_copy(update={"processes": 1})) is None
+    # (0.02^2) x 1.96^2 / 0.03^2 = 1.6: the run's five processes of one rep decide it
+    assert predicted_reps({"fake/genuine": (c, 0.0)}, {"fake/genuine": (0.03, 0.05)}, 5, 100, 5) == 5
 
 
 def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -> None:

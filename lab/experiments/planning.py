@@ -34,6 +34,7 @@ from lab.measure.plan import (
     rates_from_chunks,
     rates_from_file,
     reps_in_further_process,
+    spread_of,
 )
 from lab.measure.plan import rates_from_profile as _profile_rates
 
@@ -120,8 +121,9 @@ def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint
         spreads: dict[str, tuple[Components, float]] = {}
         if p is not None:
             for name, iv in (("fake/genuine", p.fake_vs_genuine_ci), ("fake/estimate", p.fake_vs_estimate_ci)):
-                if iv is not None and name in p.components:
-                    spreads[name] = (p.components[name], abs(iv.value - 1))
+                spread = (p.components.get(name) or spread_of(iv)) if iv is not None else None
+                if iv is not None and spread is not None:
+                    spreads[name] = (spread, abs(iv.value - 1))
         out.append(predicted_reps(spreads, bounds, sw.min_reps, sw.max_reps, sw.processes, DEFAULT_SPREADS[where]))
     return out
 
@@ -138,7 +140,8 @@ def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str) -> tuple[l
     comes from (that run, or the lab's default when there is none, or none with the spread recorded)."""
     found = newest_run(runs_dir, "sweep", model_sha256, host)
     if found is not None:
-        points = [p for p in RunFolder.open(found).read(SWEEP_POINTS) if p.components]
+        # a run of one rep per process kept no components: its intervals over processes still say the spread
+        points = [p for p in RunFolder.open(found).read(SWEEP_POINTS) if p.components or p.fake_vs_genuine_ci]
         if points:
             return points, f"the spread of {found.name}"
     return [], "the lab's default spread in each place (docs/repetition.md)"

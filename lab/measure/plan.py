@@ -39,7 +39,7 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from lab.core.errors import UsageError, validation_line
-from lab.core.schemas import Components
+from lab.core.schemas import Components, Interval
 from lab.core.stats import reps_per_process
 from lab.engine.contract import WARM_UP
 
@@ -285,6 +285,16 @@ def predicted_reps(
         one = spread.between**2 + 2 * spread.within**2 / per
         need = max(need, math.ceil(Z95**2 * one / room**2))
     return min(max_reps, per * need)
+
+
+def spread_of(iv: Interval) -> Components | None:
+    """The spread an interval over several processes implies when its run kept no components (one rep per
+    process: the within-process part cannot be told apart): all of it between processes, as the standard
+    deviation of a process's log value (the half-width is about 1.96 of those over sqrt(processes))."""
+    if iv.processes < 2 or iv.value <= 0 or iv.lo <= 0:
+        return None
+    half = (math.log(iv.hi) - math.log(iv.lo)) / 2
+    return Components(between=half / Z95 * math.sqrt(iv.processes), within=0.0, processes=iv.processes, reps=iv.n)
 
 
 def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> int:
