@@ -12,7 +12,8 @@ host's drift between them). Per design and experiment (the default sweep, the de
 check; the demo's conversation replay for the separate design) it prints every pair's compared and significant
 counts and whole-run shift B/A, the A/A rate with its 95% interval and a verdict against 1 in 20 (`holds` when
 the interval lies below it, `fails` above, else `undecided`), the power (one thread against two: how many
-point-metrics are called faster with two) and what a pair took. With both designs the pairs alternate
+point-metrics are called faster with two) and what a pair took; then, apart, the A/A of each ratio of two arms
+within a process (the sweep's fake / genuine and fake / estimate). With both designs the pairs alternate
 (interleaved pair i, then separate pair i), so the time of one against the other is measured side by side: the
 interleaving's cost, with the interleaved sweep's plan (`--plan`) against its time.
 
@@ -163,6 +164,20 @@ def table(cells: dict[tuple[str, str], Cell], pairs: int, runs: Path) -> Table:
     return t
 
 
+def paired_lines(cells: dict[tuple[str, str], Cell]) -> list[str]:
+    """The A/A of each ratio of two arms within a process (the sweep's fake / genuine and fake / estimate), apart
+    from the times: how often one of them is called different from itself by chance."""
+    out = []
+    for (design, name), cell in cells.items():
+        for metric in sorted({m for p in cell.aa for m in p.comparison.kind.paired}):
+            rows = [r for p in cell.aa for r in p.comparison.rows if r.metric == metric and r.significant is not None]
+            k = sum(bool(r.significant) for r in rows)
+            out.append(
+                f"{design} {name}, {metric}: {rate_cell(k, len(rows))} called different, {aa_verdict(k, len(rows))}"
+            )
+    return out
+
+
 def cost_lines(cells: dict[tuple[str, str], Cell]) -> list[str]:
     """The interleaved pair's time against the separate pair's, pair by pair (they ran one after the other)."""
     out = []
@@ -216,7 +231,7 @@ def main() -> int:
             k, n = faster(cell.power.comparison)
             console.print(f"{design} 1 vs 2 threads, {name}: {k}/{n} faster with 2", highlight=False)
     console.print(table(cells, args.pairs, runs))
-    for line in cost_lines(cells):
+    for line in [*paired_lines(cells), *cost_lines(cells)]:
         console.print(line, highlight=False)
     if ("interleaved", "sweep") in cells:
         took = statistics.median(p.took for p in cells[("interleaved", "sweep")].aa)

@@ -210,6 +210,8 @@ def test_in_one_process_the_estimate_stands_beside_every_rep(tmp_path: Path) -> 
     c = compare_runs(run.path, run.path)
     row = next(x for x in c.rows if x.metric == "opt_prefill_ms")
     assert row.ci is not None and row.ci.processes == 3 and row.ci.n == 3
+    paired = [x for x in c.rows if x.metric == "fake_vs_estimate_ci_value"]  # fake / estimate, paired by rep too
+    assert len(paired) == 2 and all(x.ci is not None and x.ci.processes == 3 and x.ratio == 1 for x in paired)
 
 
 def test_bad_inputs_create_no_run(tmp_path: Path) -> None:

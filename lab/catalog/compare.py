@@ -57,8 +57,9 @@ KINDS = {
             "encode_ms": "vision encode",
             "restore_prep_ci_value": "restore (cache read)",
             "fake_vs_genuine_ci_value": "fake / genuine",
+            "fake_vs_estimate_ci_value": "fake / estimate",
         },
-        frozenset({"fake_vs_genuine_ci_value"}),
+        frozenset({"fake_vs_genuine_ci_value", "fake_vs_estimate_ci_value"}),
     ),
     "profile": Kind(
         "profile_bands",
@@ -289,11 +290,17 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
             add(key, "restore_prep_ci_value", smp["prep_ms"], smp)
     for key, ratio, row in _paired_ratios(side.get("sweep_samples", []), keys, "fake", "genuine"):
         add(key, "fake_vs_genuine_ci_value", ratio, row)
+    estimates = []
     for t in side.get("prefill_tps", []):
         # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
         key = keys.get((_where(t), _value(t.get("point"))))
         if key is not None and _value(t.get("rep")) is not None:
-            add(key, "opt_prefill_ms", float(t["avg_ms"]) + encode[(_where(t), t["point"])], t)
+            ms = float(t["avg_ms"]) + encode[(_where(t), t["point"])]
+            add(key, "opt_prefill_ms", ms, t)
+            estimates.append({**t, "arm": "estimate", "ok": True, "prompt_ms": ms})
+    fake_samples = [smp for smp in side.get("sweep_samples", []) if smp["arm"] == "fake"]
+    for key, ratio, row in _paired_ratios(fake_samples + estimates, keys, "fake", "estimate"):
+        add(key, "fake_vs_estimate_ci_value", ratio, row)
     fills = [
         InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
         for f in side.get("sweep_fills", [])
