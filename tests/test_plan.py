@@ -181,13 +181,13 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     # (0.01^2 + 2 x 0.03^2 / 2) x 1.96^2 / (0.05 - 0.02)^2 = 4.3: 5 processes of 2 reps
     est = {"fake/estimate": (Components(between=0.01, within=0.03, processes=3, reps=6), 0.02)}
     assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 10
-    # nothing measured here yet: each place's default spread; in one process the default grid's two verdicts
-    # decide in its first five processes, through the server they take more
+    # nothing measured here yet: each place's default spread; (0.03^2 + 2 x 0.02^2) x 1.96^2 / 0.03^2 = 7.3: in one
+    # process eight processes of one rep, through the server (0.035, 0.025) eleven
     from lab.measure.plan import DEFAULT_SPREADS
 
     both = {"fake/genuine": (0.03, 0.05), "fake/estimate": (float("inf"), 0.05)}
-    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 5
-    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["server"]) > 5
+    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 8
+    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["server"]) == 11
 
 
 def test_a_run_of_one_rep_per_process_still_says_its_spread() -> None:
@@ -243,3 +243,26 @@ def test_the_plan_counts_every_process_a_point_may_need() -> None:
     )  # fmt: skip
     predicted = {a.arm: a.seconds for a in plans(s, rates, "server", previous=[before])[1].arms}
     assert predicted["process starts"] == pytest.approx(5 * 2.0)  # decided within its first five processes
+
+
+def test_the_previous_runs_spread_is_pooled_over_the_grid() -> None:
+    """A point's own spread, from its few processes, is noisy: the plan takes the medians over the grid's points
+    in the place (a point with one rep per process, from its interval), each point's own distance from 1."""
+    from lab.core.schemas import ArmStats, Components, Interval, SweepPoint
+    from lab.experiments.planning import pooled_spread
+
+    def point(L: int, where: str, between: float | None, within: float = 0.01) -> SweepPoint:
+        comps = {"fake/genuine": Components(between=between, within=within, processes=5, reps=5)} if between else {}
+        iv = Interval(value=1.0, lo=math.exp(-0.0392 / 5**0.5), hi=math.exp(0.0392 / 5**0.5), n=5, processes=5)
+        return SweepPoint.model_validate(
+            {"where": where, "point": f"L{L}", "L": L, "new": 64, "n_kv_padded": 512, "measurable": True,
+             "baseline": ArmStats(), "fake": ArmStats(), "genuine": ArmStats(), "components": comps,
+             "fake_vs_genuine_ci": iv}
+        )  # fmt: skip
+
+    previous = [point(512, "server", 0.01), point(1024, "server", 0.09), point(2048, "server", 0.03, 0.05),
+                point(4096, "server", None), point(512, "inproc", 0.5)]  # fmt: skip
+    c = pooled_spread(previous, "server", "fake/genuine")
+    # between: 0.01, 0.09, 0.03 and 0.02 (the interval of the point without components): median 0.025
+    assert c is not None and c.between == pytest.approx(0.025) and c.within == pytest.approx(0.01)
+    assert pooled_spread(previous, "server", "fake/estimate") is None  # nothing measured: the default

@@ -5,6 +5,7 @@ reps a budget affords, and after a run, predicted against actual (lab.measure.pl
 from __future__ import annotations
 
 import math
+import statistics
 import time
 from pathlib import Path
 from typing import Any
@@ -85,27 +86,48 @@ def plans(
 
 def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to take in each process past its first ones: the ledger's
-    split (lab.measure.plan.reps_in_further_process) from the point's spread in `previous` (else the
-    default), a process start at rates.process_start_s and a rep at its timed arms' chunks."""
+    split (lab.measure.plan.reps_in_further_process) from fake/genuine's spread over the grid in `previous`
+    (else the default), a process start at rates.process_start_s and a rep at its timed arms' chunks."""
     from lab.experiments.sweep_grid import grid
 
     sw = settings.sweep
     share = math.ceil(sw.min_reps / sw.processes)
-    before: dict[tuple[str, str], SweepPoint] = {(p.where, p.point): p for p in previous}
     timed = sum(a in sw.arms for a in ("fake", "genuine", "estimate", "plain")) or 1
+    spread = pooled_spread(previous, where, "fake/genuine") or DEFAULT_SPREADS[where]
     out = []
     for gp in grid(sw):
         rep_s = timed * rates.chunk(gp.L, gp.new) / 1e3
-        p = before.get((where, gp.id))
-        spread = (p.verdict_spread() if p is not None else None) or DEFAULT_SPREADS[where]
         out.append(reps_in_further_process(spread, rates.process_start_s or 1.0, rep_s, share, sw.min_reps))
     return out
 
 
+RATIOS = (("fake/genuine", "fake_vs_genuine_ci"), ("fake/estimate", "fake_vs_estimate_ci"))
+
+
+def pooled_spread(previous: list[SweepPoint], where: Where, name: str) -> Components | None:
+    """A ratio's spread in one place over the grid: the medians of its points' spreads between processes and
+    within one (a point's own, from its few processes, is off by half either way; the grid's points share a
+    host). A point without components (one rep per process) gives the spread its interval implies."""
+    attr = dict(RATIOS)[name]
+    found = []
+    for p in previous:
+        iv = getattr(p, attr)
+        if p.where == where and iv is not None and (c := p.components.get(name) or spread_of(iv)) is not None:
+            found.append(c)
+    if not found:
+        return None
+    return Components(
+        between=statistics.median(c.between for c in found),
+        within=statistics.median(c.within for c in found),
+        processes=max(c.processes for c in found),
+        reps=max(c.reps for c in found),
+    )
+
+
 def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:
-    """The reps each grid point is predicted to need in this place, from the spread its ratios had in `previous`
-    (the same point measured here before; else the lab's default spread in this place,
-    lab.measure.plan.DEFAULT_SPREADS)."""
+    """The reps each grid point is predicted to need in this place, from the spread its ratios had over the grid
+    in `previous` and how far the point's own sat from 1 (a point not measured here before: the lab's default
+    spread in this place, lab.measure.plan.DEFAULT_SPREADS)."""
     from lab.experiments.sweep_grid import grid
 
     sw = settings.sweep
@@ -115,15 +137,15 @@ def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint
     if "estimate" in sw.arms:
         bounds["fake/estimate"] = (math.inf, sw.tolerance)
     before: dict[tuple[str, str], SweepPoint] = {(p.where, p.point): p for p in previous}
+    pooled = {name: pooled_spread(previous, where, name) for name, _ in RATIOS}
     out = []
     for gp in grid(sw):
         p = before.get((where, gp.id))
         spreads: dict[str, tuple[Components, float]] = {}
-        if p is not None:
-            for name, iv in (("fake/genuine", p.fake_vs_genuine_ci), ("fake/estimate", p.fake_vs_estimate_ci)):
-                spread = (p.components.get(name) or spread_of(iv)) if iv is not None else None
-                if iv is not None and spread is not None:
-                    spreads[name] = (spread, abs(iv.value - 1))
+        for name, attr in RATIOS if p is not None else ():
+            iv, spread = getattr(p, attr), pooled[name]
+            if iv is not None and spread is not None:  # the grid's spread, the point's own distance from 1
+                spreads[name] = (spread, abs(iv.value - 1))
         out.append(predicted_reps(spreads, bounds, sw.min_reps, sw.max_reps, sw.processes, DEFAULT_SPREADS[where]))
     return out
 
