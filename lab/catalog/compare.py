@@ -249,14 +249,8 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
     """The samples behind each (key, metric) of one run: the timed requests of each arm, the estimate's samples,
     the vision encodes, the fill passes' baseline; a profile's FUSED walls per depth and its bands' ms/token per
     cycle; a conversation's prompt ms per step and arm."""
-    out: dict[tuple[tuple[Any, ...], str], Samples] = {}
-
-    def add(key: tuple[Any, ...], metric: str, value: float, row: dict[str, Any]) -> None:
-        got = out.setdefault((key, metric), Samples([], [], []))
-        got.values.append(float(value))
-        got.procs.append(int(_value(row.get("process")) or 0))
-        got.reps.append(int(next((_value(row.get(k)) for k in REP_FIELDS if _value(row.get(k)) is not None), 0)))
-
+    out = SampleBook()
+    add = out.add
     if experiment == "profile":
         for w in side.get("profile_walls", []):
             if w["mode"] == "fused":
@@ -276,6 +270,24 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
             if smp["ok"] and _value(smp.get("prompt_ms")) is not None:
                 add((smp["task_id"], smp["step"]), f"{smp['arm']}_ms_value", smp["prompt_ms"], smp)
         return out
+    _sweep_samples(side, out)
+    return out
+
+
+class SampleBook(dict[tuple[tuple[Any, ...], str], Samples]):
+    """The samples of one run by (key, metric), filled a row at a time."""
+
+    def add(self, key: tuple[Any, ...], metric: str, value: float, row: dict[str, Any]) -> None:
+        got = self.setdefault((key, metric), Samples([], [], []))
+        got.values.append(float(value))
+        got.procs.append(int(_value(row.get("process")) or 0))
+        got.reps.append(int(next((_value(row.get(k)) for k in REP_FIELDS if _value(row.get(k)) is not None), 0)))
+
+
+def _sweep_samples(side: Side, out: SampleBook) -> None:
+    """A sweep's: each arm's timed requests, the vision encodes and cache reads, fake / genuine and fake / estimate
+    paired by rep, the estimate's samples, and the fill passes' baseline (in one process, older runs' estimate)."""
+    add = out.add
     points = side.get("sweep_points", [])
     keys = {(_where(r), r["point"]): (_where(r), r["L"], r["new"], _value(r.get("image"))) for r in points}
     encode = {(_where(r), r["point"]): _value(r.get("encode_ms")) or 0.0 for r in points}
@@ -313,7 +325,6 @@ def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], S
             out[(key, "baseline_median_ms")] = Samples(baseline, procs, [0] * len(procs))
         if chunks and _where(point) == "inproc" and (key, "opt_prefill_ms") not in out:  # a run before the pairing
             out[(key, "opt_prefill_ms")] = Samples(chunks, procs, [0] * len(procs))
-    return out
 
 
 def _paired_ratios(

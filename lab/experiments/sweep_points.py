@@ -218,8 +218,6 @@ def summarize_point(
     verdicts = {name: verdict(iv, tol) for name, iv in checked.items()}
     more = [reps_to_decide(iv, tol) for name, iv in checked.items() if iv is not None and verdicts[name] == "undecided"]
     est_median = statistics.median(est.ms) if est.ms else None
-    vs_est = ps.interval(_ratio(ps.by_rep("genuine"), est.by_rep), "genuine/estimate") if est.by_rep else None
-    batch, batch_procs = batch_values(fills, p.L, est.chunk, BATCH_CHUNK) if est.chunk != BATCH_CHUNK else ([], [])
     point = SweepPoint(
         where="server" if key == p.id else "inproc",
         point=p.id,
@@ -238,8 +236,6 @@ def summarize_point(
         estimate_ci=est.interval(ps),
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
-        genuine_vs_estimate_ci=vs_est,
-        batch_effect_ci=median_interval(batch, f"{key}/batch", batch_procs),
         genuine_verdict=verdicts["genuine"],
         estimate_verdict=verdicts["estimate"],
         genuine_vs_plain_ci=vs_plain,
@@ -257,10 +253,19 @@ def summarize_point(
         genuine=stats["genuine"],
         plain=stats["plain"],
         **decode_at_depth(ps),
+        **estimate_split(ps, est, fills),
         **dict(extension),
     )
     point.diagnostics = diagnose(point, ps.samples, tol)
     return point
+
+
+def estimate_split(ps: PointSamples, est: PointEstimate, fills: list[InprocFill]) -> dict[str, Any]:
+    """What fake / estimate is made of beside fake / genuine: genuine / estimate paired by rep (through the server
+    its per-request share), and the batch-size effect from the fill passes' reference chunks."""
+    vs_est = ps.interval(_ratio(ps.by_rep("genuine"), est.by_rep), "genuine/estimate") if est.by_rep else None
+    batch, procs = batch_values(fills, ps.p.L, est.chunk, BATCH_CHUNK) if est.chunk != BATCH_CHUNK else ([], [])
+    return {"genuine_vs_estimate_ci": vs_est, "batch_effect_ci": median_interval(batch, f"{ps.key}/batch", procs)}
 
 
 def spread_components(ps: PointSamples, values: dict[str, Keyed], est: PointEstimate) -> dict[str, Components]:
