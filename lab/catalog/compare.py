@@ -376,6 +376,8 @@ def compare_rows(
             if va is None and vb is None:
                 continue
             xa, xb = sa.get((key, metric), Samples([], [], [])), sb.get((key, metric), Samples([], [], []))
+            if metric in kind.paired and not (xa.values or xb.values):
+                continue  # a ratio of two arms the run did not pair by rep (an in-process estimate from fill passes)
             tag = f"{key}/{metric}"
             drifts = None if metric in kind.paired else shared
             if paired:
