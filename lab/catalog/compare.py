@@ -16,22 +16,20 @@ from pathlib import Path
 from typing import Any, NamedTuple
 
 from lab.catalog.ingest import read_manifest, run_rows
+from lab.catalog.samples import TOTAL_BAND, Samples, Side, present, samples_of
 from lab.catalog.tables import load_table
 from lab.core.errors import LabError
 from lab.core.runs import match_run_id
-from lab.core.schemas import BANDS, InprocFill, Interval, VersusRow
-from lab.core.stats import SlotRep, geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
-from lab.measure.fills import fill_values
+from lab.core.schemas import BANDS, Interval, VersusRow
+from lab.core.stats import geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
 
 
 class CompareError(LabError):
     pass
 
 
-TOTAL_BAND = "all bands (FUSED chunk)"
 VERSUS = "_vs"  # an interleaved run's experiment: the measured experiment's name and this
 TOLERANCE = 0.03  # an interleaved run's verdicts: B the same as A within 1 +- this
-REP_FIELDS = ("rep", "cycle", "fill_pass")  # a sample's place within its process, by table
 
 
 @dataclass(frozen=True)
@@ -80,7 +78,6 @@ KINDS = {
         {"server_ms_value": "server decode ms/token", "bench_ms_value": "llama-bench decode ms/token"},
     ),
 }
-Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
 # `lab arms` runs: in-process sweeps
 KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile", "conversation": "conversation", "decode": "decode"}
 
@@ -209,10 +206,6 @@ def _text(v: Any) -> str:
     return "-" if v is None else str(v)
 
 
-def _value(v: Any) -> Any:
-    return None if v is None or v != v else v  # NaN (a catalog's missing value) is None
-
-
 def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
     out: list[Any] = []
     for x in key:
@@ -224,128 +217,6 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
             band = BANDS.index(x) if x in BANDS else len(BANDS) + (x == TOTAL_BAND)
             out.append((2, band, str(x)))
     return tuple(out)
-
-
-class Samples(NamedTuple):
-    """The samples behind one (key, metric) of one run, the process each came from (0: runs from before
-    processes were recorded, or one process: a within-run interval) and its rep (cycle, fill pass) there."""
-
-    values: list[float]
-    procs: list[int]
-    reps: list[int]
-
-    def by_slot(self) -> dict[SlotRep, float]:
-        """The samples keyed by (process, i): the i-th of that process in rep order, what pairs them with the
-        other configuration's process of the same slot in an interleaved run."""
-        out: dict[SlotRep, float] = {}
-        seen: dict[int, int] = {}
-        for j in sorted(range(len(self.values)), key=lambda j: (self.procs[j], self.reps[j], j)):
-            i = seen[self.procs[j]] = seen.get(self.procs[j], -1) + 1
-            out[(self.procs[j], i)] = self.values[j]
-        return out
-
-
-def _samples(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], Samples]:
-    """The samples behind each (key, metric) of one run: the timed requests of each arm, the estimate's samples,
-    the vision encodes, the fill passes' baseline; a profile's FUSED walls per depth and its bands' ms/token per
-    cycle; a conversation's prompt ms per step and arm."""
-    out = SampleBook()
-    add = out.add
-    if experiment == "profile":
-        for w in side.get("profile_walls", []):
-            if w["mode"] == "fused":
-                add((w["depth"], TOTAL_BAND), "fused_chunk_ms", w["ms"], w)
-        for c in side.get("profile_band_cycles", []):
-            add((c["depth"], c["band"]), "ms_per_token", c["ms_per_token"], c)
-        return out
-    if experiment == "decode":  # a depth's samples are lists in its row, each with its process
-        for r in side.get("decode_depths", []):
-            for tool in ("server", "bench"):
-                values, procs = list(r.get(f"{tool}_samples_ms") or []), list(r.get(f"{tool}_processes") or [])
-                for v, k in zip(values, procs, strict=False):
-                    add((r["depth"],), f"{tool}_ms_value", v, {"process": k})
-        return out
-    if experiment == "conversation":
-        for smp in side.get("conversation_samples", []):
-            if smp["ok"] and _value(smp.get("prompt_ms")) is not None:
-                add((smp["task_id"], smp["step"]), f"{smp['arm']}_ms_value", smp["prompt_ms"], smp)
-        return out
-    _sweep_samples(side, out)
-    return out
-
-
-class SampleBook(dict[tuple[tuple[Any, ...], str], Samples]):
-    """The samples of one run by (key, metric), filled a row at a time."""
-
-    def add(self, key: tuple[Any, ...], metric: str, value: float, row: dict[str, Any]) -> None:
-        got = self.setdefault((key, metric), Samples([], [], []))
-        got.values.append(float(value))
-        got.procs.append(int(_value(row.get("process")) or 0))
-        got.reps.append(int(next((_value(row.get(k)) for k in REP_FIELDS if _value(row.get(k)) is not None), 0)))
-
-
-def _sweep_samples(side: Side, out: SampleBook) -> None:
-    """A sweep's: each arm's timed requests, the vision encodes and cache reads, fake / genuine and fake / estimate
-    paired by rep, the estimate's samples, and the fill passes' baseline (in one process, older runs' estimate)."""
-    add = out.add
-    points = side.get("sweep_points", [])
-    keys = {(_where(r), r["point"]): (_where(r), r["L"], r["new"], _value(r.get("image"))) for r in points}
-    encode = {(_where(r), r["point"]): _value(r.get("encode_ms")) or 0.0 for r in points}
-    for smp in side.get("sweep_samples", []):
-        key = keys.get((_where(smp), smp["point"]))
-        if key is None or not smp["ok"] or _value(smp.get("prompt_ms")) is None:
-            continue
-        add(key, f"{smp['arm']}_median_ms", smp["prompt_ms"], smp)
-        if smp["arm"] == "fake" and _value(smp.get("encode_ms")) is not None:
-            add(key, "encode_ms", smp["encode_ms"], smp)
-        if smp["arm"] == "genuine" and _value(smp.get("prep_ms")) is not None:  # in-process: the cache read
-            add(key, "restore_prep_ci_value", smp["prep_ms"], smp)
-    for key, ratio, row in _paired_ratios(side.get("sweep_samples", []), keys, "fake", "genuine"):
-        add(key, "fake_vs_genuine_ci_value", ratio, row)
-    estimates = []
-    for t in side.get("prefill_tps", []):
-        # the estimate's samples (rep set) = the chunk at depth L (+ the point's encode); rep None: the cross-check
-        key = keys.get((_where(t), _value(t.get("point"))))
-        if key is not None and _value(t.get("rep")) is not None:
-            ms = float(t["avg_ms"]) + encode[(_where(t), t["point"])]
-            add(key, "opt_prefill_ms", ms, t)
-            estimates.append({**t, "arm": "estimate", "ok": True, "prompt_ms": ms})
-    fake_samples = [smp for smp in side.get("sweep_samples", []) if smp["arm"] == "fake"]
-    for key, ratio, row in _paired_ratios(fake_samples + estimates, keys, "fake", "estimate"):
-        add(key, "fake_vs_estimate_ci_value", ratio, row)
-    fills = [
-        InprocFill.model_validate({k: _value(v) for k, v in f.items() if k != "run_id" and _value(v) is not None})
-        for f in side.get("sweep_fills", [])
-    ]
-    for point in points:  # no direct baseline reps: the fill passes' prefix sums; in one process the estimate
-        key = keys[(_where(point), point["point"])]
-        only_new = int(point["new"]) + int(_value(point.get("image_tokens")) or 0)
-        baseline, chunks, procs = fill_values(fills, int(point["L"]), only_new)
-        if baseline and (key, "baseline_median_ms") not in out:
-            out[(key, "baseline_median_ms")] = Samples(baseline, procs, [0] * len(procs))
-        if chunks and _where(point) == "inproc" and (key, "opt_prefill_ms") not in out:  # a run before the pairing
-            out[(key, "opt_prefill_ms")] = Samples(chunks, procs, [0] * len(procs))
-
-
-def _paired_ratios(
-    samples: list[dict[str, Any]], keys: dict[tuple[str, str], tuple[Any, ...]], top: str, bottom: str
-) -> list[tuple[tuple[Any, ...], float, dict[str, Any]]]:
-    """top / bottom per rep, paired by (place, point, process, rep): the two arms ran back to back in one
-    process, so the host's level at that moment cancels (a rerun's drift moves both arms alike)."""
-    arms: dict[tuple[Any, ...], dict[str, tuple[float, dict[str, Any]]]] = {}
-    for smp in samples:
-        if smp["arm"] in (top, bottom) and smp["ok"] and _value(smp.get("prompt_ms")):
-            pair = (_where(smp), smp["point"], _value(smp.get("process")) or 0, _value(smp.get("rep")))
-            arms.setdefault(pair, {})[smp["arm"]] = (float(smp["prompt_ms"]), smp)
-    out = []
-    for (where, point, _, _), got in arms.items():
-        if top in got and bottom in got and (where, point) in keys:
-            out.append((keys[(where, point)], got[top][0] / got[bottom][0], got[top][1]))
-    return out
-
-
-def _where(row: dict[str, Any]) -> str:
-    return str(_value(row.get("where")) or "server")  # rows from before the sweep had two places
 
 
 def compare_rows(
@@ -361,18 +232,18 @@ def compare_rows(
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         if experiment != "profile":
-            return {tuple(_value(r.get(k)) for k in kind.keys): r for r in rows}
+            return {tuple(present(r.get(k)) for k in kind.keys): r for r in rows}
         out = {(r["depth"], r["band"]): {"ms_per_token": r["ms_per_token"]} for r in rows}
         out.update({(r["depth"], TOTAL_BAND): {"fused_chunk_ms": r["fused_chunk_ms"]} for r in rows})
         return out
 
     a, b = keyed(a_side.get(kind.table, [])), keyed(b_side.get(kind.table, []))
-    sa, sb = _samples(experiment, a_side), _samples(experiment, b_side)
+    sa, sb = samples_of(experiment, a_side), samples_of(experiment, b_side)
     shared = run_drift_factors(drift, experiment) if drift > 0 else None
     rows: list[CompareRow] = []
     for key in sorted(set(a) | set(b), key=_sort_key):
         for metric in kind.metrics:
-            va, vb = _value(a.get(key, {}).get(metric)), _value(b.get(key, {}).get(metric))
+            va, vb = present(a.get(key, {}).get(metric)), present(b.get(key, {}).get(metric))
             if va is None and vb is None:
                 continue
             xa, xb = sa.get((key, metric), Samples([], [], [])), sb.get((key, metric), Samples([], [], []))

@@ -8,7 +8,8 @@ from typing import NamedTuple
 import altair as alt
 import pandas as pd
 
-from lab.catalog.compare import TOTAL_BAND, CompareError, Comparison
+from lab.catalog.compare import CompareError, Comparison
+from lab.catalog.samples import TOTAL_BAND
 from lab.core.schemas import BANDS
 from lab.reports.style import Chart, title
 
