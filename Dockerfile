@@ -88,8 +88,8 @@ RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/
 
 # 5. The tiny model and its vision projector (deterministic; keyed by the writers' sources).
 COPY lab/core/gguf_io.py lab/core/
-COPY lab/models/__init__.py lab/models/resolve.py lab/models/tinymodel.py \
-     lab/models/tinyarchs.py lab/models/tinyvocab.py lab/models/tinyemit.py lab/models/tinyvision.py lab/models/
+COPY lab/models/__init__.py lab/models/resolve.py lab/models/
+COPY lab/models/tiny/ lab/models/tiny/
 RUN umask 0000 \
  && python -c 'if 1: \
       from lab.core.settings import load_settings; from lab.engine.source import prepare_source; \

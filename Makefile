@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 LAB    := $(VENV)/bin/lab
 PYTHON ?= python3
 
-.PHONY: deps setup engine-latest demo test test-fast test-engine test-faults lint bench repro lock
+.PHONY: deps setup engine-assert engine-latest demo test test-fast test-engine test-faults lint bench repro lock
 .DEFAULT_GOAL := demo
 
 deps:
@@ -33,8 +33,6 @@ setup: deps $(VENV)/.installed
 	@$(LAB) dvc-setup
 	@echo "==> engine release (the patched llama.cpp; cached after the first build)"
 	@$(LAB) engine build
-	@echo "==> engine assert (assertions on, for the tests)"
-	@$(LAB) engine build --flavor assert
 	@echo "==> tiny model"
 	@$(LAB) model tiny
 
@@ -62,23 +60,28 @@ demo: setup
 repro: $(VENV)/.installed
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
-# the newest supported llama.cpp, assertions on: the contract tests run on both engines (the demo builds only the pin)
+# the engines only the tests use (the demo builds only the pin's release): the pin with assertions on, and the
+# newest supported llama.cpp with assertions on (the contract tests run on both engines)
+engine-assert: setup
+	@echo "==> engine assert (the pin, assertions on, for the tests)"
+	@$(LAB) engine build --flavor assert
+
 engine-latest: setup
 	@echo "==> engine latest, assert (the newest supported llama.cpp, for the tests)"
 	@$(LAB) engine build --engine latest --flavor assert
 
-test: engine-latest
+test: engine-assert engine-latest
 	$(VENV)/bin/pytest -q
 
 # tiers for development (`make test` runs all of them): fast = no server, engine = the real server, slow = the rest
 test-fast: $(VENV)/.installed
 	$(VENV)/bin/pytest -q -m fast
 
-test-engine: engine-latest
+test-engine: engine-assert engine-latest
 	$(VENV)/bin/pytest -q -m "fast or engine"
 
 # the fault suite alone (also part of `make test`): hostile upstreams and agents, hosts and archives
-test-faults: engine-latest
+test-faults: engine-assert engine-latest
 	$(VENV)/bin/pytest -q -m faults
 
 # the C++ tools (lab/**/*.cpp, lab/**/*.h) against .clang-format, with clang-format from the dev extras

@@ -43,10 +43,10 @@ from lab.core.settings import Settings, load_settings
 from lab.core.stats import median_interval, proportion_interval
 from lab.experiments.conversation import Replay
 from lab.experiments.decode import DecodeCheck
-from lab.experiments.planning import predicted_plan, rates_for
-from lab.experiments.profile import Profile
+from lab.experiments.profile.run import Profile
 from lab.experiments.protocol import Experiment, run_experiment
-from lab.experiments.sweep import Sweep
+from lab.experiments.sweep.planning import predicted_plan, rates_for
+from lab.experiments.sweep.run import Sweep
 from lab.experiments.versus import run_versus
 from lab.experiments.versus.config import paired_design
 

@@ -33,8 +33,8 @@ from lab.core.schemas import BANDS, BandDepth, Interval, ProfileSummary
 from lab.core.schemas.raw import PROFILE_BANDS
 from lab.core.settings import load_settings
 from lab.core.stats import verdict
-from lab.experiments.profile import run_profile
-from lab.experiments.profile_rates import profile_fit
+from lab.experiments.profile.rates import profile_fit
+from lab.experiments.profile.run import run_profile
 from lab.measure.timemodel import predict
 from lab.models.pretrained import ensure_pretrained
 

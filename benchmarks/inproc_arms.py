@@ -27,7 +27,7 @@ from lab.core.schemas import Interval
 from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.core.stats import median_interval
-from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep.run import run_sweep
 
 GOAL = (0.98, 1.02)
 

@@ -27,7 +27,7 @@ from rich.table import Table
 from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.core.stats import median_interval
-from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep.run import run_sweep
 
 CORES = os.cpu_count() or 1
 CONFIGS: dict[str, tuple[str, dict[str, Any]]] = {

@@ -32,8 +32,8 @@ from lab.core.stats import median_interval, verdict
 from lab.core.target import LocalTarget
 from lab.engine.build import build_engine
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
-from lab.experiments.profile_derive import band_nodes
-from lab.experiments.profile_dump import parse_dump, write_parquet
+from lab.experiments.profile.derive import band_nodes
+from lab.experiments.profile.dump import parse_dump, write_parquet
 from lab.instrument import build_instrument, instrument_command
 from lab.models.resolve import resolve_model
 

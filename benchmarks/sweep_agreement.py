@@ -26,7 +26,7 @@ from lab.core.schemas import Interval, SweepPoint
 from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import load_settings
 from lab.core.stats import median_interval
-from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep.run import run_sweep
 
 
 def ints(s: str) -> list[int]:

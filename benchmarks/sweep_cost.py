@@ -32,8 +32,8 @@ from lab.core.runs import RunFolder
 from lab.core.schemas import Interval, SweepPoint
 from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import Settings, load_settings
-from lab.experiments.planning import budget_reps, plans
-from lab.experiments.sweep import run_sweep
+from lab.experiments.sweep.planning import budget_reps, plans
+from lab.experiments.sweep.run import run_sweep
 from lab.measure.plan import Rates
 
 OLD = {

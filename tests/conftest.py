@@ -28,7 +28,7 @@ from lab.engine.build import EngineInfo, build_engine
 from lab.engine.server import LlamaServer
 from lab.engine.source import PreparedSource, prepare_source
 from lab.models.resolve import ensure_tiny_model
-from lab.models.tinyarchs import TinyModelSpec, tiny_spec
+from lab.models.tiny.archs import TinyModelSpec, tiny_spec
 
 from sshd import Sshd, fab_project, start_sshd
 

@@ -1,4 +1,5 @@
-"""The layers' import contract (pyproject.toml, [tool.importlinter]): kept by the tree, broken by an upward import."""
+"""The import contracts (pyproject.toml, [tool.importlinter]): the layers, and the presenters that only format
+records; kept by the tree, broken by an upward import or a presenter that reads the run folders."""
 
 from __future__ import annotations
 
@@ -29,7 +30,7 @@ def copy_of_the_tree(tmp_path: Path) -> Path:
 
 def test_the_tree_keeps_its_layers(tmp_path: Path) -> None:
     r = lint(copy_of_the_tree(tmp_path))
-    assert r.returncode == 0 and "1 kept, 0 broken" in r.stdout, r.stdout + r.stderr
+    assert r.returncode == 0 and "2 kept, 0 broken" in r.stdout, r.stdout + r.stderr
 
 
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
@@ -38,5 +39,15 @@ def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
         f.write("\nfrom lab.presenters import runs_listing  # noqa: E402, F401\n")
     r = lint(root)
     assert r.returncode == 1 and "lab.core.runs is not allowed to import lab.presenters" in r.stdout, (
+        r.stdout + r.stderr
+    )
+
+
+def test_a_presenter_that_reads_the_run_folders_breaks_the_contract(tmp_path: Path) -> None:
+    root = copy_of_the_tree(tmp_path)
+    with (root / "lab" / "presenters" / "plan.py").open("a") as f:  # a layer below, but not a record's module
+        f.write("\nfrom lab.core.runs import resolve_run  # noqa: E402, F401\n")
+    r = lint(root)
+    assert r.returncode == 1 and "lab.presenters is not allowed to import lab.core.runs" in r.stdout, (
         r.stdout + r.stderr
     )

@@ -16,9 +16,9 @@ from lab.engine.build import EngineInfo
 from lab.engine.contract import ArmResult, Timings, arm_reason, arm_requests, decode_samples, text_step
 from lab.experiments.decode import check_depths, decode_steps, summarize_depth
 from lab.experiments.prefill_tps import LlamaBench, bench_command, parse_bench_jsonl, parse_decode_jsonl
-from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import sample_row
-from lab.experiments.sweep_server import summarize_server
+from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.points import sample_row
+from lab.experiments.sweep.server import summarize_server
 from lab.presenters.decode import decode_table
 from lab.presenters.sweep import summary_table
 

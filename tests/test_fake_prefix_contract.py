@@ -16,7 +16,7 @@ from lab.core.gguf_io import read_gguf_metadata
 from lab.engine.build import EngineInfo
 from lab.engine.contract import ContractClient, Step, Timings, filler_tokens, text_step
 from lab.engine.server import LlamaServer
-from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
+from lab.models.tiny.archs import GEMMA3_SLIDING_WINDOW as WINDOW
 
 from conftest import ENGINES, EngineOf, ServerFactory
 

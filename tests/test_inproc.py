@@ -14,7 +14,7 @@ from lab.core.settings import Settings
 from lab.engine.build import EngineInfo
 from lab.inproc import DriverError, DriverSession, build_driver, check_driver, driver_command
 from lab.instrument import InstrumentInfo
-from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW as WINDOW
+from lab.models.tiny.archs import GEMMA3_SLIDING_WINDOW as WINDOW
 
 pytestmark = pytest.mark.engine
 

@@ -8,9 +8,9 @@ import pytest
 
 from lab.core.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
 from lab.core.settings import SweepSettings
-from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_inproc import restore_summary, summarize_inproc
-from lab.experiments.sweep_points import decided, rep_arms
+from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.inproc import restore_summary, summarize_inproc
+from lab.experiments.sweep.points import decided, rep_arms
 from lab.measure.fills import fill_values
 from lab.models.memshape import MemoryShape, memory_shape
 
@@ -200,7 +200,7 @@ def test_older_arms_rows_read_as_the_sweep_in_one_process() -> None:
 
 
 def test_a_run_whose_arm_failed_on_every_sample_is_not_complete() -> None:
-    from lab.experiments.sweep import all_failed
+    from lab.experiments.sweep.run import all_failed
 
     good = inproc(300, rows("L300_n16", 300, 3, {"fake": 10.0, "genuine": 10.0}))
     assert all_failed([good]) == ""

@@ -148,7 +148,7 @@ def test_plan_through_the_cli_measures_nothing(tmp_path: Path) -> None:
 
 def test_a_sweep_in_both_places_plans_each_arm_per_place_and_fills_once() -> None:
     from lab.core.settings import Settings
-    from lab.experiments.planning import plans
+    from lab.experiments.sweep.planning import plans
 
     s = Settings(sweep={"Ls": [4096, 8192], "news": [256], "where": "both", "fill_passes": 1}, server={})
     server, inproc = plans(s, NUC16, "server")[1], plans(s, NUC16, "inproc")[1]
@@ -224,7 +224,7 @@ def test_the_plan_counts_every_process_a_point_may_need() -> None:
     one), so a point allowed 20 reps may need 20 processes; a prediction from a quiet point's spread fewer."""
     from lab.core.schemas import Components, Interval, SweepPoint
     from lab.core.settings import Settings
-    from lab.experiments.planning import plans
+    from lab.experiments.sweep.planning import plans
     from lab.measure.plan import processes_needed
 
     assert processes_needed(5, 1, 5, 1) == 5 and processes_needed(3, 1, 5, 1) == 3  # stops at max_reps
@@ -249,7 +249,7 @@ def test_the_previous_runs_spread_is_pooled_over_the_grid() -> None:
     """A point's own spread, from its few processes, is noisy: the plan takes the medians over the grid's points
     in the place (a point with one rep per process, from its interval), each point's own distance from 1."""
     from lab.core.schemas import ArmStats, Components, Interval, SweepPoint
-    from lab.experiments.planning import pooled_spread
+    from lab.experiments.sweep.planning import pooled_spread
 
     def point(L: int, where: str, between: float | None, within: float = 0.01) -> SweepPoint:
         comps = {"fake/genuine": Components(between=between, within=within, processes=5, reps=5)} if between else {}

@@ -20,9 +20,9 @@ from lab.core.runs import RunFolder
 from lab.core.schemas import BANDS, BandDepth, Interval, PrefillTps, ProfileSummary, ProfileWall
 from lab.core.schemas.raw import PREFILL_TPS, PROFILE_BANDS, PROFILE_PREDICTED, PROFILE_WALLS
 from lab.core.stats import linear_fit
-from lab.experiments.profile import NODES_PARQUET
-from lab.experiments.profile_bench import decide_references, undecided_references
-from lab.experiments.profile_derive import summarize, too_wide
+from lab.experiments.profile.bench import decide_references, undecided_references
+from lab.experiments.profile.derive import summarize, too_wide
+from lab.experiments.profile.run import NODES_PARQUET
 from lab.measure.costmodel import model_cost
 from lab.presenters.profile import reference_lines
 

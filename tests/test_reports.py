@@ -39,8 +39,8 @@ from lab.core.schemas import (
     ggml_pad,
 )
 from lab.core.settings import ReportSettings
-from lab.experiments.efficiency import annotate
-from lab.experiments.profile_derive import summarize
+from lab.experiments.profile.derive import summarize
+from lab.experiments.profile.efficiency import annotate
 from lab.measure.costmodel import cost_model
 from lab.measure.peaks import Peaks
 from lab.models.hparams import hparams_of

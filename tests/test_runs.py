@@ -144,7 +144,7 @@ def test_params_are_inputs_and_never_change(tmp_path: Path) -> None:
 def test_resume_of_a_run_whose_params_no_longer_validate_is_one_clear_error(tmp_path: Path) -> None:
     from lab.core.settings import load_settings
     from lab.experiments.protocol import run_experiment
-    from lab.experiments.sweep import Sweep
+    from lab.experiments.sweep.run import Sweep
 
     run = RunFolder.create(tmp_path, "sweep", "h", {"sweep": {"Ls": [-5]}, "server": {}})
     run.fail("interrupted")

@@ -20,9 +20,9 @@ from lab.core.schemas import SweepPoint
 from lab.core.schemas.raw import PREFILL_TPS, SWEEP_FILLS, SWEEP_POINTS, SWEEP_SAMPLES
 from lab.core.settings import SweepSettings
 from lab.core.stats import verdict
-from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import decided
-from lab.experiments.sweep_server import summarize_server
+from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.points import decided
+from lab.experiments.sweep.server import summarize_server
 
 pytestmark = pytest.mark.engine
 

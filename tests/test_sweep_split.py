@@ -11,8 +11,8 @@ import pytest
 from rich.console import Console
 
 from lab.core.schemas import BATCH_CHUNK, InprocFill, PrefillTps, SweepSample
-from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_server import summarize_server
+from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.server import summarize_server
 from lab.presenters.sweep import print_summary
 
 pytestmark = pytest.mark.fast

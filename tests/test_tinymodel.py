@@ -1,4 +1,4 @@
-"""Tests for lab.models.tinymodel (deterministic random-weight GGUF models) and its GGUF metadata reader."""
+"""Tests for lab.models.tiny.model (deterministic random-weight GGUF models) and its GGUF metadata reader."""
 
 from __future__ import annotations
 
@@ -15,9 +15,9 @@ import pytest
 from lab.core.gguf_io import read_gguf_kv, read_gguf_metadata
 from lab.engine.source import PreparedSource
 from lab.models.resolve import VOCAB_REL
-from lab.models.tinyarchs import GEMMA3_SLIDING_WINDOW, SUPPORTED_ARCHS, TinyModelSpec
-from lab.models.tinymodel import write_tiny_model
-from lab.models.tinyvocab import QWEN_ADDED_TOKENS
+from lab.models.tiny.archs import GEMMA3_SLIDING_WINDOW, SUPPORTED_ARCHS, TinyModelSpec
+from lab.models.tiny.model import write_tiny_model
+from lab.models.tiny.vocab import QWEN_ADDED_TOKENS
 
 N_VOCAB = 151936
 

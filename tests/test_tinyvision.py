@@ -1,4 +1,4 @@
-"""The tiny qwen3vl projector (lab.models.tinyvision) against the real patched llama-server (asserts on)."""
+"""The tiny qwen3vl projector (lab.models.tiny.vision) against the real patched llama-server (asserts on)."""
 
 from __future__ import annotations
 
@@ -20,9 +20,9 @@ from lab.engine.png import make_png
 from lab.engine.server import LlamaServer, server_args
 from lab.engine.source import PreparedSource
 from lab.models.resolve import ModelError, ensure_tiny_projector
-from lab.models.tinyarchs import TinyModelSpec
-from lab.models.tinyvision import TinyVisionSpec, write_tiny_projector
-from lab.models.tinyvocab import QWEN_ADDED_TOKENS
+from lab.models.tiny.archs import TinyModelSpec
+from lab.models.tiny.vision import TinyVisionSpec, write_tiny_projector
+from lab.models.tiny.vocab import QWEN_ADDED_TOKENS
 
 from conftest import ServerFactory, server_settings
 

@@ -327,7 +327,7 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
 def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> None:
     """A killed instrument leaves a part whose last line is cut; merged and resumed twice, the dump still reads."""
     from lab.core.runs import RunFolder
-    from lab.experiments.profile_dump import keep_complete_cycles, merge_part
+    from lab.experiments.profile.dump import keep_complete_cycles, merge_part
 
     run = RunFolder.create(tmp_path, "profile", "host", {})
     dump, part = run.table_path("profile"), run.path / "raw" / "profile.part.jsonl"

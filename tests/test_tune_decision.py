@@ -7,9 +7,9 @@ from __future__ import annotations
 import pytest
 
 from lab.core.schemas import Interval
-from lab.core.schemas.trace import TuneSetting
+from lab.core.schemas.trace import EQUIVALENT, TuneSetting
 from lab.core.stats import reps_to_decide, verdict
-from lab.experiments.tune.decide import EQUIVALENT, recommend
+from lab.experiments.tune.decide import recommend
 from lab.presenters.tune import recommendation
 
 pytestmark = pytest.mark.fast

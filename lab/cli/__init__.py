@@ -2,7 +2,8 @@
 
 The whole command tree is here; each group's commands are in a module of their own (host, engine, model,
 trace, replay, catalog), the top-level ones in experiments (sweep, arms, profile) and reports (report,
-compare, dvc-setup). The error policy, the settings loader and every shared option are in common.
+compare, dvc-setup). The error policy, the settings loader and every shared option are in common; what a
+finished run prints (each experiment's records handed to the presenters) in show.
 Heavy modules are imported inside commands so `lab --help` stays instant.
 
 It may import every layer below it; only lab.remote sits above.
@@ -17,6 +18,7 @@ app = LabApp(
     no_args_is_help=True,
     add_completion=False,
     pretty_exceptions_show_locals=False,
+    rich_markup_mode="markdown",  # a docstring's lines wrap as prose (its hard line breaks are the source's)
     help="prefill lab: measured prefill cost on CPU",
 )
 app.command("sweep")(experiments.sweep)

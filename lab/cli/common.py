@@ -32,7 +32,7 @@ class LabApp(typer.Typer):
 
 def group(help: str) -> typer.Typer:
     """A command group (`lab engine ...`): without a command it prints its help."""
-    return typer.Typer(no_args_is_help=True, help=help)
+    return typer.Typer(no_args_is_help=True, help=help, rich_markup_mode="markdown")
 
 
 def settings_for(cache_dir: Path | None = None, engine: dict[str, Any] | None = None, **kw: Any) -> Any:
@@ -64,9 +64,9 @@ def run_command(
     the run folder, or with --json the records the tables are printed from; returns the run folder. With `vs`
     (or resuming such a run): both configurations interleaved in one run, B/A per point (lab.experiments.versus)."""
     from lab.catalog.compare import is_versus
+    from lab.cli.show import show_run
     from lab.core.console import lab_console
     from lab.experiments.protocol import run_experiment, run_output
-    from lab.presenters.runs import show_run
 
     console = console or lab_console(quiet=as_json)
     folder = resolve(resume, settings.runs_dir)

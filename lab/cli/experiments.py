@@ -84,9 +84,8 @@ def sweep(
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
     from lab.core.console import lab_console
     from lab.core.errors import UsageError
-    from lab.experiments.sweep import Sweep
+    from lab.experiments.sweep.run import Sweep
     from lab.experiments.versus.config import paired_design
-    from lab.presenters.plan import plan_first
 
     s = settings_for(
         None,
@@ -117,9 +116,25 @@ def sweep(
         if budget is not None:
             raise UsageError("--budget with --vs: give --reps instead (both configurations get the same reps)")
         s = paired_design(s)
-    if resume is None and (s := plan_first(s, s.sweep.where, plan, budget, console, 2 if vs else 1)) is None:
+    if resume is None and (s := _plan_first(s, plan, budget, console, 2 if vs else 1)) is None:
         return
     run_command(Sweep(), s, resume, as_json, console, vs)
+
+
+def _plan_first(settings: Any, show: bool, budget: str | None, console: Any, sides: int = 1) -> Any:
+    """`--plan` (print the plan and measure nothing: returns None) and `--budget` (the reps it affords); `sides`:
+    2 for an interleaved run of two configurations (`--vs`), each assumed to cost what the first does."""
+    if not show and budget is None:
+        return settings
+    from lab.experiments.sweep.planning import plan_draft, predicted_draft
+    from lab.presenters.plan import budget_line, plan_table, predicted_line
+
+    draft = plan_draft(settings, settings.sweep.where, budget)
+    if budget is not None:
+        console.print(budget_line(budget, draft.settings.sweep.max_reps), highlight=False)
+    console.print(plan_table(draft.old, draft.new))
+    console.print(predicted_line(predicted_draft(draft, sides), sides), highlight=False)
+    return None if show else draft.settings
 
 
 @functools.wraps(sweep)
@@ -161,7 +176,7 @@ def profile(
     as_json: AsJson = False,
 ) -> None:
     """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
-    from lab.experiments.profile import Profile
+    from lab.experiments.profile.run import Profile
 
     stop, start = clean_room or (None, None)
     s = settings_for(

@@ -59,7 +59,7 @@ def model_cost(
     the depth at which attention does as much arithmetic as the MoE FFN; with --rates RUN, each band's ms/token
     and the crossover in time from a profile's measured rates (docs/cost-model.md)."""
     from lab.core.console import lab_console
-    from lab.experiments.profile_rates import cost_report
+    from lab.experiments.profile.rates import cost_report
 
     report = cost_report(model, int_list(depths) or [0], chunk, rates, lambda: settings_for(runs_dir=runs_dir).runs_dir)
     if as_json:
@@ -68,5 +68,5 @@ def model_cost(
     from lab.presenters import cost_report_parts
 
     console = lab_console()
-    for part in cost_report_parts(report):
+    for part in cost_report_parts(report.model, report.depths, report.timed):
         console.print(part, highlight=False)

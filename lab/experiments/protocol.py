@@ -15,7 +15,7 @@ the same way for all of them:
              one (same engine and model)
     measure  under the run's guard: an interruption or a failure leaves it `incomplete`, with the reason
     finish   results into the manifest (never into params), then `.ready`
-    show     the caller's printer of what it found (`show`: the CLI passes lab.presenters.runs.show_run, which
+    show     the caller's printer of what it found (`show`: the CLI passes lab.cli.show.show_run, which
              prints from the experiment's records; a library caller may pass none)
 
 Provenance is one record for every run (`open_run`): host snapshot, the lab checkout's git state, and for

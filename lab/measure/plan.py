@@ -300,7 +300,7 @@ def spread_of(iv: Interval) -> Components | None:
 
 def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> int:
     """The processes a point of `reps` reps runs in: `share` reps in each of the run's first `processes`, then
-    `per_extra` in each further one (the sweep's ledger: lab.experiments.sweep_rounds)."""
+    `per_extra` in each further one (the sweep's ledger: lab.experiments.sweep.rounds)."""
     first = share * processes
     if reps <= first:  # done within its first processes (a point at max_reps stops there)
         return math.ceil(reps / share)

@@ -13,10 +13,14 @@ from lab.core.errors import LabError, UsageError
 from lab.core.hashing import file_sha256
 from lab.core.settings import Settings
 from lab.engine.source import PreparedSource, prepare_source
-from lab.models import tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab
-from lab.models.tinyarchs import TinyModelSpec, tiny_spec
-from lab.models.tinymodel import write_tiny_model
-from lab.models.tinyvision import TinyVisionSpec, write_tiny_projector
+from lab.models.tiny import archs as tiny_archs
+from lab.models.tiny import emit as tiny_emit
+from lab.models.tiny import model as tiny_model
+from lab.models.tiny import vision as tiny_vision
+from lab.models.tiny import vocab as tiny_vocab
+from lab.models.tiny.archs import TinyModelSpec, tiny_spec
+from lab.models.tiny.model import write_tiny_model
+from lab.models.tiny.vision import TinyVisionSpec, write_tiny_projector
 
 VOCAB_REL = Path("models") / "ggml-vocab-qwen35.gguf"
 
@@ -26,7 +30,7 @@ class ModelError(LabError):
 
 
 #: Every module whose code decides the bytes of the tiny model or projector (add new ones here).
-WRITER_MODULES: tuple[ModuleType, ...] = (gguf_io, tinyarchs, tinyemit, tinymodel, tinyvision, tinyvocab)
+WRITER_MODULES: tuple[ModuleType, ...] = (gguf_io, tiny_archs, tiny_emit, tiny_model, tiny_vision, tiny_vocab)
 
 
 def writer_sources_sha() -> str:
@@ -61,7 +65,7 @@ def tiny_projector_path(cache_dir: Path, spec: TinyVisionSpec) -> Path:
     # the projector shares the model's random streams and GGUF writer, so all writers' sources are in the key
     key = json.dumps(asdict(spec), sort_keys=True) + writer_sources_sha()
     digest = hashlib.sha256(key.encode()).hexdigest()[:12]
-    return cache_dir / "models" / f"tiny-mmproj-{tinyvision.PROJECTOR_TYPE}-{digest}.gguf"
+    return cache_dir / "models" / f"tiny-mmproj-{tiny_vision.PROJECTOR_TYPE}-{digest}.gguf"
 
 
 def ensure_tiny_projector(
@@ -108,10 +112,10 @@ def resolve_model(settings: Settings, spec: TinyModelSpec | None = None) -> Path
         return ensure_pretrained(str(settings.model).removeprefix(PRETRAINED_PREFIX), settings.cache_dir)
     if settings.model is not None and str(settings.model).startswith(TINY_PREFIX):
         arch = str(settings.model).removeprefix(TINY_PREFIX)
-        if arch not in tinyarchs.SUPPORTED_ARCHS:
+        if arch not in tiny_archs.SUPPORTED_ARCHS:
             raise UsageError(
                 f"--model {settings.model}: no tiny model of that architecture; known: "
-                f"{', '.join(tinyarchs.SUPPORTED_ARCHS)}"
+                f"{', '.join(tiny_archs.SUPPORTED_ARCHS)}"
             )
         return ensure_tiny(settings, arch, seed=0, vision=False)[0]
     if settings.model is not None:

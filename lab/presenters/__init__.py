@@ -2,8 +2,10 @@
 provenance, a comparison, the cost model and the headline. Each takes the library's records and returns a
 printable (rich) or text; `print_headline` prints the headline itself, wherever it is printed.
 
-They may import the experiments, the catalog, the conversation, the measurement parts, the engine and the core;
-never a report or the CLI.
+They format the records they are given: they may import the records of the catalog, the conversation, the
+measurement parts, the engine and the core; never an experiment, an engine build or server, the run folders
+(lab.core.runs), a report or the CLI (pyproject.toml, [tool.importlinter]). What builds, runs or reads the runs
+folder is the experiments' (the CLI calls it and passes the result here).
 """
 
 from __future__ import annotations
@@ -11,6 +13,7 @@ from __future__ import annotations
 import json
 from typing import Any
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Column, Table
@@ -19,13 +22,12 @@ from lab.catalog.compare import CompareRow, Comparison
 from lab.catalog.headline import HeadlineProfile, HeadlineStep, summary_lines
 from lab.catalog.tables import RunRecord
 from lab.core.schemas import BANDS, cell
-from lab.engine.build import EngineInfo
-from lab.experiments.profile_rates import CostReport
 from lab.measure.costmodel import CostModel, band_label
 from lab.measure.timemodel import TimePrediction
 
 
-def engine_table(info: EngineInfo) -> Table:
+def engine_table(info: BaseModel) -> Table:
+    """`lab engine info`: the built engine's record (lab.engine.build.EngineInfo), a field a row."""
     t = Table(show_header=False)
     for k, v in info.model_dump().items():
         t.add_row(k, str(v))
@@ -244,7 +246,8 @@ def print_headline(
         console.print(line, highlight=False)
 
 
-def cost_report_parts(report: CostReport) -> list[Any]:
-    """What `lab model cost` prints: the cost model's tables, then the time model's with --rates, in order."""
-    timed = time_tables(report.timed, report.model) if report.timed else []
-    return cost_tables(report.model, report.depths) + timed
+def cost_report_parts(model: CostModel, depths: list[int], timed: TimePrediction | None) -> list[Any]:
+    """What `lab model cost` prints (lab.experiments.profile.rates.CostReport): the cost model's tables, then the
+    time model's with --rates, in order."""
+    times = time_tables(timed, model) if timed else []
+    return cost_tables(model, depths) + times

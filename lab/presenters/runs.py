@@ -1,19 +1,25 @@
 """What a finished run prints, from its experiment's records: the closing tables of `lab sweep`, `lab profile`,
-`lab engine decode` and `lab trace replay` (the CLI passes `show_run` to the experiment protocol)."""
+`lab engine decode` and `lab trace replay` (lab.cli.show picks each experiment's records and passes them here)."""
 
 from __future__ import annotations
 
 from rich.console import Console
 
-from lab.catalog.headline import newest_profile, steps_of
-from lab.experiments.conversation import Replay
-from lab.experiments.decode import DecodeCheck
-from lab.experiments.profile import Profile
-from lab.experiments.protocol import Experiment, OpenRun, Outcome
-from lab.experiments.sweep import Sweep
-from lab.experiments.tune import Tune
-from lab.measure.plan import plan_line
-from lab.presenters import print_headline, time_tables
+from lab.core.schemas import (
+    ArmsSummary,
+    BandDepth,
+    ConversationCauseResult,
+    ConversationStepResult,
+    ConversationTaskResult,
+    DecodeDepth,
+    ProfileSummary,
+    SweepPoint,
+)
+from lab.core.schemas.trace import TuneSetting
+from lab.measure.costmodel import CostModel
+from lab.measure.plan import Plan, plan_line
+from lab.measure.timemodel import TimePrediction
+from lab.presenters import time_tables
 from lab.presenters.conversation import replay_tables
 from lab.presenters.decode import decode_table
 from lab.presenters.profile import attn_kind_table, efficiency_table, prediction_lines, profile_table, reference_lines
@@ -21,48 +27,67 @@ from lab.presenters.sweep import print_summary
 from lab.presenters.tune import recommendation, tune_tables
 
 
-def show_run(experiment: Experiment, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-    if isinstance(experiment, Sweep):
-        show_sweep(experiment, sess, outcome, console)
-    elif isinstance(experiment, Profile):
-        show_profile(experiment, console)
-    elif isinstance(experiment, DecodeCheck):
-        console.print(decode_table(experiment.rows, sess.model.name, sess.settings.server.threads))
-    elif isinstance(experiment, Tune):
-        for table in (
-            *replay_tables(experiment.steps, experiment.totals, experiment.causes),
-            *tune_tables(experiment.results),
-        ):
-            console.print(table)
-        if experiment.plan is not None:
-            console.print(experiment.plan.describe(experiment.took_s), highlight=False, soft_wrap=True)
-        console.print(recommendation(experiment.results), highlight=False, soft_wrap=True)
-    elif isinstance(experiment, Replay):
-        for table in replay_tables(experiment.steps, experiment.totals, experiment.causes):
-            console.print(table)
+def show_sweep(
+    console: Console,
+    points: list[SweepPoint],
+    summary: ArmsSummary | None,
+    starts: list[float],
+    plan: Plan | None,
+    took_s: float,
+    revised: Plan | None,
+) -> None:
+    """The sweep's tables per place, then its plan against what it took (the answer follows: print_headline)."""
+    print_summary(console, points, summary, starts)
+    if plan is not None:
+        console.print(plan_line(plan, took_s, revised), highlight=False)
 
 
-def show_sweep(sweep: Sweep, sess: OpenRun, outcome: Outcome, console: Console) -> None:
-    print_summary(console, sweep.points, sweep.summary, outcome.results.get("process_start_s", []))
-    if sweep.plan is not None:
-        console.print(plan_line(sweep.plan, sweep.took_s, sweep.revised), highlight=False)
-    # the answer: the step with the cache vs re-prefilled, and where the newest profile says time goes
-    host = sess.run.manifest().host
-    server = [p for p in sweep.points if p.where == "server"]
-    steps = steps_of(server, host, sess.model.name, sess.run.path.name)
-    profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
-    print_headline(console, steps, [profile] if profile else [])
-
-
-def show_profile(p: Profile, console: Console) -> None:
-    if p.summary is None:
+def show_profile(
+    console: Console,
+    rows: list[BandDepth],
+    summary: ProfileSummary | None,
+    prediction: TimePrediction | None,
+    cost: CostModel | None,
+) -> None:
+    if summary is None:
         return
-    console.print(profile_table(p.rows, p.summary))
-    if p.summary.attn_kinds:
-        console.print(attn_kind_table(p.summary))
-    if any(r.gflops for r in p.rows):
-        console.print(efficiency_table(p.rows, p.summary))
-    if p.prediction is not None and p.prediction.at and p.cost is not None:
-        console.print(time_tables(p.prediction, p.cost)[0])
-    for line in [*reference_lines(p.summary), *prediction_lines(p.summary)]:
+    console.print(profile_table(rows, summary))
+    if summary.attn_kinds:
+        console.print(attn_kind_table(summary))
+    if any(r.gflops for r in rows):
+        console.print(efficiency_table(rows, summary))
+    if prediction is not None and prediction.at and cost is not None:
+        console.print(time_tables(prediction, cost)[0])
+    for line in [*reference_lines(summary), *prediction_lines(summary)]:
         console.print(line, highlight=False)
+
+
+def show_decode(console: Console, rows: list[DecodeDepth], model: str, threads: int) -> None:
+    console.print(decode_table(rows, model, threads))
+
+
+def show_replay(
+    console: Console,
+    steps: list[ConversationStepResult],
+    totals: list[ConversationTaskResult],
+    causes: list[ConversationCauseResult],
+) -> None:
+    for table in replay_tables(steps, totals, causes):
+        console.print(table)
+
+
+def show_tune(
+    console: Console,
+    steps: list[ConversationStepResult],
+    totals: list[ConversationTaskResult],
+    causes: list[ConversationCauseResult],
+    results: list[TuneSetting],
+    plan: str | None,
+) -> None:
+    """The replay's tables and the settings', the plan against what it took (`plan`, described), the
+    recommendation."""
+    for table in (*replay_tables(steps, totals, causes), *tune_tables(results)):
+        console.print(table)
+    if plan is not None:
+        console.print(plan, highlight=False, soft_wrap=True)
+    console.print(recommendation(results), highlight=False, soft_wrap=True)

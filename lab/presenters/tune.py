@@ -8,9 +8,8 @@ from rich.table import Table
 from lab.core.console import key_columns
 from lab.core.releases import server_label
 from lab.core.schemas import cell
-from lab.core.schemas.trace import TuneSetting
+from lab.core.schemas.trace import EQUIVALENT, TuneSetting
 from lab.core.stats import called
-from lab.experiments.tune.decide import EQUIVALENT
 
 
 def _verdict(r: TuneSetting) -> str:

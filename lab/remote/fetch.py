@@ -10,7 +10,7 @@ import shutil
 from pathlib import Path
 
 from lab.core.runs import Manifest, RunFolder, check_run_id
-from lab.experiments.profile_dump import DUMP
+from lab.experiments.profile.dump import DUMP
 from lab.remote.connect import RemoteError, SshTarget
 
 

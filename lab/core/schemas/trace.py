@@ -219,6 +219,7 @@ class ConversationCauseResult(BaseModel):
     )
 
 
+EQUIVALENT = 0.01  # `lab trace tune`: realised shares within a point of the defaults' agree (TuneSetting.verdict)
 RecommendedAs = Literal["gain", "less memory", "defaults", "within budget"]
 
 

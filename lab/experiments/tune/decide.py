@@ -8,13 +8,10 @@ from typing import Any, NamedTuple
 
 from lab.conversation.cache_setting import CacheSetting
 from lab.core.schemas import ConversationSample, Interval
-from lab.core.schemas.trace import RecommendedAs, TuneSetting
+from lab.core.schemas.trace import EQUIVALENT, RecommendedAs, TuneSetting
 from lab.core.stats import called, median_interval, reps_to_decide, step_median_share, verdict
 from lab.core.units import MIB
 from lab.experiments.tune.grid import Option, setting_key
-
-EQUIVALENT = 0.01  # realised shares within a point of the defaults' agree
-
 
 Step = tuple[str, int]
 Rows = dict[int, list[float]]

@@ -29,7 +29,7 @@ from typing import Any
 import numpy as np
 
 from lab.core.gguf_io import atomic_gguf, import_gguf
-from lab.models.tinyarchs import F32, Tensors, require_positive
+from lab.models.tiny.archs import F32, Tensors, require_positive
 
 PROJECTOR_TYPE = "qwen3vl_merger"
 #: The only merge the qwen3vl graph supports (it reshapes by ``n_embd * 4``).

@@ -21,8 +21,8 @@ from lab.core.stats import paired_ratio
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.protocol import OpenRun
-from lab.experiments.sweep_grid import GridPoint, only_new
-from lab.experiments.sweep_points import PointEstimate, PointSamples
+from lab.experiments.sweep.grid import GridPoint, only_new
+from lab.experiments.sweep.points import PointEstimate, PointSamples
 from lab.inproc import DriverError, DriverSession
 
 Estimate = Callable[[GridPoint, int], PrefillTps]

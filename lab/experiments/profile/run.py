@@ -20,15 +20,14 @@ from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import BandDepth, ProfileSummary, ProfileWall
 from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_PREDICTED, PROFILE_SUMMARY, PROFILE_WALLS
 from lab.core.settings import Settings
-from lab.experiments.efficiency import annotate, probe_shape
-from lab.experiments.profile_bench import (
+from lab.experiments.profile.bench import (
     bench_process,
     decide_references,
     processes_without_bench,
     read_bench,
     undecided_references,
 )
-from lab.experiments.profile_derive import (
+from lab.experiments.profile.derive import (
     AttnLayers,
     add_time_model,
     band_cycles,
@@ -37,7 +36,7 @@ from lab.experiments.profile_derive import (
     derive,
     too_wide,
 )
-from lab.experiments.profile_dump import (
+from lab.experiments.profile.dump import (
     DUMP,
     keep_complete_cycles,
     merge_part,
@@ -45,6 +44,7 @@ from lab.experiments.profile_dump import (
     run_instrument,
     write_parquet,
 )
+from lab.experiments.profile.efficiency import annotate, probe_shape
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, Processes, RunParts, Show, drain, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
 from lab.measure.cleanroom import CleanRoom, hold

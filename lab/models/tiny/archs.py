@@ -31,7 +31,7 @@ Supported architectures (``TinyModelSpec.arch``):
 Output embedding is tied to the token embedding (no ``output.weight``) for every
 arch but gpt-oss, which keeps the file small (the F16 embedding dominates its size).
 
-Weights are N(0, 0.02) (norms 1 + N(0, 0.02)); :mod:`lab.models.tinyemit` then overwrites a
+Weights are N(0, 0.02) (norms 1 + N(0, 0.02)); :mod:`lab.models.tiny.emit` then overwrites a
 few of them deterministically.
 """
 

@@ -32,8 +32,8 @@ from lab.core.schemas import InprocFill, Interval, PrefillTps, SweepPoint, Sweep
 from lab.core.schemas.raw import PREFILL_TPS, SWEEP_POINTS, SWEEP_ROUNDS, SWEEP_SAMPLES
 from lab.core.settings import SweepSettings
 from lab.core.stats import median_interval, rotated
-from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import RepOut, decided
+from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.points import RepOut, decided
 from lab.measure.plan import reps_in_further_process
 
 

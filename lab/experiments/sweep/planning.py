@@ -7,6 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
+from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
@@ -20,14 +21,15 @@ from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_SUM
 from lab.core.settings import Settings
 from lab.core.stats import median_interval
 from lab.engine.imagegrid import ImageGeometry
-from lab.experiments.profile_rates import plan_rates
-from lab.experiments.sweep_estimate import batch_chunk
+from lab.experiments.profile.rates import plan_rates
+from lab.experiments.sweep.estimate import batch_chunk
 from lab.measure.plan import (
     DEFAULT_SPREADS,
     Plan,
     Rates,
     Where,
     fit_reps,
+    parse_duration,
     plan,
     plan_line,
     predicted_reps,
@@ -44,7 +46,7 @@ CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is 
 
 def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> list[tuple[int, int]]:
     """(L, only_new) of every point of the sweep's grid (an image point decodes its image's tokens too)."""
-    from lab.experiments.sweep_grid import grid, only_new
+    from lab.experiments.sweep.grid import grid, only_new
 
     return [(p.L, only_new(p, geometry)) for p in grid(settings.sweep)]
 
@@ -88,7 +90,7 @@ def per_extra_process(settings: Settings, rates: Rates, where: Where, previous: 
     """The reps each grid point is predicted to take in each process past its first ones: the ledger's
     split (lab.measure.plan.reps_in_further_process) from fake/genuine's spread over the grid in `previous`
     (else the default), a process start at rates.process_start_s and a rep at its timed arms' chunks."""
-    from lab.experiments.sweep_grid import grid
+    from lab.experiments.sweep.grid import grid
 
     sw = settings.sweep
     share = math.ceil(sw.min_reps / sw.processes)
@@ -128,7 +130,7 @@ def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint
     """The reps each grid point is predicted to need in this place, from the spread its ratios had over the grid
     in `previous` and how far the point's own sat from 1 (a point not measured here before: the lab's default
     spread in this place, lab.measure.plan.DEFAULT_SPREADS)."""
-    from lab.experiments.sweep_grid import grid
+    from lab.experiments.sweep.grid import grid
 
     sw = settings.sweep
     bounds: dict[str, tuple[float, float]] = {}
@@ -232,6 +234,39 @@ def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float)
         update={"max_reps": reps, "min_reps": min(settings.sweep.min_reps, reps), "reps": None}
     )
     return settings.model_copy(update={"sweep": sw})
+
+
+@dataclass(frozen=True)
+class PlanDraft:
+    """`lab sweep --plan` / `--budget` before a run: the settings (with the reps a budget affords), the rates they
+    are planned at, and the grid's plans for the per-rep prefill design (`old`) and the lab's (`new`)."""
+
+    settings: Settings
+    rates: Rates
+    where: Where
+    old: Plan
+    new: Plan
+
+
+def plan_draft(settings: Settings, where: Where, budget: str | None) -> PlanDraft:
+    """The plan of a sweep not run yet: at sweep.rates or a short calibration here (rates_for), with `budget` (a
+    duration) at the reps it affords, both designs' plans."""
+    rates = rates_for(settings)
+    if budget is not None:
+        settings = budget_reps(settings, rates, where, parse_duration(budget))
+    old, new = plans(settings, rates, where)
+    return PlanDraft(settings, rates, where, old, new)
+
+
+def predicted_draft(draft: PlanDraft, sides: int = 1) -> Plan:
+    """The draft's plan at the reps each point is predicted to need, from the spread of the newest sweep of its
+    model on this host in the runs folder (the engine built, the model hashed); `sides`: 2 for an interleaved run
+    of two configurations (`--vs`), each assumed to cost what the first does."""
+    from lab.experiments.protocol import resolve_parts
+
+    parts = resolve_parts(draft.settings, needs_engine=True)
+    before = newest_sweep_points(draft.settings.runs_dir, parts.model_record["sha256"], parts.target.name)
+    return predicted_plan(draft.settings, draft.rates, draft.where, *before).times(sides)
 
 
 def rates_for(settings: Settings) -> Rates:

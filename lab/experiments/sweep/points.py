@@ -1,6 +1,6 @@
 """What a sweep point's samples say, through the server or in one process alike: one row per timed step, each
 arm's median with its interval, the ratios paired by rep with their verdicts, and when a point is decided. Each
-place adds its own part of the point (lab.experiments.sweep_server, lab.experiments.sweep_inproc)."""
+place adds its own part of the point (lab.experiments.sweep.server, lab.experiments.sweep.inproc)."""
 
 from __future__ import annotations
 
@@ -41,8 +41,8 @@ from lab.core.stats import (
 )
 from lab.engine.contract import ARMS, Arm, ArmResult
 from lab.engine.imagegrid import ImageGeometry
-from lab.experiments.sweep_diagnose import diagnose
-from lab.experiments.sweep_grid import GridPoint, image_counts
+from lab.experiments.sweep.diagnose import diagnose
+from lab.experiments.sweep.grid import GridPoint, image_counts
 from lab.measure.fills import batch_values, fill_values
 
 # what a sample keeps of the arm's result as it is

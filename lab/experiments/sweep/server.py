@@ -25,9 +25,9 @@ from lab.engine.contract import ARMS, ContractClient, Step
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.media import synthetic_image_step
 from lab.engine.slots import SavedStates
-from lab.experiments.sweep_estimate import Estimate, paired_estimate
-from lab.experiments.sweep_grid import GridPoint, image_counts, point_seed, point_text_step
-from lab.experiments.sweep_points import (
+from lab.experiments.sweep.estimate import Estimate, paired_estimate
+from lab.experiments.sweep.grid import GridPoint, image_counts, point_seed, point_text_step
+from lab.experiments.sweep.points import (
     PointSamples,
     RepOut,
     processes_of,

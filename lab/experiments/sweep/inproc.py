@@ -11,7 +11,7 @@ tokens:
                state is a genuine hit (optional: it costs L per rep)
     baseline   decode L + new from empty (optional direct reps, at most sweep.baseline_reps per point)
     estimate   first in every rep: restore the depth-L state and time a chunk of the new tokens, what the
-               estimate beside the server times (lab.experiments.sweep_server.driver_estimate), here next to the
+               estimate beside the server times (lab.experiments.sweep.server.driver_estimate), here next to the
                rep's arms in their process, so fake / estimate is paired by rep as fake / genuine is
 """
 
@@ -34,9 +34,9 @@ from lab.core.schemas import (
 )
 from lab.core.settings import SweepSettings
 from lab.core.stats import linear_fit, median_interval, unpaired_ratio
-from lab.experiments.sweep_estimate import driver_estimate, paired_estimate
-from lab.experiments.sweep_grid import GridPoint
-from lab.experiments.sweep_points import (
+from lab.experiments.sweep.estimate import driver_estimate, paired_estimate
+from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.points import (
     PointEstimate,
     PointSamples,
     RepOut,
@@ -152,7 +152,7 @@ def restore_fields(ps: PointSamples, shape: MemoryShape | None) -> InprocPointFi
     )
 
 
-RESTORE_RATIOS = {  # SweepPoint field: the per-rep figure (lab.experiments.sweep_points.rep_values)
+RESTORE_RATIOS = {  # SweepPoint field: the per-rep figure (lab.experiments.sweep.points.rep_values)
     "restore_gbps_ci": "restore/gbps",
     "memcpy_gbps_ci": "memcpy/gbps",
     "restore_vs_memcpy_ci": "memcpy/restore",

@@ -22,7 +22,7 @@ from typing import Any
 import numpy as np
 import numpy.typing as npt
 
-from lab.models.tinyarchs import Tensors, TinyModelSpec
+from lab.models.tiny.archs import Tensors, TinyModelSpec
 
 _EMIT_A = 0.25  # embedding dim-0 magnitude
 _EMIT_G = 1.0  # gate/up weight of the two |x0| units

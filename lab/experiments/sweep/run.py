@@ -1,8 +1,8 @@
 """`lab sweep`: the fake-prefix sweep. Per (L, new) point, the fake prefix, the genuine hit and the estimate
 interleaved and repeated, each rep costing its new tokens, against the arithmetic estimate opt_prefill =
-only_new / prefill_tps(L); measured through llama-server (lab.experiments.sweep_server), in one process with
-libllama (lab.experiments.sweep_inproc), or both at every point (`sweep.where`; `lab arms` is the sweep in one
-process). One grid, one rep loop (lab.experiments.sweep_rounds), one derivation (lab.experiments.sweep_points),
+only_new / prefill_tps(L); measured through llama-server (lab.experiments.sweep.server), in one process with
+libllama (lab.experiments.sweep.inproc), or both at every point (`sweep.where`; `lab arms` is the sweep in one
+process). One grid, one rep loop (lab.experiments.sweep.rounds), one derivation (lab.experiments.sweep.points),
 one table family with a `where` column.
 
 Lifecycle of a run (inside the protocol's run folder), in rounds of processes (sweep.processes at least):
@@ -14,7 +14,7 @@ Lifecycle of a run (inside the protocol's run folder), in rounds of processes (s
     3. every open point, in one process first, then through the server: its reps for this round, interleaved
     4. after the last round, in one process: the cache read's summary over the grid (raw/arms_summary.json)
 
-Resumable at (point, process) granularity (lab.experiments.sweep_rounds): an interrupted sweep resumes with no
+Resumable at (point, process) granularity (lab.experiments.sweep.rounds): an interrupted sweep resumes with no
 duplicated or lost round.
 """
 
@@ -30,6 +30,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from lab.catalog.headline import HeadlineProfile, HeadlineStep, newest_profile, steps_of
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
@@ -40,8 +41,6 @@ from lab.engine.contract import ContractClient
 from lab.engine.imagegrid import ImageGeometry
 from lab.engine.server import LlamaServer, mmproj_args
 from lab.engine.slots import SavedStates, scratch_dir
-from lab.experiments import sweep_inproc
-from lab.experiments.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
 from lab.experiments.protocol import (
     Experiment,
     OpenRun,
@@ -52,7 +51,7 @@ from lab.experiments.protocol import (
     progress_bar,
     run_experiment,
 )
-from lab.experiments.sweep_estimate import (
+from lab.experiments.sweep.estimate import (
     Estimate,
     batch_chunk,
     bench_check,
@@ -60,10 +59,11 @@ from lab.experiments.sweep_estimate import (
     driver_estimate,
     no_estimate,
 )
-from lab.experiments.sweep_grid import GridPoint, grid, only_new, stream_tokens
-from lab.experiments.sweep_inproc import InprocPlace
-from lab.experiments.sweep_rounds import Ledger, Place, done_points
-from lab.experiments.sweep_server import ServerPlace
+from lab.experiments.sweep.grid import GridPoint, grid, only_new, stream_tokens
+from lab.experiments.sweep.inproc import InprocPlace, restore_summary
+from lab.experiments.sweep.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
+from lab.experiments.sweep.rounds import Ledger, Place, done_points
+from lab.experiments.sweep.server import ServerPlace
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
 from lab.measure.fills import complete_fills, run_fill
@@ -208,7 +208,7 @@ class Sweep(Experiment):
         if "inproc" in places_of(sw):
             inproc_samples = [s for s in run.read(SWEEP_SAMPLES) if s.where == "inproc"]
             inproc_points = [p for p in self.points if p.where == "inproc"]
-            self.summary = sweep_inproc.restore_summary(inproc_points, inproc_samples, fills, self.shape)
+            self.summary = restore_summary(inproc_points, inproc_samples, fills, self.shape)
             run.rewrite(ARMS_SUMMARY, [self.summary])
         self.took_s = time.monotonic() - started
         results = plan_results(self.plan, self.took_s, self.revised)
@@ -318,6 +318,17 @@ class Sweep(Experiment):
             "points": [p.model_dump(mode="json") for p in self.points],
             "summary": self.summary.model_dump(mode="json") if self.summary else None,
         }
+
+
+def sweep_headline(sweep: Sweep, sess: OpenRun) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
+    """The answer a finished sweep closes with (lab.presenters.print_headline): its server points' step with the
+    cache vs re-prefilled, and where the newest profile of its model on this host (from the runs folder) says
+    time goes."""
+    host = sess.run.manifest().host
+    server = [p for p in sweep.points if p.where == "server"]
+    steps = steps_of(server, host, sess.model.name, sess.run.path.name)
+    profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
+    return steps, [profile] if profile else []
 
 
 def needs_fill(fills: list[InprocFill], states_dir: Path, sw: SweepSettings) -> bool:

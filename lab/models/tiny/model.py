@@ -3,15 +3,15 @@
 :func:`write_tiny_model` writes a small model with random weights but the *real*
 tokenizer, copied (every ``tokenizer.*`` key) from a vocab-only GGUF such as
 ``<llama.cpp>/models/ggml-vocab-qwen35.gguf``.  The output is byte-for-byte
-reproducible: the same :class:`~lab.models.tinyarchs.TinyModelSpec` and vocab file always
+reproducible: the same :class:`~lab.models.tiny.archs.TinyModelSpec` and vocab file always
 give the same sha256.
 
 The parts, one module each:
 
-- :mod:`lab.models.tinyarchs`: the spec, the supported architectures, their hyperparameters
+- :mod:`lab.models.tiny.archs`: the spec, the supported architectures, their hyperparameters
   and their random tensors;
-- :mod:`lab.models.tinyvocab`: the tokenizer copy (with the Qwen added tokens filled in);
-- :mod:`lab.models.tinyemit`: the "emit channel", a few deterministic weights that keep the
+- :mod:`lab.models.tiny.vocab`: the tokenizer copy (with the Qwen added tokens filled in);
+- :mod:`lab.models.tiny.emit`: the "emit channel", a few deterministic weights that keep the
   model from emitting tokens llama-server cannot return (partial UTF-8, special, EOG);
 - :mod:`lab.core.gguf_io`: the atomic GGUF writer and the fast metadata reader.
 """
@@ -21,9 +21,9 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.core.gguf_io import atomic_gguf, import_gguf
-from lab.models.tinyarchs import TinyModelSpec, build_tensors, hparams
-from lab.models.tinyemit import add_emit_channel, emittable_tokens
-from lab.models.tinyvocab import copy_tokenizer
+from lab.models.tiny.archs import TinyModelSpec, build_tensors, hparams
+from lab.models.tiny.emit import add_emit_channel, emittable_tokens
+from lab.models.tiny.vocab import copy_tokenizer
 
 _DEFAULT_SPEC = TinyModelSpec()
 

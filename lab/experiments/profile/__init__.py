@@ -1,0 +1,1 @@
+"""The per-node prefill profile (`lab profile`): its lifecycle, references, derivation, dump, rates and efficiency."""
