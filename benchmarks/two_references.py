@@ -42,7 +42,10 @@ def cell(iv: Interval | None, digits: int = 1) -> str:
     return "-" if iv is None else iv.fmt(digits=digits)
 
 
-def main() -> int:
+Samples = dict[tuple[str, int], list[float]]  # (way, depth) -> the chunk's ms
+
+
+def parse_args() -> argparse.Namespace:
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--depths", type=ints, default=[512, 1024, 4096])
     ap.add_argument("--chunk", type=int, default=512)
@@ -54,10 +57,13 @@ def main() -> int:
         action="store_true",
         help="the driver decodes ids drawn uniformly from the vocabulary, as llama-bench does (else the sweep's)",
     )
-    args = ap.parse_args()
+    return ap.parse_args()
+
+
+def main() -> int:
+    args = parse_args()
     depths = sorted(set(args.depths))
     settings = load_settings(model=args.model, server={"ctx_size": max(depths) + args.chunk + 256})
-    srv = settings.server
     parts = resolve_parts(settings, needs_engine=True)
     assert parts.engine is not None and parts.model is not None
     driver, n_vocab = prepare_driver(parts.engine, settings, parts.model, [args.chunk], fake=False, who="benchmark")
@@ -67,7 +73,7 @@ def main() -> int:
         rng = random.Random(0)
         tokens = logs / "tokens.txt"
         tokens.write_text(" ".join(str(rng.randrange(n_vocab)) for _ in range(max(depths) + args.chunk)) + "\n")
-    ms: dict[tuple[str, int], list[float]] = {(w, d): [] for w in WAYS for d in depths}
+    ms: Samples = {(w, d): [] for w in WAYS for d in depths}
     for rnd in range(args.rounds):
         bench = LlamaBench(
             parts.engine,
@@ -75,12 +81,11 @@ def main() -> int:
             [args.chunk],
             depths,
             args.reps,
-            srv.threads,
-            srv.flash_attn,
-            cpu_list=srv.cpu_list,
+            settings.server.threads,
+            settings.server.flash_attn,
+            cpu_list=settings.server.cpu_list,
         )
-        rows = measure_prefill_tps(parts.target, bench, logs / "llama-bench.log")
-        for r in rows:
+        for r in measure_prefill_tps(parts.target, bench, logs / "llama-bench.log"):
             ms[("llama-bench", r.depth)] += r.samples_ms
         for way, pool in (("driver", False), ("driver + threadpool", True)):
             cmd = driver_command(
@@ -88,25 +93,41 @@ def main() -> int:
                 parts.model,
                 Ls=depths,
                 news=[args.chunk],
-                threads=srv.threads,
-                threads_batch=srv.threads_batch,
-                n_ctx=srv.ctx_size,
-                ubatch=srv.ubatch_size,
-                flash_attn=srv.flash_attn,
-                cpu_list=srv.cpu_list,
+                threads=settings.server.threads,
+                threads_batch=settings.server.threads_batch,
+                n_ctx=settings.server.ctx_size,
+                ubatch=settings.server.ubatch_size,
+                flash_attn=settings.server.flash_attn,
+                cpu_list=settings.server.cpu_list,
                 fake=False,
                 threadpool=pool,
                 tokens=tokens,
             )
-            with DriverSession(cmd, logs / f"driver-{rnd}-{pool}.log") as d:
-                d.fill(0)  # the depth-D states, and the process warmed up
-                for depth in depths:
-                    for rep in range(args.reps):
-                        *_, row = d.rep(depth, args.chunk, rep, ["warmup", "genuine"])
-                        if row["ok"]:
-                            ms[(way, depth)].append(float(row["decode_ms"]))
+            for depth, chunks in driver_chunks(cmd, logs / f"driver-{rnd}-{pool}.log", depths, args).items():
+                ms[(way, depth)] += chunks
+    agree = print_table(ms, depths, args, settings.server.threads)
+    print(f"like for like (both with a threadpool): {agree} of {len(depths)} depths agree within +-{TOL:.0%}")
+    return 0
+
+
+def driver_chunks(cmd: list[str], log: Path, depths: list[int], args: argparse.Namespace) -> dict[int, list[float]]:
+    """One driver process: the cumulative fill, then --reps timed chunks (each after a warm-up) at every depth."""
+    out: dict[int, list[float]] = {d: [] for d in depths}
+    with DriverSession(cmd, log) as d:
+        d.fill(0)  # the depth-D states, and the process warmed up
+        for depth in depths:
+            for rep in range(args.reps):
+                *_, row = d.rep(depth, args.chunk, rep, ["warmup", "genuine"])
+                if row["ok"]:
+                    out[depth].append(float(row["decode_ms"]))
+    return out
+
+
+def print_table(ms: Samples, depths: list[int], args: argparse.Namespace, threads: int) -> int:
+    """Each way's median per depth, and driver / llama-bench with its verdict; returns how many depths agree like
+    for like (both with a threadpool)."""
     t = Table(
-        title=f"a {args.chunk}-token chunk at depth D, {srv.threads} thread(s), {args.rounds} rounds x {args.reps}: "
+        title=f"a {args.chunk}-token chunk at depth D, {threads} thread(s), {args.rounds} rounds x {args.reps}: "
         f"median ms [95% interval]; driver / llama-bench (unpaired) and its verdict at +-{TOL:.0%}"
     )
     for c in ("depth", *WAYS, "driver / llama-bench", "with threadpool / llama-bench"):
@@ -123,8 +144,7 @@ def main() -> int:
             *(f"{cell(r, 3)} {v}" for r, v in zip(ratios, verdicts, strict=True)),
         )
     Console().print(t)
-    print(f"like for like (both with a threadpool): {agree} of {len(depths)} depths agree within +-{TOL:.0%}")
-    return 0
+    return agree
 
 
 if __name__ == "__main__":

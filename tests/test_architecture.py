@@ -36,7 +36,7 @@ def test_the_tree_keeps_its_layers(tmp_path: Path) -> None:
 def test_an_upward_import_breaks_the_contract(tmp_path: Path) -> None:
     root = copy_of_the_tree(tmp_path)
     with (root / "lab" / "core" / "runs.py").open("a") as f:  # the run folders, low in the core, importing a presenter
-        f.write("\nfrom lab.presenters import runs_listing  # noqa: E402, F401\n")
+        f.write("\nfrom lab.presenters.catalog import runs_listing  # noqa: E402, F401\n")
     r = lint(root)
     assert r.returncode == 1 and "lab.core.runs is not allowed to import lab.presenters" in r.stdout, (
         r.stdout + r.stderr

@@ -170,6 +170,27 @@ def test_a_run_folder_without_a_manifest_is_skipped_with_a_warning(
     assert "2026-12-02_vm_sweep_abcdef: skipped, no manifest.json" in err
 
 
+def test_a_run_folder_of_an_older_format_is_named_and_never_read(
+    runs: Path, tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A run of an experiment the lab no longer reads (`lab arms` before it became the sweep): ingest skips it
+    with one line naming it, the listing says why, compare refuses it."""
+    old = RunFolder.create(runs, "arms", "vm", {})
+    (old.path / "raw" / "inproc_points.jsonl").write_text('{"point": "L512_n64"}\n')
+    old.complete()
+    r = ingest(runs, tmp_path / "catalog")
+    assert (r.runs, r.in_figures) == (3, 2) and sum(r.rows.values()) == 2 + 15 + 3
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"warning: {old.path}: a 'arms' run, a format this lab does not read (it reads ")
+    assert line.endswith("; skipped")
+    listed = json.loads(lab("catalog", "ls", "--runs-dir", str(runs), "--json").stdout)
+    assert next(x["error"] for x in listed if x["run_id"] == old.path.name).startswith(f"{old.path}: a 'arms' run")
+    a = sweep_run(runs, 20.0)
+    r = lab("compare", a.path.name, old.path.name, "--runs-dir", str(runs))
+    assert r.returncode == 1 and f"{old.path}: a 'arms' run, a format this lab does not read" in r.stderr, r.stderr
+    assert len(r.stderr.strip().splitlines()) == 1
+
+
 def test_the_shared_model_hash_memo_survives_a_torn_write(tmp_path: Path) -> None:
     from lab.core.hashing import file_sha256
     from lab.core.modelfile import model_sha256

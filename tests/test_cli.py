@@ -65,3 +65,19 @@ def test_fab_tasks_forward_the_options_of_the_commands_they_run() -> None:
         "--engine",
         "latest",
     ]
+
+
+def test_a_finished_run_prints_by_its_experiments_name_not_its_class() -> None:
+    """A tune is a conversation replay (its class a Replay) and prints its own tables: the printer is the one of
+    its name, whatever order the experiments are listed in."""
+    from lab.cli.show import PRINTERS
+    from lab.experiments.conversation import Replay
+    from lab.experiments.decode import DecodeCheck
+    from lab.experiments.profile.run import Profile
+    from lab.experiments.sweep.run import Sweep
+    from lab.experiments.tune import Tune
+
+    assert issubclass(Tune, Replay)
+    names = [e.name for e in (Sweep, Profile, DecodeCheck, Tune, Replay)]
+    assert sorted(PRINTERS) == sorted(names) and len(set(PRINTERS.values())) == len(names)
+    assert PRINTERS[Tune.name].__name__ == "_tune" and PRINTERS[Replay.name].__name__ == "_replay"

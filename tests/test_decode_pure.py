@@ -177,10 +177,10 @@ def test_the_generation_must_fit_the_context() -> None:
 
 def test_decode_inputs_are_settings_like_every_experiment(tmp_path: Path) -> None:
     """params.yaml, LAB_* and flags set `lab engine decode` as they set a sweep; a bad value is refused by name
-    before anything is built or created, and an older run's inputs (recorded beside the settings) come back."""
+    before anything is built or created; a run of an older format (its inputs beside the settings) is refused."""
     from labcli import lab, one_line_error
 
-    from lab.core.runs import RunFolder
+    from lab.core.runs import RunError, RunFolder
     from lab.core.settings import load_settings
     from lab.experiments.decode import DecodeCheck
 
@@ -192,10 +192,5 @@ def test_decode_inputs_are_settings_like_every_experiment(tmp_path: Path) -> Non
     one_line_error(r, 2, "unknown setting decode.depth")
     assert not (tmp_path / "runs").exists()
     old = RunFolder.create(tmp_path / "runs", "decode", "h", {"depths": [32, 96], "new": 16, "n_out": 4, "reps": 2})
-    settings = DecodeCheck().restore_own(load_settings(), old.manifest().params, old)
-    assert (settings.decode.depths, settings.decode.new, settings.decode.n_out, settings.decode.reps) == (
-        [32, 96],
-        16,
-        4,
-        2,
-    )
+    with pytest.raises(RunError, match=rf"{old.path.name}: a decode check of an older format"):
+        DecodeCheck().restore_own(load_settings(), old.manifest().params, old)

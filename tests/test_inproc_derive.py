@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from lab.core.schemas import ArmStats, InprocFill, SweepPoint, SweepSample
+from lab.core.schemas import InprocFill, SweepPoint, SweepSample
 from lab.core.settings import SweepSettings
 from lab.experiments.sweep.grid import GridPoint
 from lab.experiments.sweep.inproc import restore_summary, summarize_inproc
@@ -179,24 +179,6 @@ def test_the_direct_baseline_runs_in_the_first_reps_and_the_order_rotates() -> N
     assert rep_arms(arms, 2, sw) == ["plain", "fake", "genuine"]  # no baseline from rep 2 on
     assert rep_arms(arms, 7, SweepSettings(min_reps=5, max_reps=12)) == ["genuine", "plain", "fake"]
     assert rep_arms(["fake", "genuine"], 3, sw) == ["genuine", "fake"]
-
-
-def test_older_arms_rows_read_as_the_sweep_in_one_process() -> None:
-    """`lab arms` run folders from before it became the sweep: the recent format as it was; the oldest (a restore
-    arm beside a genuine arm that decoded L) with restore as today's genuine and their genuine as plain."""
-    from lab.catalog.legacy import InprocPoint, InprocSample
-
-    old = {"point": "L300_n16", "L": 300, "new": 16, "rep": 0, "ok": True, "pos_max": 299}
-    recent = InprocSample(arm="genuine", decode_ms=10.0, prep_ms=0.5, copy_ms=0.2, blob_bytes=9, **old).current()
-    assert (recent.where, recent.arm, recent.prompt_ms, recent.prep_ms) == ("inproc", "genuine", 10.0, 0.5)
-    assert InprocSample(arm="genuine", decode_ms=11.0, **old).current().arm == "plain"
-    assert InprocSample(arm="restore", decode_ms=10.0, prep_ms=0.5, **old).current().arm == "genuine"
-    stats = {a: ArmStats(median_ms=ms, n_ok=3) for a, ms in (("fake", 9.9), ("genuine", 11.0), ("restore", 10.0))}
-    point = {"point": "L300_n16", "L": 300, "new": 16, "n_kv_padded": 512, "measurable": True, "reps": 3}
-    oldest = InprocPoint(baseline=ArmStats(), **point, **stats).current()
-    assert (oldest.genuine.median_ms, oldest.plain.median_ms, oldest.where) == (10.0, 11.0, "inproc")
-    stats["restore"] = ArmStats()
-    assert InprocPoint(baseline=ArmStats(), **point, **stats).current().genuine.median_ms == 11.0
 
 
 def test_a_run_whose_arm_failed_on_every_sample_is_not_complete() -> None:

@@ -116,7 +116,7 @@ def test_a_model_to_push_is_checked_here_first(tmp_path: Path, settings: Setting
 def test_the_compare_table_prints_a_hosts_file_name_as_text_not_markup() -> None:
     from rich.console import Console
 
-    from lab.presenters import compare_table
+    from lab.presenters.compare import compare_table
 
     models = (ModelRef("f" * 64, "/srv/[bold]x.gguf"), ModelRef("f" * 64, "/y"))
     c = Comparison("sweep", "a", "b", (), [], models=models)

@@ -6,6 +6,7 @@ error; empty tables give an explanatory empty state; two catalogs of the same ru
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -19,7 +20,6 @@ from pydantic import BaseModel
 
 from lab.catalog.compare import CompareError, compare_catalog
 from lab.catalog.ingest import ingest
-from lab.catalog.legacy import InprocPoint, InprocSample
 from lab.catalog.tables import SPECS, load_table, table_path, unflatten
 from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import (
@@ -64,13 +64,12 @@ IMAGE_GRID = [
     (2048, 64, "320x200", 82, 320.0),
     (2048, 64, "640x400", 258, 990.0),
 ]
-IMAGE_COLUMNS = ["image", "image_tokens", "image_positions", "encode_ms", "lm_ms"]
 
 
 # --- run folders built from the schemas ------------------------------------------------------------------
 
 
-TABLES = {spec.source.name: spec.source for spec in SPECS}  # every run table, an old `arms` run's too
+TABLES = {spec.source.name: spec.source for spec in SPECS}  # every run table
 
 
 def make_run(
@@ -142,7 +141,8 @@ def image_sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
         est = lm_est + encode
         fake = est * (1 + 0.02 * (-1) ** i)
         arm = {"fake": fake, "genuine": fake * 0.99, "baseline": (L + tokens + new) / (3000.0 * speed) * 1e3 + encode}
-        stats = {k: ArmStats(median_ms=v, min_ms=v * 0.95, max_ms=v * 1.05, n_ok=3) for k, v in arm.items()}
+        stats = {k: ArmStats(median_ms=v, median_lo_ms=v * 0.97, median_hi_ms=v * 1.03, min_ms=v * 0.95,
+                             max_ms=v * 1.05, n_ok=3) for k, v in arm.items()}  # fmt: skip
         point = f"L{L}_n{new}_img{image}"
         rows["points"].append(
             SweepPoint(
@@ -230,9 +230,8 @@ def profile_rows(
     return {"profile_walls": walls, "profile_bands": bands}, {"profile_summary": summary}
 
 
-def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
-    """An in-process run of the older `lab arms` (its own tables: the catalog reads them into the sweep's) over a
-    2 x 2 grid, 3 reps per point, with its summary."""
+def inproc_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseModel]]:
+    """A sweep in one process (`lab sweep --where inproc`) over a 2 x 2 grid, 3 reps per point, with its summary."""
     points: list[BaseModel] = []
     samples: list[BaseModel] = []
     for L, new in ((512, 64), (2048, 64), (512, 256), (2048, 256)):
@@ -246,15 +245,15 @@ def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseM
         blob, prep, copy = 1044 * L + 430316, 0.3 * L / 1024, 0.15 * L / 1024
         stats = {a: ArmStats(median_ms=v, median_lo_ms=v * 0.97, median_hi_ms=v * 1.03, n_ok=3) for a, v in ms.items()}
         point = f"L{L}_n{new}"
-        points.append(InprocPoint(
-            point=point, L=L, new=new, n_kv_padded=ggml_pad(L + new), measurable=True, reps=3, **stats,
-            restore_prep_ci=Interval(value=prep, lo=prep * 0.95, hi=prep * 1.05, n=3),
+        points.append(SweepPoint(
+            where="inproc", point=point, L=L, new=new, n_kv_padded=ggml_pad(L + new), measurable=True, reps=3,
+            **stats, restore_prep_ci=Interval(value=prep, lo=prep * 0.95, hi=prep * 1.05, n=3),
             memcpy_ci=Interval(value=copy, lo=copy * 0.95, hi=copy * 1.05, n=3), blob_bytes=blob,
         ))  # fmt: skip
         samples += [
-            InprocSample(point=point, L=L, new=new, arm=a, rep=rep, ok=True, decode_ms=v,  # type: ignore[arg-type]
-                         prep_ms=prep if a == "genuine" else None, copy_ms=copy if a == "genuine" else None,
-                         blob_bytes=blob if a == "genuine" else None, pos_max=-1 if a == "baseline" else L - 1)
+            SweepSample(where="inproc", point=point, L=L, new=new, arm=a, rep=rep, ok=True, prompt_ms=v,
+                        prep_ms=prep if a == "genuine" else None, copy_ms=copy if a == "genuine" else None,
+                        blob_bytes=blob if a == "genuine" else None, pos_max=-1 if a == "baseline" else L - 1)
             for a, v in ms.items()
             for rep in range(3)
         ]  # fmt: skip
@@ -263,7 +262,7 @@ def arms_rows(speed: float) -> tuple[dict[str, list[BaseModel]], dict[str, BaseM
         attention_layers=2, recurrent_layers=6, restore_vs_memcpy_ci=Interval(value=0.49, lo=0.48, hi=0.5, n=12),
         fake_vs_genuine_ci=Interval(value=0.99, lo=0.985, hi=0.995, n=12),
     )  # fmt: skip
-    return {"inproc_points": points, "inproc_samples": samples}, {"arms_summary": summary}
+    return {"points": points, "samples": samples}, {"arms_summary": summary}
 
 
 def replay_runs(root: Path) -> None:
@@ -332,8 +331,9 @@ def runs_dir(tmp_path_factory: pytest.TempPathFactory) -> Path:
         rows, single = profile_rows(scale)
         make_run(root, "profile", host, rows, single, params={"profile": {"chunk": 512}})
     for host, speed in (("host-a", 1.0), ("host-b", 1.5)):
-        rows, single = arms_rows(speed)
-        make_run(root, "arms", host, rows, single, params={"sweep": {"Ls": [512, 2048], "news": [64, 256]}})
+        rows, single = inproc_rows(speed)
+        params = {"sweep": {"Ls": [512, 2048], "news": [64, 256], "where": "inproc"}}
+        make_run(root, "sweep", host, rows, single, params=params)
     replay_runs(root)
     return root
 
@@ -373,6 +373,13 @@ def image_catalog(tmp_path_factory: pytest.TempPathFactory) -> Path:
     cat = tmp_path_factory.mktemp("catalog-image") / "catalog"
     ingest(root, cat)
     return cat
+
+
+def sweep_runs(catalog_dir: Path, where: str) -> list[str]:
+    """The complete sweep runs measured in one place (their params' sweep.where), oldest first."""
+    runs = catalog_runs(catalog_dir).query("experiment == 'sweep' and in_figures")
+    places = [json.loads(p)["sweep"].get("where", "server") for p in runs["params_json"]]
+    return [str(r) for r, w in zip(runs["run_id"], places, strict=True) if w == where]
 
 
 def render_agreement(catalog_dir: Path, out: Path) -> list[Path]:
@@ -465,9 +472,9 @@ def test_agreement_draws_complete_runs_and_the_dropdown_filters(
     reports: tuple[Path, list[Path]], browser: Browser, catalog: Path
 ) -> None:
     out, _ = reports
-    drawn = catalog_runs(catalog).query("experiment == 'sweep' and in_figures")
-    assert len(drawn) == 2  # the incomplete sweep run is not drawn
-    one = str(drawn["run_id"].iloc[0])
+    drawn = sweep_runs(catalog, "server")
+    assert len(drawn) == 2  # the incomplete sweep run is not drawn, nor the sweeps in one process
+    one = drawn[0]
 
     def pick_one_run(page: Any) -> dict[str, int]:
         page.select_option("select[name='sweep_run']", one)
@@ -542,13 +549,14 @@ def test_the_index_opens_with_the_answer(reports: tuple[Path, list[Path]], brows
     assert got["steps"] == 2 * len(SWEEP_GRID)  # the newest complete sweep of each host (same model)
     assert got["profiles"] == 2
     assert "times faster" in got["text"] and "attention overtakes the MoE FFN at depth 1600 [1500, 1700]" in got["text"]
-    assert "2,048" in got["text"]  # L of the deepest point, with its interval beside it
+    assert "after 2,048 cached tokens costs" in got["text"]  # the deepest point in words, with its interval
 
 
 @pytest.mark.browser
 def test_arms_draw_one_run_at_a_time(reports: tuple[Path, list[Path]], browser: Browser, catalog: Path) -> None:
     out, _ = reports
-    arms_runs = [str(r) for r in catalog_runs(catalog).query("experiment == 'arms'")["run_id"]]
+    arms_runs = sweep_runs(catalog, "inproc")
+    assert len(arms_runs) == 2
 
     def pick_each_run(page: Any) -> list[tuple[int, int, bool]]:
         seen = []
@@ -638,14 +646,19 @@ def test_incomplete_rows_are_never_drawn(catalog: Path, tmp_path: Path) -> None:
 def test_compare_renders_ratios(catalog: Path, reports: tuple[Path, list[Path]], browser: Browser) -> None:
     out, _ = reports
     runs = catalog_runs(catalog).query("in_figures")
-    for experiment, cells in (("sweep", 4 * len(SWEEP_GRID)), ("profile", 5 * (len(BANDS) + 1)), ("arms", 5 * 4)):
-        a, b = (str(x) for x in runs.loc[runs["experiment"] == experiment, "run_id"])
+    profiles = [str(x) for x in runs.loc[runs["experiment"] == "profile", "run_id"]]
+    pairs = {
+        "sweep": (sweep_runs(catalog, "server"), 4 * len(SWEEP_GRID)),
+        "profile": (profiles, 5 * (len(BANDS) + 1)),
+        "sweep in one process": (sweep_runs(catalog, "inproc"), 5 * 4),
+    }
+    for what, ((a, b), cells) in pairs.items():
         paths = render_compare(compare_catalog(catalog, a, b), out, SETTINGS)
         assert [p.name for p in paths] == [f"compare_{a}_vs_{b}.{fmt}" for fmt in ("html", "png", "svg")]
         r = browser.open(paths[0])
         assert r["blocked"] == [] and r["errors"] == []
-        assert r["rects"] == cells and r["texts"] >= cells, (experiment, r)
-    sweep = str(runs.loc[runs["experiment"] == "sweep", "run_id"].iloc[0])
+        assert r["rects"] == cells and r["texts"] >= cells, (what, r)
+    sweep = sweep_runs(catalog, "server")[0]
     profile = str(runs.loc[runs["experiment"] == "profile", "run_id"].iloc[0])
     with pytest.raises(CompareError, match="sweep run"):
         compare_catalog(catalog, sweep, profile)
@@ -710,27 +723,6 @@ def test_agreement_marks_image_steps_and_splits_encode_from_lm(
     again = render_agreement(image_catalog, tmp_path / "b")
     for a, b in zip(paths, again, strict=True):
         assert a.read_bytes() == b.read_bytes(), f"{a.name} differs between two renders of the same catalog"
-
-
-@pytest.mark.browser
-def test_agreement_reads_catalogs_without_image_columns(catalog: Path, browser: Browser, tmp_path: Path) -> None:
-    """A catalog ingested before the image columns existed draws exactly as one whose steps are all text."""
-    old = tmp_path / "old" / "catalog"
-    (old / "tables").mkdir(parents=True)
-    for name in ("runs", "sweep_points"):
-        table_path(old, name).write_bytes(table_path(catalog, name).read_bytes())
-    pts = pd.read_parquet(table_path(old, "sweep_points"))
-    assert set(IMAGE_COLUMNS) <= set(pts.columns) and pts["image"].isna().all()
-    pts.drop(columns=IMAGE_COLUMNS).to_parquet(table_path(old, "sweep_points"))
-    runs = catalog_runs(catalog)
-    assert agreement_chart(old, runs, SETTINGS).to_json() == agreement_chart(catalog, runs, SETTINGS).to_json()
-    html = save_chart(
-        agreement_chart(old, runs, SETTINGS), tmp_path / "out", "agreement", ReportSettings(formats=["html"])
-    )
-    r = browser.open(html[0])
-    assert r["blocked"] == [] and r["errors"] == []
-    assert r["symbols"] == 2 * 3 * len(SWEEP_GRID) and r["rects"] == 0, r
-    assert "vision encode" not in html[0].read_text()
 
 
 @pytest.mark.browser

@@ -1,9 +1,8 @@
 """The one compare core: two runs of one experiment side by side, B/A per key, for the CLI table
 (`lab compare`), `lab compare --report` and the heatmap alike (in the spirit of llama.cpp's
-compare-llama-bench.py): per (where, L, new, screenshot) for sweeps (through the server and in one process;
-older `lab arms` runs are in-process sweeps); per (depth, band), plus the whole FUSED chunk per depth, for
-profiles; per (task, step) and arm for conversation replays. Rows come from run folders or from the catalog
-tables: the same flattened rows.
+compare-llama-bench.py): per (where, L, new, screenshot) for sweeps (through the server and in one process);
+per (depth, band), plus the whole FUSED chunk per depth, for profiles; per (task, step) and arm for
+conversation replays. Rows come from run folders or from the catalog tables: the same flattened rows.
 
 B/A's interval resamples each run's processes, then the samples within them, where the samples say which
 process measured them (a rerun's process is a level of variance of its own); runs from before, measured in one
@@ -15,7 +14,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lab.catalog.ingest import read_manifest, run_rows
+from lab.catalog.ingest import current_manifest, read_manifest, run_rows
 from lab.catalog.samples import TOTAL_BAND, Samples, Side, present, samples_of
 from lab.catalog.tables import load_table
 from lab.core.errors import LabError
@@ -78,8 +77,6 @@ KINDS = {
         {"server_ms_value": "server decode ms/token", "bench_ms_value": "llama-bench decode ms/token"},
     ),
 }
-# `lab arms` runs: in-process sweeps
-KIND_OF = {"sweep": "sweep", "arms": "sweep", "profile": "profile", "conversation": "conversation", "decode": "decode"}
 
 
 @dataclass(frozen=True)
@@ -228,7 +225,7 @@ def compare_rows(
     run-to-run spread (log SD, measured by the A/A test), one draw of it shared by every row of a bootstrap
     replicate, since a run's drift moves all of its points alike. `paired`: the two sides of one interleaved
     run (lab.experiments.versus), their processes paired by slot: B/A resamples slots, then reps, on both."""
-    kind = KINDS[KIND_OF[experiment]]
+    kind = KINDS[experiment]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
         if experiment != "profile":
@@ -267,18 +264,17 @@ def compare_rows(
 
 
 def _check(experiment_a: str, experiment_b: str) -> str:
-    """The kind both runs are (a sweep, older arms runs included, or a profile)."""
-    kind_a, kind_b = KIND_OF.get(experiment_a, experiment_a), KIND_OF.get(experiment_b, experiment_b)
+    """The kind both runs are (a sweep, a profile, a conversation replay or a decode check)."""
     if experiment_a.endswith(VERSUS) or experiment_b.endswith(VERSUS):
         raise CompareError(
             "an interleaved run (--vs) holds two runs: name a side, <id>/a or <id>/b, or give it alone for B/A "
             "of its two sides"
         )
-    if kind_a != kind_b:
+    if experiment_a != experiment_b:
         raise CompareError(f"cannot compare a {experiment_a} run with a {experiment_b} run")
-    if kind_a not in KINDS:
+    if experiment_a not in KINDS:
         raise CompareError(f"compare supports {' and '.join(KINDS)} runs, not {experiment_a}")
-    return kind_a
+    return experiment_a
 
 
 def compare_runs(
@@ -286,7 +282,7 @@ def compare_runs(
 ) -> Comparison:
     """Two run folders (complete or not: what they hold so far); `drift`, `paired`: see compare_rows; with a
     `tolerance` each row is also called faster, slower, the same or undecided."""
-    ma, mb = read_manifest(run_a), read_manifest(run_b)
+    ma, mb = current_manifest(run_a), current_manifest(run_b)
     name = _check(ma.experiment, mb.experiment)
     kind = KINDS[name]
 

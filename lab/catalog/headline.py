@@ -2,22 +2,19 @@
 costs with the cache (the fake prefix) and re-prefilled (the baseline), the speedup, and from the newest
 profile where the time goes at the deepest depth and where attention overtakes the MoE FFN.
 
-One record feeds every printer: `lab sweep`'s closing table, `lab catalog headline`, the top of
-reports/index.html.
+One record feeds every printer (`headline`: its lines and its tables' cells): `lab sweep`'s closing table,
+`lab catalog headline`, the top of reports/index.html.
 """
 
 from __future__ import annotations
 
+from dataclasses import dataclass
 from pathlib import Path
-from typing import TYPE_CHECKING
 
 from pydantic import BaseModel
 
 from lab.catalog.newest import newest, newest_run
-from lab.core.schemas import BANDS, BandDepth, Interval, ProfileSummary, SweepPoint
-
-if TYPE_CHECKING:
-    pass
+from lab.core.schemas import BANDS, BandDepth, Interval, ProfileSummary, SweepPoint, cell
 
 
 class HeadlineStep(BaseModel):
@@ -109,6 +106,70 @@ def summary_lines(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) ->
         else:
             out.append(f"{shares}attention overtakes the MoE FFN at depth {p.crossover_text}")
     return out
+
+
+@dataclass(frozen=True)
+class HeadlineTable:
+    """One of the headline's tables as every printer shows it: what it is in a line (the terminal's title), what
+    its cells mean (the page's note beneath it), its columns, and its rows of cells as text."""
+
+    title: str
+    note: str
+    columns: tuple[str, ...]
+    rows: tuple[tuple[str, ...], ...]
+
+
+@dataclass(frozen=True)
+class Headline:
+    """The answer per host and model: its lines in words (summary_lines), then its tables."""
+
+    lines: tuple[str, ...]
+    tables: tuple[HeadlineTable, ...]
+
+
+STEPS_TITLE = (
+    "an agent step's prefill: the first L tokens cached (fake prefix) vs re-prefilled (baseline); medians and "
+    "speedup [95% interval]"
+)
+STEPS_NOTE = (
+    "Medians with their 95% interval; with the cache: the fake prefix (the first L tokens cached); re-prefilled: "
+    "the baseline (all L + new tokens prefilled); speedup: re-prefilled / with the cache, paired by rep. The newest "
+    "complete sweep per host and model."
+)
+PROFILES_TITLE = "where a prefill chunk's time goes at the deepest profiled depth (newest profile)"
+PROFILES_NOTE = (
+    "Share of a prefill chunk's time per band at the deepest profiled depth, and the depth at which attention "
+    "overtakes the MoE FFN (measured; predicted in time from the profile's own per-band rates, and from FLOPs). The "
+    "newest complete profile per host and model."
+)
+
+
+def headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> Headline:
+    """The headline's record, which the terminal and the page format: per host and model the step with the cache,
+    re-prefilled and the speedup, and where the time goes (a table only where there are rows)."""
+    tables = ([steps_table(steps)] if steps else []) + ([profiles_table(profiles)] if profiles else [])
+    return Headline(tuple(summary_lines(steps, profiles)), tuple(tables))
+
+
+def steps_table(steps: list[HeadlineStep]) -> HeadlineTable:
+    """Per host, model and (L, new): with the cache, re-prefilled, the speedup."""
+    columns = ("host", "model", "L", "new", "with the cache (ms)", "re-prefilled (ms)", "speedup")
+    rows: list[tuple[str, ...]] = []
+    for s in steps:
+        new = f"{s.new} + {s.image}" if s.image else str(s.new)
+        times = (cell(s.cached_ms, 1), cell(s.reprefill_ms, 1), cell(s.speedup, 1))
+        rows.append((s.host, s.model, str(s.L), new, *times))
+    return HeadlineTable(STEPS_TITLE, STEPS_NOTE, columns, tuple(rows))
+
+
+def profiles_table(profiles: list[HeadlineProfile]) -> HeadlineTable:
+    """Per host and model: each band's share at the deepest profiled depth, the crossover measured and predicted."""
+    columns: tuple[str, ...] = ("host", "model", "depth", *BANDS, "crossover (measured)", "predicted")
+    rows: list[tuple[str, ...]] = []
+    for p in profiles:
+        shares = (f"{p.shares[b]:.0%}" for b in BANDS)
+        rows.append((p.host, p.model, str(p.depth), *shares, p.crossover_text, p.predicted_text))
+    return HeadlineTable(PROFILES_TITLE, PROFILES_NOTE, columns, tuple(rows))
 
 
 def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:

@@ -58,6 +58,25 @@ def read_manifest(run_dir: Path) -> Manifest:
         raise IngestError(f"{path}:1: invalid manifest: {validation_line(e, root='manifest')}") from e
 
 
+# the experiments whose run folders the catalog reads: those its tables come from
+EXPERIMENTS = frozenset(e for s in SPECS for e in s.experiments)
+
+
+class UnknownFormat(IngestError):
+    """A run folder of an experiment the lab no longer reads (an older format): named and skipped, never read as
+    something else."""
+
+
+def current_manifest(run_dir: Path) -> Manifest:
+    """A run folder's manifest, refused (UnknownFormat, one line naming the folder) when its experiment is not
+    one the catalog reads."""
+    m = read_manifest(run_dir)
+    if m.experiment not in EXPERIMENTS:
+        known = ", ".join(sorted(EXPERIMENTS))
+        raise UnknownFormat(f"{run_dir}: a {m.experiment!r} run, a format this lab does not read (it reads {known})")
+    return m
+
+
 # the fields of a run's record that its manifest holds as they are
 AS_IN_MANIFEST = {"run_id", "experiment", "host", "status", "reason", "started_utc", "finished_utc"}
 
@@ -105,8 +124,6 @@ def read_spec(run_dir: Path, spec: TableSpec, run_id: str | None = None) -> list
         raise IngestError(f"{path}:1: bad {schema.__name__}: {validation_line(e)}") from e
     except RunError as e:  # read_jsonl names the file and line
         raise IngestError(str(e)) from e
-    if spec.current is not None:
-        rows = [c for r in rows if (c := r.current()) is not None]
     return [{"run_id": run_id or run_dir.name, **flatten(r)} for r in rows]
 
 
@@ -122,15 +139,21 @@ def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, A
         if not (run_dir / "manifest.json").exists():  # a crash between its mkdir and its first write
             warn(f"{run_dir}: skipped, no manifest.json (a run that never started, or pulled only partly: dvc pull)")
             continue
-        _collect_run(run_dir, run_dir.name, records, tables)
+        if not _collect_run(run_dir, run_dir.name, records, tables):
+            continue
         for side in SIDES:  # an interleaved run: each configuration is a run of its own, `<run>/a`, `<run>/b`
             if (run_dir / side / "manifest.json").exists():
                 _collect_run(run_dir / side, f"{run_dir.name}/{side}", records, tables)
     return records, tables
 
 
-def _collect_run(run_dir: Path, run_id: str, records: list[RunRecord], tables: dict[str, list[dict[str, Any]]]) -> None:
-    m = read_manifest(run_dir)
+def _collect_run(run_dir: Path, run_id: str, records: list[RunRecord], tables: dict[str, list[dict[str, Any]]]) -> bool:
+    """One run's record and rows; False (with a warning) for a folder of a format the lab does not read."""
+    try:
+        m = current_manifest(run_dir)
+    except UnknownFormat as e:
+        warn(f"{e}; skipped")
+        return False
     if m.run_id != run_id:
         raise IngestError(f"{run_dir / 'manifest.json'}:1: run_id {m.run_id!r} does not match its folder ({run_id})")
     rec = run_record(run_dir, m, run_id)
@@ -139,6 +162,7 @@ def _collect_run(run_dir: Path, run_id: str, records: list[RunRecord], tables: d
         for spec in SPECS:
             if m.experiment in spec.experiments:
                 tables[spec.name].extend(read_spec(run_dir, spec, run_id))
+    return True
 
 
 def ingest(runs_dir: Path, catalog_dir: Path) -> IngestResult:

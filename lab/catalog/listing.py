@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record, run_rows
+from lab.catalog.ingest import IngestError, current_manifest, run_dirs, run_record, run_rows
 from lab.catalog.tables import SPEC_BY_NAME, SPECS, RunRecord
 
 
@@ -15,7 +15,7 @@ def listed_runs(runs_dir: Path) -> list[RunRecord | tuple[str, str]]:
     out: list[RunRecord | tuple[str, str]] = []
     for d in run_dirs(runs_dir):
         try:
-            out.append(run_record(d, read_manifest(d)))
+            out.append(run_record(d, current_manifest(d)))
         except IngestError as e:
             out.append((d.name, str(e)))
     return out
@@ -28,7 +28,7 @@ def listing_record(runs: list[RunRecord | tuple[str, str]]) -> list[dict[str, An
 
 def run_detail(folder: Path) -> dict[str, Any]:
     """One run's provenance (the catalog's run record), its inputs and results, and its tables' row counts."""
-    m = read_manifest(folder)
+    m = current_manifest(folder)
     rec = run_record(folder, m)
     tables = {
         name: len(run_rows(folder, m.experiment, name))

@@ -1,5 +1,6 @@
 """The newest complete run of an experiment per (host, model): the one choice behind the catalog's headline,
-`lab sweep`'s closing table and a sweep's plan (the spread of the newest sweep measured here)."""
+`lab sweep`'s closing table, a sweep's plan (the spread of the newest sweep measured here) and the run a report's
+chart shows first."""
 
 from __future__ import annotations
 
@@ -10,14 +11,29 @@ from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record
 from lab.catalog.tables import RunRecord
 
 
+def age(r: RunRecord) -> tuple[str, str]:
+    """What orders runs oldest to newest: when each started (its id breaks a tie)."""
+    return (r.started_utc, r.run_id)
+
+
 def newest(records: Iterable[RunRecord], experiment: str) -> list[RunRecord]:
     """The newest complete run of `experiment` per (host, model sha256), newest first: the one choice behind the
     catalog's headline and `lab sweep`'s closing table."""
     best: dict[tuple[str, str], RunRecord] = {}
-    mine = (r for r in records if r.experiment == experiment and r.in_figures)
-    for r in sorted(mine, key=lambda r: (r.started_utc, r.run_id)):
+    for r in sorted(complete(records, experiment), key=age):
         best[(r.host, r.model_sha256)] = r
-    return sorted(best.values(), key=lambda r: (r.started_utc, r.run_id), reverse=True)
+    return sorted(best.values(), key=age, reverse=True)
+
+
+def newest_of(records: Iterable[RunRecord], experiment: str | None = None) -> RunRecord | None:
+    """The newest complete run (of `experiment` when given), whatever its host and model: the run a report's
+    chart shows first."""
+    return max(complete(records, experiment), key=age, default=None)
+
+
+def complete(records: Iterable[RunRecord], experiment: str | None) -> list[RunRecord]:
+    """The complete runs (those the figures draw) of `experiment`, or of every experiment."""
+    return [r for r in records if r.in_figures and experiment in (None, r.experiment)]
 
 
 def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> Path | None:

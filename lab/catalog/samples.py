@@ -19,8 +19,8 @@ def present(v: Any) -> Any:
 
 
 class Samples(NamedTuple):
-    """The samples behind one (key, metric) of one run, the process each came from (0: runs from before
-    processes were recorded, or one process: a within-run interval) and its rep (cycle, fill pass) there."""
+    """The samples behind one (key, metric) of one run, the process each came from (all 0: one process, a
+    within-run interval) and its rep (cycle, fill pass) there."""
 
     values: list[float]
     procs: list[int]
@@ -78,7 +78,8 @@ class SampleBook(dict[tuple[tuple[Any, ...], str], Samples]):
 
 def _sweep_samples(side: Side, out: SampleBook) -> None:
     """A sweep's: each arm's timed requests, the vision encodes and cache reads, fake / genuine and fake / estimate
-    paired by rep, the estimate's samples, and the fill passes' baseline (in one process, older runs' estimate)."""
+    paired by rep, the estimate's samples, and the fill passes' baseline (in one process without the estimate's
+    own samples, its estimate too)."""
     add = out.add
     points = side.get("sweep_points", [])
     keys = {(_where(r), r["point"]): (_where(r), r["L"], r["new"], present(r.get("image"))) for r in points}
@@ -115,7 +116,7 @@ def _sweep_samples(side: Side, out: SampleBook) -> None:
         baseline, chunks, procs = fill_values(fills, int(point["L"]), only_new)
         if baseline and (key, "baseline_median_ms") not in out:
             out[(key, "baseline_median_ms")] = Samples(baseline, procs, [0] * len(procs))
-        if chunks and _where(point) == "inproc" and (key, "opt_prefill_ms") not in out:  # a run before the pairing
+        if chunks and _where(point) == "inproc" and (key, "opt_prefill_ms") not in out:  # no estimate samples
             out[(key, "opt_prefill_ms")] = Samples(chunks, procs, [0] * len(procs))
 
 
@@ -137,4 +138,4 @@ def _paired_ratios(
 
 
 def _where(row: dict[str, Any]) -> str:
-    return str(present(row.get("where")) or "server")  # rows from before the sweep had two places
+    return str(row["where"])

@@ -15,9 +15,8 @@ from typing import Any, TypeVar
 
 from pydantic import BaseModel, Field
 
-from lab.catalog.legacy import ARMS_FILLS, ARMS_POINTS, ARMS_SAMPLES, ARMS_SERVER_SAMPLES, TRACE_STEPS, TRACE_TASKS
 from lab.core.rawtable import RawTable
-from lab.core.schemas import ArmStats, Interval, SweepPoint, SweepSample
+from lab.core.schemas import ArmStats, Interval
 from lab.core.schemas.raw import (
     ARMS_SUMMARY,
     CONVERSATION_CAUSES,
@@ -55,25 +54,19 @@ class TableSpec:
     experiments: tuple[str, ...]
     source: RawTable[Any]  # the run folder's table (lab.core.schemas.raw) its rows come from
     required: bool = True  # a complete run of these experiments must have it
-    current: type[BaseModel] | None = None  # an older run's table: the schema its rows become (their current())
 
     @property
     def schema(self) -> type[BaseModel]:
-        return self.current or self.source.schema
+        return self.source.schema
 
 
 SPECS: tuple[TableSpec, ...] = (
-    # one family for the sweep in both places (a `where` column), older `lab arms` runs included
+    # one family for the sweep in both places (a `where` column)
     TableSpec("sweep_points", ("sweep",), SWEEP_POINTS),
-    TableSpec("sweep_points", ("arms",), ARMS_POINTS, current=SweepPoint),
     TableSpec("sweep_samples", ("sweep",), SWEEP_SAMPLES),
-    TableSpec("sweep_samples", ("arms",), ARMS_SAMPLES, current=SweepSample),
-    TableSpec("sweep_samples", ("arms",), ARMS_SERVER_SAMPLES, required=False),
     TableSpec("prefill_tps", ("sweep", "profile"), PREFILL_TPS, required=False),
     TableSpec("sweep_fills", ("sweep",), SWEEP_FILLS, required=False),
-    TableSpec("sweep_fills", ("arms",), ARMS_FILLS, required=False),
-    TableSpec("arms_summary", ("sweep", "arms"), ARMS_SUMMARY, required=False),
-    TableSpec("trace_steps", ("trace_replay",), TRACE_STEPS),
+    TableSpec("arms_summary", ("sweep",), ARMS_SUMMARY, required=False),
     # a tune is a conversation replay too (its defaults' steps and tasks), with the settings it weighed
     TableSpec("conversation_samples", ("conversation", "tune"), CONVERSATION_SAMPLES),
     TableSpec("conversation_steps", ("conversation", "tune"), CONVERSATION_STEPS),
@@ -81,7 +74,6 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("conversation_causes", ("conversation", "tune"), CONVERSATION_CAUSES, required=False),
     TableSpec("tune_settings", ("tune",), TUNE_SETTINGS),
     TableSpec("decode_depths", ("decode",), DECODE_DEPTHS),
-    TableSpec("trace_tasks", ("trace_replay",), TRACE_TASKS),
     TableSpec("profile_walls", ("profile",), PROFILE_WALLS),
     TableSpec("profile_bands", ("profile",), PROFILE_BANDS),
     TableSpec("profile_band_cycles", ("profile",), PROFILE_BAND_CYCLES, required=False),
@@ -94,7 +86,7 @@ SPECS: tuple[TableSpec, ...] = (
     # an interleaved run of two configurations: B/A per point (its sides' own rows stay in its folder)
     TableSpec("versus_rows", ("sweep_vs", "profile_vs", "decode_vs"), VERSUS_ROWS),
 )
-SPEC_BY_NAME = {s.name: next(t for t in SPECS if t.name == s.name) for s in SPECS}  # a table's first spec
+SPEC_BY_NAME = {s.name: s for s in SPECS}
 
 
 class RunRecord(BaseModel):
@@ -189,8 +181,7 @@ def columns(schema: type[BaseModel]) -> list[str]:
 
 
 def rows_at(frame: Any, where: str) -> Any:
-    """The rows of a sweep table measured in one place (every row has one: `lab catalog ingest` writes the
-    schema's default, the server, for a row stored before the sweep had two places)."""
+    """The rows of a sweep table measured in one place (its `where`: server, inproc)."""
     if frame.empty:
         return frame
     return frame[frame["where"] == where].reset_index(drop=True)

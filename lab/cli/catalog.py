@@ -29,7 +29,7 @@ def catalog_ls(runs_dir: RunsDir = None, as_json: AsJson = False) -> None:
     """List run folders: id, experiment, host, engine commit, status."""
     from lab.catalog.listing import listed_runs, listing_record
     from lab.core.console import lab_console
-    from lab.presenters import runs_listing
+    from lab.presenters.catalog import runs_listing
 
     runs = listed_runs(settings_for(runs_dir=runs_dir).runs_dir)
     if as_json:
@@ -46,7 +46,7 @@ def catalog_show(
 ) -> None:
     """One run with its provenance (host, CPU, engine, patch, model, lab commit), inputs, results and tables."""
     from lab.catalog.listing import run_detail
-    from lab.presenters import run_details
+    from lab.presenters.catalog import run_details
 
     detail = run_detail(resolve(run, settings_for(runs_dir=runs_dir).runs_dir).path)
     if as_json:
@@ -76,7 +76,7 @@ def catalog_headline_cmd(
     """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
     from lab.catalog.headline import catalog_headline, conversation_lines
     from lab.core.console import lab_console
-    from lab.presenters import print_headline
+    from lab.presenters.catalog import print_headline
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=reports_dir)
     steps, profiles = catalog_headline(s.catalog_dir)

@@ -81,7 +81,7 @@ def run_versus_command(experiment: Any, settings: Any, folder: Any, as_json: boo
     import json
 
     from lab.experiments.versus import parse_vs, run_versus
-    from lab.presenters import compare_table
+    from lab.presenters.compare import compare_table
 
     run, comparison = run_versus(experiment, settings, parse_vs(vs or []), folder, console)
     console.print(compare_table(comparison))

@@ -81,7 +81,7 @@ def engine_info(
         typer.echo(engine_info_json(built))
         return
 
-    from lab.presenters import engine_table
+    from lab.presenters.engine import engine_table
 
     lab_console().print(engine_table(built))
 

@@ -82,11 +82,6 @@ def sweep(
     --where both at every point in both places (server / in-process per arm: the server's own share).
     --n-out 32: the fake arm also generates 32 tokens, its decode ms/token at depth L + new (through the server).
     --plan prints the predicted wall time per arm first; --budget 30m picks the reps that fit."""
-    from lab.core.console import lab_console
-    from lab.core.errors import UsageError
-    from lab.experiments.sweep.run import Sweep
-    from lab.experiments.versus.config import paired_design
-
     s = settings_for(
         None,
         {"sdist_version": release},
@@ -111,6 +106,17 @@ def sweep(
         },
         server={"threads": threads, "ctx_size": ctx_size},
     )
+    _run_sweep(s, resume, plan, budget, vs, as_json)
+
+
+def _run_sweep(s: Any, resume: str | None, plan: bool, budget: str | None, vs: list[str] | None, as_json: bool) -> None:
+    """The sweep of settings `s`: its plan first (`--plan`: only that; `--budget`: the reps it affords), both
+    configurations at the same reps with `--vs`, then the run (or `resume`)."""
+    from lab.core.console import lab_console
+    from lab.core.errors import UsageError
+    from lab.experiments.sweep.run import Sweep
+    from lab.experiments.versus.config import paired_design
+
     console = lab_console(quiet=as_json)
     if vs is not None:  # both sides get the same reps (lab.experiments.versus): the plan is of those
         if budget is not None:

@@ -65,7 +65,7 @@ def model_cost(
     if as_json:
         typer.echo(report.json())
         return
-    from lab.presenters import cost_report_parts
+    from lab.presenters.model import cost_report_parts
 
     console = lab_console()
     for part in cost_report_parts(report.model, report.depths, report.timed):

@@ -52,7 +52,7 @@ def compare(
     from lab.catalog.compare import compare_catalog, compare_runs, compare_sides
     from lab.core.console import lab_console
     from lab.core.runs import RunError
-    from lab.presenters import compare_table
+    from lab.presenters.compare import compare_table
 
     s = settings_for(runs_dir=runs_dir, catalog_dir=catalog_dir)
     if run_b is None:

@@ -25,6 +25,7 @@ A step that does not fit the server's context (prompt + reply beyond ctx_size) i
 from __future__ import annotations
 
 import hashlib
+from collections.abc import Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -56,13 +57,14 @@ def cells(units: list[Unit]) -> int:
     return sum(u[1] if isinstance(u, tuple) else 1 for u in units)
 
 
-def common_cells(a: list[Unit], b: list[Unit]) -> int:
-    """Cells of the longest common prefix of two unit sequences (an image counts whole or not at all)."""
+def common_prefix(a: Sequence[object], b: Sequence[object]) -> int:
+    """How many leading entries two sequences share: units (an image counts whole or not at all) or cells (an
+    image's cells match all or none: its digest is in each)."""
     n = 0
     for x, y in zip(a, b, strict=False):
         if x != y:
             break
-        n += x[1] if isinstance(x, tuple) else 1
+        n += 1
     return n
 
 
@@ -260,7 +262,7 @@ def derive_task(
         if out:
             prev = out[-1]
             held = prev.prompt + list(prev.reply)
-            st.common, st.previous = common_cells(st.prompt, held), cells(held)
+            st.common, st.previous = cells(st.prompt[: common_prefix(st.prompt, held)]), cells(held)
             st.at_message = first_changed(prev.messages, prev_reply(steps, prev.step), msgs)
             if st.common >= st.previous:  # other messages, the same tokens (a template that renders them alike)
                 st.at_message = None

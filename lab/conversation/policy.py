@@ -31,7 +31,7 @@ from dataclasses import dataclass, field
 from typing import Literal
 
 from lab.conversation.cache_setting import CacheSetting, Memory, StateSizes
-from lab.conversation.derive import Unit
+from lab.conversation.derive import Unit, common_prefix
 from lab.conversation.rules import PIN, Rules
 from lab.core.errors import UsageError
 from lab.core.units import MIB
@@ -98,16 +98,6 @@ def cells_of(units: Sequence[Unit]) -> list[Cell]:
     for u in units:
         out += [(u[0], u[1], k) for k in range(u[1])] if isinstance(u, tuple) else [u]
     return out
-
-
-def common(a: Sequence[Cell], b: Sequence[Cell]) -> int:
-    """Cells of the common prefix (an image's cells match all or none: its digest is in each)."""
-    n = 0
-    for x, y in zip(a, b, strict=False):
-        if x != y:
-            break
-        n += 1
-    return n
 
 
 @dataclass
@@ -192,7 +182,7 @@ class PolicyModel:
         self.task += 1
         new = cells_of(req.units)
         self._select(new)
-        n_past = common(self.slot, new) if req.cache_prompt else 0
+        n_past = common_prefix(self.slot, new) if req.cache_prompt else 0
         source: Source = "slot" if n_past else "none"
         pos_next = self._pos(new, n_past)
         has_new = n_past < len(new)
@@ -236,7 +226,7 @@ class PolicyModel:
         self.loaded = False
         update = True
         if self.slot:
-            lcp = common(self.slot, new)
+            lcp = common_prefix(self.slot, new)
             if lcp / len(new) > SIMILARITY:
                 update = lcp / len(self.slot) < 0.5
         if not update or self.setting.cache_ram_mib == 0:
@@ -248,7 +238,7 @@ class PolicyModel:
         self.ram_updated = sum(c.size for c in self.ram)
 
     def _save(self) -> None:
-        if any(common(c.tokens, self.slot) == len(self.slot) for c in self.ram):
+        if any(common_prefix(c.tokens, self.slot) == len(self.slot) for c in self.ram):
             return  # already cached
         end = self._pos(self.slot, len(self.slot))
         lo = self._pos_min(end)
@@ -258,18 +248,18 @@ class PolicyModel:
         limit = self.setting.cache_ram_mib * MIB if self.setting.cache_ram_mib > 0 else 0
         if not self.rules.ram_keep_one and limit and entry.size > limit:
             return  # larger than the whole cache: not cached
-        self.ram = [c for c in self.ram if common(c.tokens, self.slot) != len(c.tokens)]
+        self.ram = [c for c in self.ram if common_prefix(c.tokens, self.slot) != len(c.tokens)]
         while not self.rules.ram_keep_one and limit and self.ram and sum(c.size for c in self.ram) + entry.size > limit:
             self.ram.pop(0)  # room made before it is added
         self.ram.append(entry)
 
     def _load(self, new: list[Cell]) -> None:
-        lcp = common(self.slot, new)
+        lcp = common_prefix(self.slot, new)
         f_keep = lcp / len(self.slot) if self.slot else -1.0
         sim = lcp / len(new)
         best = None
         for c in self.ram:
-            lcp_c = common(c.tokens, new)
+            lcp_c = common_prefix(c.tokens, new)
             f_c, sim_c = lcp_c / len(c.tokens), lcp_c / len(new)
             if f_c < 0.25:
                 continue

@@ -42,7 +42,7 @@ def summarize(
     for s in samples:
         by_step[(s.task_id, s.step)].append(s)
     steps_out, tasks_out = [], []
-    proc_of = {s.rep: s.process for s in samples}  # each rep in processes of its own (0 for all: runs before)
+    proc_of = {s.rep: s.process for s in samples}  # each rep in processes of its own
     for task, steps in tasks.items():
         # prompt seconds per arm and rep, each step's arms by rep
         per_rep: dict[int, dict[tuple[int, str], float]] = defaultdict(dict)
@@ -55,41 +55,51 @@ def summarize(
             if window is not None and k > 0 and row.predicted_source is not None:  # held: the previous prompt, reply
                 row.window_departure = row.predicted_source != "slot"
             steps_out.append(row)
-        whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(arms) * len(steps)]
-        totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in arms}
-        every = {a: totals.get(a, {}) for a in ARMS}
-        realised = [
-            (every["no_cache"][r] - every["today"][r]) / (every["no_cache"][r] - every["optimum"][r])
-            for r in whole
-            if set(arms) == set(ARMS) and every["no_cache"][r] > every["optimum"][r]
-        ]
-        decode: dict[int, float] = defaultdict(float)  # the replies' decode seconds per rep
-        for st in steps:
-            for s in by_step[(task, st.step)]:
-                if s.decode_ms is not None:
-                    decode[s.rep] += s.decode_ms * (s.n_out or 0) / 1e3
-        tools = [st.tool_s for st in steps if st.tool_s is not None]
-        procs = [proc_of[r] for r in whole]
-        realised_procs = [proc_of[r] for r in whole if realised and every["no_cache"][r] > every["optimum"][r]]
-        arm_s = {
-            a: median_interval(list(totals[a].values()), f"{task}/{a}", procs) if a in totals else None for a in ARMS
-        }
-        recorded = recorded_seconds(steps)
-        tasks_out.append(
-            ConversationTaskResult(
-                task_id=task,
-                n_steps=len(steps),
-                today_s=arm_s["today"],
-                optimum_s=arm_s["optimum"],
-                no_cache_s=arm_s["no_cache"],
-                realised=median_interval(realised, f"{task}/realised", realised_procs),
-                decode_s=median_interval([decode[r] for r in whole], f"{task}/decode", procs) if decode else None,
-                tool_s=sum(tools) if tools else None,
-                **recorded,
-                opt_wall_s=opt_wall(arm_s["optimum"], recorded),
-            )
-        )
+        tasks_out.append(task_result(task, steps, by_step, per_rep, arms, proc_of))
     return steps_out, tasks_out
+
+
+def task_result(
+    task: str,
+    steps: list[StepTokens],
+    by_step: dict[tuple[str, int], list[ConversationSample]],
+    per_rep: dict[int, dict[tuple[int, str], float]],
+    arms: tuple[ConversationArm, ...],
+    proc_of: dict[int, int],
+) -> ConversationTaskResult:
+    """One task's totals from the reps that measured every step in every arm (`per_rep`: prompt ms per (step, arm)
+    and rep): each arm's prompt seconds, the share of the optimum's saving today's server realises, the replies'
+    decode seconds, and the trace's own recorded seconds."""
+    whole = [r for r, got in sorted(per_rep.items()) if len(got) == len(arms) * len(steps)]
+    totals = {a: {r: sum(v for (_, arm), v in per_rep[r].items() if arm == a) / 1e3 for r in whole} for a in arms}
+    every = {a: totals.get(a, {}) for a in ARMS}
+    realised = [
+        (every["no_cache"][r] - every["today"][r]) / (every["no_cache"][r] - every["optimum"][r])
+        for r in whole
+        if set(arms) == set(ARMS) and every["no_cache"][r] > every["optimum"][r]
+    ]
+    decode: dict[int, float] = defaultdict(float)  # the replies' decode seconds per rep
+    for st in steps:
+        for s in by_step[(task, st.step)]:
+            if s.decode_ms is not None:
+                decode[s.rep] += s.decode_ms * (s.n_out or 0) / 1e3
+    tools = [st.tool_s for st in steps if st.tool_s is not None]
+    procs = [proc_of[r] for r in whole]
+    realised_procs = [proc_of[r] for r in whole if realised and every["no_cache"][r] > every["optimum"][r]]
+    arm_s = {a: median_interval(list(totals[a].values()), f"{task}/{a}", procs) if a in totals else None for a in ARMS}
+    recorded = recorded_seconds(steps)
+    return ConversationTaskResult(
+        task_id=task,
+        n_steps=len(steps),
+        today_s=arm_s["today"],
+        optimum_s=arm_s["optimum"],
+        no_cache_s=arm_s["no_cache"],
+        realised=median_interval(realised, f"{task}/realised", realised_procs),
+        decode_s=median_interval([decode[r] for r in whole], f"{task}/decode", procs) if decode else None,
+        tool_s=sum(tools) if tools else None,
+        **recorded,
+        opt_wall_s=opt_wall(arm_s["optimum"], recorded),
+    )
 
 
 def cause_results(

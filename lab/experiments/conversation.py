@@ -59,7 +59,7 @@ from lab.engine.build import EngineInfo
 from lab.engine.contract import ContractClient, Step
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.engine.serverflags import ServerDefaults, read_defaults, users_server
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar
 from lab.models.hparams import HparamsError
 
 ArmKey = tuple[ConversationArm, str]  # an arm, and for today's the setting's key ("": the replay's own)
@@ -309,9 +309,3 @@ def replay_arms(asked: list[ConversationArm] | None, shapes: bool) -> tuple[Conv
     if not asked:
         raise UsageError("--arms: give at least one of today, optimum, no_cache")
     return tuple(a for a in ARMS if a in asked)
-
-
-def run_conversation(
-    settings: Settings, trace: Path | None, reps: int, resume: RunFolder | None = None, console: Console | None = None
-) -> RunFolder:
-    return run_experiment(Replay(trace, reps, settings.conversation.arms), settings, resume, console)

@@ -19,7 +19,7 @@ from typing import Any
 from rich.console import Console
 
 from lab.core.errors import UsageError
-from lab.core.runs import RunFolder
+from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import DecodeDepth
 from lab.core.schemas.raw import DECODE_DEPTHS
 from lab.core.settings import Settings
@@ -35,7 +35,7 @@ from lab.engine.contract import (
     text_step,
 )
 from lab.experiments.prefill_tps import LlamaBench, measure_decode_tps
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, Processes, RunParts, Show, drain, run_experiment
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, Processes, RunParts, drain
 
 
 def check_depths(depths: list[int], new: int, n_out: int, ctx_size: int) -> None:
@@ -117,9 +117,9 @@ class DecodeCheck(Experiment):
         self.rows: list[DecodeDepth] = []
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
-        """A run from before the decode section recorded its inputs beside the settings."""
-        old: dict[str, Any] = {k: params[k] for k in ("depths", "new", "n_out", "reps", "tolerance") if k in params}
-        return settings.model_copy(update={"decode": settings.decode.model_copy(update=old)}) if old else settings
+        if "decode" not in params:
+            raise RunError(f"{run.path.name}: a decode check of an older format (no decode settings recorded)")
+        return settings
 
     def prepare(self, settings: Settings, parts: RunParts) -> None:
         d = settings.decode
@@ -170,9 +170,3 @@ class DecodeCheck(Experiment):
 
     def tables(self) -> dict[str, Any]:
         return {"depths": [r.model_dump(mode="json") for r in self.rows]}
-
-
-def run_decode(settings: Settings, resume: RunFolder | None = None, show: Show | None = None) -> RunFolder:
-    """Decode ms per token at each of decode.depths through the server and in llama-bench (the settings' model,
-    threads and pinning), rep by rep, in a run folder."""
-    return run_experiment(DecodeCheck(), settings, resume, show=show)

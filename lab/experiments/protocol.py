@@ -134,7 +134,8 @@ class Experiment(ABC):
         return {}
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
-        """Put back what `own_params` recorded (and read older runs' params); the settings sections are back."""
+        """Put back what `own_params` recorded (refuse a run of an older format: RunError); the settings sections
+        are back."""
         return settings
 
     def prepare(self, settings: Settings, parts: RunParts) -> None:  # noqa: B027 (optional hook)

@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import json
 import math
 import re
 from collections.abc import Callable
@@ -365,20 +364,6 @@ def rates_from_file(path: Path) -> Rates:
         return Rates.model_validate({"source": f"file {path}", **data})
     except ValidationError as e:
         raise UsageError(f"--rates {path}: {validation_line(e, limit=1)}") from e
-
-
-def rates_from_profile(summary_json: Path, bands_jsonl: Path, run_id: str) -> Rates:
-    """A profile run's rates: attention's fitted slope, and the flat ms/token of every band at the shallowest
-    depth (attention's own intercept included)."""
-    summary = json.loads(summary_json.read_text())
-    rows = [json.loads(line) for line in bands_jsonl.read_text().splitlines() if line.strip()]
-    if not rows:
-        raise UsageError(f"--rates {run_id}: the profile has no band rows")
-    shallow = min(int(r["depth"]) for r in rows)
-    flat = sum(float(r["ms_per_token"]) for r in rows if int(r["depth"]) == shallow and r["band"] != "attn_core")
-    flat += float(summary["attn_intercept_ms_per_token"])
-    slope = max(0.0, float(summary["attn_slope_ms_per_token_per_1k"]))
-    return Rates(flat_ms_per_token=flat, attn_ms_per_token_per_1k=slope, source=f"profile {run_id}")
 
 
 def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rates:

@@ -1,11 +1,21 @@
-"""`lab engine check`'s table: one sample of each arm, what the server resolved, and its log."""
+"""The engine's tables: `lab engine info`'s record, and `lab engine check`'s one sample of each arm, what the
+server resolved, and its log."""
 
 from __future__ import annotations
 
+from pydantic import BaseModel
 from rich.console import Console
 from rich.table import Table
 
 from lab.engine.check import Check
+
+
+def engine_table(info: BaseModel) -> Table:
+    """`lab engine info`: the built engine's record (lab.engine.build.EngineInfo), a field a row."""
+    t = Table(show_header=False)
+    for k, v in info.model_dump().items():
+        t.add_row(k, str(v))
+    return t
 
 
 def check_table(c: Check) -> Table:

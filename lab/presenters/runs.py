@@ -19,9 +19,9 @@ from lab.core.schemas.trace import TuneSetting
 from lab.measure.costmodel import CostModel
 from lab.measure.plan import Plan, plan_line
 from lab.measure.timemodel import TimePrediction
-from lab.presenters import time_tables
 from lab.presenters.conversation import replay_tables
 from lab.presenters.decode import decode_table
+from lab.presenters.model import time_tables
 from lab.presenters.profile import attn_kind_table, efficiency_table, prediction_lines, profile_table, reference_lines
 from lab.presenters.sweep import print_summary
 from lab.presenters.tune import recommendation, tune_tables

@@ -45,7 +45,7 @@ from lab.remote.image import (
 )
 from lab.remote.interrupt import CtrlC
 from lab.remote.modelcheck import HostModel, check_host_model, model_arg, with_model
-from lab.remote.modelpush import NAMED, local_model, push_model
+from lab.remote.modelpush import NAMED, Pushed, local_model, push_model
 
 
 @dataclass
@@ -218,51 +218,40 @@ def deploy(
     return Deployment(push(t, settings, remote_dir, console))
 
 
-def run_remote(
-    t: SshTarget,
-    settings: Settings,
-    remote_dir: str,
-    args: list[str],
-    console: Console,
-    resume: str | None = None,
-    via: str = "auto",
-    image: str = IMAGE,
-    docker_host: str | None = None,
-    room: CleanRoom | None = None,
-    push: bool = False,
-) -> RemoteResult:
+@dataclass(frozen=True)
+class RemoteRun:
+    """What `run_remote` runs on a host: `lab <args>` (or the host's incomplete run `resume`), from `remote_dir`,
+    deployed `via` the bundle or the container `image` (its Docker at `docker_host`), in a clean room `room` held
+    by the host's shell, with `--model` a file here copied there once when `push`."""
+
+    args: list[str]
+    remote_dir: str
+    resume: str | None = None
+    via: str = "auto"
+    image: str = IMAGE
+    docker_host: str | None = None
+    room: CleanRoom | None = None
+    push: bool = False
+
+
+def run_remote(t: SshTarget, settings: Settings, run: RemoteRun, console: Console) -> RemoteResult:
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
     A clean room is held by the host's shell around the whole command, from the bundle and the image alike
     (lab.measure.cleanroom.wrap); its record lands in the fetched run's results. `--model` names a file on the
     host, checked there first (lab.remote.modelcheck); with `push` (and always for pretrained:NAME and tiny:ARCH)
     a file here, copied there once (lab.remote.modelpush), what the push did landing in the run's results."""
+    resume = run.resume
     if resume is not None:
         check_run_id(resume, "--resume")
-    remote_dir = absolute_dir(t, remote_dir)
-    model = model_arg(args) or (resumed_model(t, remote_dir, resume) if resume else None)
-    pushed = None
-    if model and (push or model.startswith(NAMED)) and resume is None:
-        here = local_model(model, settings)  # checked here before anything is pushed
-        pushed = push_model(t, here, remote_dir, settings.cache_dir, console)
-        console.print(f"{t.name}: {pushed.describe(here.name)}")
-        model = pushed.model.path
-        args = with_model(args, model)
-    host_model = pushed.model if pushed else None  # checked there as it landed
-    if host_model is None and model:
-        host_model = check_host_model(t, model, remote_dir)  # before anything is pushed
-    if host_model is not None:
-        console.print(f"{t.name}: --model {host_model.path} ({host_model.arch}, sha256 {host_model.sha256[:12]})")
-    how = deploy(t, settings, remote_dir, console, via, image, docker_host)
+    remote_dir = absolute_dir(t, run.remote_dir)
+    args, host_model, pushed = host_model_args(t, settings, run, remote_dir, console)
+    how = deploy(t, settings, remote_dir, console, run.via, run.image, run.docker_host)
     if host_model is not None and how.image is not None:  # mounted where the container's lab is told it is
         how.model = host_model
         args = with_model(args, host_model.mount)
-    params = params_file()  # the params file in force here (LAB_PARAMS_FILE, else ./params.yaml)
-    if params.exists():
-        t.put(params, f"{remote_dir}/params.yaml")
-    else:
-        t.run(f"touch {sh(remote_dir + '/params.yaml')}")
+    put_params(t, remote_dir)
     report = f".lab-run-{uuid.uuid4().hex[:12]}"  # where the host's lab says which run it opened
-    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], room, report)
+    cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], run.room, report)
     console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
     error, output, ctrl_c = run_there(t, cmd)
     if ctrl_c.interrupted:
@@ -274,20 +263,57 @@ def run_remote(
         if run_id is None:
             return RemoteResult(t.name, None, "failed", error or "no run folder was created", ctrl_c.interrupted)
         local = fetch(t, f"{remote_dir}/runs/{run_id}", settings.runs_dir, run_id, resumed=resume is not None)
-        how.record(t, remote_dir, local, room, output)
+        how.record(t, remote_dir, local, run.room, output)
     except Exception as e:
         if not error or isinstance(e, LabError) or not isinstance(e, network_errors()):
             raise
         raise RemoteError(
             f"{error.splitlines()[0]}; reconnecting failed ({type(e).__name__}: {e}): what the run wrote stays there"
         ) from e
+    return fetched_result(t, local, pushed, error, ctrl_c.interrupted)
+
+
+def host_model_args(
+    t: SshTarget, settings: Settings, run: RemoteRun, remote_dir: str, console: Console
+) -> tuple[list[str], HostModel | None, Pushed | None]:
+    """The command's args with the model the host measures (its `--model` pushed first when asked), that model as
+    checked there (None: no `--model`), and what the push did (None: no push)."""
+    args, resume = run.args, run.resume
+    model = model_arg(args) or (resumed_model(t, remote_dir, resume) if resume else None)
+    pushed = None
+    if model and (run.push or model.startswith(NAMED)) and resume is None:
+        here = local_model(model, settings)  # checked here before anything is pushed
+        pushed = push_model(t, here, remote_dir, settings.cache_dir, console)
+        console.print(f"{t.name}: {pushed.describe(here.name)}")
+        model = pushed.model.path
+        args = with_model(args, model)
+    host_model = pushed.model if pushed else None  # checked there as it landed
+    if host_model is None and model:
+        host_model = check_host_model(t, model, remote_dir)  # before anything is pushed
+    if host_model is not None:
+        console.print(f"{t.name}: --model {host_model.path} ({host_model.arch}, sha256 {host_model.sha256[:12]})")
+    return args, host_model, pushed
+
+
+def put_params(t: SshTarget, remote_dir: str) -> None:
+    """The params file in force here (LAB_PARAMS_FILE, else ./params.yaml) on the host, or an empty one."""
+    params = params_file()
+    if params.exists():
+        t.put(params, f"{remote_dir}/params.yaml")
+    else:
+        t.run(f"touch {sh(remote_dir + '/params.yaml')}")
+
+
+def fetched_result(t: SshTarget, local: Path, pushed: Pushed | None, error: str, interrupted: bool) -> RemoteResult:
+    """The fetched run's result, what a model push did recorded in it; a run the host's process left `running`
+    (it died without a word, e.g. SIGKILL) failed."""
     if pushed is not None:
         RunFolder.open(local).add_results(model_push=pushed.record())
     m = RunFolder.open(local).manifest()
-    if m.status == "running":  # the remote process died without a word (e.g. SIGKILL)
+    if m.status == "running":
         RunFolder.open(local).fail(f"remote run ended without finishing ({error or 'unknown cause'})")
         m = RunFolder.open(local).manifest()
-    return RemoteResult(t.name, local, m.status, error or m.reason, ctrl_c.interrupted)
+    return RemoteResult(t.name, local, m.status, error or m.reason, interrupted)
 
 
 def run_there(t: SshTarget, cmd: str) -> tuple[str, str, CtrlC]:

@@ -24,7 +24,7 @@ from lab.measure.cleanroom import CleanRoom
 from lab.remote.connect import SshTarget, explain
 from lab.remote.forward import forwarding_task
 from lab.remote.image import IMAGE
-from lab.remote.session import RemoteResult, absolute_dir, deploy, run_remote
+from lab.remote.session import RemoteResult, RemoteRun, absolute_dir, deploy, run_remote
 from lab.remote.session import snapshot as host_snapshot
 
 REMOTE_DIR = "~/prefill-lab"
@@ -131,22 +131,17 @@ def _run_there(c: Any, args: list[str], own: dict[str, Any], room: CleanRoom | N
     resume = own.get("resume")
     if resume is not None:
         args = args[:1]  # a resumed run keeps its own params
-    res = _guarded(
-        c,
-        lambda t: run_remote(
-            t,
-            settings,
-            own["remote_dir"],
-            args,
-            console,
-            resume,
-            own["via"],
-            own["image"],
-            own["docker_host"],
-            room,
-            push=bool(own.get("push_model")),
-        ),
+    remote = RemoteRun(
+        args,
+        own["remote_dir"],
+        resume=resume,
+        via=own["via"],
+        image=own["image"],
+        docker_host=own["docker_host"],
+        room=room,
+        push=bool(own.get("push_model")),
     )
+    res = _guarded(c, lambda t: run_remote(t, settings, remote, console))
     return _finish(res, settings, console)
 
 

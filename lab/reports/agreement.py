@@ -6,7 +6,7 @@ match fake) and the baseline full prefill (what a cache hit saves), with their i
 
 Image steps (a screenshot in the new part; the estimate is (image + new) / prefill_tps(L) + encode) get a
 marker shape per screenshot size, and a third panel splits the fake arm's prompt time of each image point into
-the vision encode and the LM prefill. Catalogs without image columns (or without image steps) draw as before.
+the vision encode and the LM prefill. A catalog without image steps draws no image columns.
 """
 
 from __future__ import annotations
@@ -63,7 +63,6 @@ COLUMNS = [
     *SPLIT_COLUMNS,
     "reps",
 ]
-INTERVAL_COLUMNS = COLUMNS[COLUMNS.index("fake_median_lo_ms") :]
 IMAGE_COLUMNS = ("image", "image_tokens", "encode_ms", "lm_ms")
 ARMS = {"genuine_median_ms": "genuine hit", "baseline_median_ms": "baseline (no cache)"}
 PARAM = "sweep_run"
@@ -75,10 +74,10 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     pts = figure_rows(catalog_dir, "sweep_points", runs, keys=["L", "new", "point"], where="server")
     if pts.empty or any(c not in pts.columns for c in NEEDED):
         return nothing_yet(TITLE, "sweep run", "`lab sweep`", 2 * side, side)
-    pts, sizes, has_intervals = _points(pts)
+    pts, sizes = _points(pts)
     runs_drawn = drawn_runs(runs, "sweep")
     runs_drawn = runs_drawn[runs_drawn["run_id"].isin(pts["run_id"])]
-    look = _look(pts, sizes, has_intervals, settings.tolerance, side)
+    look = _look(pts, sizes, settings.tolerance, side)
     param = run_param(PARAM, "sweep run ", runs_drawn, "all", all_label=f"all {len(runs_drawn)} runs")
     scatter = alt.hconcat(_fake_panel(pts, look), _controls_panel(pts, look), spacing=40).resolve_scale(
         x="independent", y="independent"
@@ -95,48 +94,35 @@ def agreement_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSetti
     )
 
 
-def _points(pts: pd.DataFrame) -> tuple[pd.DataFrame, list[str], bool]:
-    """The drawn points' columns (older catalogs: no intervals, no image steps: the same data and spec as then),
-    the image sizes, and whether the points carry intervals."""
+def _points(pts: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
+    """The drawn points' columns, their verdicts and fake / estimate's split in words, and the image sizes."""
     pts = pts[pts["opt_prefill_ms"].notna() & pts["fake_median_ms"].notna()]
-    pts = pts[[c for c in COLUMNS if c in pts.columns]].copy()
-    if "measurable" not in pts.columns:
-        pts["measurable"] = True
-    pts["measurable"] = pts["measurable"].fillna(True).astype(bool)
-    for c in IMAGE_COLUMNS:  # older catalogs: no image columns, every step is text only
-        if c not in pts.columns:
-            pts[c] = None
-    has_intervals = "fake_median_lo_ms" in pts.columns and bool(pts["fake_median_lo_ms"].notna().any())
-    if not has_intervals:  # catalogs from before intervals: the same data (and spec) as then
-        pts = pts.drop(columns=[c for c in INTERVAL_COLUMNS if c in pts.columns])
-    else:
-        for c in ("fake_vs_estimate_ci_thin", "fake_vs_genuine_ci_thin", *SPLIT_COLUMNS):  # older catalogs
-            if c not in pts.columns:
-                pts[c] = None
-        pts["split"] = [_split(row) for _, row in pts.iterrows()]
-        verdicts = zip(
-            pts["estimate_verdict"],
-            pts["fake_vs_estimate_ci_lo"],
-            pts["fake_vs_estimate_ci_hi"],
-            pts["fake_vs_estimate_ci_thin"],
-            pts["genuine_verdict"],
-            pts["fake_vs_genuine_ci_lo"],
-            pts["fake_vs_genuine_ci_hi"],
-            pts["fake_vs_genuine_ci_thin"],
-            strict=True,
-        )
-        pts["verdicts"] = [
-            f"vs estimate {e} {_ci(el, eh, et)} · vs genuine {g} {_ci(gl, gh, gt)}"
-            for e, el, eh, et, g, gl, gh, gt in verdicts
-        ]
+    pts = pts[COLUMNS].copy()
+    pts["measurable"] = pts["measurable"].astype(bool)
+    pts["split"] = [_split(row) for _, row in pts.iterrows()]
+    verdicts = zip(
+        pts["estimate_verdict"],
+        pts["fake_vs_estimate_ci_lo"],
+        pts["fake_vs_estimate_ci_hi"],
+        pts["fake_vs_estimate_ci_thin"],
+        pts["genuine_verdict"],
+        pts["fake_vs_genuine_ci_lo"],
+        pts["fake_vs_genuine_ci_hi"],
+        pts["fake_vs_genuine_ci_thin"],
+        strict=True,
+    )
+    pts["verdicts"] = [
+        f"vs estimate {e} {_ci(el, eh, et)} · vs genuine {g} {_ci(gl, gh, gt)}"
+        for e, el, eh, et, g, gl, gh, gt in verdicts
+    ]
     pts["image"] = pts["image"].astype(object).where(pts["image"].notna(), None)
     for c in ("image_tokens", "encode_ms", "lm_ms"):
         pts[c] = pd.to_numeric(pts[c], errors="coerce").astype(float)
     sizes = sorted({str(i) for i in pts["image"].dropna()}, key=size_key)
     pts["step"] = pts["image"].fillna(TEXT_STEP).astype(str)
-    if not sizes:  # text only: the same data (and spec) as before image steps existed
+    if not sizes:  # text only: no image columns in the spec
         pts = pts.drop(columns=[*IMAGE_COLUMNS, "step"])
-    return pts, sizes, has_intervals
+    return pts, sizes
 
 
 @dataclass
@@ -146,7 +132,6 @@ class Look:
     side: int
     tol: float
     sizes: list[str]
-    has_intervals: bool
     color: Any
     stroke: Any
     fill_opacity: Any
@@ -155,13 +140,12 @@ class Look:
     step_shape: dict[str, Any]
 
 
-def _look(pts: pd.DataFrame, sizes: list[str], has_intervals: bool, tol: float, side: int) -> Look:
+def _look(pts: pd.DataFrame, sizes: list[str], tol: float, side: int) -> Look:
     news = sorted(int(n) for n in pts["new"].unique())
     look = Look(
         side=side,
         tol=tol,
         sizes=sizes,
-        has_intervals=has_intervals,
         color=alt.Color("new:N", title="new tokens", sort=news, scale=alt.Scale(scheme="tableau10")),
         stroke=alt.Stroke("new:N", sort=news, scale=alt.Scale(scheme="tableau10"), legend=None),
         fill_opacity=alt.condition("datum.measurable", alt.value(0.85), alt.value(0.0)),
@@ -221,23 +205,16 @@ def _fake_panel(pts: pd.DataFrame, look: Look) -> Chart:
                 alt.Tooltip("fake_vs_estimate:Q", title="fake / estimate - 1", format="+.1%"),
                 alt.Tooltip("fake_vs_genuine:Q", title="fake / genuine - 1", format="+.1%"),
                 alt.Tooltip("measurable:N"),
-                *(
-                    [
-                        alt.Tooltip("verdicts:N", title="verdicts (95%)"),
-                        alt.Tooltip("split:N", title="fake / estimate's split"),
-                        alt.Tooltip("reps:Q"),
-                    ]
-                    if look.has_intervals
-                    else []
-                ),
+                alt.Tooltip("verdicts:N", title="verdicts (95%)"),
+                alt.Tooltip("split:N", title="fake / estimate's split"),
+                alt.Tooltip("reps:Q"),
             ],
         )
         .transform_filter(run_filter(PARAM, allow_all=True))
     )
-    layers = [band_layer, diag_fake, fake_points]
-    if look.has_intervals:  # the 95% interval of each point's fake median, as a vertical error bar
-        layers.insert(2, error_bars(pts, "fake_median_lo_ms", "fake_median_hi_ms", fake_scale, look.color, PARAM))
-    return alt.layer(*layers).properties(
+    # the 95% interval of each point's fake median, as a vertical error bar
+    fake_bars = error_bars(pts, "fake_median_lo_ms", "fake_median_hi_ms", fake_scale, look.color, PARAM)
+    return alt.layer(band_layer, diag_fake, fake_bars, fake_points).properties(
         width=look.side, height=look.side, title=title("fake (n_fake_cached = L)", f"grey band: y = x ± {tol:.0%}")
     )
 
@@ -251,17 +228,16 @@ def _controls(pts: pd.DataFrame, look: Look) -> pd.DataFrame:
         var_name="arm",
         value_name="measured_ms",
     ).dropna(subset=["measured_ms"])
-    if look.has_intervals:  # each control's own interval beside it
-        for end in ("lo", "hi"):
-            cols = {arm: arm.replace("_ms", f"_{end}_ms") for arm in ARMS}
-            part = pts.melt(
-                id_vars=["run_id", "point"],
-                value_vars=list(cols.values()),
-                var_name="arm",
-                value_name=f"measured_{end}_ms",
-            )
-            part["arm"] = part["arm"].map({v: k for k, v in cols.items()})
-            controls = controls.merge(part, on=["run_id", "point", "arm"], how="left")
+    for end in ("lo", "hi"):  # each control's own interval beside it
+        cols = {arm: arm.replace("_ms", f"_{end}_ms") for arm in ARMS}
+        part = pts.melt(
+            id_vars=["run_id", "point"],
+            value_vars=list(cols.values()),
+            var_name="arm",
+            value_name=f"measured_{end}_ms",
+        )
+        part["arm"] = part["arm"].map({v: k for k, v in cols.items()})
+        controls = controls.merge(part, on=["run_id", "point", "arm"], how="left")
     controls["arm"] = controls["arm"].map(ARMS)
     return controls
 
@@ -301,10 +277,8 @@ def _controls_panel(pts: pd.DataFrame, look: Look) -> Chart:
         )
         .transform_filter(run_filter(PARAM, allow_all=True))
     )
-    layers = [diag_ctl, ctl_points]
-    if look.has_intervals:
-        layers.insert(1, error_bars(controls, "measured_lo_ms", "measured_hi_ms", ctl_y, look.color, PARAM))
-    return alt.layer(*layers).properties(
+    ctl_bars = error_bars(controls, "measured_lo_ms", "measured_hi_ms", ctl_y, look.color, PARAM)
+    return alt.layer(diag_ctl, ctl_bars, ctl_points).properties(
         width=look.side,
         height=look.side,
         title=title("controls: genuine hit and baseline", "genuine should sit on y = x; baseline shows the saving"),
@@ -313,28 +287,20 @@ def _controls_panel(pts: pd.DataFrame, look: Look) -> Chart:
 
 def _notes(pts: pd.DataFrame, runs_drawn: pd.DataFrame, look: Look) -> list[str]:
     """The chart's subtitle: what is drawn, how many points agree, what hollow markers and bars mean."""
-    tol, sizes = look.tol, look.sizes
-    measurable = pts[pts["measurable"]]
-    inside = int((measurable["fake_median_ms"] / measurable["opt_prefill_ms"] - 1).abs().le(tol).sum())
+    sizes = look.sizes
     n_image = int(pts["image"].notna().sum()) if sizes else 0
     kinds = f" ({n_image} with a screenshot: {', '.join(sizes)})" if sizes else ""
-    within = (
-        ""
-        if look.has_intervals
-        else f"{inside} of {len(measurable)} measurable points within ±{tol:.0%} of the estimate; "
-    )
-    notes = [f"{len(runs_drawn)} complete sweep run(s), {len(pts)} (L, new) points{kinds}; {within}dashed: y = x"]
+    notes = [f"{len(runs_drawn)} complete sweep run(s), {len(pts)} (L, new) points{kinds}; dashed: y = x"]
     if not pts["measurable"].all():
         notes.append("hollow markers: not measurable (padded KV below the 256-column floor, L changes nothing)")
-    if look.has_intervals:
-        counts = {v: int((pts["estimate_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
-        gcounts = {v: int((pts["genuine_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
-        notes.append(
-            "bars: 95% intervals; verdicts vs the estimate "
-            + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-            + "; vs the genuine hit "
-            + ", ".join(f"{n} {v}" for v, n in gcounts.items() if n)
-        )
+    counts = {v: int((pts["estimate_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
+    gcounts = {v: int((pts["genuine_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
+    notes.append(
+        "bars: 95% intervals; verdicts vs the estimate "
+        + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
+        + "; vs the genuine hit "
+        + ", ".join(f"{n} {v}" for v, n in gcounts.items() if n)
+    )
     return notes
 
 

@@ -1,4 +1,4 @@
-"""arms: the sweep in one process (`lab sweep --where inproc|both`, older `lab arms` runs too), per new-token
+"""arms: the sweep in one process (`lab sweep --where inproc|both`), per new-token
 count: baseline (from the fill passes and any direct reps), genuine hit (restored), plain genuine hit and fake
 prefix vs L (median decode ms with its 95% interval), then what the genuine hit's cache read costs: the restore
 ms and a memcpy of as many bytes vs L, with the blob's size and the bandwidth in the tooltip.

@@ -11,7 +11,8 @@ from typing import Any
 
 import pandas as pd
 
-from lab.catalog.tables import RUNS, RunRecord, load_table, rows_at
+from lab.catalog.newest import newest_of
+from lab.catalog.tables import RUNS, RunRecord, load_table, rows_at, unflatten
 
 RUN_COLUMNS = list(RunRecord.model_fields)
 
@@ -37,8 +38,10 @@ def drawn_runs(runs: pd.DataFrame, experiment: str | None = None) -> pd.DataFram
 
 
 def newest_run(runs: pd.DataFrame, experiment: str | None) -> str | None:
-    drawn = drawn_runs(runs, experiment)
-    return None if drawn.empty else str(drawn["run_id"].iloc[-1])
+    """The newest complete run of `experiment` (of any when None), the catalog's choice (lab.catalog.newest)."""
+    records = [unflatten({str(k): v for k, v in x.items()}, RunRecord) for x in runs.to_dict("records")]
+    r = newest_of(records, experiment)
+    return None if r is None else r.run_id
 
 
 def run_label(run: Any) -> str:

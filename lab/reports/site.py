@@ -10,8 +10,7 @@ from pathlib import Path
 
 import pandas as pd
 
-from lab.catalog.headline import HeadlineProfile, HeadlineStep, summary_lines
-from lab.core.schemas import BANDS, Interval, cell
+from lab.catalog.headline import HeadlineProfile, HeadlineStep, headline
 
 STYLE = """
 body { font: 15px/1.45 system-ui, -apple-system, "Segoe UI", "Liberation Sans", sans-serif; margin: 2rem auto;
@@ -117,13 +116,9 @@ def _runs_table(runs: pd.DataFrame) -> str:
     return "\n".join(rows)
 
 
-def html_cell(iv: Interval | None) -> str:
-    return escape(cell(iv, 1))
-
-
 def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> list[str]:
-    """The answer first: per host and model, an agent step with the cache vs re-prefilled, and where the time
-    goes at the deepest profiled depth."""
+    """The answer first (lab.catalog.headline.headline): per host and model, an agent step with the cache vs
+    re-prefilled, and where the time goes at the deepest profiled depth; each table with its note beneath."""
     out = ['<h2 id="headline">The answer</h2>']
     if not steps and not profiles:
         return [
@@ -131,50 +126,16 @@ def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> lis
             '<p class="muted">No complete sweep or profile run yet: run <code>lab sweep</code> and '
             "<code>lab profile</code>, then <code>dvc repro</code>.</p>",
         ]
-    out += ["<p>" + "<br>".join(escape(line) for line in summary_lines(steps, profiles)) + "</p>"]
-    if steps:
+    h = headline(steps, profiles)
+    out += ["<p>" + "<br>".join(escape(line) for line in h.lines) + "</p>"]
+    for t in h.tables:
         out += [
             '<table class="headline">',
-            "<thead><tr><th>host</th><th>model</th><th>L (cached tokens)</th>"
-            "<th>new tokens</th><th>with the cache (ms)</th><th>re-prefilled (ms)</th><th>speedup</th>"
-            "</tr></thead>",
+            "<thead><tr>" + "".join(f"<th>{escape(c)}</th>" for c in t.columns) + "</tr></thead>",
             "<tbody>",
-        ]
-        for s in steps:
-            new = f"{s.new} + {s.image} screenshot" if s.image else str(s.new)
-            cells = "".join(f"<td>{escape(c)}</td>" for c in (s.host, s.model, f"{s.L:,}", new))
-            ivs = "".join(f"<td>{html_cell(iv)}</td>" for iv in (s.cached_ms, s.reprefill_ms, s.speedup))
-            out.append(f"<tr>{cells}{ivs}</tr>")
-        out += [
+            *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in t.rows),
             "</tbody>",
             "</table>",
-            '<p class="muted">Medians with their 95% interval; with the cache: the fake '
-            "prefix (the first L tokens cached); re-prefilled: the baseline (all L + new tokens prefilled); "
-            "speedup: re-prefilled / with the cache, paired by rep. The newest complete sweep per host and "
-            "model.</p>",
-        ]
-    if profiles:
-        out += [
-            '<table class="headline">',
-            "<thead><tr><th>host</th><th>model</th><th>depth</th>"
-            + "".join(f"<th>{b}</th>" for b in BANDS)
-            + "<th>crossover (measured)</th><th>predicted</th>"
-            "</tr></thead>",
-            "<tbody>",
-        ]
-        for p in profiles:
-            out.append(
-                "<tr>"
-                + "".join(f"<td>{escape(c)}</td>" for c in (p.host, p.model, f"{p.depth:,}"))
-                + "".join(f"<td>{p.shares[b]:.0%}</td>" for b in BANDS)
-                + f"<td>{escape(p.crossover_text)}</td><td>{escape(p.predicted_text)}</td></tr>"
-            )
-        out += [
-            "</tbody>",
-            "</table>",
-            '<p class="muted">Share of a prefill chunk\'s time per band at the deepest '
-            "profiled depth, and the depth at which attention overtakes the MoE FFN (measured; predicted in time "
-            "from the profile's own per-band rates, and from FLOPs). The newest complete profile per host and "
-            "model.</p>",
+            f'<p class="muted">{escape(t.note, quote=False)}</p>',
         ]
     return out

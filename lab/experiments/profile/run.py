@@ -85,15 +85,9 @@ class Profile(Experiment):
         self.prediction: TimePrediction | None = None
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
-        if "cycles_per_process" not in params.get("profile", {"cycles_per_process": 1}):
-            # a run from before the cycles were spread over processes measured them all in one
-            whole = settings.profile.model_copy(update={"cycles_per_process": 50})
-            settings = settings.model_copy(update={"profile": whole})
-        if "server" in params:
-            return settings
-        # a run from before profiles recorded the server section: its threads and pinning only
-        server = settings.server.model_copy(update={"threads": params["threads"], "cpu_list": params.get("cpu_list")})
-        return settings.model_copy(update={"server": server})
+        if "server" not in params or "cycles_per_process" not in params.get("profile", {}):
+            raise RunError(f"{run.path.name}: a profile of an older format (its server or cycles not recorded as now)")
+        return settings
 
     def prepare(self, settings: Settings, parts: RunParts) -> None:
         assert parts.engine is not None

@@ -39,7 +39,6 @@ from lab.measure.plan import (
     reps_in_further_process,
     spread_of,
 )
-from lab.measure.plan import rates_from_profile as _profile_rates
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
@@ -180,7 +179,7 @@ def _both(server: Plan, inproc: Plan) -> Plan:
 
 def resolve_rates(settings: Settings) -> Rates:
     """sweep.rates: a rates file (YAML/JSON), or a profile run (id, unique prefix, or folder) whose time model is
-    applied to the sweep's model (a profile from before the time model: its flat bands and attention slope)."""
+    applied to the sweep's model."""
     ref = settings.sweep.rates
     assert ref is not None
     path = Path(ref)
@@ -194,7 +193,7 @@ def resolve_rates(settings: Settings) -> Rates:
     if run.manifest().experiment != "profile" or not summary.exists() or not bands.exists():
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
     if not run.table_path(PROFILE_BAND_CYCLES).exists():
-        return _profile_rates(summary, bands, run.path.name)
+        raise UsageError(f"--rates {ref}: {run.path.name} is a profile of an older format (no per-cycle bands)")
     from lab.models.resolve import resolve_model
 
     deepest = max(settings.sweep.Ls) + max(settings.sweep.news)

@@ -321,7 +321,7 @@ class Sweep(Experiment):
 
 
 def sweep_headline(sweep: Sweep, sess: OpenRun) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
-    """The answer a finished sweep closes with (lab.presenters.print_headline): its server points' step with the
+    """The answer a finished sweep closes with (lab.presenters.catalog.print_headline): its server points' step with the
     cache vs re-prefilled, and where the newest profile of its model on this host (from the runs folder) says
     time goes."""
     host = sess.run.manifest().host

@@ -1,0 +1,60 @@
+"""The catalog's tables: the run listing (`lab catalog ls`), one run's provenance (`lab catalog show`), and the
+headline (`lab catalog headline`, the end of `lab sweep`) from its record (lab.catalog.headline.headline)."""
+
+from __future__ import annotations
+
+import json
+from typing import Any
+
+from rich.console import Console
+from rich.table import Column, Table
+
+from lab.catalog.headline import Headline, HeadlineProfile, HeadlineStep, headline
+from lab.catalog.tables import RunRecord
+
+
+def runs_listing(runs: list[RunRecord | tuple[str, str]]) -> Table:
+    """Every run folder: id, experiment, host, engine commit, status (an unreadable one says why)."""
+    t = Table("experiment", "host", "engine", "status", "started (UTC)")
+    t.columns.insert(0, Column("run", no_wrap=True))
+    for r in runs:
+        if not isinstance(r, RunRecord):
+            t.add_row(r[0], "?", "?", "?", f"[red]unreadable: {r[1]}[/red]", "")
+            continue
+        status = r.status if r.status == "complete" else f"[yellow]{r.status}[/yellow] {r.reason}".rstrip()
+        t.add_row(r.run_id, r.experiment, r.host, r.engine_commit or "-", status, r.started_utc)
+    return t
+
+
+def run_details(detail: dict[str, Any]) -> list[str]:
+    """`lab catalog show`: the run's detail as lines."""
+    rec = detail["record"]
+    lines = [f"{field:>14}: {value}" for field, value in rec.items() if field != "params_json"]
+    lines.append(f"{'params':>14}: {rec['params_json']}")
+    if detail["results"]:
+        lines.append(f"{'results':>14}: {json.dumps(detail['results'], sort_keys=True)}")
+    lines += [f"{'table':>14}: {name} ({n} rows)" for name, n in detail["tables"].items()]
+    return lines
+
+
+def headline_tables(h: Headline) -> list[Table]:
+    """The answer per host and model: the step with the cache, re-prefilled, the speedup; where time goes."""
+    out = []
+    for table in h.tables:
+        t = Table(*table.columns, title=table.title)
+        for row in table.rows:
+            t.add_row(*row)
+        out.append(t)
+    return out
+
+
+def print_headline(
+    console: Console, steps: list[HeadlineStep], profiles: list[HeadlineProfile], empty: str | None = None
+) -> None:
+    """The answer (`lab catalog headline`, the end of `lab sweep`): its tables, then its lines in words (`empty`
+    when there are none)."""
+    h = headline(steps, profiles)
+    for t in headline_tables(h):
+        console.print(t)
+    for line in h.lines or ([empty] if empty else []):
+        console.print(line, highlight=False)

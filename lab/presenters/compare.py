@@ -1,0 +1,79 @@
+"""`lab compare`'s table: B/A per key and metric with its interval, called where an interleaved run calls it, then
+the geometric means (lab.catalog.compare.Comparison)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from rich.markup import escape
+from rich.table import Table
+
+from lab.catalog.compare import CompareRow, Comparison
+
+
+def _fmt(v: Any) -> str:
+    return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
+
+
+def _ratio_cell(r: CompareRow, paired: bool) -> str:
+    if r.ci is None:
+        return "-" if r.ratio is None else f"{r.ratio:.3f}"
+    if not r.significant:
+        return f"[dim]{r.ci.fmt()} within noise[/dim]"
+    if paired:  # a ratio of two arms, not a time: higher or lower, neither better
+        return f"[yellow]{r.ci.fmt()} {'higher' if r.ci.value > 1 else 'lower'}[/yellow]"
+    style = "red" if r.ci.value > 1 else "green"
+    return f"[{style}]{r.ci.fmt()} {'slower' if r.ci.value > 1 else 'faster'}[/{style}]"
+
+
+CALLED_STYLE = {"faster": "green", "slower": "red", "same": "dim", "undecided": "default"}
+
+
+def _called_cell(r: CompareRow, called: str) -> str:
+    """The interval alone where the row is called (one verdict per row, in its own column)."""
+    if r.ci is None:
+        return "-" if r.ratio is None else f"{r.ratio:.3f}"
+    return f"[{CALLED_STYLE[called]}]{r.ci.fmt()}[/{CALLED_STYLE[called]}]"
+
+
+def compare_table(c: Comparison) -> Table:
+    """B/A per key and metric with its 95% interval from both runs' samples: significant slowdowns red,
+    speedups green, the rest marked within noise; then the geometric mean over the grid per metric. The two
+    sides of an interleaved run also get each row called at the run's tolerance."""
+    within = any(r.ci is not None and r.ci.processes < 2 for r in c.rows)
+    caption = (
+        "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
+        "called significant there may be the next run's noise"
+        if within
+        else "one run, both configurations in alternating processes: each interval resamples the slots (a process "
+        "of each side, next in time), then the reps, the same draws on both sides, so the host's drift from one "
+        f"minute to the next falls on both; 'called' at 1 +- {c.tolerance:.0%}"
+        if c.paired and c.tolerance is not None
+        else f"each interval carries both runs' spread between processes and a run-to-run drift of {c.drift:.1%} "
+        "(--run-drift, from the A/A test: docs/repetition.md)"
+        if c.drift > 0
+        else "each interval carries both runs' spread between processes, not a drift of the host between the two "
+        "runs (--run-drift: docs/repetition.md, the A/A test; interleave them in one run with --vs: docs/versus.md)"
+    )
+    if c.kind.paired:
+        caption += "; a ratio of two arms run back to back in one process (fake / genuine) carries no drift"
+    called = c.tolerance is not None
+    t = Table(
+        *c.keys,
+        "metric",
+        "A",
+        "B",
+        "B/A [95%]",
+        *(["called"] if called else []),
+        "interval over",
+        title=f"A = {c.run_a}\nB = {c.run_b}\n{escape(c.model_line())}",  # a host's file name is not markup
+        caption=caption,
+    )
+    for r in [*c.rows, *c.summary]:
+        scope = r.ci.scope.replace("processes", "slots") if r.ci and c.paired else r.ci.scope if r.ci else ""
+        verdict = [r.called(c.tolerance)] if c.tolerance is not None else []
+        cell = _called_cell(r, verdict[0]) if verdict else _ratio_cell(r, r.metric in c.kind.paired)
+        key = [_fmt(k) for k in r.key] if r.key else ["geomean", *[""] * (len(c.keys) - 1)]
+        a, b = (_fmt(r.a), _fmt(r.b)) if r.key else ("", "")
+        t.add_row(*key, r.metric, a, b, cell, *verdict, scope)
+    return t
