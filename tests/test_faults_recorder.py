@@ -25,7 +25,7 @@ from aiohttp import web
 from lab.conversation.load import load_conversation
 from lab.engine.server import free_port
 
-pytestmark = [pytest.mark.fast, pytest.mark.faults]
+pytestmark = [pytest.mark.slow, pytest.mark.faults]  # slow: real processes waiting out real timeouts
 
 LAB = str(Path(sys.executable).parent / "lab")
 BEHAVE = "X-Behave"  # which misbehaviour the upstream shows this request (forwarded like any header)
