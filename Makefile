@@ -46,10 +46,10 @@ demo: setup
 	@echo "==> experiments: an agent conversation in three arms (today's server, the optimum, no cache)"
 	@$(LAB) trace synth --conversation --reasoning 30 -o build/demo/conversation.jsonl
 	@$(LAB) trace replay build/demo/conversation.jsonl
-	@echo "==> experiments: the replay labs"
-	@$(LAB) replay exact
-	@$(LAB) replay span
-	@$(LAB) replay cost
+	@echo "==> experiments: the rebuild labs"
+	@$(LAB) rebuild exact
+	@$(LAB) rebuild span
+	@$(LAB) rebuild cost
 	@echo "==> catalog and reports (lab catalog track, dvc repro)"
 	@$(LAB) catalog track
 	@$(MAKE) --no-print-directory repro

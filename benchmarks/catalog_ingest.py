@@ -2,7 +2,7 @@
 
 Runs are written with the real schemas and RunFolder, shaped like the defaults produce them: sweeps
 (8 points, 120 samples, 40 llama-bench rows), profiles (9 depths x 5 bands, 54 walls, a summary) and
-replay-cost runs. Prints the ingest time, rows per second and the time of a second ingest.
+rebuild-cost runs. Prints the ingest time, rows per second and the time of a second ingest.
 
     .venv/bin/python benchmarks/catalog_ingest.py [--runs 100]
 """
@@ -24,7 +24,7 @@ from lab.core.schemas import (
     PrefillTps,
     ProfileSummary,
     ProfileWall,
-    ReplayCostRow,
+    RebuildCostRow,
     SweepPoint,
     SweepSample,
 )
@@ -32,12 +32,12 @@ from lab.core.schemas.raw import (
     PREFILL_TPS,
     PROFILE_BANDS,
     PROFILE_WALLS,
-    REPLAY_COST,
-    REPLAY_ROW_WORK,
+    REBUILD_COST,
+    REBUILD_ROW_WORK,
     SWEEP_POINTS,
     SWEEP_SAMPLES,
 )
-from lab.replay import cost
+from lab.rebuild import cost
 
 
 def arm(rng: random.Random, ms: float) -> ArmStats:
@@ -92,19 +92,19 @@ def profile_run(root: Path, rng: random.Random) -> None:
     run.complete()
 
 
-def replay_cost_run(root: Path) -> None:
-    run = RunFolder.create(root, "replay_cost", "vm", {})
+def rebuild_cost_run(root: Path) -> None:
+    run = RunFolder.create(root, "rebuild_cost", "vm", {})
     rows = []
     for case, ch in cost.EXAMPLES.items():
         for m in cost.MODES:
             w = cost.consumer_work(ch, 3, 4, m)
-            rows.append(ReplayCostRow(
+            rows.append(RebuildCostRow(
                 case=case, window=3, keep=4, length=ch.length, start=ch.start, end=ch.end,
                 valid_start=ch.valid_start, mode=m, rows=w.rows, pairs=w.pairs, reference_rows=w.rows,
                 reference_pairs=w.pairs,
             ))  # fmt: skip
-    run.rewrite(REPLAY_COST, rows)
-    run.rewrite(REPLAY_ROW_WORK, [])
+    run.rewrite(REBUILD_COST, rows)
+    run.rewrite(REBUILD_ROW_WORK, [])
     run.complete()
 
 
@@ -116,7 +116,7 @@ def main() -> int:
     with tempfile.TemporaryDirectory(prefix="lab-bench-catalog-") as tmp:
         root = Path(tmp) / "runs"
         for i in range(args.runs):
-            (sweep_run(root, rng) if i % 10 < 6 else profile_run(root, rng) if i % 10 < 9 else replay_cost_run(root))
+            (sweep_run(root, rng) if i % 10 < 6 else profile_run(root, rng) if i % 10 < 9 else rebuild_cost_run(root))
         t0 = time.perf_counter()
         r = ingest(root, Path(tmp) / "catalog")
         first = time.perf_counter() - t0

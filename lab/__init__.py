@@ -12,7 +12,7 @@ may import):
     experiments                 the experiments under one protocol
     catalog                     run folders into tables, comparisons, the newest run of each kind, the
                                 headline, DVC tracking (dvc_hostkeys beside it: its name is in users' .pth files)
-    conversation, replay,       what an experiment is made of: conversation arms, the replay labs, and in
+    conversation, rebuild,      what an experiment is made of: conversation arms, the rebuild labs, and in
     measure                     measure the clean room, peaks, plan, fills, time model, then the cost model
     inproc, instrument          the lab's two C++ tools on libllama (the in-process driver, the profiler)
     models                      a model's hyperparameters and state, the tiny models, the model to measure

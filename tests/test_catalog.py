@@ -1,4 +1,4 @@
-"""Catalog ingest on real run folders (the replay labs make them in a second): schemas validated, incomplete
+"""Catalog ingest on real run folders (the rebuild labs make them in a second): schemas validated, incomplete
 runs listed but not drawn, malformed rows rejected with file and line, all or nothing."""
 
 from __future__ import annotations
@@ -25,7 +25,7 @@ pytestmark = pytest.mark.fast
 def runs(tmp_path: Path) -> Path:
     root = tmp_path / "runs"
     for which in ("exact", "cost"):
-        assert lab("replay", which, "--runs-dir", str(root)).returncode == 0
+        assert lab("rebuild", which, "--runs-dir", str(root)).returncode == 0
     broken = RunFolder.create(root, "sweep", "vm", {})
     broken.update(status="incomplete", reason="interrupted by SIGTERM")
     return root
@@ -35,13 +35,13 @@ def test_ingest_builds_every_table(runs: Path, tmp_path: Path) -> None:
     cat = tmp_path / "catalog"
     r = ingest(runs, cat)
     assert (r.runs, r.in_figures) == (3, 2)
-    assert r.rows["replay_exact"] == 2 and r.rows["replay_cost"] == 15 and r.rows["replay_row_work"] == 3
+    assert r.rows["rebuild_exact"] == 2 and r.rows["rebuild_cost"] == 15 and r.rows["rebuild_row_work"] == 3
     runs_table = load_table(cat, RUNS)
     assert sorted(runs_table["status"]) == ["complete", "complete", "incomplete"]
     assert not runs_table.loc[runs_table["status"] == "incomplete", "in_figures"].item()
     for spec in SPECS:  # every table exists with its declared columns, even when empty
         assert list(load_table(cat, spec.name).columns) == columns(spec.schema)
-    exact = load_table(cat, "replay_exact")
+    exact = load_table(cat, "rebuild_exact")
     assert list(exact["last_suffix"]) == ["22", "57/2"]
     assert (cat / "metrics.json").exists()
 
@@ -50,8 +50,8 @@ def test_malformed_row_is_rejected_with_file_and_line_and_nothing_changes(runs: 
     cat = tmp_path / "catalog"
     ingest(runs, cat)
     before = {p.name: p.read_bytes() for p in (cat / "tables").iterdir()}
-    run = next(p for p in runs.iterdir() if "replay_cost" in p.name)
-    table = run / "raw" / "replay_cost.jsonl"
+    run = next(p for p in runs.iterdir() if "rebuild_cost" in p.name)
+    table = run / "raw" / "rebuild_cost.jsonl"
     lines = table.read_text().splitlines()
     lines[2] = lines[2].replace('"rows": ', '"rows": "many", "x": ').replace('"rows":', '"rows": "many", "y":')
     table.write_text("\n".join(lines) + "\n")
@@ -65,16 +65,16 @@ def test_malformed_row_is_rejected_with_file_and_line_and_nothing_changes(runs: 
 
 def test_catalog_ls_and_show(runs: Path) -> None:
     r = lab("catalog", "ls", "--runs-dir", str(runs))
-    assert r.returncode == 0 and "replay_exact" in r.stdout and "incomplete" in r.stdout
-    run = next(p for p in runs.iterdir() if "replay_exact" in p.name)
+    assert r.returncode == 0 and "rebuild_exact" in r.stdout and "incomplete" in r.stdout
+    run = next(p for p in runs.iterdir() if "rebuild_exact" in p.name)
     r = lab("catalog", "show", run.name, "--runs-dir", str(runs))
     assert r.returncode == 0, r.stderr
-    assert "cpu_model" in r.stdout and "lab_commit" in r.stdout and "replay_exact (2 rows)" in r.stdout
+    assert "cpu_model" in r.stdout and "lab_commit" in r.stdout and "rebuild_exact (2 rows)" in r.stdout
     # --json: the records the listing and the details are printed from
     listed = json.loads(lab("catalog", "ls", "--runs-dir", str(runs), "--json").stdout)
     assert sorted(x["status"] for x in listed) == ["complete", "complete", "incomplete"]
     detail = json.loads(lab("catalog", "show", run.name, "--runs-dir", str(runs), "--json").stdout)
-    assert detail["record"]["run_id"] == run.name and detail["tables"] == {"replay_exact": 2}
+    assert detail["record"]["run_id"] == run.name and detail["tables"] == {"rebuild_exact": 2}
 
 
 def sweep_run(root: Path, fake_ms: float, params: dict[str, Any] | None = None) -> RunFolder:
@@ -107,9 +107,9 @@ def test_compare_prints_ratios_and_refuses_mixed_runs(runs: Path) -> None:
     empty = runs.parent / "elsewhere"
     args = ("compare", a.path.name, b.path.name, "--runs-dir", str(empty), "--catalog-dir", str(cat), "--json")
     assert json.loads(lab(*args).stdout)["rows"] == out["rows"]
-    replay = next(p for p in runs.iterdir() if "replay_exact" in p.name)
-    r = lab("compare", a.path.name, replay.name, "--runs-dir", str(runs))
-    assert r.returncode == 1 and "cannot compare a sweep run with a replay_exact run" in r.stderr
+    rebuild = next(p for p in runs.iterdir() if "rebuild_exact" in p.name)
+    r = lab("compare", a.path.name, rebuild.name, "--runs-dir", str(runs))
+    assert r.returncode == 1 and "cannot compare a sweep run with a rebuild_exact run" in r.stderr
 
 
 def test_compare_table_and_report_show_the_same_rows(runs: Path, tmp_path: Path) -> None:

@@ -1,4 +1,5 @@
 """The command tree itself: `lab trace replay` is the trace replay and `lab replay-trace` a hidden alias of it,
+`lab rebuild` the rebuild labs and `lab replay` their hidden old name,
 `lab --help` imports nothing heavy, and the fab tasks still read their options from the commands they run."""
 
 from __future__ import annotations
@@ -30,6 +31,14 @@ def test_trace_replay_is_the_replay_and_replay_trace_a_hidden_alias() -> None:
     for args in (["trace", "replay", "--help"], ["replay-trace", "--help"]):
         r = runner.invoke(app, args, env={"COLUMNS": "200"})
         assert r.exit_code == 0 and "--resume" in r.output and "--reps" in r.output, r.output
+
+
+def test_the_rebuild_labs_answer_to_their_old_name_hidden() -> None:
+    root = get_command(app)
+    new, old = root.commands["rebuild"], root.commands["replay"]  # type: ignore[attr-defined]
+    assert old.hidden and not new.hidden and sorted(old.commands) == sorted(new.commands) == ["cost", "exact", "span"]
+    top = CliRunner().invoke(app, ["--help"], env={"COLUMNS": "200"})
+    assert top.exit_code == 0 and "rebuild " in top.output and "│ replay " not in top.output, top.output
 
 
 def test_help_imports_only_the_cli() -> None:

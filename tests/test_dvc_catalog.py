@@ -73,12 +73,12 @@ def tree_bytes(root: Path, *dirs: str) -> dict[str, bytes]:
 
 @pytest.fixture(scope="module")
 def origin(tmp_path_factory: pytest.TempPathFactory, tiny_model: Path) -> Path:
-    """Clone A with four runs: a small sweep, two replay labs, and one interrupted run."""
+    """Clone A with four runs: a small sweep, two rebuild labs, and one interrupted run."""
     install_pth()
     a = make_project(tmp_path_factory.mktemp("colleague") / "a")
     lab("sweep", "--Ls", "256,512", "--news", "16", "--reps", "1", cwd=a)
-    lab("replay", "exact", cwd=a)
-    lab("replay", "cost", cwd=a)
+    lab("rebuild", "exact", cwd=a)
+    lab("rebuild", "cost", cwd=a)
     broken = RunFolder.create(a / "catalog" / "runs", "sweep", "vm", {})
     broken.update(status="incomplete", reason="interrupted by SIGTERM")
     lab("catalog", "track", cwd=a)
@@ -159,7 +159,7 @@ def test_run_folders_stay_out_of_git_until_tracked_and_then_only_their_dvc_files
     """`git add -A` between a run and `lab catalog track` used to commit the raw data into git."""
     install_pth()
     proj = make_project(tmp_path / "proj")
-    lab("replay", "exact", cwd=proj)
+    lab("rebuild", "exact", cwd=proj)
     (run,) = [p for p in (proj / "catalog" / "runs").iterdir() if p.is_dir() and not p.name.startswith(".")]
 
     def untracked() -> list[str]:

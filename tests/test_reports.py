@@ -30,10 +30,10 @@ from lab.core.schemas import (
     Interval,
     ProfileSummary,
     ProfileWall,
-    ReplayCostRow,
-    ReplayExactRow,
-    ReplayRowWork,
-    ReplaySpanRow,
+    RebuildCostRow,
+    RebuildExactRow,
+    RebuildRowWork,
+    RebuildSpanRow,
     SweepPoint,
     SweepSample,
     ggml_pad,
@@ -51,7 +51,7 @@ from lab.reports.render import save_chart
 
 Mode = Literal["off", "mask", "compact"]
 CHROMIUM = Path("/usr/bin/chromium")
-CHARTS = ("agreement", "bands", "roofline", "arms", "conversation", "tune", "versus", "replay")
+CHARTS = ("agreement", "bands", "roofline", "arms", "conversation", "tune", "versus", "rebuild")
 SETTINGS = ReportSettings()
 BANDS = ("ffn_moe", "attn_core", "proj", "gdn", "other")
 ARMS: tuple[ArmName, ...] = ("fake", "genuine", "baseline")
@@ -273,12 +273,12 @@ def replay_runs(root: Path) -> None:
     diff_values = {"last_full_value": 28, "last_suffix_value": 28.5, "next_full_value": 32, "next_suffix_value": 32.17}
     differs = {"first_diff_layer": 2, "first_diff_pos": 5}
     exact = [
-        ReplayExactRow.model_validate({"kv_source": "shared", **common, **shared, **values}),
-        ReplayExactRow.model_validate({"kv_source": "per-layer", **common, **per_layer, **diff_values, **differs}),
+        RebuildExactRow.model_validate({"kv_source": "shared", **common, **shared, **values}),
+        RebuildExactRow.model_validate({"kv_source": "per-layer", **common, **per_layer, **diff_values, **differs}),
     ]
-    make_run(root, "replay_exact", "host-a", {"replay_exact": list(exact)})
+    make_run(root, "rebuild_exact", "host-a", {"rebuild_exact": list(exact)})
     span = [
-        ReplaySpanRow(
+        RebuildSpanRow(
             window=w,
             depth=d,
             span=w + (d - 1) * (w - 1),
@@ -292,9 +292,9 @@ def replay_runs(root: Path) -> None:
         for w in (2, 3)
         for d in (1, 2)
     ]
-    make_run(root, "replay_span", "host-a", {"replay_span": list(span)})
+    make_run(root, "rebuild_span", "host-a", {"rebuild_span": list(span)})
     cost = [
-        ReplayCostRow(
+        RebuildCostRow(
             case=case,
             window=3,
             keep=4,
@@ -312,12 +312,12 @@ def replay_runs(root: Path) -> None:
         for mode, (rows, pairs) in zip(MODES, work, strict=True)
     ]
     work = [
-        ReplayRowWork(
+        RebuildRowWork(
             length=n, producer_layers=20, consumer_layers=20, keep=140, full=40 * n, compact=c, ratio=c / (40 * n)
         )
         for n, c in ((64, 2560), (1024, 23280))
     ]
-    make_run(root, "replay_cost", "host-a", {"replay_cost": list(cost), "replay_row_work": list(work)})
+    make_run(root, "rebuild_cost", "host-a", {"rebuild_cost": list(cost), "rebuild_row_work": list(work)})
 
 
 @pytest.fixture(scope="module")
@@ -510,10 +510,10 @@ def test_bands_and_replay_draw_their_marks(reports: tuple[Path, list[Path]], bro
     assert bands["areas"] == len(BANDS)  # one stacked area per band, for the selected run only
     assert bands["rules"] >= 2  # the crossover rule and the zero line of the gap panel
     assert bands["lines"] == len(BANDS) + 2  # the areas' outlines, TIMED/FUSED gap and FUSED/llama-bench
-    replay = browser.open(out / "replay.html")
-    assert replay["blocked"] == [] and replay["errors"] == []
-    assert replay["rects"] >= 2 * 6 + 4 * 6 + 6 * 2 + 2  # exact grid, span grid, cost bars, row-work bars
-    assert replay["texts"] >= 2 * 6 + 4 * 6
+    rebuild = browser.open(out / "rebuild.html")
+    assert rebuild["blocked"] == [] and rebuild["errors"] == []
+    assert rebuild["rects"] >= 2 * 6 + 4 * 6 + 6 * 2 + 2  # exact grid, span grid, cost bars, row-work bars
+    assert rebuild["texts"] >= 2 * 6 + 4 * 6
 
 
 @pytest.mark.browser

@@ -31,7 +31,7 @@ def test_commands_take_the_ids_of_tracked_runs(tmp_path: Path) -> None:
     interrupt_after_first_row(cmd, "*/raw/points.jsonl", runs, proj, project_env())
     (sweep,) = (p for p in runs.iterdir() if p.is_dir() and "_sweep_" in p.name)
     assert RunFolder.open(sweep).manifest().status == "incomplete"
-    lab("replay", "exact", cwd=proj)
+    lab("rebuild", "exact", cwd=proj)
     lab("catalog", "track", cwd=proj)
     tracked = sorted(p for p in runs.iterdir() if p.is_dir())
     assert all(p.with_name(p.name + ".dvc").exists() for p in tracked), list(runs.iterdir())
@@ -41,19 +41,19 @@ def test_commands_take_the_ids_of_tracked_runs(tmp_path: Path) -> None:
     assert RunFolder.open(sweep).ready
     dvc_file = sweep.with_name(sweep.name + ".dvc")
     partial = dvc_file.read_text()
-    replay = next(p for p in tracked if "replay_exact" in p.name)
-    replay_dvc = replay.with_name(replay.name + ".dvc").read_text()
+    lab_run = next(p for p in tracked if "rebuild_exact" in p.name)
+    lab_dvc = lab_run.with_name(lab_run.name + ".dvc").read_text()
     lab("catalog", "track", cwd=proj)  # the resumed run is tracked again: a push ships it whole, not the part
     assert dvc_file.read_text() != partial
-    assert replay.with_name(replay.name + ".dvc").read_text() == replay_dvc  # unchanged runs stay as they were
+    assert lab_run.with_name(lab_run.name + ".dvc").read_text() == lab_dvc  # unchanged runs stay as they were
     assert "up to date" in dvc("status", str(dvc_file), cwd=proj)
-    r = run_lab("catalog", "show", replay.name, cwd=proj)
-    assert r.returncode == 0 and "replay_exact (2 rows)" in r.stdout, r.stderr
+    r = run_lab("catalog", "show", lab_run.name, cwd=proj)
+    assert r.returncode == 0 and "rebuild_exact (2 rows)" in r.stdout, r.stderr
     r = run_lab("compare", sweep.name, sweep.name[:-2], cwd=proj)  # an id and a unique prefix of it
     assert r.returncode == 0 and "fake_median_ms" in r.stdout, r.stderr
     r = run_lab("sweep", "--resume", sweep.name, cwd=proj)
     assert r.returncode == 1 and "complete" in r.stderr and "no unique run" not in r.stderr, r.stderr
-    r = run_lab("profile", "--resume", replay.name, cwd=proj)
-    assert r.returncode == 1 and "is a replay_exact run, not profile" in r.stderr, r.stderr
-    r = run_lab("replay-trace", "--resume", replay.name, cwd=proj)
-    assert r.returncode == 1 and "is a replay_exact run, not conversation" in r.stderr, r.stderr
+    r = run_lab("profile", "--resume", lab_run.name, cwd=proj)
+    assert r.returncode == 1 and "is a rebuild_exact run, not profile" in r.stderr, r.stderr
+    r = run_lab("replay-trace", "--resume", lab_run.name, cwd=proj)
+    assert r.returncode == 1 and "is a rebuild_exact run, not conversation" in r.stderr, r.stderr

@@ -45,7 +45,7 @@ def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
             "crossover_hi": _num(newest.get("crossover_ci_hi")),
             "attn_r2": round(float(newest["attn_r2"]), 6),
         }
-    span = frames["replay_span"]
+    span = frames["rebuild_span"]
     if len(span):
-        out["replay"] = {"span_cases": int(span["cases"].sum()), "span_all_ok": bool(span["ok"].all())}
+        out["rebuild"] = {"span_cases": int(span["cases"].sum()), "span_all_ok": bool(span["ok"].all())}
     return out

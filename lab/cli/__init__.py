@@ -1,7 +1,7 @@
 """`lab` command line: thin commands that map flags to settings and call library functions.
 
 The whole command tree is here; each group's commands are in a module of their own (host, engine, model,
-trace, replay, catalog), the top-level ones in experiments (sweep, arms, profile) and reports (report,
+trace, rebuild, catalog), the top-level ones in experiments (sweep, arms, profile) and reports (report,
 compare, dvc-setup). The error policy, the settings loader and every shared option are in common; what a
 finished run prints (each experiment's records handed to the presenters) in show.
 Heavy modules are imported inside commands so `lab --help` stays instant.
@@ -11,7 +11,7 @@ It may import every layer below it; only lab.remote sits above.
 
 from __future__ import annotations
 
-from lab.cli import catalog, engine, experiments, host, model, replay, reports, trace
+from lab.cli import catalog, engine, experiments, host, model, rebuild, reports, trace
 from lab.cli.common import LabApp
 
 app = LabApp(
@@ -31,7 +31,8 @@ app.command("compare")(reports.compare)
 app.add_typer(engine.app, name="engine")
 app.add_typer(model.app, name="model")
 app.add_typer(trace.app, name="trace")
-app.add_typer(replay.app, name="replay")
+app.add_typer(rebuild.app, name="rebuild")
+app.add_typer(rebuild.app, name="replay", hidden=True)  # the rebuild labs' name until `lab trace replay` had it alone
 app.add_typer(host.app, name="host")
 app.add_typer(catalog.app, name="catalog")
 

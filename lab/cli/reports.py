@@ -13,7 +13,7 @@ from lab.cli.common import AsJson, CatalogDir, RunsDir, resolve, settings_for
 
 def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Option("--out")] = None) -> None:
     """Render the reports from the catalog tables: index.html (opening with the answer), agreement, bands,
-    roofline, arms, conversation and replay charts."""
+    roofline, arms, conversation and rebuild charts."""
     from lab.reports import render_reports
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=out)

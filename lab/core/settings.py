@@ -192,13 +192,13 @@ class ProfileSettings(Section):
         return self
 
 
-class ReplaySettings(Section):
-    """The replay labs (exact replay, replay span, replay cost); the defaults print the reference tables."""
+class RebuildSettings(Section):
+    """The rebuild labs (exact rebuild, rebuild span, rebuild cost); the defaults print the reference tables."""
 
     window: int = Field(default=3, ge=1, description="exact: attention window W")
     depth: int = Field(default=2, ge=1, description="exact: layers D")
     length: int = Field(default=8, ge=1, description="exact: inputs 1..length")
-    keep: int = Field(default=3, ge=1, description="exact: replay the last `keep` inputs")
+    keep: int = Field(default=3, ge=1, description="exact: rebuild from the last `keep` inputs")
     next_input: str | None = Field(default=None, description="exact: the decode step's input (default length+1)")
     span_windows: list[int] = Field(default=[2, 3, 4], description="span: windows to check exhaustively")
     span_depths: list[int] = Field(default=[1, 2, 3], description="span: depths to check exhaustively")
@@ -219,9 +219,9 @@ class ReplaySettings(Section):
         return v
 
     @model_validator(mode="after")
-    def _keep_fits(self) -> ReplaySettings:
+    def _keep_fits(self) -> RebuildSettings:
         if self.keep > self.length:
-            raise ValueError(f"replay.keep ({self.keep}) cannot exceed replay.length ({self.length})")
+            raise ValueError(f"rebuild.keep ({self.keep}) cannot exceed rebuild.length ({self.length})")
         return self
 
 
@@ -272,7 +272,7 @@ class Settings(BaseSettings):
     record: RecordSettings = Field(default_factory=RecordSettings)
     sweep: SweepSettings = Field(default_factory=SweepSettings)
     profile: ProfileSettings = Field(default_factory=ProfileSettings)
-    replay: ReplaySettings = Field(default_factory=ReplaySettings)
+    rebuild: RebuildSettings = Field(default_factory=RebuildSettings)
     decode: DecodeSettings = Field(default_factory=DecodeSettings)
     report: ReportSettings = Field(default_factory=ReportSettings)
     catalog_dir: Path = Field(default=Path("catalog"), description="catalog tables (catalog/tables) and metrics")

@@ -1,4 +1,4 @@
-"""The experiment protocol every experiment follows (sweep, trace replay, profile, the replay labs).
+"""The experiment protocol every experiment follows (sweep, trace replay, profile, the rebuild labs).
 
 An experiment says what it is called, which settings sections are its inputs (`records`: the protocol records
 them as the run's params and puts them back on resume, one record for every experiment; `own_params` and

@@ -1,6 +1,6 @@
 """The lab's reports: Altair charts rendered from the catalog tables into reports/ (see reports/README.md).
 
-    render_reports(catalog_dir, out_dir, settings)   agreement, bands, replay (.html/.png/.svg) + index.html
+    render_reports(catalog_dir, out_dir, settings)   agreement, bands, rebuild (.html/.png/.svg) + index.html
     render_compare(comparison, out_dir, settings)    compare_<a>_vs_<b>.html/.png/.svg
     compare_chart(comparison)                        the B / A chart itself (rows: lab.catalog.compare)
 

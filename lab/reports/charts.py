@@ -12,7 +12,7 @@ from lab.reports.agreement import agreement_chart
 from lab.reports.arms import arms_chart
 from lab.reports.bands import bands_chart
 from lab.reports.conversation import conversation_chart
-from lab.reports.replay import replay_chart
+from lab.reports.rebuild import rebuild_chart
 from lab.reports.roofline import roofline_chart
 from lab.reports.style import Chart
 from lab.reports.tune import tune_chart
@@ -54,8 +54,8 @@ CHARTS: dict[str, tuple[str, Builder]] = {
         "process slot, called faster, slower, the same or undecided",
         versus_chart,
     ),
-    "replay": (
-        "Replay labs: exact replay, replay span, consumer rows / SWA pairs and row-work",
-        replay_chart,
+    "rebuild": (
+        "Rebuild labs: exact rebuild, rebuild span, consumer rows / SWA pairs and row-work",
+        rebuild_chart,
     ),
 }

@@ -17,7 +17,7 @@ from lab.core.schemas.base import (
 )
 from lab.core.schemas.decode import BenchDecode, DecodeDepth
 from lab.core.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
-from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.schemas.rebuild import RebuildCostRow, RebuildExactRow, RebuildRowWork, RebuildSpanRow
 from lab.core.schemas.sweep import (
     BATCH_CHUNK,
     FILL_PASSES,
@@ -79,10 +79,10 @@ __all__ = [
     "PrefillTps",
     "ProfileSummary",
     "ProfileWall",
-    "ReplayCostRow",
-    "ReplayExactRow",
-    "ReplayRowWork",
-    "ReplaySpanRow",
+    "RebuildCostRow",
+    "RebuildExactRow",
+    "RebuildRowWork",
+    "RebuildSpanRow",
     "ServerPointFields",
     "StepToolTime",
     "SweepPoint",

@@ -8,7 +8,7 @@ from typing import Any
 from lab.core.rawtable import RawTable
 from lab.core.schemas.decode import DecodeDepth
 from lab.core.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
-from lab.core.schemas.replay import ReplayCostRow, ReplayExactRow, ReplayRowWork, ReplaySpanRow
+from lab.core.schemas.rebuild import RebuildCostRow, RebuildExactRow, RebuildRowWork, RebuildSpanRow
 from lab.core.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
 from lab.core.schemas.trace import (
     ConversationCauseResult,
@@ -38,10 +38,10 @@ PROFILE_BANDS = RawTable("profile_bands", BandDepth)
 PROFILE_BAND_CYCLES = RawTable("profile_band_cycles", BandCycle)
 PROFILE_PREDICTED = RawTable("profile_predicted", BandAt)
 PROFILE_SUMMARY = RawTable("profile_summary", ProfileSummary, single=True)
-REPLAY_EXACT = RawTable("replay_exact", ReplayExactRow)
-REPLAY_SPAN = RawTable("replay_span", ReplaySpanRow)
-REPLAY_COST = RawTable("replay_cost", ReplayCostRow)
-REPLAY_ROW_WORK = RawTable("replay_row_work", ReplayRowWork)
+REBUILD_EXACT = RawTable("rebuild_exact", RebuildExactRow)
+REBUILD_SPAN = RawTable("rebuild_span", RebuildSpanRow)
+REBUILD_COST = RawTable("rebuild_cost", RebuildCostRow)
+REBUILD_ROW_WORK = RawTable("rebuild_row_work", RebuildRowWork)
 
 RAW_TABLES: dict[str, RawTable[Any]] = {
     t.name: t
@@ -63,10 +63,10 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         PROFILE_BAND_CYCLES,
         PROFILE_PREDICTED,
         PROFILE_SUMMARY,
-        REPLAY_EXACT,
-        REPLAY_SPAN,
-        REPLAY_COST,
-        REPLAY_ROW_WORK,
+        REBUILD_EXACT,
+        REBUILD_SPAN,
+        REBUILD_COST,
+        REBUILD_ROW_WORK,
         VERSUS_SLOTS,
         VERSUS_ROWS,
     )

@@ -1,6 +1,6 @@
-"""The exact-replay toy: each layer adds the mean of its visible cached entries to its input (identity KV projections,
+"""The exact-rebuild toy: each layer adds the mean of its visible cached entries to its input (identity KV projections,
 uniform weights), in `fractions.Fraction`. Cached rows come either from the shared boundary input or from
-each layer's own input; that one choice decides whether replaying the last K inputs rebuilds the state."""
+each layer's own input; that one choice decides whether prefilling the last K inputs again rebuilds the state."""
 
 from __future__ import annotations
 
@@ -70,7 +70,7 @@ class Comparison:
 def compare(
     inputs: Sequence[Fraction], depth: int, window: int, keep: int, next_input: Fraction, shared: bool
 ) -> Comparison:
-    """Full prefill vs replay of the last `keep` inputs, then one decode step from each cache."""
+    """Full prefill vs rebuild from the last `keep` inputs, then one decode step from each cache."""
     if not 1 <= keep <= len(inputs):
         raise ValueError(f"keep must be within 1..{len(inputs)} (the input length), got {keep}")
     if window < 1 or depth < 1:
@@ -88,10 +88,10 @@ def compare(
 
 
 def first_cache_diff(
-    full: Sequence[Sequence[Fraction]], replay: Sequence[Sequence[Fraction]], n: int
+    full: Sequence[Sequence[Fraction]], rebuild: Sequence[Sequence[Fraction]], n: int
 ) -> tuple[int, int] | None:
-    """Caches hold the last entries of an n-long sequence; a replay may hold fewer (a missing entry differs)."""
-    for layer, (a, b) in enumerate(zip(full, replay, strict=True), start=1):
+    """Caches hold the last entries of an n-long sequence; a rebuild may hold fewer (a missing entry differs)."""
+    for layer, (a, b) in enumerate(zip(full, rebuild, strict=True), start=1):
         for j in range(len(a)):
             pos = n - len(a) + j
             k = j - (len(a) - len(b))

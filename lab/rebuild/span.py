@@ -1,5 +1,5 @@
-"""Replay span: a window grows backwards across layers. To rebuild the retained KV of depth D with window W from
-per-layer caches, replay R = W + (D-1)(W-1) inputs; with shared KV, one window is enough. Checked
+"""Rebuild span: a window grows backwards across layers. To rebuild the retained KV of depth D with window W from
+per-layer caches, rebuild R = W + (D-1)(W-1) inputs; with shared KV, one window is enough. Checked
 exhaustively on every 0/1 input two positions longer than the span, and R-1 is shown to be too short."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from fractions import Fraction
 
-from lab.replay.toy import Num, Prefill, decode, prefill
+from lab.rebuild.toy import Num, Prefill, decode, prefill
 
 
 def span(window: int, depth: int) -> int:
@@ -25,9 +25,9 @@ class SpanVerdict:
     depth: int
     span: int
     cases: int = 0
-    shared_window_exact: int = 0  # cases where a shared-KV replay of one window reproduced everything
-    per_layer_span_exact: int = 0  # cases where a per-layer replay of R positions did
-    shorter_fails: int = 0  # cases where a per-layer replay of R-1 changed the final row or the decode step
+    shared_window_exact: int = 0  # cases where a shared-KV rebuild of one window reproduced everything
+    per_layer_span_exact: int = 0  # cases where a per-layer rebuild of R positions did
+    shorter_fails: int = 0  # cases where a per-layer rebuild of R-1 changed the final row or the decode step
     counterexample: list[int] = field(default_factory=list)  # the first such input
 
     @property
@@ -39,10 +39,10 @@ class SpanVerdict:
         )
 
 
-def replay_outcome(
+def rebuild_outcome(
     full: Prefill[Num], inputs: Sequence[Num], keep: int, depth: int, window: int, shared: bool, x: Num
 ) -> tuple[bool, bool]:
-    """Replay the last `keep` inputs: (final row and decode output unchanged, retained KV unchanged too)."""
+    """Rebuild the last `keep` inputs: (final row and decode output unchanged, retained KV unchanged too)."""
     part = prefill(inputs[-keep:], depth, window, shared)
     same = full.hidden[-1] == part.hidden[-1] and decode(full.caches, x, window, shared) == decode(
         part.caches, x, window, shared
@@ -74,12 +74,12 @@ def check_span(window: int, depth: int, next_input: int = 2, exact_type: str = "
 
 
 def outcomes(inputs: Sequence[Num], r: int, depth: int, window: int, x: Num) -> tuple[bool, bool, bool]:
-    """(shared replay of one window exact, per-layer replay of R exact, per-layer replay of R-1 unchanged)"""
+    """(shared rebuild of one window exact, per-layer rebuild of R exact, per-layer rebuild of R-1 unchanged)"""
     shared_full = prefill(inputs, depth, window, True)
     layer_full = prefill(inputs, depth, window, False)
-    shared_ok = replay_outcome(shared_full, inputs, window, depth, window, True, x)[1]
-    span_ok = replay_outcome(layer_full, inputs, r, depth, window, False, x)[1]
-    shorter_same = replay_outcome(layer_full, inputs, r - 1, depth, window, False, x)[0] if r > 1 else True
+    shared_ok = rebuild_outcome(shared_full, inputs, window, depth, window, True, x)[1]
+    span_ok = rebuild_outcome(layer_full, inputs, r, depth, window, False, x)[1]
+    shorter_same = rebuild_outcome(layer_full, inputs, r - 1, depth, window, False, x)[0] if r > 1 else True
     return shared_ok, span_ok, shorter_same
 
 

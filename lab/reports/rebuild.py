@@ -1,6 +1,6 @@
-"""replay: the replay-lab tables of the newest complete run of each replay experiment.
+"""rebuild: the rebuild-lab tables of the newest complete run of each rebuild experiment.
 
-exact replay and replay span as text grids coloured by verdict, replay cost as grouped bars of consumer
+exact rebuild and rebuild span as text grids coloured by verdict, rebuild cost as grouped bars of consumer
 rows and visible SWA pairs per chunk case and mode, and the equal-cost row-work ratio per prompt length.
 """
 
@@ -15,16 +15,16 @@ from lab.core.settings import ReportSettings
 from lab.reports.data import figure_rows, newest_run
 from lab.reports.style import BAD, GOOD, MUTED, NEUTRAL, Chart, empty_chart, title
 
-TITLE = "Replay labs"
+TITLE = "Rebuild labs"
 VERDICTS = ["agrees", "differs", "value"]
 MODES = ["off", "mask", "compact"]
 
 
-def replay_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
+def rebuild_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
     width, height = settings.width, settings.height
     panels: list[Chart] = []
     used: list[str] = []
-    for experiment, build in (("replay_exact", _exact), ("replay_span", _span), ("replay_cost", _cost)):
+    for experiment, build in (("rebuild_exact", _exact), ("rebuild_span", _span), ("rebuild_cost", _cost)):
         run_id = newest_run(runs, experiment)
         if run_id is None:
             continue
@@ -35,7 +35,7 @@ def replay_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
     if not panels:
         return empty_chart(
             TITLE,
-            ["No complete replay run in the catalog yet.", "Run `lab replay exact|span|cost`, then `dvc repro`."],
+            ["No complete rebuild run in the catalog yet.", "Run `lab rebuild exact|span|cost`, then `dvc repro`."],
             width,
             height,
         )
@@ -70,10 +70,10 @@ def _grid(cells: pd.DataFrame, columns: list[str], rows: list[str], heading: alt
 
 
 def _exact(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height: int) -> Chart | None:
-    df = figure_rows(catalog_dir, "replay_exact", runs, keys=[], run_ids=[run_id])
+    df = figure_rows(catalog_dir, "rebuild_exact", runs, keys=[], run_ids=[run_id])
     if df.empty:
         return None
-    columns = ["last (full)", "last (replay)", "next (full)", "next (replay)", "first differing entry", "exact"]
+    columns = ["last (full)", "last (rebuild)", "next (full)", "next (rebuild)", "first differing entry", "exact"]
     cells: list[dict[str, str]] = []
     for _, r in df.iterrows():
         row = f"{r['kv_source']} KV"
@@ -85,25 +85,25 @@ def _exact(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, heigh
         )
         for column, text, verdict in (
             ("last (full)", r["last_full"], "value"),
-            ("last (replay)", r["last_suffix"], _verdict(same_last)),
+            ("last (rebuild)", r["last_suffix"], _verdict(same_last)),
             ("next (full)", r["next_full"], "value"),
-            ("next (replay)", r["next_suffix"], _verdict(same_next)),
+            ("next (rebuild)", r["next_suffix"], _verdict(same_next)),
             ("first differing entry", diff, _verdict(diff == "none")),
             ("exact", "yes" if r["exact"] else "no", _verdict(bool(r["exact"]))),
         ):
             cells.append({"row": row, "column": column, "text": str(text), "verdict": verdict})
     r0 = df.iloc[0]
     heading = title(
-        "Exact replay: full prefill vs replay of the last K inputs",
+        "Exact rebuild: full prefill vs rebuild from the last K inputs",
         f"W = {r0['window']}, D = {r0['depth']} layers, inputs 1..{r0['length']}, K = {r0['keep']}, "
-        f"next input {r0['next_input']}; exact fractions; green: replay = full prefill, red: differs",
+        f"next input {r0['next_input']}; exact fractions; green: rebuild = full prefill, red: differs",
     )
     rows = list(dict.fromkeys(c["row"] for c in cells))
     return _grid(pd.DataFrame(cells), columns, rows, heading, step=128)
 
 
 def _span(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height: int) -> Chart | None:
-    df = figure_rows(catalog_dir, "replay_span", runs, keys=["window", "depth"], run_ids=[run_id])
+    df = figure_rows(catalog_dir, "rebuild_span", runs, keys=["window", "depth"], run_ids=[run_id])
     if df.empty:
         return None
     columns = ["span R", "0/1 cases", "shared KV, W exact", "per-layer, R exact", "per-layer, R-1 fails", "verdict"]
@@ -120,7 +120,7 @@ def _span(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height
         ):
             cells.append({"row": row, "column": column, "text": text, "verdict": verdict})
     heading = title(
-        "Replay span R = W + (D-1)(W-1), checked on every 0/1 input",
+        "Rebuild span R = W + (D-1)(W-1), checked on every 0/1 input",
         f"{int(df['cases'].sum()):,} cases; green: as the formula predicts (R exact, R-1 fails somewhere)",
     )
     rows = list(dict.fromkeys(c["row"] for c in cells))
@@ -128,8 +128,8 @@ def _span(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height
 
 
 def _cost(catalog_dir: Path, runs: pd.DataFrame, run_id: str, width: int, height: int) -> Chart | None:
-    cost = figure_rows(catalog_dir, "replay_cost", runs, keys=[], run_ids=[run_id])
-    work = figure_rows(catalog_dir, "replay_row_work", runs, keys=["length"], run_ids=[run_id])
+    cost = figure_rows(catalog_dir, "rebuild_cost", runs, keys=[], run_ids=[run_id])
+    work = figure_rows(catalog_dir, "rebuild_row_work", runs, keys=["length"], run_ids=[run_id])
     panels = [*(_cost_panels(cost, width, height) if not cost.empty else []), *_row_work_panel(work, width, height)]
     if not panels:
         return None
@@ -171,7 +171,7 @@ def _cost_panels(cost: pd.DataFrame, width: int, height: int) -> list[Chart]:
                 width=width * 0.62,
                 height=height * 0.6,
                 title=title(
-                    f"Replay cost: {measure} per mode",
+                    f"Rebuild cost: {measure} per mode",
                     f"W = {r0['window']}, keep = {r0['keep']}; "
                     + ("= pair-enumerating reference" if checked else "DIFFERS from the reference"),
                 ),
@@ -204,7 +204,7 @@ def _row_work_panel(work: pd.DataFrame, width: int, height: int) -> list[Chart]:
             width=width * 0.45,
             height=height * 0.6,
             title=title(
-                "Replay cost: equal-cost row work",
+                "Rebuild cost: equal-cost row work",
                 f"{w0['producer_layers']} producer + {w0['consumer_layers']} consumer layers, keep {w0['keep']}",
             ),
         )

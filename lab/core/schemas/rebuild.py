@@ -1,4 +1,4 @@
-"""The replay labs' rows: exact values are kept as fraction strings ("57/2") beside their floats."""
+"""The rebuild labs' rows: exact values are kept as fraction strings ("57/2") beside their floats."""
 
 from __future__ import annotations
 
@@ -7,8 +7,8 @@ from typing import Literal
 from pydantic import BaseModel, Field
 
 
-class ReplayExactRow(BaseModel):
-    """raw/replay_exact.jsonl: full prefill vs replay of the last `keep` inputs, then one decode step."""
+class RebuildExactRow(BaseModel):
+    """raw/rebuild_exact.jsonl: full prefill vs rebuild from the last `keep` inputs, then one decode step."""
 
     kv_source: Literal["shared", "per-layer"]
     window: int
@@ -29,8 +29,8 @@ class ReplayExactRow(BaseModel):
     exact: bool
 
 
-class ReplaySpanRow(BaseModel):
-    """raw/replay_span.jsonl: the exhaustive 0/1 check of R = W + (D-1)(W-1) at one (window, depth)."""
+class RebuildSpanRow(BaseModel):
+    """raw/rebuild_span.jsonl: the exhaustive 0/1 check of R = W + (D-1)(W-1) at one (window, depth)."""
 
     window: int
     depth: int
@@ -43,8 +43,8 @@ class ReplaySpanRow(BaseModel):
     ok: bool
 
 
-class ReplayCostRow(BaseModel):
-    """raw/replay_cost.jsonl: consumer rows and visible SWA pairs of one example chunk in one mode."""
+class RebuildCostRow(BaseModel):
+    """raw/rebuild_cost.jsonl: consumer rows and visible SWA pairs of one example chunk in one mode."""
 
     case: str
     window: int
@@ -60,8 +60,8 @@ class ReplayCostRow(BaseModel):
     reference_pairs: int
 
 
-class ReplayRowWork(BaseModel):
-    """raw/replay_row_work.jsonl: equal-cost layer-row work, full vs compact, one prefill chunk."""
+class RebuildRowWork(BaseModel):
+    """raw/rebuild_row_work.jsonl: equal-cost layer-row work, full vs compact, one prefill chunk."""
 
     length: int
     producer_layers: int

@@ -1,4 +1,4 @@
-"""The replay labs: every printed number of the two reference tables is recomputed here and compared with
+"""The rebuild labs: every printed number of the two reference tables is recomputed here and compared with
 what the seed printed (results/19_replay.txt and results/20_replay_cost.txt, quoted below)."""
 
 from __future__ import annotations
@@ -12,8 +12,8 @@ import pytest
 from labcli import lab
 
 from lab.core.runs import RunFolder
-from lab.core.schemas.raw import REPLAY_COST, REPLAY_EXACT, REPLAY_ROW_WORK, REPLAY_SPAN
-from lab.replay import cost, span, tables, toy
+from lab.core.schemas.raw import REBUILD_COST, REBUILD_EXACT, REBUILD_ROW_WORK, REBUILD_SPAN
+from lab.rebuild import cost, span, tables, toy
 
 pytestmark = pytest.mark.fast
 
@@ -60,17 +60,17 @@ def test_exact_lab_values_and_first_difference() -> None:
 
 
 def test_exact_lab_layer_one_walkthrough() -> None:
-    # exact: layer 1 full outputs at the positions of 6, 7, 8 are 11, 13, 15; the replay from 6 gives 12, 27/2, 15
+    # exact: layer 1 full outputs at the positions of 6, 7, 8 are 11, 13, 15; the rebuild from 6 gives 12, 27/2, 15
     full = toy.prefill(toy.integers(8), 1, 3, shared=False)
-    replay = toy.prefill(toy.integers(8)[-3:], 1, 3, shared=False)
+    rebuild = toy.prefill(toy.integers(8)[-3:], 1, 3, shared=False)
     assert full.hidden[-3:] == [11, 13, 15]
-    assert replay.hidden == [12, Fraction(27, 2), 15]
+    assert rebuild.hidden == [12, Fraction(27, 2), 15]
     # the shared version's last row: 8 + 7 + 7
     assert toy.prefill(toy.integers(8), 2, 3, shared=True).hidden[-1] == 8 + 7 + 7
 
 
-def test_replaying_the_span_is_exact_for_per_layer_kv() -> None:
-    # replay span: replaying inputs 4 through 8 (R = 5 positions) restores retained KV and the final output
+def test_rebuilding_the_span_is_exact_for_per_layer_kv() -> None:
+    # rebuild span: prefilling inputs 4 through 8 again (R = 5 positions) restores retained KV and the final output
     assert span.span(3, 2) == 5
     c = toy.compare(toy.integers(8), 2, 3, 5, Fraction(9), shared=False)
     assert c.exact and c.first_diff is None
@@ -155,12 +155,12 @@ def test_chunked_prompt_executes_placeholders() -> None:
 
 
 def test_cli_runs_land_in_run_folders(tmp_path: Path) -> None:
-    r = lab("replay", "exact", "--runs-dir", str(tmp_path))
+    r = lab("rebuild", "exact", "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
     assert SEED_19 in r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    assert run.ready and run.manifest().experiment == "replay_exact"
-    rows = run.read(REPLAY_EXACT)
+    assert run.ready and run.manifest().experiment == "rebuild_exact"
+    rows = run.read(REBUILD_EXACT)
     assert [(x.kv_source, x.last_suffix, x.next_suffix, x.first_diff_pos) for x in rows] == [
         ("shared", "22", "25", None),
         ("per-layer", "57/2", "193/6", 5),
@@ -168,25 +168,25 @@ def test_cli_runs_land_in_run_folders(tmp_path: Path) -> None:
     assert SEED_19 in (run.path / "raw" / "tables.txt").read_text()
     assert (run.path / "git" / "commit.txt").exists() and (run.path / "host").is_dir()
 
-    r = lab("replay", "cost", "--json", "--runs-dir", str(tmp_path))
+    r = lab("rebuild", "cost", "--json", "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
     doc = json.loads(r.stdout)
     assert doc["ok"] and doc["summary"]["formula_cases"] >= 8910 and doc["summary"]["chunked"]["total"] == 143
     run = RunFolder.open(Path(doc["run"]))
-    assert len(run.read(REPLAY_COST)) == 15
-    assert [w.compact for w in run.read(REPLAY_ROW_WORK)] == [2560, 23280, 330480]
+    assert len(run.read(REBUILD_COST)) == 15
+    assert [w.compact for w in run.read(REBUILD_ROW_WORK)] == [2560, 23280, 330480]
 
-    r = lab("replay", "span", "--windows", "2,3", "--depths", "1,2", "--runs-dir", str(tmp_path))
+    r = lab("rebuild", "span", "--windows", "2,3", "--depths", "1,2", "--runs-dir", str(tmp_path))
     assert r.returncode == 0, r.stderr
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
-    assert [(x.window, x.depth, x.ok) for x in run.read(REPLAY_SPAN)] == [
+    assert [(x.window, x.depth, x.ok) for x in run.read(REBUILD_SPAN)] == [
         (2, 1, True), (2, 2, True), (3, 1, True), (3, 2, True),
     ]  # fmt: skip
 
 
 def test_cli_bad_options_leave_no_run_folder(tmp_path: Path) -> None:
-    r = lab("replay", "exact", "--keep", "9", "--runs-dir", str(tmp_path))
+    r = lab("rebuild", "exact", "--keep", "9", "--runs-dir", str(tmp_path))
     assert r.returncode == 2 and "keep" in r.stderr
-    r = lab("replay", "span", "--windows", "0", "--runs-dir", str(tmp_path))
+    r = lab("rebuild", "span", "--windows", "0", "--runs-dir", str(tmp_path))
     assert r.returncode == 2 and "positive" in r.stderr
     assert not tmp_path.exists() or not any(tmp_path.iterdir())

@@ -1,6 +1,6 @@
-"""Approximate state reconstruction by bounded replay (the replay labs): pure Python, exact arithmetic.
+"""Approximate state reconstruction by bounded rebuild (the rebuild labs): pure Python, exact arithmetic.
 
-toy.py   the two-layer window toy (full prefill vs suffix replay, then one decode step)
+toy.py   the two-layer window toy (full prefill vs suffix rebuild, then one decode step)
 span.py  R = W + (D-1)(W-1) and the exhaustive 0/1 check
 cost.py  the query-range and SWA pair-count formulas against a pair-enumerating reference
 

@@ -1,4 +1,4 @@
-"""Replay cost: how much consumer work a compact (or mask) truncation saves, by DeepInfer's query-range and SWA
+"""Rebuild cost: how much consumer work a compact (or mask) truncation saves, by DeepInfer's query-range and SWA
 pair-count formulas (translated), checked against a reference that enumerates every visible query-key pair.
 
 A chunk covers positions [start, end) of a prompt of `length`; the retained region starts at length - keep;

@@ -4,9 +4,9 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from lab.replay.cost import EXAMPLES, MODES, RowWork, Work
-from lab.replay.span import SpanVerdict
-from lab.replay.toy import Comparison
+from lab.rebuild.cost import EXAMPLES, MODES, RowWork, Work
+from lab.rebuild.span import SpanVerdict
+from lab.rebuild.toy import Comparison
 
 
 def exact_table(rows: Sequence[Comparison]) -> str:
