@@ -29,8 +29,8 @@ from rich.table import Table
 
 from lab.core.schemas import Interval
 from lab.core.settings import load_settings
+from lab.core.shell import LocalShell
 from lab.core.stats import median_interval, verdict
-from lab.core.target import LocalTarget
 from lab.engine.build import EngineInfo, build_engine
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
 from lab.experiments.profile.derive import band_nodes
@@ -54,7 +54,7 @@ class Setup:
     engine: EngineInfo
     inst: InstrumentInfo
     model: Path
-    target: LocalTarget
+    target: LocalShell
 
     @property
     def depths(self) -> list[int]:
@@ -95,7 +95,7 @@ def prepare(args: argparse.Namespace) -> Setup:
         engine=engine,
         inst=build_instrument(engine, settings.cache_dir),
         model=resolve_model(settings),
-        target=LocalTarget(settings.host_name),
+        target=LocalShell(settings.host_name),
     )
 
 

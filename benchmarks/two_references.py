@@ -85,7 +85,7 @@ def main() -> int:
             settings.server.flash_attn,
             cpu_list=settings.server.cpu_list,
         )
-        for r in measure_prefill_tps(parts.target, bench, logs / "llama-bench.log"):
+        for r in measure_prefill_tps(parts.shell, bench, logs / "llama-bench.log"):
             ms[("llama-bench", r.depth)] += r.samples_ms
         for way, pool in (("driver", False), ("driver + threadpool", True)):
             cmd = driver_command(

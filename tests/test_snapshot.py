@@ -7,8 +7,8 @@ from pathlib import Path
 
 import pytest
 
+from lab.core.shell import LocalShell
 from lab.core.snapshot import snapshot_git
-from lab.core.target import LocalTarget
 
 pytestmark = pytest.mark.fast
 
@@ -29,18 +29,18 @@ def test_untracked_run_folders_are_not_dirt(tmp_path: Path) -> None:
     # what every measuring checkout has: run folders and their .dvc files, untracked
     (repo / "catalog" / "runs" / "2026-12-01_vm_sweep_abc123").mkdir()
     (repo / "catalog" / "runs" / "2026-12-01_vm_sweep_abc123.dvc").write_text("outs: []\n")
-    clean = snapshot_git(LocalTarget(), repo, tmp_path / "g1")
+    clean = snapshot_git(LocalShell(), repo, tmp_path / "g1")
     assert clean["dirty"] is False
     assert "sweep_abc123" in (tmp_path / "g1" / "status.txt").read_text()  # the full picture is kept
     assert (tmp_path / "g1" / "git_diff.patch").read_text() == ""
     (repo / "code.py").write_text("x = 2\n")
-    dirty = snapshot_git(LocalTarget(), repo, tmp_path / "g2")
+    dirty = snapshot_git(LocalShell(), repo, tmp_path / "g2")
     assert dirty["dirty"] is True and "+x = 2" in (tmp_path / "g2" / "git_diff.patch").read_text()
     assert dirty["commit"] == clean["commit"] and len(str(clean["commit"])) == 40
 
 
 def test_not_a_checkout_is_recorded_as_such(tmp_path: Path) -> None:
-    out = snapshot_git(LocalTarget(), tmp_path, tmp_path / "g")
+    out = snapshot_git(LocalShell(), tmp_path, tmp_path / "g")
     assert out == {"commit": "unknown (not a git checkout)", "dirty": False}
 
 

@@ -290,8 +290,8 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
     """A git_url with credentials, a DVC remote password in a tracked config, a tracked .env: none of them
     reaches the run folder's git record or an error message."""
     from lab.core.redact import redact_text, redact_url
+    from lab.core.shell import LocalShell
     from lab.core.snapshot import snapshot_git
-    from lab.core.target import LocalTarget
     from lab.engine.source import SourceError, _run
 
     assert (
@@ -318,7 +318,7 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
     (repo / ".dvc" / "config").write_text("[core]\n    remote = r\n['remote \"r\"']\n    password = hunter2\n")
     (repo / ".env").write_text("API_KEY=sk-live-123\n")
     (repo / "notes.txt").write_text("hello\nremote: https://ann:hunter2@dvc.example/store\n")
-    got = snapshot_git(LocalTarget(), repo, tmp_path / "git")
+    got = snapshot_git(LocalShell(), repo, tmp_path / "git")
     diff = (tmp_path / "git" / "git_diff.patch").read_text()
     assert got["dirty"] and "notes.txt" in diff and ".dvc/config" in diff, diff
     assert "hunter2" not in diff and "sk-live-123" not in diff and ".env" not in diff, diff

@@ -18,9 +18,9 @@ def host_check(
     """What can disturb a measurement here (governor, turbo, SMT, THP, load, busy processes), and steal time,
     context switches and the clock over a short window; every run records the same."""
     from lab.core.hostnoise import check_host
-    from lab.core.target import LocalTarget
+    from lab.core.shell import LocalShell
 
-    found = check_host(LocalTarget(), seconds)
+    found = check_host(LocalShell(), seconds)
     for line in found.lines:
         typer.echo(line)
     for w in found.warnings:

@@ -1,5 +1,5 @@
 """The host-noise guard: what on this host can disturb a measurement, checked before it and measured over it
-(in the spirit of `pyperf system show`). Read through the host shell (lab.core.target), so `lab host check` and
+(in the spirit of `pyperf system show`). Read through the host shell (lab.core.shell), so `lab host check` and
 every run record the same facts, locally or on a target host.
 
 Before (through the host shell): the CPU frequency governor, turbo/boost, SMT, transparent huge pages, the
@@ -18,7 +18,7 @@ from dataclasses import dataclass, field
 
 from pydantic import BaseModel, Field
 
-from lab.core.target import Target
+from lab.core.shell import Shell
 
 # one shell round trip reads everything the check needs; each file is optional
 FILES = {
@@ -53,11 +53,11 @@ class HostState(BaseModel):
     warnings: list[str] = Field(default_factory=list)
 
 
-def read_state(target: Target, ignore_pids: frozenset[int] | None = None) -> HostState:
+def read_state(shell: Shell, ignore_pids: frozenset[int] | None = None) -> HostState:
     """The host's state now; `ignore_pids` (default: this process) are not counted as competing work."""
     ignore_pids = frozenset({os.getpid()}) if ignore_pids is None else ignore_pids
     script = "; ".join(f"echo '{SEP} {k}'; {cmd}" for k, cmd in FILES.items())
-    out = target.run(script, timeout=60).stdout
+    out = shell.run(script, timeout=60).stdout
     parts: dict[str, str] = {}
     for chunk in out.split(SEP)[1:]:
         key, _, text = chunk.partition("\n")
@@ -237,9 +237,9 @@ class HostCheck:
     warnings: list[str]
 
 
-def check_host(target: Target, seconds: float) -> HostCheck:
-    """The host's state through `target`, then this machine sampled for `seconds`."""
-    state = read_state(target)
+def check_host(shell: Shell, seconds: float) -> HostCheck:
+    """The host's state through `shell`, then this machine sampled for `seconds`."""
+    state = read_state(shell)
     facts = {k: v for k, v in state.model_dump().items() if k != "warnings"}
     lines = [f"{k:>12}: {v if v not in ('', [], None) else '-'}" for k, v in facts.items()]
     window = NoiseWindow(period=min(1.0, seconds)).start()

@@ -7,7 +7,7 @@ import shlex
 from pathlib import Path
 
 from lab.core.redact import diff_excludes, redact_text
-from lab.core.target import LocalTarget, Target
+from lab.core.shell import LocalShell, Shell
 
 # file name -> shell command; whatever a host cannot answer is recorded as such, never fatal
 HOST_COMMANDS: dict[str, str] = {
@@ -23,12 +23,12 @@ HOST_COMMANDS: dict[str, str] = {
 }
 
 
-def snapshot_host(target: Target, dest: Path) -> dict[str, str]:
-    """Run HOST_COMMANDS on the target, write one file each; returns a short summary for the manifest."""
+def snapshot_host(shell: Shell, dest: Path) -> dict[str, str]:
+    """Run HOST_COMMANDS through the shell, write one file each; returns a short summary for the manifest."""
     dest.mkdir(parents=True, exist_ok=True)
-    summary: dict[str, str] = {"host": target.name}
+    summary: dict[str, str] = {"host": shell.name}
     for name, cmd in HOST_COMMANDS.items():
-        r = target.run(cmd, timeout=30)
+        r = shell.run(cmd, timeout=30)
         text = r.stdout if r.ok and r.stdout.strip() else f"unavailable ({r.exited}): {r.stderr.strip()}\n"
         (dest / name).write_text(text)
     lscpu = (dest / "lscpu.txt").read_text()
@@ -40,24 +40,24 @@ def snapshot_host(target: Target, dest: Path) -> dict[str, str]:
     return summary
 
 
-def snapshot_git(target: Target, repo: str | Path, dest: Path, engine_diff: str | None = None) -> dict[str, str | bool]:
-    """A lab checkout's commit, status and diff (git_diff.patch) on `target`, and the engine tree's applied patch.
+def snapshot_git(shell: Shell, repo: str | Path, dest: Path, engine_diff: str | None = None) -> dict[str, str | bool]:
+    """A lab checkout's commit, status and diff (git_diff.patch) through `shell`, and the engine tree's applied patch.
 
     `dirty` means the checkout's tracked files differ from its commit (git_diff.patch is not empty); untracked
     files such as run folders and their .dvc files are not dirt, but status.txt lists them."""
     dest.mkdir(parents=True, exist_ok=True)
     git = f"git -C {shlex.quote(str(repo))}"
-    head = target.run(f"{git} rev-parse HEAD", timeout=60)
+    head = shell.run(f"{git} rev-parse HEAD", timeout=60)
     # in the container image the lab is installed, not checked out: the image carries its revision instead
-    revision = os.environ.get("LAB_REVISION", "").strip() if isinstance(target, LocalTarget) else ""
+    revision = os.environ.get("LAB_REVISION", "").strip() if isinstance(shell, LocalShell) else ""
     if head.ok:
         commit = head.stdout.strip()
     else:
         commit = f"{revision} (image revision)" if revision else "unknown (not a git checkout)"
-    status = target.run(f"{git} status --porcelain", timeout=60)
+    status = shell.run(f"{git} status --porcelain", timeout=60)
     # secret files stay out of the recorded diff, and secret values in what is left are masked (lab.core.redact)
     excludes = " ".join(shlex.quote(x) for x in diff_excludes())
-    diff = target.run(f"{git} diff HEAD --no-color --no-ext-diff -- . {excludes}", timeout=60)
+    diff = shell.run(f"{git} diff HEAD --no-color --no-ext-diff -- . {excludes}", timeout=60)
     (dest / "commit.txt").write_text(commit + "\n")
     (dest / "status.txt").write_text(status.stdout if status.ok else f"unavailable ({status.exited})\n")
     (dest / "git_diff.patch").write_text(redact_text(diff.stdout) if diff.ok else "")

@@ -23,8 +23,8 @@ from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import DecodeDepth
 from lab.core.schemas.raw import DECODE_DEPTHS
 from lab.core.settings import Settings
+from lab.core.shell import Shell
 from lab.core.stats import median_interval, rotated, unpaired_ratio, verdict
-from lab.core.target import Target
 from lab.engine.contract import (
     ArmResult,
     ContractClient,
@@ -100,11 +100,11 @@ def decode_at_depths(
 
 
 def measure_rep(
-    client: ContractClient, target: Target, bench: LlamaBench, steps: dict[int, Step], n_out: int, rep: int, log: Path
+    client: ContractClient, shell: Shell, bench: LlamaBench, steps: dict[int, Step], n_out: int, rep: int, log: Path
 ) -> tuple[dict[int, ArmResult], dict[int, list[float]]]:
     """One rep: a fresh server's sample at every depth, then one llama-bench call over every depth."""
     server = {d: results[0] for d, results in decode_at_depths(client, steps, n_out, first=rep).items()}
-    return server, {row.depth: row.samples_ms for row in measure_decode_tps(target, bench, log)}
+    return server, {row.depth: row.samples_ms for row in measure_decode_tps(shell, bench, log)}
 
 
 class DecodeCheck(Experiment):
@@ -156,7 +156,7 @@ class DecodeCheck(Experiment):
                 if not steps:
                     tokens = filler_tokens(max(self.depths), seed=1, n_vocab=srv.n_vocab())
                     steps = decode_steps(self.depths, self.new, tokens)
-                got, theirs = measure_rep(client, sess.target, bench, steps, self.n_out, rep, logs / "llama-bench.log")
+                got, theirs = measure_rep(client, sess.shell, bench, steps, self.n_out, rep, logs / "llama-bench.log")
             for d in self.depths:
                 server[d].append((got[d], rep))
                 bench_samples[d] += [(ms, rep) for ms in theirs.get(d, [])]

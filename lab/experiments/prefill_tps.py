@@ -12,7 +12,7 @@ from typing import Any
 
 from lab.core.errors import LabError
 from lab.core.schemas import BenchDecode, PrefillTps
-from lab.core.target import Target
+from lab.core.shell import Shell
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import llama_args, taskset
 
@@ -103,10 +103,10 @@ def parse_decode_jsonl(text: str) -> list[BenchDecode]:
     ]
 
 
-def run_bench(target: Target, bench: LlamaBench, log: Path) -> str:
-    """Run `bench` on `target` (its output appended to `log`); its stdout (JSONL), or BenchError."""
+def run_bench(shell: Shell, bench: LlamaBench, log: Path) -> str:
+    """Run `bench` through `shell` (its output appended to `log`); its stdout (JSONL), or BenchError."""
     cmd = bench_command(bench)
-    r = target.run(cmd)
+    r = shell.run(cmd)
     with log.open("a") as fh:
         fh.write(f"$ {cmd}\n{r.stdout}\n--- stderr ---\n{r.stderr}\n")
     if not r.ok:
@@ -114,18 +114,18 @@ def run_bench(target: Target, bench: LlamaBench, log: Path) -> str:
     return r.stdout
 
 
-def measure_decode_tps(target: Target, bench: LlamaBench, log: Path) -> list[BenchDecode]:
+def measure_decode_tps(shell: Shell, bench: LlamaBench, log: Path) -> list[BenchDecode]:
     """Run `bench` (n_gen > 0, chunks [0]); its generation at every depth it asked for, or BenchError."""
-    rows = parse_decode_jsonl(run_bench(target, bench, log))
+    rows = parse_decode_jsonl(run_bench(shell, bench, log))
     missing = sorted(set(bench.depths) - {row.depth for row in rows})
     if missing:
         raise BenchError(f"llama-bench gave no generation result at depth {missing}; log {log}")
     return rows
 
 
-def measure_prefill_tps(target: Target, bench: LlamaBench, log: Path) -> list[PrefillTps]:
-    """Run `bench` on `target` (its output appended to `log`); every (chunk, depth) it asked for, or BenchError."""
-    rows = parse_bench_jsonl(run_bench(target, bench, log))
+def measure_prefill_tps(shell: Shell, bench: LlamaBench, log: Path) -> list[PrefillTps]:
+    """Run `bench` through `shell` (its output appended to `log`); every (chunk, depth) it asked for, or BenchError."""
+    rows = parse_bench_jsonl(run_bench(shell, bench, log))
     want = {(c, d) for c in bench.chunks for d in bench.depths}
     got = {(row.chunk, row.depth) for row in rows}
     if want - got:

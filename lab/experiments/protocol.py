@@ -44,8 +44,8 @@ from lab.core.modelfile import model_record
 from lab.core.releases import resolve_version
 from lab.core.runs import RunError, RunFolder
 from lab.core.settings import REPO_ROOT, Settings
+from lab.core.shell import LocalShell, Shell
 from lab.core.snapshot import snapshot_git, snapshot_host
-from lab.core.target import LocalTarget, Target
 from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
 from lab.engine.server import LlamaServer
 from lab.models.resolve import resolve_model
@@ -55,7 +55,7 @@ from lab.models.resolve import resolve_model
 class RunParts:
     """What a measurement runs with, resolved before a run folder exists."""
 
-    target: Target
+    shell: Shell
     engine: EngineInfo | None = None
     model: Path | None = None
     model_record: dict[str, Any] = field(default_factory=dict)
@@ -72,8 +72,8 @@ class OpenRun:
     servers: list[LlamaServer] = field(default_factory=list)  # started for this run (their ctx switches count)
 
     @property
-    def target(self) -> Target:
-        return self.parts.target
+    def shell(self) -> Shell:
+        return self.parts.shell
 
     @property
     def engine(self) -> EngineInfo:
@@ -203,8 +203,8 @@ def _field(name: str) -> TypeAdapter[Any]:
 
 
 def resolve_parts(settings: Settings, needs_engine: bool) -> RunParts:
-    """The target, and for engine experiments the built engine and the model (hashed), before any folder."""
-    parts = RunParts(target=LocalTarget(settings.host_name))
+    """The host shell, and for engine experiments the built engine and the model (hashed), before any folder."""
+    parts = RunParts(shell=LocalShell(settings.host_name))
     if needs_engine:
         parts.engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
         parts.model = resolve_model(settings)
@@ -240,14 +240,14 @@ def open_run(
     if side is not None:
         run = RunFolder.create_side(side, side_name, experiment, params)
     else:
-        run = RunFolder.create(settings.runs_dir, experiment, parts.target.name, params)
+        run = RunFolder.create(settings.runs_dir, experiment, parts.shell.name, params)
         report_run(run)
     if writer is not None:  # held until the caller's run ends
         writer.enter_context(run.writer())
     with run.guard():
-        host = snapshot_host(parts.target, run.path / "host")
+        host = snapshot_host(parts.shell, run.path / "host")
         engine_diff = engine_patch_text(parts.engine) if parts.engine is not None else None
-        lab_git = snapshot_git(parts.target, REPO_ROOT, run.path / "git", engine_diff)
+        lab_git = snapshot_git(parts.shell, REPO_ROOT, run.path / "git", engine_diff)
         run.update(
             engine=engine_record(parts.engine) if parts.engine is not None else {},
             model=parts.model_record,
@@ -353,7 +353,7 @@ def finish(sess: OpenRun, outcome: Outcome, noise: NoiseFigures | None, console:
 
 def watch_host(sess: OpenRun, console: Console) -> NoiseWindow:
     """Record and print what on this host can disturb the measurement, then sample it over the run."""
-    state = read_state(sess.target)
+    state = read_state(sess.shell)
     sess.run.add_results(host_state=state.model_dump(mode="json"))
     for w in state.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)

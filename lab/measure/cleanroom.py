@@ -4,7 +4,7 @@ always started again, however the measurement ends. One record shape wherever it
     results.clean_room = {stop, start, stop_rc, start_rc, where}
 
 Two holders, one for each place the measured process runs:
-  hold(target, room, run)  the lab holds it itself around its measurement (`lab profile --clean-room STOP START`):
+  hold(shell, room, run)   the lab holds it itself around its measurement (`lab profile --clean-room STOP START`):
                            a `finally` restarts on success, failure and SIGINT/SIGTERM/SIGHUP (the run's guard
                            turns those into exceptions)
   wrap(cmd, room)          a shell on the target host holds it around a whole `lab` command (fab tasks, for the
@@ -28,7 +28,7 @@ from typing import Any
 from lab.core.console import lab_console
 from lab.core.errors import LabError
 from lab.core.runs import RunFolder, RunInterrupted
-from lab.core.target import Target
+from lab.core.shell import Shell
 
 MARK = "lab-clean-room:"
 
@@ -47,12 +47,12 @@ class CleanRoom:
 
 
 @contextlib.contextmanager
-def hold(target: Target, room: CleanRoom | None, run: RunFolder) -> Iterator[None]:
-    """Stop the host's server on `target` for the body and always start it again."""
+def hold(shell: Shell, room: CleanRoom | None, run: RunFolder) -> Iterator[None]:
+    """Stop the host's server through `shell` for the body and always start it again."""
     if room is None:
         yield
         return
-    r = target.run(room.stop, timeout=300)
+    r = shell.run(room.stop, timeout=300)
     run.add_results(clean_room=room.record("lab", stop_rc=r.exited))
     if not r.ok:
         raise CleanRoomError(f"clean-room stop command failed ({r.exited}): {room.stop}\n{r.stderr.strip()}")
@@ -62,7 +62,7 @@ def hold(target: Target, room: CleanRoom | None, run: RunFolder) -> Iterator[Non
         # the restart must happen whatever else arrives: a second Ctrl-C or SIGTERM during it is held until it
         # is done, and the start command runs in its own session (the terminal's SIGINT does not reach it)
         with deferred_signals() as later:
-            again = target.run(f"setsid -w sh -c {shlex.quote(room.start)}", timeout=300)
+            again = shell.run(f"setsid -w sh -c {shlex.quote(room.start)}", timeout=300)
             run.add_results(clean_room=room.record("lab", stop_rc=r.exited, start_rc=again.exited))
         if not again.ok:
             lab_console(stderr=True).print(f"[red]clean-room start command failed ({again.exited}):[/red] {room.start}")

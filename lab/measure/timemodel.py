@@ -218,9 +218,9 @@ def fit(rows: Iterable[BandCycle], cost: CostModel, max_depth: int | None = None
     return TimeFit(point, draws, depths, len(cycles), flops, rate_trend(ms, flops, depths))
 
 
-def predict(tf: TimeFit, target: CostModel | None, depths: list[int], source: str, model: str) -> TimePrediction:
-    """The fit applied to `target` (the profiled model when None) at `depths`, each number with its interval."""
-    flops = tf.flops if target is None else FlopTable(target)
+def predict(tf: TimeFit, model_cost: CostModel | None, depths: list[int], source: str, model: str) -> TimePrediction:
+    """The fit applied to `model_cost` (the profiled model when None) at `depths`, each number with its interval."""
+    flops = tf.flops if model_cost is None else FlopTable(model_cost)
     src_layers, dst_layers = layer_counts(tf.flops.cost), layer_counts(flops.cost)
     scale = {b: (dst_layers[b] / src_layers[b] if src_layers[b] else 0.0) for b in BANDS}
     n = tf.cycles

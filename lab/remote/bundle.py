@@ -17,8 +17,8 @@ from pathlib import Path
 
 from lab.core.lockfile import LOCK, LockError, pins
 from lab.core.settings import REPO_ROOT
+from lab.core.shell import LocalShell
 from lab.core.snapshot import snapshot_git
-from lab.core.target import LocalTarget
 from lab.engine.build import STAMP, EngineInfo, engine_patch_text
 from lab.engine.source import locked
 from lab.remote.connect import RemoteError
@@ -91,7 +91,7 @@ def _assemble(
         if m is not None:
             (tmp / "models").mkdir(exist_ok=True)
             shutil.copyfile(m, tmp / "models" / m.name)
-    git = snapshot_git(LocalTarget(), REPO_ROOT, tmp / "lab-git")
+    git = snapshot_git(LocalShell(), REPO_ROOT, tmp / "lab-git")
     meta = {
         "key": key,
         "wheel": wheel.name,

@@ -1,4 +1,4 @@
-"""An SSH target with verified host keys, and the same run/put/get API as the local target.
+"""An SSH shell on a target host, with verified host keys: the same run/put/get API as the local shell.
 
 Fabric's Connection hard-codes paramiko's AutoAddPolicy and never loads known_hosts, i.e. it accepts any
 host key. `verified()` loads the known_hosts files (ssh config `UserKnownHostsFile`, else ~/.ssh/known_hosts)
@@ -27,7 +27,7 @@ from typing import Any, BinaryIO
 
 from lab.core.errors import LabError
 from lab.core.safetar import safe_extract
-from lab.core.target import CmdResult
+from lab.core.shell import CmdResult
 
 
 class HostKeyError(LabError):
@@ -173,9 +173,9 @@ def explain(e: BaseException, host: str) -> str | None:
     return None
 
 
-class SshTarget:
+class SshShell:
     """A host over SSH (fabric.Connection, host keys verified on every hop, watched by a keepalive): run/put/get
-    like LocalTarget, plus trees."""
+    like LocalShell, plus trees."""
 
     def __init__(self, connection: Any, name: str | None = None) -> None:
         self.c = verified(connection)

@@ -11,10 +11,10 @@ from pathlib import Path
 
 from lab.core.runs import Manifest, RunFolder, check_run_id
 from lab.experiments.profile.dump import DUMP
-from lab.remote.connect import RemoteError, SshTarget
+from lab.remote.connect import RemoteError, SshShell
 
 
-def fetch(t: SshTarget, remote: str, runs_dir: Path, run_id: str, resumed: bool) -> Path:
+def fetch(t: SshShell, remote: str, runs_dir: Path, run_id: str, resumed: bool) -> Path:
     """The host's copy of a run folder, here. A new run lands in a new folder: a local folder of its id is
     refused (nothing changes here, the host keeps its copy). A resumed run's local copy only grows
     (`merge_resumed`). Only a folder named by a run id directly under runs_dir is ever written."""

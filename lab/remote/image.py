@@ -17,7 +17,7 @@ from typing import BinaryIO
 from rich.console import Console
 
 from lab.core.errors import UsageError
-from lab.remote.connect import RemoteError, SshTarget, sh
+from lab.remote.connect import RemoteError, SshShell, sh
 from lab.remote.modelcheck import HostModel
 
 IMAGE = "prefill-lab:latest"
@@ -59,17 +59,17 @@ def docker(docker_host: str | None) -> str:
     return (f"DOCKER_HOST={shlex.quote(docker_host)} " if docker_host else "") + "docker"
 
 
-def host_has_docker(t: SshTarget, docker_host: str | None) -> bool:
+def host_has_docker(t: SshShell, docker_host: str | None) -> bool:
     return t.run(f"{docker(docker_host)} info --format '{{{{.ServerVersion}}}}'", timeout=60).ok
 
 
-def image_id_there(t: SshTarget, name: str, docker_host: str | None) -> str:
+def image_id_there(t: SshShell, name: str, docker_host: str | None) -> str:
     """The id of image `name` on the host ("" when it has none)."""
     r = t.run(f"{docker(docker_host)} image inspect --format '{{{{.Id}}}}' {shlex.quote(name)}")
     return r.stdout.strip() if r.ok else ""
 
 
-def push_image(t: SshTarget, ref: ImageRef, docker_host: str | None, console: Console) -> None:
+def push_image(t: SshShell, ref: ImageRef, docker_host: str | None, console: Console) -> None:
     """docker save here | docker load there, unless the host already has this image id under that name."""
     if image_id_there(t, ref.name, docker_host) == ref.id:
         console.print(f"{t.name}: image {ref.name} ({ref.id[7:19]}) already there")
@@ -100,7 +100,7 @@ def push_image(t: SshTarget, ref: ImageRef, docker_host: str | None, console: Co
 
 
 def lab_in_container(
-    t: SshTarget,
+    t: SshShell,
     remote_dir: str,
     ref: ImageRef,
     args: list[str],
@@ -128,7 +128,7 @@ def lab_in_container(
     )
 
 
-def stop_container(t: SshTarget, container: str, docker_host: str | None) -> None:
+def stop_container(t: SshShell, container: str, docker_host: str | None) -> None:
     """After a failed or cut run: stop the run's container if it still runs (SIGTERM: the run ends incomplete)."""
     name = shlex.quote(container)
     t.run(

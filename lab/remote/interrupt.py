@@ -8,7 +8,7 @@ import threading
 from types import FrameType, TracebackType
 from typing import Any
 
-from lab.remote.connect import SshTarget
+from lab.remote.connect import SshShell
 
 CTRL_C_GRACE = 30.0  # s the host's run has to end after a Ctrl-C before the connection is hung up
 
@@ -18,7 +18,7 @@ class CtrlC:
     first is raised as KeyboardInterrupt, which invoke sends down the pty as ^C (the run ends incomplete and the
     command returns); a second, or no end within CTRL_C_GRACE s, hangs up (SIGHUP there)."""
 
-    def __init__(self, t: SshTarget) -> None:
+    def __init__(self, t: SshShell) -> None:
         self.t, self.interrupted = t, False
         self.old: Any = None
         self.timer: threading.Timer | None = None

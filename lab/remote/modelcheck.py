@@ -23,7 +23,7 @@ from typing import Any
 from lab.core import gguf_io, hashing, modelfile
 from lab.core.errors import UsageError
 from lab.models.hparams import HparamsError, hparams_of
-from lab.remote.connect import RemoteError, SshTarget, sh
+from lab.remote.connect import RemoteError, SshShell, sh
 
 MOUNT_DIR = "/models/host"
 SAFE_NAME = re.compile(r"^[A-Za-z0-9][A-Za-z0-9._+-]{0,127}$")
@@ -67,7 +67,7 @@ def check_script() -> str:
     )
 
 
-def check_host_model(t: SshTarget, path: str, remote_dir: str) -> HostModel:
+def check_host_model(t: SshShell, path: str, remote_dir: str) -> HostModel:
     """The model at `path` on the host, described there; one line when it is missing, not a GGUF, or a model
     the cost model cannot read."""
     cmd = f"python3 -c {shlex.quote(check_script())} {sh(path)} {sh(remote_dir + '/cache')}"

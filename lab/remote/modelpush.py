@@ -25,7 +25,7 @@ from lab.core.modelfile import model_sha256
 from lab.core.settings import Settings
 from lab.core.units import MIB
 from lab.models.resolve import PRETRAINED_PREFIX, TINY_PREFIX, resolve_model
-from lab.remote.connect import RemoteError, SshTarget, sh
+from lab.remote.connect import RemoteError, SshShell, sh
 from lab.remote.modelcheck import SAFE_NAME, HostModel, check_host_model
 
 NAMED = (PRETRAINED_PREFIX, TINY_PREFIX)  # models the lab resolves here: always pushed
@@ -70,12 +70,12 @@ def local_model(value: str, settings: Settings) -> Path:
     return path
 
 
-def size_there(t: SshTarget, path: str) -> int | None:
+def size_there(t: SshShell, path: str) -> int | None:
     r = t.run(f"test -f {sh(path)} && wc -c < {sh(path)}")
     return int(r.stdout.strip()) if r.ok and r.stdout.strip().isdigit() else None
 
 
-def push_model(t: SshTarget, local: Path, remote_dir: str, cache_dir: Path, console: Console) -> Pushed:
+def push_model(t: SshShell, local: Path, remote_dir: str, cache_dir: Path, console: Console) -> Pushed:
     """The file at `local` on the host (see the module's docstring); returns what was done."""
     started = time.monotonic()
     sha, size = model_sha256(local, cache_dir), local.stat().st_size

@@ -24,15 +24,15 @@ from rich.console import Console
 from lab.core.errors import LabError, UsageError
 from lab.core.runs import RunFolder, check_run_id
 from lab.core.settings import REPO_ROOT, Settings, params_file
+from lab.core.shell import LocalShell
 from lab.core.snapshot import snapshot_git, snapshot_host
-from lab.core.target import LocalTarget
 from lab.engine.build import build_engine
 from lab.inproc import build_driver
 from lab.instrument import build_instrument
 from lab.measure.cleanroom import CleanRoom, parse, wrap
 from lab.models.resolve import resolve_model, resolve_projector
 from lab.remote.bundle import make_bundle, make_wheelhouse, python_tag
-from lab.remote.connect import ConnectionLost, RemoteError, SshTarget, network_errors, sh
+from lab.remote.connect import ConnectionLost, RemoteError, SshShell, network_errors, sh
 from lab.remote.fetch import fetch
 from lab.remote.image import (
     IMAGE,
@@ -57,7 +57,7 @@ class RemoteResult:
     interrupted: bool = False  # Ctrl-C: the run was stopped there and fetched
 
 
-def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) -> dict[str, str]:
+def push(t: SshShell, settings: Settings, remote_dir: str, console: Console) -> dict[str, str]:
     """Make (cached) and push the bundle if the host lacks this exact one; install the lab in a venv."""
     engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
     # compiled here, so `fab profile` and `lab arms` on the host need no compiler there
@@ -95,7 +95,7 @@ def push(t: SshTarget, settings: Settings, remote_dir: str, console: Console) ->
     return meta
 
 
-def wheelhouse_on_host(t: SshTarget, settings: Settings, remote_dir: str, console: Console) -> tuple[str, str]:
+def wheelhouse_on_host(t: SshShell, settings: Settings, remote_dir: str, console: Console) -> tuple[str, str]:
     """Push the dependency wheelhouse when the host's python3 fits it. Returns (where the lab's dependencies
     come from, pip's index arguments): the wheelhouse with no index, or the host's own package index."""
     there = t.run("python3 -c 'import sys, platform; print(sys.implementation.cache_tag, platform.machine())'")
@@ -115,7 +115,7 @@ def wheelhouse_on_host(t: SshTarget, settings: Settings, remote_dir: str, consol
     return f"wheelhouse {key}", f"--no-index --find-links {sh(dest)} -r {sh(dest + '/requirements.txt')}"
 
 
-def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[str], report: str) -> str:
+def lab_command(t: SshShell, remote_dir: str, meta: dict[str, str], args: list[str], report: str) -> str:
     env = {
         "LAB_CACHE_DIR": f"{remote_dir}/cache",
         "LAB_ENGINE__PREBUILT": f"{remote_dir}/bundle/engine",
@@ -132,7 +132,7 @@ def lab_command(t: SshTarget, remote_dir: str, meta: dict[str, str], args: list[
     return f"cd {sh(remote_dir)} && {exports} {lab} {shlex.join(args)} --runs-dir {runs}"
 
 
-def absolute_dir(t: SshTarget, remote_dir: str) -> str:
+def absolute_dir(t: SshShell, remote_dir: str) -> str:
     """Create remote_dir and return its absolute path (SFTP does not expand ~)."""
     r = t.run(f"mkdir -p {sh(remote_dir)} && cd {sh(remote_dir)} && pwd")
     if not r.ok:
@@ -154,7 +154,7 @@ class Deployment:
     def kind(self) -> str:
         return "bundle" if self.image is None else "docker"
 
-    def command(self, t: SshTarget, remote_dir: str, args: list[str], room: CleanRoom | None, report: str) -> str:
+    def command(self, t: SshShell, remote_dir: str, args: list[str], room: CleanRoom | None, report: str) -> str:
         """`lab <args>` on the host, from the bundle or in the image; in a clean room held by the host's shell
         around the whole command when asked (the same for both: the container cannot reach the host's services).
         The lab writes the id of the run it opens to `report` (a name in the host's runs folder)."""
@@ -165,7 +165,7 @@ class Deployment:
             cmd = lab_in_container(t, remote_dir, self.image, args, self.container, self.docker_host, self.model, env)
         return cmd if room is None else wrap(cmd, room)
 
-    def record(self, t: SshTarget, remote_dir: str, local: Path, room: CleanRoom | None, output: str) -> None:
+    def record(self, t: SshShell, remote_dir: str, local: Path, room: CleanRoom | None, output: str) -> None:
         """What the host ran, into the local run folder: the bundle's git state or the image, and the clean room.
         A resumed run keeps its first session's record; a later session's clean room is added to
         `clean_room_resumed`."""
@@ -175,7 +175,7 @@ class Deployment:
         elif not (local / "git" / "image.json").exists():
             (local / "git" / "image.json").write_text(json.dumps(self.image.provenance(), indent=2) + "\n")
             # the image carries its revision but no diff: the checkout it was pushed from, dirty or not
-            snapshot_git(LocalTarget(), REPO_ROOT, local / "git" / "pushed-from")
+            snapshot_git(LocalShell(), REPO_ROOT, local / "git" / "pushed-from")
         if room is not None:
             where = f"on the host, around the {'container' if self.image is not None else 'lab'}"
             run = RunFolder.open(local)
@@ -185,13 +185,13 @@ class Deployment:
             else:
                 run.add_results(clean_room=record)
 
-    def stop(self, t: SshTarget) -> None:
+    def stop(self, t: SshShell) -> None:
         if self.image is not None:  # a bundle run's server dies with it (PR_SET_PDEATHSIG); a container may not
             stop_container(t, self.container, self.docker_host)
 
 
 def deploy(
-    t: SshTarget,
+    t: SshShell,
     settings: Settings,
     remote_dir: str,
     console: Console,
@@ -234,7 +234,7 @@ class RemoteRun:
     push: bool = False
 
 
-def run_remote(t: SshTarget, settings: Settings, run: RemoteRun, console: Console) -> RemoteResult:
+def run_remote(t: SshShell, settings: Settings, run: RemoteRun, console: Console) -> RemoteResult:
     """Push, run `lab <args>` on the host, fetch the run folder (complete or not) into settings.runs_dir.
     A clean room is held by the host's shell around the whole command, from the bundle and the image alike
     (lab.measure.cleanroom.wrap); its record lands in the fetched run's results. `--model` names a file on the
@@ -274,7 +274,7 @@ def run_remote(t: SshTarget, settings: Settings, run: RemoteRun, console: Consol
 
 
 def host_model_args(
-    t: SshTarget, settings: Settings, run: RemoteRun, remote_dir: str, console: Console
+    t: SshShell, settings: Settings, run: RemoteRun, remote_dir: str, console: Console
 ) -> tuple[list[str], HostModel | None, Pushed | None]:
     """The command's args with the model the host measures (its `--model` pushed first when asked), that model as
     checked there (None: no `--model`), and what the push did (None: no push)."""
@@ -295,7 +295,7 @@ def host_model_args(
     return args, host_model, pushed
 
 
-def put_params(t: SshTarget, remote_dir: str) -> None:
+def put_params(t: SshShell, remote_dir: str) -> None:
     """The params file in force here (LAB_PARAMS_FILE, else ./params.yaml) on the host, or an empty one."""
     params = params_file()
     if params.exists():
@@ -304,7 +304,7 @@ def put_params(t: SshTarget, remote_dir: str) -> None:
         t.run(f"touch {sh(remote_dir + '/params.yaml')}")
 
 
-def fetched_result(t: SshTarget, local: Path, pushed: Pushed | None, error: str, interrupted: bool) -> RemoteResult:
+def fetched_result(t: SshShell, local: Path, pushed: Pushed | None, error: str, interrupted: bool) -> RemoteResult:
     """The fetched run's result, what a model push did recorded in it; a run the host's process left `running`
     (it died without a word, e.g. SIGKILL) failed."""
     if pushed is not None:
@@ -316,7 +316,7 @@ def fetched_result(t: SshTarget, local: Path, pushed: Pushed | None, error: str,
     return RemoteResult(t.name, local, m.status, error or m.reason, interrupted)
 
 
-def run_there(t: SshTarget, cmd: str) -> tuple[str, str, CtrlC]:
+def run_there(t: SshShell, cmd: str) -> tuple[str, str, CtrlC]:
     """Run the host's command with a pty: (what went wrong, or "", what it printed, the Ctrl-C it saw)."""
     error, output, ctrl_c = "", "", CtrlC(t)
     try:
@@ -335,14 +335,14 @@ def run_there(t: SshTarget, cmd: str) -> tuple[str, str, CtrlC]:
     return ("interrupted (Ctrl-C)" if ctrl_c.interrupted else error), output, ctrl_c
 
 
-def reported_run(t: SshTarget, remote_dir: str, report: str) -> str | None:
+def reported_run(t: SshShell, remote_dir: str, report: str) -> str | None:
     """The run the host's lab said it opened for this command (None: it opened none), checked as a run id."""
     path = sh(f"{remote_dir}/runs/{report}")
     said = t.run(f"cat {path} 2>/dev/null; rm -f {path}").stdout.strip()
     return check_run_id(said, f"{t.name}: the run its lab reported") if said else None
 
 
-def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
+def resumed_model(t: SshShell, remote_dir: str, run_id: str) -> str | None:
     """The host file an incomplete run on the host measured through a container's mount (a resumed run keeps
     its own params, and its container needs the mount again); None for any other run."""
     manifest = f"{remote_dir}/runs/{check_run_id(run_id, '--resume')}/manifest.json"
@@ -354,7 +354,7 @@ def resumed_model(t: SshTarget, remote_dir: str, run_id: str) -> str | None:
     return str(model["path"]) if model.get("seen_as") and model.get("path") else None
 
 
-def snapshot(t: SshTarget, dest: Path, remote_checkout: str | None) -> dict[str, str]:
+def snapshot(t: SshShell, dest: Path, remote_checkout: str | None) -> dict[str, str]:
     """uname, lscpu, free, df ... of the host, and the git state of a lab checkout there (if any)."""
     t.run("true")  # connect (and verify the host key) before anything is written
     summary = snapshot_host(t, dest / "host")

@@ -21,7 +21,7 @@ from lab.core.console import lab_console
 from lab.core.errors import LabError, validation_line
 from lab.core.settings import Settings, load_settings
 from lab.measure.cleanroom import CleanRoom
-from lab.remote.connect import SshTarget, explain
+from lab.remote.connect import SshShell, explain
 from lab.remote.forward import forwarding_task
 from lab.remote.image import IMAGE
 from lab.remote.session import RemoteResult, RemoteRun, absolute_dir, deploy, run_remote
@@ -31,8 +31,8 @@ REMOTE_DIR = "~/prefill-lab"
 _DVC_LOCK = threading.Lock()  # hosts in parallel: DVC's repository lock refuses a concurrent `dvc add`
 
 
-def _target(c: Any) -> SshTarget:
-    return SshTarget(c, name=str(getattr(c, "original_host", None) or c.host))
+def _target(c: Any) -> SshShell:
+    return SshShell(c, name=str(getattr(c, "original_host", None) or c.host))
 
 
 INTERRUPTED = 130  # exit code after Ctrl-C (128 + SIGINT, as a shell reports it)

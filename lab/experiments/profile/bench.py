@@ -28,7 +28,7 @@ def bench_process(sess: OpenRun, p: ProfileSettings, threads: int, depths: list[
     call = LlamaBench(
         sess.engine, sess.model, [p.chunk], depths, reps, threads, "auto", cpu_list=srv.cpu_list, kv=tuple(srv.kv_args)
     )
-    rows = measure_prefill_tps(sess.target, call, sess.run.path / "logs" / "llama-bench.log")
+    rows = measure_prefill_tps(sess.shell, call, sess.run.path / "logs" / "llama-bench.log")
     sess.run.append(PREFILL_TPS, [r.model_copy(update={"process": process}) for r in rows])
 
 

@@ -120,7 +120,7 @@ class Profile(Experiment):
         dump = run.table_path(DUMP)
         merge_part(dump, dump.with_suffix(".part.jsonl"))  # left by a hard-killed run
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
-        with hold(sess.target, room, run):  # the instrument and the llama-bench cross-check, both in the room
+        with hold(sess.shell, room, run):  # the instrument and the llama-bench cross-check, both in the room
             got = yield from self.cycles_until_narrow(sess, console, dump)
             write_parquet(got.nodes, run.path / "raw" / NODES_PARQUET)
             peaks = None

@@ -119,4 +119,4 @@ def llama_bench(sess: OpenRun, chunk: int, depth: int) -> PrefillTps:
         cpu_list=srv.cpu_list,
         kv=tuple(srv.kv_args),
     )
-    return measure_prefill_tps(sess.target, bench, log)[0]
+    return measure_prefill_tps(sess.shell, bench, log)[0]

@@ -264,7 +264,7 @@ def predicted_draft(draft: PlanDraft, sides: int = 1) -> Plan:
     from lab.experiments.protocol import resolve_parts
 
     parts = resolve_parts(draft.settings, needs_engine=True)
-    before = newest_sweep_points(draft.settings.runs_dir, parts.model_record["sha256"], parts.target.name)
+    before = newest_sweep_points(draft.settings.runs_dir, parts.model_record["sha256"], parts.shell.name)
     return predicted_plan(draft.settings, draft.rates, draft.where, *before).times(sides)
 
 

@@ -100,7 +100,7 @@ def _open(
     parts = sides[0].parts
     assert parts is not None
     params = {"experiment": experiment.name, "vs": vs, "seed": secrets.randbits(31), "tolerance": TOLERANCE}
-    run = RunFolder.create(a.runs_dir, experiment.name + VERSUS, parts.target.name, params)
+    run = RunFolder.create(a.runs_dir, experiment.name + VERSUS, parts.shell.name, params)
     writer.enter_context(run.writer())
     report_run(run)
     with run.guard():
@@ -148,10 +148,10 @@ def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> 
     with contextlib.ExitStack() as live:
         for r in runs:
             live.enter_context(r.guard())
-        target = open_sides[0].sess.target if open_sides and open_sides[0].sess else None
+        shell = open_sides[0].sess.shell if open_sides and open_sides[0].sess else None
         window = None
-        if target is not None and open_sides[0].experiment.needs_engine:
-            state = read_state(target).model_dump(mode="json")
+        if shell is not None and open_sides[0].experiment.needs_engine:
+            state = read_state(shell).model_dump(mode="json")
             for r in runs:
                 r.add_results(host_state=state)
             window = NoiseWindow().start()

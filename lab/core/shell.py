@@ -1,5 +1,5 @@
 """The host shell: where the lab's shell commands run. Local = invoke.Context, a target host =
-fabric.Connection (lab.remote.connect.SshTarget): the same `run` API. The host snapshot, the git snapshot,
+fabric.Connection (lab.remote.connect.SshShell): the same `run` API. The host snapshot, the git snapshot,
 llama-bench and the clean-room commands go through it, so the same code records a host whether the lab runs
 there itself (a bundle or the image on nuc16 runs `lab` locally) or a fab task asks it over SSH.
 The engine's own processes (llama-server, the profiler instrument) are started directly, on the machine the
@@ -23,7 +23,7 @@ class CmdResult:
         return self.exited == 0
 
 
-class Target(Protocol):
+class Shell(Protocol):
     """What the lab needs from a host: run a shell command, and a name for it."""
 
     name: str
@@ -31,7 +31,7 @@ class Target(Protocol):
     def run(self, cmd: str, timeout: float | None = None) -> CmdResult: ...
 
 
-class LocalTarget:
+class LocalShell:
     """This machine, through invoke (the API fabric.Connection extends)."""
 
     def __init__(self, name: str | None = None) -> None:
