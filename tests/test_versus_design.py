@@ -125,3 +125,16 @@ def test_a_bad_vs_creates_nothing(tmp_path: Path) -> None:
     r = lab("sweep", "--vs", "sweep.Ls=64", "--runs-dir", str(tmp_path / "runs"))
     assert r.returncode == 2 and "--vs sweep.Ls" in r.stderr and len(r.stderr.strip().splitlines()) == 1
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
+
+
+def test_a_ratio_of_two_arms_is_called_lower_or_higher_and_a_time_faster_or_slower() -> None:
+    from lab.catalog.compare import CompareRow
+    from lab.core.schemas import Interval
+
+    up, down = Interval(value=1.2, lo=1.1, hi=1.3, n=10, processes=5), Interval(value=0.8, lo=0.7, hi=0.9, n=10)
+    assert CompareRow((), "fake_median_ms", 1.0, 1.2, up).called(0.03) == "slower"
+    assert CompareRow((), "fake_median_ms", 1.0, 0.8, down).called(0.03) == "faster"
+    assert CompareRow((), "fake_vs_genuine_ci_value", 1.0, 1.2, up, of_ratio=True).called(0.03) == "higher"
+    assert CompareRow((), "fake_vs_genuine_ci_value", 1.0, 0.8, down, of_ratio=True).called(0.03) == "lower"
+    same = Interval(value=1.0, lo=0.99, hi=1.01, n=10, processes=5)
+    assert CompareRow((), "fake_vs_genuine_ci_value", 1.0, 1.0, same, of_ratio=True).called(0.03) == "same"

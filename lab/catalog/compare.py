@@ -87,6 +87,7 @@ class CompareRow:
     b: float | None
     ci: Interval | None = None  # B/A from the samples of both runs (unpaired), when they have samples
     draws: Any = field(default=None, repr=False, compare=False)  # its bootstrap draws (for the geomean)
+    of_ratio: bool = False  # the metric is a ratio of two arms (fake / genuine), not a time: higher or lower
 
     @property
     def ratio(self) -> float | None:
@@ -99,10 +100,10 @@ class CompareRow:
 
     def called(self, tolerance: float) -> str:
         """B against A at a tolerance: `same` (the interval inside 1 +- tolerance), `faster` or `slower` (wholly
-        outside it), else `undecided`."""
-        return {"agree": "same", "undecided": "undecided"}.get(
-            verdict(self.ci, tolerance), "faster" if self.ci is not None and self.ci.value < 1 else "slower"
-        )
+        outside it; `lower` or `higher` for a ratio of two arms, where neither is better), else `undecided`."""
+        below = self.ci is not None and self.ci.value < 1
+        outside = ("lower" if below else "higher") if self.of_ratio else ("faster" if below else "slower")
+        return {"agree": "same", "undecided": "undecided"}.get(verdict(self.ci, tolerance), outside)
 
     def record(self, keys: tuple[str, ...], tolerance: float | None = None) -> dict[str, Any]:
         ci = self.ci.model_dump(mode="json") if self.ci else None
@@ -252,14 +253,14 @@ def compare_rows(
                 ci, draws = paired_slots(xb.by_slot(), xa.by_slot(), tag)
             else:
                 ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, drifts)
-            rows.append(CompareRow(key, metric, va, vb, ci, draws))
+            rows.append(CompareRow(key, metric, va, vb, ci, draws, metric in kind.paired))
     summary = []
     for metric in kind.metrics:
         both = [r for r in rows if r.metric == metric and r.draws is not None and r.ci is not None]
         procs = min((r.ci.processes for r in both if r.ci), default=1)
         g = geomean_ratio([r.draws for r in both], [r.ci.value for r in both if r.ci], procs) if both else None
         if g is not None:
-            summary.append(CompareRow((), metric, None, None, g))
+            summary.append(CompareRow((), metric, None, None, g, of_ratio=metric in kind.paired))
     return rows, summary
 
 

@@ -26,7 +26,14 @@ def _ratio_cell(r: CompareRow, paired: bool) -> str:
     return f"[{style}]{r.ci.fmt()} {'slower' if r.ci.value > 1 else 'faster'}[/{style}]"
 
 
-CALLED_STYLE = {"faster": "green", "slower": "red", "same": "dim", "undecided": "default"}
+CALLED_STYLE = {
+    "faster": "green",
+    "slower": "red",
+    "lower": "yellow",
+    "higher": "yellow",
+    "same": "dim",
+    "undecided": "default",
+}
 
 
 def _called_cell(r: CompareRow, called: str) -> str:

@@ -16,8 +16,8 @@ from lab.reports.style import Chart, newest_run_picker, nothing_yet, title
 
 TITLE = "Two configurations in one run: B / A"
 PARAM = "versus_run"
-CALLED = ["faster", "slower", "same", "undecided"]
-COLORS = ["#2166ac", "#b2182b", "#4d9221", "#8a94a3"]
+CALLED = ["faster", "slower", "lower", "higher", "same", "undecided"]
+COLORS = ["#2166ac", "#b2182b", "#b8860b", "#b8860b", "#4d9221", "#8a94a3"]
 
 
 def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:

@@ -29,5 +29,7 @@ class VersusRow(BaseModel):
     a: float | None = None
     b: float | None = None
     ratio: Interval | None = Field(default=None, description="B/A, its interval paired by process slot")
-    called: str = Field(description="faster, slower, same or undecided at the run's tolerance")
+    called: str = Field(
+        description="faster or slower (a time), lower or higher (a ratio of two arms), same or undecided"
+    )
     significant: bool | None = Field(default=None, description="the interval excludes 1")
