@@ -81,7 +81,7 @@ def test_the_tools_layer_copies_their_sources_and_the_header_they_share() -> Non
                 path = REPO / src
                 copied |= {f for f in path.rglob("*") if f.is_file()} if path.is_dir() else {path}
         if line.startswith("RUN") and "build_instrument" in line and "build_driver" in line:
-            sources = {REPO / "lab/instrument/profile_prefill.cpp", REPO / "lab/inproc/arms.cpp"}
+            sources = {REPO / "lab/instrument/profile_prefill.cpp", REPO / "lab/inproc/driver.cpp"}
             assert sources <= copied, f"the tools' step lacks {sorted(map(str, sources - copied))}"
             for source in sources:
                 for name in re.findall(r'^#include "([^"]+)"', source.read_text(), flags=re.M):

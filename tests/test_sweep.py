@@ -79,13 +79,13 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
     for f in ("host/uname.txt", "host/lscpu.txt", "git/git_diff.patch", "git/engine.patch", "logs/server.log"):
         assert (run.path / f).exists(), f
     assert "seq_fake_prefix" in (run.path / "git" / "engine.patch").read_text()
-    assert (run.path / "raw" / "arms.cpp").exists() and (run.path / "raw" / "inproc_driver.json").exists()
+    assert (run.path / "raw" / "driver.cpp").exists() and (run.path / "raw" / "inproc_driver.json").exists()
     assert m.results["plan"]["predicted_s"] > 0 and m.results["plan"]["actual_s"] > 0  # predicted vs actual
     assert "plan: predicted" in r.stdout and "x the prediction" in r.stdout
     tps = run.read(PREFILL_TPS)
     # the estimate: the driver's chunk per rep; llama-bench once at the two smallest L, the cross-check
     assert sorted((t.depth, t.rep if t.rep is not None else -1, t.tool) for t in tps) == sorted(
-        [(L, rep, "lab-inproc-arms") for L in (128, 512, 1024) for rep in (0, 1)]
+        [(L, rep, "lab-inproc-driver") for L in (128, 512, 1024) for rep in (0, 1)]
         + [(L, -1, "llama-bench") for L in (128, 512)]
     )
     fills = run.read(SWEEP_FILLS)  # two cumulative passes: per L a segment, the step's chunk, a 512-token chunk

@@ -137,7 +137,7 @@ def test_the_restore_cost_is_explained(both_run: RunFolder) -> None:
     ):
         assert iv is not None and iv.n == 6 and iv.value > 0
     assert s.fill_passes == 2 and s.fill_s > 0 and s.rep_s_ci is not None
-    assert (both_run.path / "raw" / "arms.cpp").exists()  # the driver's source is kept with its numbers
+    assert (both_run.path / "raw" / "driver.cpp").exists()  # the driver's source is kept with its numbers
 
 
 def test_catalog_compare_and_chart(both_run: RunFolder, tmp_path: Path) -> None:

@@ -31,7 +31,7 @@ def samples(p: GridPoint, engine_ms: float, share: float) -> tuple[list[SweepSam
         tps.append(
             PrefillTps(
                 point=p.id, rep=rep, depth=L, chunk=NEW, tps=NEW / chunk * 1e3, avg_ms=chunk, stddev_ms=0.0, reps=1,
-                tool="lab-inproc-arms", process=process,
+                tool="lab-inproc-driver", process=process,
             )
         )  # fmt: skip
         for arm, jitter in (("fake", 1.002), ("genuine", 0.998)):

@@ -1,4 +1,4 @@
-"""In-process arms: `arms.cpp`, a small C++ driver linked against the engine's libllama (public API plus the
+"""In-process arms: `driver.cpp`, a small C++ driver linked against the engine's libllama (public API plus the
 lab's llama_memory_seq_fake_prefix), measures one step several ways inside one long-lived process, with no
 server in the numbers. Built and cached like the profiler instrument.
 
@@ -27,8 +27,8 @@ from lab.instrument import InstrumentInfo, build_tool
 if TYPE_CHECKING:
     from lab.core.settings import Settings
 
-SOURCE = Path(__file__).with_name("arms.cpp")
-BINARY = "lab-inproc-arms"
+SOURCE = Path(__file__).with_name("driver.cpp")
+BINARY = "lab-inproc-driver"
 ARMS = ("baseline", "fake", "genuine", "plain")
 
 

@@ -12,7 +12,7 @@
 //   {"kind":"node","cycle":k,"depth":d,"name":..,"op":..,"src0":..,"ne":[..],"ms":x,"calls":n}
 // and a line `progress cycle=k pass=fused|timed depth=d ms=x` on stderr per chunk. The model, the context, the
 // threadpool (--threadpool: lab/native/labtool.h's Engine), the filler and the options -t, -tb, --n-ctx, --seed,
-// --flash-attn are those of the in-process arms driver (lab/inproc/arms.cpp). Bad input exits 2 with one line.
+// --flash-attn are those of the in-process arms driver (lab/inproc/driver.cpp). Bad input exits 2 with one line.
 #include "labtool.h"
 
 #include <cinttypes>

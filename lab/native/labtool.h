@@ -1,4 +1,4 @@
-// prefill-lab's C++ tools (lab/instrument/profile_prefill.cpp, lab/inproc/arms.cpp): what both need, once.
+// prefill-lab's C++ tools (lab/instrument/profile_prefill.cpp, lab/inproc/driver.cpp): what both need, once.
 // Header-only; the lab compiles each tool with -I for this folder and keys its build on this file too
 // (lab.instrument.build_tool).
 //

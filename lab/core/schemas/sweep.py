@@ -12,7 +12,7 @@ from lab.core.schemas.base import ArmName, ArmStats, Components, Interval, Verdi
 
 class SweepSample(BaseModel):
     """raw/samples.jsonl: one timed step of one arm. Through the server (`where` server) prompt_ms is the
-    request's prompt time from the server's timings; in one process (`where` inproc, lab/inproc/arms.cpp) it is
+    request's prompt time from the server's timings; in one process (`where` inproc, lab/inproc/driver.cpp) it is
     the llama_decode of the new tokens (baseline: L + new), and prep_ms/copy_ms/blob_bytes say how the prefix
     got there."""
 
@@ -64,7 +64,7 @@ class PrefillTps(BaseModel):
     """raw/prefill_tps.jsonl: prefill throughput of a `chunk`-token chunk at `depth`, measured separately. In a
     sweep a row with a `rep` is an estimate sample taken interleaved with the arms of its point, so machine drift
     hits both alike: the in-process driver's chunk at depth L after restoring a really decoded state (`tool`
-    lab-inproc-arms; runs before it used one `llama-bench -d` call per sample), beside the server's arms or, in
+    lab-inproc-driver; runs before it used one `llama-bench -d` call per sample), beside the server's arms or, in
     one process (`where` inproc), beside the driver's own. A row without a `rep` is the independent cross-check,
     llama-bench -p chunk -d depth on the same build, model and threads."""
 

@@ -65,7 +65,7 @@ def driver_estimate(driver: DriverSession, geometry: ImageGeometry | None, warm_
             avg_ms=ms,
             stddev_ms=0.0,
             reps=1,
-            tool="lab-inproc-arms",
+            tool="lab-inproc-driver",
         )
 
     return estimate

@@ -90,7 +90,7 @@ Args parse(int argc, char ** argv) {
     Args a;
     labtool::ArgReader r(
         argc, argv,
-        "usage: lab-inproc-arms --model M [--Ls 512,2048] [--news 64] [--tokens FILE] [--check] < commands");
+        "usage: lab-inproc-driver --model M [--Ls 512,2048] [--news 64] [--tokens FILE] [--check] < commands");
     while (r.next()) {
         const std::string & k = r.key();
         if (r.common(a.common)) {
