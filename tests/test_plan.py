@@ -266,3 +266,40 @@ def test_the_previous_runs_spread_is_pooled_over_the_grid() -> None:
     # between: 0.01, 0.09, 0.03 and 0.02 (the interval of the point without components): median 0.025
     assert c is not None and c.between == pytest.approx(0.025) and c.within == pytest.approx(0.01)
     assert pooled_spread(previous, "server", "fake/estimate") is None  # nothing measured: the default
+
+
+def test_the_plan_takes_the_spread_of_the_newest_sweep_that_measured_its_place(tmp_path: Path) -> None:
+    """A sweep through the server gives an in-process plan nothing: the plan takes the spread of the newest
+    complete sweep of the model on the host that measured every place it will measure, and names it."""
+    from lab.core.runs import RunFolder
+    from lab.core.schemas import ArmStats, Components, Interval
+    from lab.core.schemas.raw import SWEEP_POINTS
+    from lab.core.schemas.sweep import SweepPoint
+    from lab.experiments.sweep.planning import newest_sweep_points
+
+    def run(started: str, places: tuple[str, ...], sha: str = "m1", host: str = "vm") -> str:
+        r = RunFolder.create(tmp_path, "sweep", host, {})
+        r.update(started_utc=started, model={"sha256": sha})
+        iv = Interval(value=1.0, lo=0.98, hi=1.02, n=5, processes=5)
+        comps = {"fake/genuine": Components(between=0.02, within=0.01, processes=5, reps=5)}
+        r.append(SWEEP_POINTS, [
+            SweepPoint.model_validate(
+                {"where": w, "point": "L512", "L": 512, "new": 64, "n_kv_padded": 512, "measurable": True,
+                 "baseline": ArmStats(), "fake": ArmStats(), "genuine": ArmStats(), "components": comps,
+                 "fake_vs_genuine_ci": iv}
+            ) for w in places
+        ])  # fmt: skip
+        r.complete()
+        return r.path.name
+
+    both = run("2026-12-01T00:00:00Z", ("server", "inproc"))
+    server = run("2026-12-02T00:00:00Z", ("server",))
+    run("2026-12-03T00:00:00Z", ("inproc",), sha="m2")  # another model
+    run("2026-12-04T00:00:00Z", ("inproc",), host="nuc16")  # another host
+    RunFolder.create(tmp_path, "sweep", "vm", {}).update(model={"sha256": "m1"})  # running: not complete
+    for where, name in (("server", server), ("inproc", both), ("both", both)):
+        points, source = newest_sweep_points(tmp_path, "m1", "vm", where)  # type: ignore[arg-type]
+        assert source == f"the spread of {name}", where
+        assert {p.where for p in points} == ({"server", "inproc"} if where == "both" else {where})
+    points, source = newest_sweep_points(tmp_path, "m3", "vm", "server")
+    assert points == [] and source.startswith("the lab's default spread")

@@ -36,13 +36,18 @@ def complete(records: Iterable[RunRecord], experiment: str | None) -> list[RunRe
     return [r for r in records if r.in_figures and experiment in (None, r.experiment)]
 
 
-def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> Path | None:
-    """The newest complete run folder of `experiment` of this model on this host."""
+def newest_runs(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> list[Path]:
+    """The complete run folders of `experiment` of this model on this host, newest first."""
     records = []
     for d in run_dirs(runs_dir):
         try:
             records.append(run_record(d, read_manifest(d)))
         except IngestError:
             continue
-    r = next((r for r in newest(records, experiment) if (r.host, r.model_sha256) == (host, model_sha256)), None)
-    return None if r is None else runs_dir / r.path
+    mine = [r for r in complete(records, experiment) if (r.host, r.model_sha256) == (host, model_sha256)]
+    return [runs_dir / r.path for r in sorted(mine, key=age, reverse=True)]
+
+
+def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> Path | None:
+    """The newest complete run folder of `experiment` of this model on this host."""
+    return next(iter(newest_runs(runs_dir, experiment, model_sha256, host)), None)

@@ -13,7 +13,7 @@ from typing import Any
 
 from rich.console import Console
 
-from lab.catalog.newest import newest_run
+from lab.catalog.newest import newest_runs
 from lab.core.errors import UsageError
 from lab.core.runs import RunError, RunFolder, resolve_run
 from lab.core.schemas import Components, InprocFill, SweepPoint
@@ -158,14 +158,18 @@ def predicted_plan(settings: Settings, rates: Rates, where: Where, previous: lis
     return new.model_copy(update={"bound_s": bound.total_s, "spread_source": source})
 
 
-def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str) -> tuple[list[SweepPoint], str]:
-    """The points of the newest complete sweep of this model on this host, and where the prediction's spread
-    comes from (that run, or the lab's default when there is none, or none with the spread recorded)."""
-    found = newest_run(runs_dir, "sweep", model_sha256, host)
-    if found is not None:
+def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str, where: Where) -> tuple[list[SweepPoint], str]:
+    """The points of the newest complete sweep of this model on this host that measured every place of `where`,
+    and where the prediction's spread comes from (that run, or the lab's default when there is none)."""
+    places = {"server", "inproc"} if where == "both" else {where}
+    for found in newest_runs(runs_dir, "sweep", model_sha256, host):
         # a run of one rep per process kept no components: its intervals over processes still say the spread
-        points = [p for p in RunFolder.open(found).read(SWEEP_POINTS) if p.components or p.fake_vs_genuine_ci]
-        if points:
+        points = [
+            p
+            for p in RunFolder.open(found).read(SWEEP_POINTS)
+            if p.where in places and (p.components or p.fake_vs_genuine_ci)
+        ]
+        if places <= {p.where for p in points}:
             return points, f"the spread of {found.name}"
     return [], "the lab's default spread in each place (docs/repetition.md)"
 
@@ -264,7 +268,7 @@ def predicted_draft(draft: PlanDraft, sides: int = 1) -> Plan:
     from lab.experiments.protocol import resolve_parts
 
     parts = resolve_parts(draft.settings, needs_engine=True)
-    before = newest_sweep_points(draft.settings.runs_dir, parts.model_record["sha256"], parts.shell.name)
+    before = newest_sweep_points(draft.settings.runs_dir, parts.model_record["sha256"], parts.shell.name, draft.where)
     return predicted_plan(draft.settings, draft.rates, draft.where, *before).times(sides)
 
 

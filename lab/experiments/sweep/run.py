@@ -184,7 +184,7 @@ class Sweep(Experiment):
                         book.starts.append(time.monotonic() - t0 - (sum(f.ms for f in fills) / 1e3 - filled))
                         if self.plan is None and self.driver:  # the plan, from the first fill pass's chunks
                             host, sha = run.manifest().host, sess.parts.model_record.get("sha256", "")
-                            before = newest_sweep_points(settings.runs_dir, sha, host)
+                            before = newest_sweep_points(settings.runs_dir, sha, host, sw.where)
                             self.plan = plan_of_run(
                                 settings, sw.where, fills, progress.console, book.starts[-1], before
                             )
