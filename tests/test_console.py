@@ -51,3 +51,14 @@ def test_a_table_that_fits_is_drawn_as_it_is() -> None:
     t.add_column("ms")
     t.add_row("512", "1.0")
     assert printed(True, 80, t) == printed(False, 80, t)
+
+
+def test_a_string_from_a_folder_is_shown_as_text() -> None:
+    """Markup in a host's name is its text, not a style (nor a MarkupError); an escape sequence is shown, not
+    sent to the terminal."""
+    from lab.core.console import shown
+
+    t = Table("host")
+    t.add_row(shown("nuc[/x][bold red]\x1b[2J\x07\x9b"))
+    out = printed(True, 80, t)
+    assert "nuc[/x][bold red]\\x1b[2J\\x07\\x9b" in out and "\x1b" not in out and "\x07" not in out

@@ -49,6 +49,64 @@ BODY = {
     "choices": [{"index": 0, "message": {"role": "assistant", "content": REPLY}, "finish_reason": "stop"}],
     "usage": {"prompt_tokens": 11, "completion_tokens": 2},
 }
+DONE = sse("[DONE]")[0]
+
+
+def tool_call(index: int) -> bytes:
+    call = {"index": index, "id": "c", "type": "function", "function": {"name": "ls", "arguments": "{}"}}
+    return sse({"choices": [{"index": 0, "delta": {"tool_calls": [call]}}]})[0]
+
+
+def deep(depth: int) -> str:
+    return "[" * depth + "]" * depth
+
+
+UNFINISHED = "the stream ended before choice 0's finish_reason"
+UNPARSED = "an event that does not parse"
+# streams that reach the agent byte for byte and are no complete step: (the upstream's bytes, the warning)
+HOSTILE: dict[str, tuple[list[bytes], str]] = {
+    "ends-mid-reply": (STREAM[:2], UNFINISHED),  # a clean end, no finish_reason, no [DONE]
+    "done-mid-reply": ([*STREAM[:2], DONE], UNFINISHED),  # [DONE] ends the stream, not the reply
+    "bad-event": ([*STREAM[:2], *sse("{not json"), *STREAM[2:], DONE], UNPARSED),
+    "not-utf8": (
+        [*STREAM[:2], b'data: {"choices": [{"index": 0, "delta": {"content": "\xff"}}]}\n\n', *STREAM[2:], DONE],
+        "bytes that are not UTF-8",
+    ),
+    "negative-index": ([*STREAM[:2], tool_call(-1), *STREAM[2:], DONE], "a tool call index out of range (-1)"),
+    "long-number": ([*STREAM[:2], *sse('{"n": ' + "1" * 5000 + "}"), *STREAM[2:], DONE], UNPARSED),
+    "deep-nesting": ([*STREAM[:2], *sse(deep(100_000)), *STREAM[2:], DONE], UNPARSED),
+    "index-2e6": ([*STREAM[:2], tool_call(2_000_000), *STREAM[2:], DONE], "a tool call index out of range (2000000)"),
+    "index-2e9": (
+        [*STREAM[:2], tool_call(2_000_000_000), *STREAM[2:], DONE],
+        "a tool call index out of range (2000000000)",
+    ),
+    # further endings
+    "choice-1-finishes": (
+        [*STREAM[:2], *sse({"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}]}), DONE],
+        UNFINISHED,
+    ),
+    "garbage-after-finish": ([*STREAM, *sse("garbage"), DONE], UNPARSED),  # the agent's SDK fails on it
+    "finish-without-blank-line": ([*STREAM[:2], STREAM[2][:-1]], UNFINISHED),  # SSE: an event ends at a blank line
+    "reply-nested-400": (
+        [*STREAM[:2], *sse({"choices": [{"index": 0, "delta": {"x": json.loads(deep(400))}}]}), *STREAM[2:], DONE],
+        "cannot be written",
+    ),
+    "reply-lone-surrogate": ([*STREAM[:2], *sse(delta("\ud800")), *STREAM[2:], DONE], "cannot be written"),
+    "empty-data": ([*STREAM[:2], b"data:\n\n", *STREAM[2:], DONE], UNPARSED),
+}
+# answers that reach the agent byte for byte and are no step: (the upstream's JSON body, the warning)
+HOSTILE_BODIES: dict[str, tuple[bytes, str]] = {
+    "body-without-finish": (
+        json.dumps({**BODY, "choices": [{**BODY["choices"][0], "finish_reason": None}]}).encode(),
+        "no finish_reason for choice 0",
+    ),
+    "body-without-choices": (json.dumps({**BODY, "choices": []}).encode(), "no assistant message"),
+    "body-long-number": (json.dumps(BODY)[:-1].encode() + b', "n": ' + b"1" * 5000 + b"}", "no assistant message"),
+    "body-deep-nesting": (
+        json.dumps(BODY)[:-1].encode() + b', "n": ' + deep(100_000).encode() + b"}",
+        "no assistant message",
+    ),
+}
 
 
 @dataclass
@@ -71,12 +129,19 @@ async def _handle(request: web.Request, up: Upstream) -> web.StreamResponse:
         return web.Response(text="<html>proxy error</html>", content_type="text/html")
     if behave == "huge":  # a 2 MiB body: over the recorder's 1 MiB
         return web.json_response({**BODY, "pad": "x" * (2 << 20)})
+    if behave in HOSTILE_BODIES:
+        return web.Response(body=HOSTILE_BODIES[behave][0], content_type="application/json")
     if behave in ("silent", "slow"):  # silent: past the read timeout (1.5 s); slow: past the agent's (0.5 s) only
         await asyncio.sleep(3.0 if behave == "silent" else 1.0)
         return web.json_response(BODY)
-    out = web.StreamResponse(headers={"Content-Type": "text/event-stream"})
+    kind = "Text/Event-Stream; Charset=UTF-8" if behave == "odd-type" else "text/event-stream"
+    out = web.StreamResponse(headers={"Content-Type": kind})
     await out.prepare(request)
     events = {
+        **{name: chunks for name, (chunks, _) in HOSTILE.items()},
+        "odd-type": [*STREAM, *sse(USAGE, "[DONE]")],
+        "garbage-after-done": [*STREAM, DONE, *sse("garbage")],  # the agent's SDK stops reading at [DONE]
+        "slow-stream": [*STREAM[:2], b"", *STREAM[2:], DONE],  # b"": a second's pause
         "stream": [*STREAM, *sse(USAGE, "[DONE]")],
         "linger": [*STREAM, *sse(USAGE, "[DONE]")],
         "cut": STREAM[:2],
@@ -86,7 +151,7 @@ async def _handle(request: web.Request, up: Upstream) -> web.StreamResponse:
     }[behave]
     for e in events:
         await out.write(e)
-        await asyncio.sleep(0.01)
+        await asyncio.sleep(0.01 if e else 1.0)
     if behave == "linger":
         await asyncio.sleep(1.0)  # the stream ends a second after [DONE]
     elif behave == "silent-stream":
@@ -183,6 +248,24 @@ def stream(rec: Rec, text: str, behave: str = "stream", hang_up_at_finish: bool 
                 if hang_up_at_finish and choice.get("finish_reason"):
                     return content
     return content
+
+
+def raw_stream(rec: Rec, text: str, behave: str, **headers: str) -> bytes:
+    """Every byte the agent read of a stream (a stream cut short raises)."""
+    body = {**ask(text), "stream": True}
+    with (
+        httpx.Client(timeout=30) as c,
+        c.stream("POST", f"{rec.url}/chat/completions", json=body, headers={BEHAVE: behave, **headers}) as r,
+    ):
+        return b"".join(r.iter_raw())
+
+
+def tasks(trace: Path) -> dict[str, list[tuple[int, str, str | None, float | None]]]:
+    """Per task, (step, the request's text, the reply's content, its tool time) of every step."""
+    return {
+        task: [(s.step, s.request["messages"][0]["content"], (s.reply or {}).get("content"), s.tool_s) for s in steps]
+        for task, steps in load_conversation(trace).items()
+    }
 
 
 def recorded(trace: Path) -> list[tuple[int, str, str | None]]:
@@ -404,3 +487,132 @@ def test_an_agent_that_hangs_up_mid_stream_leaves_no_step(upstream: Upstream, tm
         _, err = rec.stop()
     assert "the agent hung up during the stream" in err
     assert recorded(trace) == [(0, "one", REPLY)]
+
+
+@pytest.mark.parametrize("behave", list(HOSTILE))
+def test_a_stream_that_is_no_whole_reply_reaches_the_agent_unchanged_and_is_not_recorded(
+    upstream: Upstream, tmp_path: Path, behave: str
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    sent, why = HOSTILE[behave]
+    with recording(upstream.url, trace) as rec:
+        t0 = time.monotonic()
+        assert raw_stream(rec, "one", behave) == b"".join(sent)  # every byte, none cut
+        assert time.monotonic() - t0 < 5.0  # bounded: no index or number from the upstream costs its size
+        assert stream(rec, "one") == REPLY
+        _, err = rec.stop()
+    assert f"task 'task000' step 0: {why}" in err and ": not recorded" in err, err
+    assert "Traceback" not in err, err
+    assert recorded(trace) == [(0, "one", REPLY)]
+
+
+@pytest.mark.parametrize("behave", list(HOSTILE_BODIES))
+def test_an_answer_that_is_no_whole_reply_reaches_the_agent_unchanged_and_is_not_recorded(
+    upstream: Upstream, tmp_path: Path, behave: str
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    body, why = HOSTILE_BODIES[behave]
+    with recording(upstream.url, trace) as rec:
+        r = chat(rec, "one", behave)
+        assert (r.status_code, r.content) == (200, body)
+        assert chat(rec, "one").status_code == 200
+        _, err = rec.stop()
+    assert f"task 'task000' step 0: {why}: not recorded" in err, err
+    assert "Traceback" not in err, err
+    assert recorded(trace) == [(0, "one", REPLY)]
+
+
+@pytest.mark.parametrize("behave", ["odd-type", "garbage-after-done"])
+def test_a_whole_stream_is_recorded_whatever_its_type_is_spelled_and_whatever_follows_done(
+    upstream: Upstream, tmp_path: Path, behave: str
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    with recording(upstream.url, trace) as rec:
+        assert stream(rec, "one", behave) == REPLY
+        _, err = rec.stop()
+    assert recorded(trace) == [(0, "one", REPLY)], err
+
+
+MESSAGES = '"messages": [{"role": "user", "content": "q"}]'
+
+
+@pytest.mark.parametrize(
+    "request_body",
+    [
+        '{"n": ' + "1" * 5000 + "}",
+        deep(100_000),
+        "{" + MESSAGES + ', "n": ' + deep(400) + "}",  # parses, but nests too deep to write
+        '{"messages": [{"role": "user", "content": "\\ud800"}]}',  # parses, but no UTF-8 holds it
+    ],
+    ids=["long-number", "deep-nesting", "nested-400", "lone-surrogate"],
+)
+def test_a_request_that_does_not_parse_or_nests_too_deep_is_forwarded_and_not_recorded(
+    upstream: Upstream, tmp_path: Path, request_body: str
+) -> None:
+    trace = tmp_path / "t.jsonl"
+    with recording(upstream.url, trace) as rec:
+        with httpx.Client(timeout=30) as c:
+            r = c.post(
+                f"{rec.url}/chat/completions", content=request_body, headers={"Content-Type": "application/json"}
+            )
+        assert (r.status_code, r.json()) == (200, BODY)
+        assert chat(rec, "one").status_code == 200
+        _, err = rec.stop()
+    assert "not recorded" in err and "Traceback" not in err, err
+    assert recorded(trace) == [(0, "one", REPLY)]
+
+
+def test_a_side_request_during_a_step_is_a_side_task_of_its_own(upstream: Upstream, tmp_path: Path) -> None:
+    """An agent that asks for a title while its step streams: the title is no step between the agent's two."""
+    trace = tmp_path / "t.jsonl"
+    with recording(upstream.url, trace) as rec:
+        side = threading.Timer(0.3, lambda: chat(rec, "title"))
+        side.start()
+        assert stream(rec, "one", "slow-stream") == REPLY  # the title is asked and answered meanwhile
+        side.join()
+        time.sleep(0.2)
+        assert chat(rec, "two").status_code == 200
+        _, err = rec.stop()
+    got = tasks(trace)
+    assert sorted(got) == ["task000", "task000~side1"], err
+    assert [x[:3] for x in got["task000"]] == [(0, "one", REPLY), (1, "two", REPLY)]
+    tool = got["task000"][0][3]
+    assert tool is not None and tool >= 0.2  # the agent's own time after step 0, not the title's
+    assert got["task000~side1"] == [(0, "title", REPLY, None)]
+
+
+def test_two_agents_without_a_task_header_at_once_are_never_one_task(upstream: Upstream, tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    with recording(upstream.url, trace) as rec:
+        first = threading.Thread(target=stream, args=(rec, "a", "slow-stream"))
+        first.start()
+        time.sleep(0.3)
+        assert stream(rec, "b", "slow-stream") == REPLY
+        first.join()
+        _, err = rec.stop()
+    got = tasks(trace)
+    assert got == {"task000": [(0, "a", REPLY, None)], "task000~side1": [(0, "b", REPLY, None)]}, err
+
+
+@pytest.mark.parametrize("task", [b"\xff\xfe", b"mine~side1", b"x" * 200])
+def test_a_task_header_that_is_no_plain_name_is_refused(upstream: Upstream, tmp_path: Path, task: bytes) -> None:
+    trace = tmp_path / "t.jsonl"
+    before = len(upstream.seen)
+    with recording(upstream.url, trace) as rec:
+        with httpx.Client(timeout=30) as c:
+            r = c.post(f"{rec.url}/chat/completions", json=ask("one"), headers={"X-Lab-Task": task})
+        assert r.status_code == 400 and "X-Lab-Task" in r.json()["error"]["message"]
+        assert chat(rec, "one").status_code == 200
+        _, err = rec.stop()
+    assert upstream.seen[before:] == ["good"]
+    assert "Traceback" not in err, err
+    assert recorded(trace) == [(0, "one", REPLY)]
+
+
+def test_a_task_flag_that_is_no_plain_name_is_one_line_before_anything_is_written(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    cmd = [LAB, "trace", "record", "--upstream", "http://127.0.0.1:9", "--listen", str(free_port()), "-o", str(trace)]
+    r = subprocess.run([*cmd, "--task", "mine~side1"], capture_output=True, text=True, timeout=60)
+    assert (r.returncode, r.stdout, r.stderr.count("\n")) == (2, "", 1), r.stderr
+    assert "--task 'mine~side1': up to 128 printable ASCII characters but ~" in r.stderr
+    assert not trace.exists()

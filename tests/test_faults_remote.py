@@ -229,7 +229,7 @@ def test_a_resume_only_adds_and_a_shorter_answer_changes_nothing(
     resume = ("profile", "--via", "bundle", "--resume", run_id, *room, "--remote-dir", str(rdir))
     dump = there / "raw" / "profile.jsonl"
     for damage, said in (
-        (lambda: dump.write_text("".join(dump.read_text().splitlines(keepends=True)[:-1])), "raw/profile.jsonl has"),
+        (lambda: dump.write_text("".join(dump.read_text().splitlines(keepends=True)[:-1])), "profile.jsonl is shorter"),
         (lambda: (there / "host" / "lscpu.txt").unlink(), "host/lscpu.txt is missing there"),
     ):
         damage()
@@ -238,7 +238,7 @@ def test_a_resume_only_adds_and_a_shorter_answer_changes_nothing(
             r = fab(project, config, *resume)
         assert r.returncode == 1, r.stdout + r.stderr
         line = one_line(r.stderr)
-        assert "is shorter than the local copy" in line and said in line and "nothing changed here" in line, line
+        assert "does not continue the local copy" in line and said in line and "nothing changed here" in line, line
         assert tree(local) == mine
         shutil.rmtree(there)
         shutil.copytree(backup, there)

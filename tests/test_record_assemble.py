@@ -11,9 +11,9 @@ from typing import Any
 import pytest
 
 from lab.conversation.assemble import StreamAssembler, assemble, reply_of_body
+from lab.conversation.exchange import side_task, upstream_url
 from lab.conversation.load import load_conversation
 from lab.conversation.log import ConversationLog, RecordError
-from lab.conversation.record import upstream_url
 from lab.core.schemas import ConversationStep
 
 pytestmark = pytest.mark.fast
@@ -76,22 +76,21 @@ def test_the_final_usage_wins_over_timings_and_other_choices_are_ignored() -> No
     final = delta({}, usage={"prompt_tokens": 5, "completion_tokens": 2}, timings={"prompt_n": 4, "predicted_n": 9})
     a = StreamAssembler()
     a.feed(b": keep-alive comment\r\nevent: message\r\n")
-    a.feed(sse(delta({"content": "ok"}), other, "{torn json", final).replace(b"\n", b"\r\n"))
+    a.feed(sse(delta({"content": "ok"}), other, final).replace(b"\n", b"\r\n"))
     a.close()  # no [DONE], and the last event had its blank line
     assert not a.done
     reply = a.reply()
     assert reply.message == {"role": "assistant", "content": "ok"}
     assert (reply.prompt_tokens, reply.completion_tokens) == (5, 2)
+    assert a.flaw is None
 
 
 def test_a_stream_without_deltas_or_counts_has_no_reply() -> None:
     reply = assemble([sse({"error": {"message": "boom"}}, "[DONE]")])
     assert reply.message is None and reply.prompt_tokens is None and reply.completion_tokens is None
-    # the last event need not end with a blank line
-    assert assemble([b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}']).message == {
-        "role": "assistant",
-        "content": "x",
-    }
+    # an event ends at a blank line: one the stream ends before is never dispatched (the SSE spec; the OpenAI SDK)
+    for tail in (b"", b"\n"):
+        assert assemble([b'data: {"choices": [{"index": 0, "delta": {"content": "x"}}]}' + tail]).message is None
 
 
 def test_a_json_body_gives_choice_zero_and_its_usage() -> None:
@@ -102,6 +101,97 @@ def test_a_json_body_gives_choice_zero_and_its_usage() -> None:
     reply = reply_of_body({"choices": [{"message": message}], "timings": {"prompt_n": 7, "predicted_n": 2}})
     assert (reply.prompt_tokens, reply.completion_tokens) == (7, 2)
     assert reply_of_body({"error": "x"}).message is None and reply_of_body(None).message is None
+
+
+def test_a_reply_is_whole_only_once_choice_zero_has_its_finish_reason() -> None:
+    message = {"role": "assistant", "content": "hi"}
+    assert reply_of_body({"choices": [{"index": 0, "message": message, "finish_reason": "stop"}]}).finished
+    for choice in ({"finish_reason": None}, {}, {"finish_reason": ""}, {"finish_reason": 1}, {"index": 1}):
+        assert not reply_of_body({"choices": [{"message": message, **choice}]}).finished, choice
+    whole = sse(delta({"content": "hi"}), {"choices": [{"index": 0, "delta": {}, "finish_reason": "length"}]})
+    assert assemble([whole]).finished and assemble([whole + sse("[DONE]")]).finished
+    assert not assemble([sse(delta({"content": "hi"}), "[DONE]")]).finished  # [DONE] ends the stream, not the reply
+    other = {"choices": [{"index": 1, "delta": {}, "finish_reason": "stop"}]}
+    assert not assemble([sse(delta({"content": "hi"}), other)]).finished
+
+
+def flaw_of(*raw: bytes) -> str | None:
+    a = StreamAssembler()
+    for r in raw:
+        a.feed(r)
+    a.close()
+    return a.flaw
+
+
+def call(index: Any, **extra: Any) -> dict[str, Any]:
+    return delta({"tool_calls": [{"index": index, "id": "c", "function": {"name": "f"}, **extra}]})
+
+
+@pytest.mark.parametrize(
+    ("raw", "flaw"),
+    [
+        (sse(delta({"content": "a"}), "{torn", delta({"content": "b"})), "an event that does not parse (Expecting"),
+        (sse(delta({"content": "a"}), "[1, 2]"), "an event that is not a JSON object"),
+        (b"data:\n\n", "an event that does not parse"),  # the OpenAI SDK parses an empty data field, and fails
+        (b'data: {"n": ' + b"1" * 5000 + b"}\n\n", "an event that does not parse (Exceeds the limit"),
+        (b"data: " + b"[" * 100_000 + b"]" * 100_000 + b"\n\n", "an event that does not parse (nested too deep)"),
+        (sse(delta({"a": json.loads('{"a": ' * 100 + "{}" + "}" * 100)})), "a delta nested too deep"),
+        (b'data: {"content": "\xff"}\n\n', "bytes that are not UTF-8"),
+        (b'data: {"content": "\xc3', "bytes that are not UTF-8"),  # cut inside a character
+        (sse(call(-1)), "a tool call index out of range (-1)"),
+        (sse(call(128)), "a tool call index out of range (128)"),
+        (sse(call(2_000_000_000)), "a tool call index out of range (2000000000)"),
+        (sse(call(1.0)), "a tool call index out of range (1.0)"),
+        (sse(*[delta({"tool_calls": [{"id": f"c{i}"}]}) for i in range(129)]), "a tool call index out of range (128)"),
+    ],
+    ids=[
+        "torn",
+        "not-an-object",
+        "empty-data",
+        "long-number",
+        "deep",
+        "deep-delta",
+        "not-utf8",
+        "cut-utf8",
+        "negative-index",
+        "index-128",
+        "index-2e9",
+        "float-index",
+        "129-calls",
+    ],
+)
+def test_a_stream_that_does_not_parse_is_flawed_and_never_raises(raw: bytes, flaw: str) -> None:
+    for parts in ([raw], [raw[i : i + 7] for i in range(0, len(raw), 7)]):
+        got = flaw_of(*parts)
+        assert got is not None and got.startswith(flaw), got
+
+
+def test_nothing_after_done_is_read_and_the_first_flaw_stays() -> None:
+    """The OpenAI SDK stops reading at [DONE]: garbage after it is no flaw."""
+    a = StreamAssembler()
+    a.feed(sse({"choices": [{"index": 0, "delta": {"content": "ok"}, "finish_reason": "stop"}]}))
+    a.feed(sse("[DONE]") + b"data: garbage\xff\n\n")
+    a.close()
+    assert (a.flaw, a.finished, a.reply().message) == (None, True, {"role": "assistant", "content": "ok"})
+    assert flaw_of(sse(call(-1), "{torn")) == "a tool call index out of range (-1)"
+
+
+def test_lines_end_at_cr_lf_or_crlf_however_split() -> None:
+    """The SSE spec's three line ends, as the OpenAI SDK reads them: a CRLF split between two reads is one."""
+    events = [delta({"content": "a"}), delta({"content": "b"}), "[DONE]"]
+    for end in (b"\r", b"\r\n", b"\n"):
+        raw = sse(*events).replace(b"\n", end)
+        for parts in split_everywhere(raw):
+            a = StreamAssembler()
+            for part in parts:
+                a.feed(part)
+            a.close()
+            assert (a.flaw, a.done, a.reply().message) == (None, True, {"role": "assistant", "content": "ab"}), parts
+    a = StreamAssembler()
+    a.feed(b'data: {"choices": [{"index": 0,\r')
+    a.feed(b'\ndata: "delta": {"content": "x"}}]}\r\n\r\n')  # one event, two data lines
+    a.close()
+    assert (a.flaw, a.reply().message) == (None, {"role": "assistant", "content": "x"})
 
 
 def row(task: str, step: int) -> ConversationStep:
@@ -188,3 +278,63 @@ def test_an_unterminated_line_is_assembled_in_linear_time_and_bounded() -> None:
     bounded = StreamAssembler(limit=1000)
     bounded.feed(sse(delta({"content": "x" * 2000})))
     assert bounded.overflow and bounded.reply().message is None and not bounded._partial
+
+
+def test_many_deltas_are_assembled_in_linear_time() -> None:
+    """A long reply in many deltas costs its length, not its length squared: four times the deltas take about
+    four times as long (a copy of the content so far per delta would take sixteen). Best of three each."""
+
+    def feed_time(n: int) -> float:
+        one = sse(delta({"content": "x" * 256}))
+        best = float("inf")
+        for _ in range(3):
+            a = StreamAssembler()
+            t0 = time.perf_counter()
+            for _ in range(n):
+                a.feed(one)
+            reply = a.reply()
+            best = min(best, time.perf_counter() - t0)
+        assert reply.message is not None and len(reply.message["content"]) == 256 * n
+        return best
+
+    small, large = feed_time(2500), feed_time(10_000)
+    assert large / small < 10, f"4x the deltas took {large / small:.1f}x as long"
+
+
+def test_a_task_busy_with_a_request_gets_the_first_free_side_task() -> None:
+    assert side_task("a", set()) == "a"
+    assert side_task("a", {"b", "a~side1"}) == "a"
+    assert side_task("a", {"a"}) == "a~side1"
+    assert side_task("a", {"a", "a~side1", "a~side3"}) == "a~side2"
+
+
+def test_a_step_that_cannot_be_written_leaves_the_trace_as_it_was(tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    log = ConversationLog.open(path)
+    assert log.begin("a", now=0.0) == 0
+    bad = row("a", 0)
+    bad.reply = {"role": "assistant", "content": "\ud800"}
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        log.finish(bad, ended=1.0)
+    assert not path.exists()  # not even an empty trace
+    log.abandon("a", 0)
+    assert log.begin("a", now=0.0) == 0
+    log.finish(row("a", 0), ended=1.0)
+    before = path.read_bytes()
+    assert log.begin("a", now=2.0) == 1
+    bad = row("a", 1)
+    bad.reply = {"role": "assistant", "content": "\ud800"}
+    with pytest.raises(ValueError, match="surrogates not allowed"):
+        log.finish(bad, ended=3.0)
+    assert path.read_bytes() == before + b'{"task_id":"a","step":0,"tool_s":1.0}\n'
+    assert log.written == 1
+
+
+def test_a_side_task_gets_no_tool_time(tmp_path: Path) -> None:
+    """A side task's requests are no loop of the agent's: the time between them is no tool time."""
+    path = tmp_path / "t.jsonl"
+    log = ConversationLog.open(path)
+    assert log.begin("a~side1", now=0.0) == 0
+    log.finish(row("a~side1", 0), ended=1.0, loop=False)
+    assert log.begin("a~side1", now=5.0) == 1
+    assert written(path) == [("a~side1", 0, None)]

@@ -160,3 +160,123 @@ def test_a_row_of_another_schema_is_refused_and_nothing_is_written(tmp_path: Pat
     with pytest.raises(TypeError, match=r"rounds\.jsonl takes SweepRound rows, not PrefillTps"):
         run.append(SWEEP_ROUNDS, [SweepRound(point="p", process=0, reps=1), tps(0)])  # type: ignore[list-item]
     assert not run.table_path(SWEEP_ROUNDS).exists()
+
+
+# lines a hostile or damaged raw file may hold; each is one RunError naming the file and the line, never a traceback
+GOOD = tps(0).model_dump_json().encode()
+HOSTILE = {
+    "a 5000-digit integer": b'{"depth": ' + b"9" * 5000 + b', "chunk": 64}',
+    "nesting deeper than the parser goes": b'{"depth": ' + b"[" * 100_000 + b"]" * 100_000 + b"}",
+    "a byte that is not UTF-8": b'{"depth": 0, "note": "\xff"}',
+    "a line cut inside a UTF-8 character": '{"depth": 0, "task": "caf\u00e9"}'.encode()[:-3],
+    "a NUL-filled tail of a crashed write": b"\0" * 64,
+}
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_line_is_one_error_naming_file_and_line(case: str, tmp_path: Path) -> None:
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(GOOD + b"\n" + HOSTILE[case] + b"\n" + GOOD + b"\n")
+    for schema, what in ((PrefillTps, "PrefillTps"), (None, "JSON")):
+        with pytest.raises(RunError, match=rf"^{path}:2: bad {what} row: ") as e:
+            read_jsonl(path, schema)
+        assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("case", sorted(HOSTILE))
+def test_a_hostile_document_is_one_error_naming_the_file(case: str, tmp_path: Path) -> None:
+    from lab.core.runs import read_document
+
+    path = tmp_path / "t.json"
+    path.write_bytes(HOSTILE[case])
+    with pytest.raises(RunError, match=rf"^{path}:1: bad PrefillTps: ") as e:
+        read_document(path, PrefillTps)
+    assert "\n" not in str(e.value)
+
+
+def test_a_last_line_cut_inside_a_utf8_character_is_a_torn_tail(tmp_path: Path) -> None:
+    """A resumed conversation with non-ASCII task ids can be killed mid-character."""
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(GOOD + b"\n" + HOSTILE["a line cut inside a UTF-8 character"])
+    assert [r.depth for r in read_jsonl(path, PrefillTps, tolerate_torn_tail=True)] == [0]
+    with pytest.raises(RunError, match=rf"{path}:2: bad PrefillTps row"):
+        read_jsonl(path, PrefillTps)
+
+
+def test_a_raw_file_over_the_size_limit_is_refused_by_name_unread(tmp_path: Path) -> None:
+    from lab.core.runs import MAX_RAW_BYTES, read_document
+
+    path = tmp_path / "huge.jsonl"
+    with path.open("wb") as fh:  # sparse: its size without its bytes
+        fh.truncate(MAX_RAW_BYTES + 1)
+    with pytest.raises(RunError, match=rf"^{path}: .* over the limit of 512 MiB .*: not read$"):
+        read_jsonl(path, PrefillTps)
+    with pytest.raises(RunError, match=rf"^{path}: .* over the limit of 512 MiB"):
+        read_document(path, PrefillTps)
+
+
+def test_a_raw_file_over_the_row_limit_is_refused_by_name(tmp_path: Path) -> None:
+    from lab.core.runs import MAX_RAW_ROWS
+
+    path = tmp_path / "many.jsonl"
+    path.write_bytes(b"{}\n" * (MAX_RAW_ROWS + 1))
+    with pytest.raises(RunError, match=rf"^{path}: over the limit of 10,000,000 rows a raw file may hold: not read$"):
+        read_jsonl(path, None)
+
+
+def test_a_raw_file_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) -> None:
+    """A FIFO (or a device) in a run folder would block the reader, or never end."""
+    fifo = tmp_path / "sweep_points.jsonl"
+    os.mkfifo(fifo)
+    with pytest.raises(RunError, match=rf"^{fifo}: not a regular file: not read$"):
+        read_jsonl(fifo, PrefillTps)
+    d = tmp_path / "points.json"
+    d.mkdir()
+    with pytest.raises(RunError, match=rf"^{d}: not a regular file"):
+        read_jsonl(d, None)
+
+
+def test_a_torn_tail_is_set_aside_before_the_next_append(tmp_path: Path) -> None:
+    """A crash mid-line used to leave the fragment in place: the next row was glued to it and the table refused
+    every later read."""
+    run = RunFolder.create(tmp_path, "profile", "h", {})
+    run.append(PREFILL_TPS, [tps(0)])
+    path = run.table_path(PREFILL_TPS)
+    with path.open("a") as fh:
+        fh.write('{"depth": 512, "chu')  # killed mid-line
+    run.append(PREFILL_TPS, [tps(512)])
+    assert [r.depth for r in run.read(PREFILL_TPS)] == [0, 512]
+    (aside,) = path.parent.glob("prefill_tps.jsonl.torn-*")
+    assert aside.read_text() == '{"depth": 512, "chu'
+
+
+def test_a_resumed_run_sets_its_torn_tails_aside(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    """A profile whose prefill_tps.jsonl had a torn line refused every later resume (it reads the table whole
+    before it appends)."""
+    run = RunFolder.create(tmp_path, "profile", "h", {})
+    run.append(PREFILL_TPS, [tps(0)])
+    with run.table_path(PREFILL_TPS).open("a") as fh:
+        fh.write('{"depth": 512, "chu')
+    run.fail("interrupted by SIGKILL")
+    run.begin_resume("profile")
+    assert [r.depth for r in run.read(PREFILL_TPS)] == [0]
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith(f"warning: {run.table_path(PREFILL_TPS)}: its last line was cut mid-write")
+    assert ".torn-" in line
+
+
+def test_set_aside_torn_tail(tmp_path: Path) -> None:
+    from lab.core.runs import set_aside_torn_tail
+
+    path = tmp_path / "t.jsonl"
+    assert set_aside_torn_tail(path) is None  # no file: nothing to do
+    path.write_bytes(b"")
+    assert set_aside_torn_tail(path) is None
+    path.write_bytes(GOOD + b"\n")
+    assert set_aside_torn_tail(path) is None and path.read_bytes() == GOOD + b"\n"
+    path.write_bytes(GOOD + b"\n" + GOOD[:7])
+    aside = set_aside_torn_tail(path)
+    assert aside is not None and aside.read_bytes() == GOOD[:7] and path.read_bytes() == GOOD + b"\n"
+    path.write_bytes(b"x" * 100_000)  # one torn line, longer than a read back from the end
+    aside = set_aside_torn_tail(path)
+    assert aside is not None and aside.read_bytes() == b"x" * 100_000 and path.read_bytes() == b""

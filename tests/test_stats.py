@@ -4,12 +4,16 @@ are deterministic; verdicts that can say undecided."""
 from __future__ import annotations
 
 import math
+import tracemalloc
+from collections.abc import Callable
+from typing import TypeVar
 
 import numpy as np
 import pytest
 from pydantic import BaseModel
 
 from lab.catalog.tables import columns, flatten
+from lab.core import stats
 from lab.core.schemas import ArmStats, cell
 from lab.core.stats import (
     Interval,
@@ -27,6 +31,8 @@ from lab.core.stats import (
 )
 
 pytestmark = pytest.mark.fast
+
+T = TypeVar("T")
 
 TRUE = 1.05
 
@@ -219,13 +225,13 @@ def test_the_run_level_drift_from_aa_shifts_and_its_draws() -> None:
 
 
 def test_row_medians_skip_the_padding_as_numpy_does() -> None:
-    from lab.core.stats import _row_nanmedians
+    from lab.core.bootstrap import row_nanmedians
 
     rng = np.random.default_rng(3)
     v = rng.lognormal(size=(500, 9))
     v[rng.random(v.shape) < 0.5] = np.nan
     v[:, 4] = 2.0  # every row has a value
-    assert np.array_equal(_row_nanmedians(v), np.nanmedian(v, axis=1))
+    assert np.array_equal(row_nanmedians(v), np.nanmedian(v, axis=1))
 
 
 def test_a_rotated_order_starts_one_further_each_time_and_keeps_every_item() -> None:
@@ -290,3 +296,112 @@ def test_step_median_share_leaves_out_incomplete_reps_and_refuses_no_saving() ->
     assert step_median_share(gain, {r: [0.0] * 6 for r in saving}, "k") is None
     assert step_median_share({}, saving, "k") is None
     assert step_median_share(gain, saving, "k") == part  # the same samples, the same interval
+
+
+def whole_draw(xs: np.ndarray, rng: np.random.Generator, procs: np.ndarray | None = None) -> np.ndarray:
+    """The bootstrap medians of xs as the lab drew them before it drew in blocks: every resample at once (4000
+    x n indices). Drawing a block at a time must give exactly these numbers."""
+    if procs is None:
+        return np.median(xs[rng.integers(0, len(xs), size=(stats.N_BOOT, len(xs)))], axis=1)
+    parts = [xs[procs == p] for p in np.unique(procs)]
+    sizes = np.array([len(p) for p in parts])
+    table = np.full((len(parts), sizes.max()), np.nan)
+    for i, part in enumerate(parts):
+        table[i, : len(part)] = part
+    pick = rng.integers(0, len(parts), size=(stats.N_BOOT, len(parts)))
+    n = sizes[pick][..., None]
+    idx = (rng.random((stats.N_BOOT, len(parts), sizes.max())) * n).astype(np.int64)
+    values = np.where(np.arange(sizes.max()) < n, table[pick[..., None], idx], np.nan)
+    return np.nanmedian(values.reshape(stats.N_BOOT, -1), axis=1)
+
+
+@pytest.mark.parametrize("block", [None, 2003])  # the lab's block, and small ones of odd sizes
+def test_drawing_in_blocks_gives_the_numbers_one_whole_draw_gave(
+    block: int | None, monkeypatch: pytest.MonkeyPatch
+) -> None:
+    """Every interval the lab printed before it drew in blocks stays what it was: the same random numbers in the
+    same order, for samples alone and for processes then samples (even, uneven, one sample to a process)."""
+    from lab.core import bootstrap
+
+    if block:
+        monkeypatch.setattr(bootstrap, "BLOCK", block)
+    rng = np.random.default_rng(11)
+    for n in (2, 5, 17, 100, 500):
+        xs = rng.lognormal(0, 0.1, n)
+        layouts = [None, np.arange(n) % 3, rng.integers(0, 5, n), np.arange(n)] if n > 2 else [None]
+        for procs in layouts:
+            seed = int(rng.integers(1 << 62))
+            got = stats.median_draws(xs, np.random.default_rng(seed), procs)
+            assert np.array_equal(got, whole_draw(xs, np.random.default_rng(seed), procs)), (n, procs)
+
+
+def test_every_bootstrap_gives_the_same_numbers_whatever_its_block(monkeypatch: pytest.MonkeyPatch) -> None:
+    """Paired slots, step shares, two runs' ratio and plain resamples: the same numbers from small blocks of odd
+    sizes, the lab's block, and one block holding every resample (what one whole draw gave)."""
+    from lab.core import bootstrap
+
+    rng = np.random.default_rng(5)
+    a = {(s, r): float(x) for s in range(7) for r in range(1 + s % 3) for x in [rng.lognormal(0, 0.1)]}
+    b = {k: v * float(rng.lognormal(0, 0.05)) for k, v in a.items()}
+    gain, saving = steps_of(rng, 9, outliers=True)
+    xa, xb = rng.lognormal(0, 0.1, 40).tolist(), rng.lognormal(0, 0.1, 30).tolist()
+
+    def numbers() -> list[object]:
+        slots = stats.paired_slots(a, b, "k")[1]
+        ratio = stats.unpaired(xa, xb, "k", [i % 4 for i in range(40)], None)[1]
+        return [slots, ratio, step_median_share(gain, saving, "k"), np.array(list(stats.resamples(23, "k", 300)))]
+
+    lab_s = numbers()
+    for block in (2003, 1 << 40):
+        monkeypatch.setattr(bootstrap, "BLOCK", block)
+        got = numbers()
+        assert all(np.array_equal(x, y) for x, y in zip(got[:2] + got[3:], lab_s[:2] + lab_s[3:], strict=True))
+        assert got[2] == lab_s[2], block
+
+
+def peak_mib(fn: Callable[[], T]) -> tuple[T, float]:
+    """What fn returns and the most memory it held at once (numpy's arrays included), in MiB."""
+    tracemalloc.start()
+    try:
+        return fn(), tracemalloc.get_traced_memory()[1] / 2**20
+    finally:
+        tracemalloc.stop()
+
+
+MILLION = 1_000_000
+BIG = {  # samples, their processes, the draws (fewer at a million: the time grows with them, the memory does not)
+    "10k samples": (10_000, None, 4000),
+    "10k samples in 10 processes": (10_000, [i % 10 for i in range(10_000)], 4000),
+    "a million samples": (MILLION, None, 16),
+    "a million samples in 20 processes": (MILLION, [i % 20 for i in range(MILLION)], 16),
+    "a million samples, most in one of 10k processes": (MILLION, [max(0, i - 990_000) for i in range(MILLION)], 16),
+}
+
+
+@pytest.mark.parametrize("case", sorted(BIG))
+def test_a_bootstrap_holds_a_few_blocks_whatever_n(case: str, monkeypatch: pytest.MonkeyPatch) -> None:
+    """A hostile or merely large raw file cannot end ingest in a MemoryError: one whole draw held 4000 x n
+    indices (29.8 GiB at a million samples; at very uneven processes, a table of processes x the largest one);
+    drawn a block at a time, an interval holds a few blocks, or a few arrays of n when one resample is larger."""
+    n, procs, draws = BIG[case]
+    monkeypatch.setattr(stats, "N_BOOT", draws)
+    xs = np.random.default_rng(n).lognormal(0, 0.1, n).tolist()
+    iv, peak = peak_mib(lambda: median_interval(xs, case, procs))
+    assert peak < (48 if n < MILLION else 160), peak
+    assert iv is not None and iv.n == n and 0.99 < iv.lo <= iv.hi < 1.01 and 0.99 < iv.value < 1.01, iv  # median 1
+
+
+def test_slot_step_and_plain_resamples_hold_a_few_blocks() -> None:
+    """The other bootstraps alike: 500 slots of 4 reps (one whole draw: 4000 x 2000 cells), 50 reps of a
+    200-step conversation (1000 x 50 x 200), a profile's 400 resamples of 100k cycles."""
+    rng = np.random.default_rng(2)
+    a = {(s, r): float(x) for s in range(500) for r in range(4) for x in [rng.lognormal(0, 0.1)]}
+    b = {k: 1.05 * v for k, v in a.items()}
+    (iv, _), peak = peak_mib(lambda: stats.paired_slots(a, b, "slots"))
+    assert peak < 48 and iv is not None and iv.lo <= 1 / 1.05 <= iv.hi, (peak, iv)
+    gain = {r: rng.normal(0.05, 0.01, 200).tolist() for r in range(50)}
+    saving = {r: rng.normal(1.0, 0.01, 200).tolist() for r in range(50)}
+    share, peak = peak_mib(lambda: step_median_share(gain, saving, "steps"))
+    assert peak < 48 and share is not None and share.lo <= 0.05 <= share.hi, (peak, share)
+    total, peak = peak_mib(lambda: sum(int(idx[0]) for idx in stats.resamples(100_000, "cycles", 400)))
+    assert peak < 48 and 0 <= total < 400 * 100_000, peak

@@ -35,7 +35,8 @@ def only_run(runs: Path) -> RunFolder:
 
 
 def check_slots(run: RunFolder, slots: int) -> None:
-    """Every slot holds one process of each side; a block of two slots runs AB then BA or BA then AB."""
+    """Every slot holds one process of each side; a block of two slots runs AB then BA or BA then AB; each row
+    names the side's process, in an uninterrupted run the slot's own number."""
     rows = run.read(VERSUS_SLOTS)
     by_slot: dict[int, list[str]] = {}
     for r in sorted(rows, key=lambda r: (r.slot, r.order)):
@@ -43,6 +44,7 @@ def check_slots(run: RunFolder, slots: int) -> None:
     assert sorted(by_slot) == list(range(slots)) and all(sorted(v) == ["a", "b"] for v in by_slot.values())
     for k in range(0, slots - 1, 2):
         assert by_slot[k] == by_slot[k + 1][::-1]
+    assert all(r.process == r.slot for r in rows)
 
 
 def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
@@ -125,6 +127,46 @@ def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_pat
     rows = run.read(VERSUS_SLOTS)
     assert Counter(r.side for r in rows) == {"a": 2, "b": 2}
     assert len({r.slot for r in rows}) >= 2
+
+
+def test_a_slot_table_that_goes_bad_leaves_both_sides_unfinished_and_the_run_resumable(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    decode = ["engine", "decode", "--depths", "300", "--reps", "3", "--n-out", "8", "--new", "16"]
+    proc = subprocess.Popen(
+        [LAB, *decode, "--vs", "same", "--runs-dir", str(runs)],
+        stdout=subprocess.PIPE,
+        stderr=subprocess.PIPE,
+        text=True,
+        cwd=REPO,
+    )
+    deadline = time.monotonic() + 240
+    while not any(p.stat().st_size for p in runs.glob(f"*/raw/{VERSUS_SLOTS.file}")):
+        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
+        time.sleep(0.05)
+    run = only_run(runs)
+    table = run.table_path(VERSUS_SLOTS)
+    bad = '{"slot": 0, "side": "c", "order": 0, "started_utc": "x", "seconds": 1}'  # a hand edit mid-run
+    with table.open("a") as fh:
+        fh.write(bad + "\n")
+    _, err = proc.communicate(timeout=240)
+    assert proc.returncode == 1 and "bad VersusSlot row: side" in err.strip().splitlines()[-1], err
+    assert "Traceback" not in err and run.manifest().status == "incomplete" and not run.ready
+    for side in ("a", "b"):  # read before either side was finished: both resume
+        s = RunFolder.open(run.path / side)
+        assert not s.ready and s.manifest().status == "incomplete"
+    line = next(i for i, x in enumerate(table.read_text().splitlines(), start=1) if '"side": "c"' in x)
+    r = lab("engine", "decode", "--resume", run.path.name, "--runs-dir", str(runs))
+    assert r.returncode == 1 and f"slots.jsonl:{line}: bad VersusSlot row" in r.stderr.strip().splitlines()[0]
+    # the line taken out, and the last one cut mid-write as a kill leaves it: set aside, and the resume completes
+    kept = [x for x in table.read_text().splitlines(keepends=True) if '"side": "c"' not in x]
+    table.write_text("".join(kept) + '{"slot": 9, "si')
+    r = lab("engine", "decode", "--resume", run.path.name, "--runs-dir", str(runs), "--json")
+    assert r.returncode == 0, r.stderr + r.stdout
+    assert run.ready and all(RunFolder.open(run.path / side).ready for side in ("a", "b"))
+    (aside,) = table.parent.glob(f"{VERSUS_SLOTS.file}.torn-*")
+    assert aside.read_text() == '{"slot": 9, "si' and "moved to" in r.stderr
+    (server,) = [x for x in json.loads(r.stdout)["rows"] if x["metric"] == "server_ms_value"]
+    assert server["ratio_ci"]["processes"] == 3  # the check's reps measured again, paired by their new slots
 
 
 def test_the_profile_and_the_decode_check_interleave_too(tmp_path: Path) -> None:

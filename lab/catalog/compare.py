@@ -14,10 +14,12 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any, NamedTuple
 
-from lab.catalog.ingest import current_manifest, read_manifest, run_rows
+from lab.catalog.folders import current_manifest, read_manifest
+from lab.catalog.ingest import run_rows
 from lab.catalog.samples import TOTAL_BAND, Samples, Side, present, samples_of
+from lab.catalog.slot_table import SlotOf, count_paired, read_slots, slots_of
 from lab.catalog.tables import load_table
-from lab.core.errors import LabError
+from lab.core.errors import LabError, warn
 from lab.core.runs import match_run_id
 from lab.core.schemas import BANDS, Interval, VersusRow
 from lab.core.stats import geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
@@ -218,14 +220,20 @@ def _sort_key(key: tuple[Any, ...]) -> tuple[Any, ...]:
 
 
 def compare_rows(
-    experiment: str, a_side: Side, b_side: Side, drift: float = 0.0, paired: bool = False
+    experiment: str,
+    a_side: Side,
+    b_side: Side,
+    drift: float = 0.0,
+    paired: bool = False,
+    slots: tuple[SlotOf, SlotOf] | None = None,
 ) -> tuple[list[CompareRow], list[CompareRow]]:
     """B/A rows for every key either run has (a side it lacks is None), each with the interval of B/A from
     both runs' samples; and per metric the geometric mean over the keys both have. Profiles also get one
     TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share. `drift`: the host's
     run-to-run spread (log SD, measured by the A/A test), one draw of it shared by every row of a bootstrap
     replicate, since a run's drift moves all of its points alike. `paired`: the two sides of one interleaved
-    run (lab.experiments.versus), their processes paired by slot: B/A resamples slots, then reps, on both."""
+    run (lab.experiments.versus), their processes paired by slot: B/A resamples slots, then reps, on both;
+    `slots`: each side's processes with the slot each ran in (lab.catalog.slot_table), None: by number."""
     kind = KINDS[experiment]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -250,7 +258,8 @@ def compare_rows(
             tag = f"{key}/{metric}"
             drifts = None if metric in kind.paired else shared
             if paired:
-                ci, draws = paired_slots(xb.by_slot(), xa.by_slot(), tag)
+                slot_a, slot_b = slots if slots is not None else (None, None)
+                ci, draws = paired_slots(xb.by_slot(slot_b), xa.by_slot(slot_a), tag)
             else:
                 ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, drifts)
             rows.append(CompareRow(key, metric, va, vb, ci, draws, metric in kind.paired))
@@ -279,10 +288,15 @@ def _check(experiment_a: str, experiment_b: str) -> str:
 
 
 def compare_runs(
-    run_a: Path, run_b: Path, drift: float = 0.0, paired: bool = False, tolerance: float | None = None
+    run_a: Path,
+    run_b: Path,
+    drift: float = 0.0,
+    paired: bool = False,
+    tolerance: float | None = None,
+    slots: tuple[SlotOf, SlotOf] | None = None,
 ) -> Comparison:
-    """Two run folders (complete or not: what they hold so far); `drift`, `paired`: see compare_rows; with a
-    `tolerance` each row is also called faster, slower, the same or undecided."""
+    """Two run folders (complete or not: what they hold so far); `drift`, `paired`, `slots`: see compare_rows;
+    with a `tolerance` each row is also called faster, slower, the same or undecided."""
     ma, mb = current_manifest(run_a), current_manifest(run_b)
     name = _check(ma.experiment, mb.experiment)
     kind = KINDS[name]
@@ -290,7 +304,7 @@ def compare_runs(
     def side(run: Path, experiment: str) -> Side:
         return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
-    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift, paired)
+    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift, paired, slots)
     models = tuple(ModelRef(str(m.model.get("sha256", "")), str(m.model.get("path", ""))) for m in (ma, mb))
     names = (ma.run_id, mb.run_id) if paired else (run_a.name, run_b.name)
     pair = (models[0], models[1])
@@ -332,12 +346,17 @@ def is_versus(run: Path) -> bool:
 
 
 def compare_sides(run: Path, tolerance: float | None = None) -> Comparison:
-    """B/A of an interleaved run: its two sides paired by process slot, each row called at the run's tolerance
-    (or `tolerance`)."""
+    """B/A of an interleaved run: its two sides' processes paired by the slot each ran in (raw/slots.jsonl), each
+    row called at the run's tolerance (or `tolerance`). A run without a slot that holds both sides (interrupted
+    in its first) gets B/A without intervals, and a warning saying why."""
     m = read_manifest(run)
     if not m.experiment.endswith(VERSUS):
         raise CompareError(f"{run.name} is a {m.experiment} run, not an interleaved run of two configurations")
     for side in ("a", "b"):
         if not (run / side / "manifest.json").exists():
             raise CompareError(f"{run.name} has no side {side} yet (interrupted before it started: resume it)")
-    return compare_runs(run / "a", run / "b", paired=True, tolerance=tolerance or m.params.get("tolerance", TOLERANCE))
+    rows = read_slots(run)
+    if not count_paired(rows):
+        warn(f"{run.name}: no slot holds a process of each side (raw/slots.jsonl): B/A without an interval")
+    tol = tolerance or m.params.get("tolerance", TOLERANCE)
+    return compare_runs(run / "a", run / "b", paired=True, tolerance=tol, slots=slots_of(rows))

@@ -49,7 +49,7 @@ def track_runs(runs_dir: Path, repo: Path, only: list[Path] | None = None) -> li
     changed after it was tracked (a resumed run: its push must ship the whole folder, not the partial one); a
     running one is left alone. DVC's repository lock refuses a second concurrent `dvc add`: callers in threads
     serialise."""
-    from lab.catalog.ingest import IngestError, read_manifest, run_dirs
+    from lab.catalog.folders import IngestError, read_manifest, run_dirs
 
     todo = []
     for d in run_dirs(runs_dir) if only is None else only:

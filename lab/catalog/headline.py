@@ -202,14 +202,15 @@ def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[Headli
 
 def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
     """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
-    from lab.catalog.ingest import IngestError, read_manifest, read_spec, run_record
+    from lab.catalog.folders import IngestError, current_manifest
+    from lab.catalog.ingest import read_spec, run_record
     from lab.catalog.tables import SPEC_BY_NAME, unflatten
 
     d = newest_run(runs_dir, "profile", model_sha256, host)
     if d is None:
         return None
-    r = run_record(d, read_manifest(d))
     try:
+        r = run_record(d, current_manifest(d))
         bands = [unflatten(x, BandDepth) for x in read_spec(d, SPEC_BY_NAME["profile_bands"])]
         summary = [unflatten(x, ProfileSummary) for x in read_spec(d, SPEC_BY_NAME["profile_summary"])]
     except IngestError:

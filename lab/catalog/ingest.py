@@ -11,8 +11,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
+from lab.catalog.arrivals import age_utc
+from lab.catalog.folders import IngestError, run_folders
 from lab.catalog.metrics import compute_metrics
 from lab.catalog.tables import (
     METRICS_FILE,
@@ -25,12 +25,7 @@ from lab.catalog.tables import (
     columns,
     flatten,
 )
-from lab.core.errors import LabError, validation_line, warn
-from lab.core.runs import SIDES, Manifest, RunError, read_document, read_jsonl
-
-
-class IngestError(LabError):
-    pass
+from lab.core.runs import Manifest, RunError, read_document, read_jsonl
 
 
 @dataclass
@@ -41,70 +36,35 @@ class IngestResult:
     tables_dir: Path | None = None
 
 
-def run_dirs(runs_dir: Path) -> list[Path]:
-    """Run folders under runs_dir (DVC's .dvc files and .gitignore sit beside them and are skipped)."""
-    if not runs_dir.exists():
-        return []
-    return sorted(p for p in runs_dir.iterdir() if p.is_dir() and not p.name.startswith("."))
-
-
-def read_manifest(run_dir: Path) -> Manifest:
-    path = run_dir / "manifest.json"
-    if not path.exists():
-        raise IngestError(f"{run_dir}: not a run folder (no manifest.json); pulled only partly? try `dvc pull`")
-    try:
-        return Manifest.model_validate_json(path.read_text())
-    except ValidationError as e:
-        raise IngestError(f"{path}:1: invalid manifest: {validation_line(e, root='manifest')}") from e
-
-
-# the experiments whose run folders the catalog reads: those its tables come from
-EXPERIMENTS = frozenset(e for s in SPECS for e in s.experiments)
-
-
-class UnknownFormat(IngestError):
-    """A run folder of an experiment the lab no longer reads (an older format): named and skipped, never read as
-    something else."""
-
-
-def current_manifest(run_dir: Path) -> Manifest:
-    """A run folder's manifest, refused (UnknownFormat, one line naming the folder) when its experiment is not
-    one the catalog reads."""
-    m = read_manifest(run_dir)
-    if m.experiment not in EXPERIMENTS:
-        known = ", ".join(sorted(EXPERIMENTS))
-        raise UnknownFormat(f"{run_dir}: a {m.experiment!r} run, a format this lab does not read (it reads {known})")
-    return m
-
-
 # the fields of a run's record that its manifest holds as they are
 AS_IN_MANIFEST = {"run_id", "experiment", "host", "status", "reason", "started_utc", "finished_utc"}
 
 
-def run_record(run_dir: Path, m: Manifest, name: str | None = None) -> RunRecord:
-    """`name`: the run's path under the runs folder (a side of an interleaved run: `<run>/a`)."""
+def run_record(run_dir: Path, m: Manifest, name: str | None = None, arrived_utc: str = "") -> RunRecord:
+    """A run's record in the catalog from its manifest (whose shapes current_manifest checked). `name`: the run's
+    path under the runs folder (a side of an interleaved run: `<run>/a`); `arrived_utc`: when it arrived here
+    (lab.catalog.arrivals)."""
     name = name or run_dir.name
-    eng, host = m.engine, m.host_summary
-    source = eng.get("source", {})
+    shape, host = m.shape(), m.host_summary
+    source, results = shape.engine.source, shape.results
     nodes = run_dir / "raw" / "profile_nodes.parquet"
     return RunRecord(
         **m.model_dump(include=AS_IN_MANIFEST),
+        age_utc=age_utc(m.started_utc, arrived_utc),
         resumed=len(m.resumed_utc),
         in_figures=m.status == "complete",
         cpu_model=host.get("Model name", ""),
         cpus=host.get("CPU(s)", ""),
         kernel=host.get("uname", ""),
-        engine_commit=source.get("commit", ""),
-        engine_origin=source.get("origin", ""),
-        engine_pinned=source.get("pinned"),
-        patch_sha256=eng.get("patch_sha256", ""),
-        model_path=m.model.get("path", ""),
-        model_sha256=m.model.get("sha256", ""),
-        lab_commit=m.lab.get("commit", ""),
-        lab_dirty=m.lab.get("dirty"),
-        noise_warnings="; ".join(
-            [*m.results.get("host_state", {}).get("warnings", []), *m.results.get("host_noise", {}).get("warnings", [])]
-        ),
+        engine_commit=source.commit,
+        engine_origin=source.origin,
+        engine_pinned=source.pinned,
+        patch_sha256=shape.engine.patch_sha256,
+        model_path=shape.model.path,
+        model_sha256=shape.model.sha256,
+        lab_commit=shape.lab.commit,
+        lab_dirty=shape.lab.dirty,
+        noise_warnings="; ".join([*results.host_state.warnings, *results.host_noise.warnings]),
         params_json=json.dumps(m.params, sort_keys=True),
         path=name,
         nodes_path=f"{name}/raw/{nodes.name}" if nodes.exists() else "",
@@ -120,10 +80,8 @@ def read_spec(run_dir: Path, spec: TableSpec, run_id: str | None = None) -> list
     schema = spec.source.schema
     try:
         rows: list[Any] = [read_document(path, schema)] if spec.source.single else read_jsonl(path, schema)
-    except ValidationError as e:
-        raise IngestError(f"{path}:1: bad {schema.__name__}: {validation_line(e)}") from e
-    except RunError as e:  # read_jsonl names the file and line
-        raise IngestError(str(e)) from e
+    except RunError as e:  # it names the file and line
+        raise IngestError(str(e)) from None
     return [{"run_id": run_id or run_dir.name, **flatten(r)} for r in rows]
 
 
@@ -133,36 +91,18 @@ def run_rows(run_dir: Path, experiment: str, name: str) -> list[dict[str, Any]]:
 
 
 def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, Any]]]]:
+    """Every run folder's record, and the rows of the complete ones; a folder that fails a check is skipped in one
+    line (lab.catalog.folders), a bad row in a complete run is an error naming its file and line."""
     records: list[RunRecord] = []
     tables: dict[str, list[dict[str, Any]]] = {name: [] for name in SPEC_BY_NAME}
-    for run_dir in run_dirs(runs_dir):
-        if not (run_dir / "manifest.json").exists():  # a crash between its mkdir and its first write
-            warn(f"{run_dir}: skipped, no manifest.json (a run that never started, or pulled only partly: dvc pull)")
-            continue
-        if not _collect_run(run_dir, run_dir.name, records, tables):
-            continue
-        for side in SIDES:  # an interleaved run: each configuration is a run of its own, `<run>/a`, `<run>/b`
-            if (run_dir / side / "manifest.json").exists():
-                _collect_run(run_dir / side, f"{run_dir.name}/{side}", records, tables)
+    for f in run_folders(runs_dir, sides=True):  # an interleaved run's configurations: runs of their own, `<run>/a`
+        rec = run_record(f.path, f.manifest, f.name, f.arrived_utc)
+        records.append(rec)
+        if rec.in_figures:
+            for spec in SPECS:
+                if f.manifest.experiment in spec.experiments:
+                    tables[spec.name].extend(read_spec(f.path, spec, f.name))
     return records, tables
-
-
-def _collect_run(run_dir: Path, run_id: str, records: list[RunRecord], tables: dict[str, list[dict[str, Any]]]) -> bool:
-    """One run's record and rows; False (with a warning) for a folder of a format the lab does not read."""
-    try:
-        m = current_manifest(run_dir)
-    except UnknownFormat as e:
-        warn(f"{e}; skipped")
-        return False
-    if m.run_id != run_id:
-        raise IngestError(f"{run_dir / 'manifest.json'}:1: run_id {m.run_id!r} does not match its folder ({run_id})")
-    rec = run_record(run_dir, m, run_id)
-    records.append(rec)
-    if rec.in_figures:
-        for spec in SPECS:
-            if m.experiment in spec.experiments:
-                tables[spec.name].extend(read_spec(run_dir, spec, run_id))
-    return True
 
 
 def ingest(runs_dir: Path, catalog_dir: Path) -> IngestResult:

@@ -6,18 +6,21 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.catalog.ingest import IngestError, current_manifest, run_dirs, run_record, run_rows
+from lab.catalog.arrivals import arrivals
+from lab.catalog.folders import IngestError, current_manifest, run_folders, skipped_line
+from lab.catalog.ingest import run_record, run_rows
 from lab.catalog.tables import SPEC_BY_NAME, SPECS, RunRecord
 
 
 def listed_runs(runs_dir: Path) -> list[RunRecord | tuple[str, str]]:
     """Every run folder's record (an unreadable one: its name and why)."""
     out: list[RunRecord | tuple[str, str]] = []
-    for d in run_dirs(runs_dir):
-        try:
-            out.append(run_record(d, current_manifest(d)))
-        except IngestError as e:
-            out.append((d.name, str(e)))
+
+    def unreadable(run_dir: Path, e: IngestError) -> None:
+        out.append((run_dir.name, skipped_line(e)))
+
+    for f in run_folders(runs_dir, skipped=unreadable):
+        out.append(run_record(f.path, f.manifest, f.name, f.arrived_utc))
     return out
 
 
@@ -29,7 +32,7 @@ def listing_record(runs: list[RunRecord | tuple[str, str]]) -> list[dict[str, An
 def run_detail(folder: Path) -> dict[str, Any]:
     """One run's provenance (the catalog's run record), its inputs and results, and its tables' row counts."""
     m = current_manifest(folder)
-    rec = run_record(folder, m)
+    rec = run_record(folder, m, arrived_utc=arrivals(folder.parent).get(folder.name, ""))
     tables = {
         name: len(run_rows(folder, m.experiment, name))
         for name in SPEC_BY_NAME

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from lab.catalog.tables import rows_at
+from lab.catalog.tables import RunRecord, rows_at, unflatten
 from lab.core.stats import median_interval
 
 
@@ -18,6 +18,14 @@ def _median_abs(values: Any, key: str) -> dict[str, float | int] | None:
 
 def _num(v: Any) -> float | None:
     return None if v is None or v != v else round(float(v), 1)
+
+
+def _newest_profiled(runs: Any, profiled: set[str]) -> str:
+    """The newest of the profiled runs, by the catalog's one rule (lab.catalog.newest.age)."""
+    from lab.catalog.newest import age  # the newest module reads run folders through ingest, which imports this
+
+    records = [unflatten(r, RunRecord) for r in runs.to_dict("records") if r["run_id"] in profiled]
+    return max(records, key=age).run_id
 
 
 def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
@@ -34,8 +42,7 @@ def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
         }
     summary = frames["profile_summary"]
     if len(summary):
-        started = runs.set_index("run_id")["started_utc"]
-        newest = summary.loc[summary["run_id"].map(started).idxmax()]
+        newest = summary[summary["run_id"] == _newest_profiled(runs, set(summary["run_id"]))].iloc[0]
         crossover = newest["crossover_depth"]
         out["profile"] = {
             "run_id": newest["run_id"],

@@ -5,15 +5,23 @@ chart shows first."""
 from __future__ import annotations
 
 from collections.abc import Iterable
+from datetime import UTC, datetime
 from pathlib import Path
 
-from lab.catalog.ingest import IngestError, read_manifest, run_dirs, run_record
+from lab.catalog.arrivals import utc_time
+from lab.catalog.folders import IngestError, UnknownFormat, run_folders, warn_skipped
+from lab.catalog.ingest import run_record
 from lab.catalog.tables import RunRecord
 
 
-def age(r: RunRecord) -> tuple[str, str]:
-    """What orders runs oldest to newest: when each started (its id breaks a tie)."""
-    return (r.started_utc, r.run_id)
+def age(r: RunRecord) -> tuple[datetime, str]:
+    """What orders runs oldest to newest: when each started, or when its folder arrived here where that is
+    earlier (`age_utc`, lab.catalog.arrivals), so a folder claiming a later start than it arrived, a future one
+    say, is never newer than a run made or fetched after it (a record from before arrivals were kept: its start,
+    or now if that is earlier); its id breaks a tie."""
+    now = datetime.now(UTC)
+    when = utc_time(r.age_utc) or min(utc_time(r.started_utc) or now, now)
+    return (when, r.run_id)
 
 
 def newest(records: Iterable[RunRecord], experiment: str) -> list[RunRecord]:
@@ -37,13 +45,14 @@ def complete(records: Iterable[RunRecord], experiment: str | None) -> list[RunRe
 
 
 def newest_runs(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> list[Path]:
-    """The complete run folders of `experiment` of this model on this host, newest first."""
-    records = []
-    for d in run_dirs(runs_dir):
-        try:
-            records.append(run_record(d, read_manifest(d)))
-        except IngestError:
-            continue
+    """The complete run folders of `experiment` of this model on this host, newest first (a folder that fails a
+    check is skipped in one line; one of a format the lab no longer reads, silently: it is no `experiment`)."""
+
+    def skipped(run_dir: Path, e: IngestError) -> None:
+        if not isinstance(e, UnknownFormat):
+            warn_skipped(run_dir, e)
+
+    records = [run_record(f.path, f.manifest, f.name, f.arrived_utc) for f in run_folders(runs_dir, skipped=skipped)]
     mine = [r for r in complete(records, experiment) if (r.host, r.model_sha256) == (host, model_sha256)]
     return [runs_dir / r.path for r in sorted(mine, key=age, reverse=True)]
 

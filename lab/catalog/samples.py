@@ -3,6 +3,7 @@ its place there (rep, cycle, fill pass), what B/A's interval resamples (lab.cata
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from lab.core.schemas import InprocFill
@@ -26,14 +27,20 @@ class Samples(NamedTuple):
     procs: list[int]
     reps: list[int]
 
-    def by_slot(self) -> dict[SlotRep, float]:
-        """The samples keyed by (process, i): the i-th of that process in rep order, what pairs them with the
-        other configuration's process of the same slot in an interleaved run."""
+    def by_slot(self, slot_of: Mapping[int, int] | None = None) -> dict[SlotRep, float]:
+        """The samples keyed by (slot, i): the i-th of that slot in rep order, what pairs them with the other
+        configuration's of the same slot in an interleaved run. `slot_of`: the slot each process ran in (its
+        side's rows of raw/slots.jsonl); a process it lacks (one an interruption cut short before its row) is
+        left out. Without it a process's number stands for its slot (a table from before processes were
+        recorded)."""
         out: dict[SlotRep, float] = {}
         seen: dict[int, int] = {}
         for j in sorted(range(len(self.values)), key=lambda j: (self.procs[j], self.reps[j], j)):
-            i = seen[self.procs[j]] = seen.get(self.procs[j], -1) + 1
-            out[(self.procs[j], i)] = self.values[j]
+            slot = self.procs[j] if slot_of is None else slot_of.get(self.procs[j])
+            if slot is None:
+                continue
+            i = seen[slot] = seen.get(slot, -1) + 1
+            out[(slot, i)] = self.values[j]
         return out
 
 

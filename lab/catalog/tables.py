@@ -99,6 +99,11 @@ class RunRecord(BaseModel):
     reason: str = ""
     started_utc: str
     finished_utc: str | None = None
+    age_utc: str = Field(
+        default="",
+        description="what orders it among runs: its start, or when its folder arrived here where that is earlier "
+        "(lab.catalog.arrivals)",
+    )
     resumed: int = 0
     in_figures: bool = Field(description="complete runs only; incomplete and failed runs are listed, not drawn")
     cpu_model: str = ""

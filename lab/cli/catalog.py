@@ -75,7 +75,7 @@ def catalog_headline_cmd(
 ) -> None:
     """The answer, per host and model: an agent step with the cache vs re-prefilled, and where the time goes."""
     from lab.catalog.headline import catalog_headline, conversation_lines
-    from lab.core.console import lab_console
+    from lab.core.console import lab_console, shown
     from lab.presenters.catalog import print_headline
 
     s = settings_for(catalog_dir=catalog_dir, reports_dir=reports_dir)
@@ -89,8 +89,8 @@ def catalog_headline_cmd(
         return
     console = lab_console()
     print_headline(console, steps, profiles, empty="no complete sweep or profile in the catalog yet")
-    for line in conversation_lines(s.catalog_dir):
-        console.print(line, highlight=False)
+    for line in conversation_lines(s.catalog_dir):  # a task's id is the agent's: text, not markup
+        console.print(shown(line), highlight=False)
     if (index := s.reports_dir / "index.html").exists():
         console.print(f"open {index}", highlight=False)
 

@@ -58,18 +58,27 @@ def resolve(ref: str | None, runs_dir: Path) -> Any:
 
 
 def run_command(
-    experiment: Any, settings: Any, resume: str | None, as_json: bool, console: Any = None, vs: list[str] | None = None
+    experiment: Any,
+    settings: Any,
+    resume: str | None,
+    as_json: bool,
+    console: Any = None,
+    vs: list[str] | None = None,
+    host_ok: bool = False,
 ) -> Any:
     """Run (or resume) an experiment for a command: its closing tables on the console (none with --json), then
     the run folder, or with --json the records the tables are printed from; returns the run folder. With `vs`
-    (or resuming such a run): both configurations interleaved in one run, B/A per point (lab.experiments.versus)."""
+    (or resuming such a run): both configurations interleaved in one run, B/A per point (lab.experiments.versus).
+    A run measured on another host is resumed here only with `host_ok` (--host-ok)."""
     from lab.catalog.compare import is_versus
     from lab.cli.show import show_run
     from lab.core.console import lab_console
-    from lab.experiments.protocol import run_experiment, run_output
+    from lab.experiments.protocol import measured_here, run_experiment, run_output
 
     console = console or lab_console(quiet=as_json)
     folder = resolve(resume, settings.runs_dir)
+    if folder is not None:
+        measured_here(folder, settings.host_name, host_ok)
     if vs is not None or (folder is not None and is_versus(folder.path)):
         return run_versus_command(experiment, settings, folder, as_json, console, vs)
     run = run_experiment(experiment, settings, folder, console, show_run)
@@ -144,6 +153,10 @@ TraceMaxDepth = Annotated[int, typer.Option("--max-depth", min=2)]
 # --- a run ---------------------------------------------------------------------------------------------------
 Resume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")]
 ReplayResume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")]
+HostOk = Annotated[
+    bool,
+    typer.Option("--host-ok", help="with --resume: finish here a run measured on another host (or fetched from one)"),
+]
 AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
 VsOpt = Annotated[
     list[str] | None,

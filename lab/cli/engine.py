@@ -12,6 +12,7 @@ from lab.cli.common import (
     CacheDir,
     EngineOpt,
     FlavorOpt,
+    HostOk,
     ModelOpt,
     NOutOpt,
     Resume,
@@ -154,6 +155,7 @@ def engine_decode(
     cache_dir: CacheDir = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    host_ok: HostOk = False,
     vs: VsOpt = None,
     as_json: AsJson = False,
 ) -> None:
@@ -164,7 +166,7 @@ def engine_decode(
     decode = {"depths": int_list(depths), "new": new, "n_out": n_out, "reps": reps, "tolerance": tolerance}
     engine = {"sdist_version": release}
     s = settings_for(cache_dir, engine, model=model, runs_dir=runs_dir, server={"threads": threads}, decode=decode)
-    run = run_command(DecodeCheck(), s, resume, as_json, vs=vs)
+    run = run_command(DecodeCheck(), s, resume, as_json, vs=vs, host_ok=host_ok)
     m = run.manifest()
     if m.status != "complete":
         typer.secho(f"failed samples: {m.reason}", fg="red", err=True)

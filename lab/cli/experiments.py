@@ -15,6 +15,7 @@ from lab.cli.common import (
     CtxSize,
     EngineOpt,
     FillPasses,
+    HostOk,
     ImagesOpt,
     LsOpt,
     MaxReps,
@@ -63,6 +64,7 @@ def sweep(
     release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    host_ok: HostOk = False,
     plan: PlanOpt = False,
     rates: RatesOpt = None,
     budget: BudgetOpt = None,
@@ -106,10 +108,12 @@ def sweep(
         },
         server={"threads": threads, "ctx_size": ctx_size},
     )
-    _run_sweep(s, resume, plan, budget, vs, as_json)
+    _run_sweep(s, resume, plan, budget, vs, as_json, host_ok)
 
 
-def _run_sweep(s: Any, resume: str | None, plan: bool, budget: str | None, vs: list[str] | None, as_json: bool) -> None:
+def _run_sweep(
+    s: Any, resume: str | None, plan: bool, budget: str | None, vs: list[str] | None, as_json: bool, host_ok: bool
+) -> None:
     """The sweep of settings `s`: its plan first (`--plan`: only that; `--budget`: the reps it affords), both
     configurations at the same reps with `--vs`, then the run (or `resume`)."""
     from lab.core.console import lab_console
@@ -124,7 +128,7 @@ def _run_sweep(s: Any, resume: str | None, plan: bool, budget: str | None, vs: l
         s = paired_design(s)
     if resume is None and (s := _plan_first(s, plan, budget, console, 2 if vs else 1)) is None:
         return
-    run_command(Sweep(), s, resume, as_json, console, vs)
+    run_command(Sweep(), s, resume, as_json, console, vs, host_ok)
 
 
 def _plan_first(settings: Any, show: bool, budget: str | None, console: Any, sides: int = 1) -> Any:
@@ -178,6 +182,7 @@ def profile(
     release: EngineOpt = None,
     runs_dir: RunsDir = None,
     resume: Resume = None,
+    host_ok: HostOk = False,
     vs: VsOpt = None,
     as_json: AsJson = False,
 ) -> None:
@@ -204,4 +209,4 @@ def profile(
             "clean_room_start": start,
         },
     )
-    run_command(Profile(), s, resume, as_json, vs=vs)
+    run_command(Profile(), s, resume, as_json, vs=vs, host_ok=host_ok)

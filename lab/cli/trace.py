@@ -12,6 +12,7 @@ from lab.cli.common import (
     AsJson,
     CtxSize,
     EngineOpt,
+    HostOk,
     Mmproj,
     ModelOpt,
     ReplayResume,
@@ -139,6 +140,7 @@ def trace_replay(
     today_server: TodayServer = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
+    host_ok: HostOk = False,
     reps: Annotated[
         int | None, typer.Option("--reps", min=1, help="replays of the whole trace, each in processes of its own (5)")
     ] = None,
@@ -166,7 +168,7 @@ def trace_replay(
         server={"threads": threads, "ctx_size": ctx_size},
         conversation={"reps": reps, "arms": str_list(arms), "today_server": today_server},
     )
-    run_command(Replay(trace, s.conversation.reps, s.conversation.arms), s, resume, as_json)
+    run_command(Replay(trace, s.conversation.reps, s.conversation.arms), s, resume, as_json, host_ok=host_ok)
 
 
 @app.command("record")
@@ -219,6 +221,7 @@ def trace_tune(
     today_server: TodayServer = None,
     runs_dir: RunsDir = None,
     resume: ReplayResume = None,
+    host_ok: HostOk = False,
     reps: Annotated[
         int | None, typer.Option("--reps", min=1, help="replays of the conversation, each in processes of its own (12)")
     ] = None,
@@ -254,4 +257,4 @@ def trace_tune(
         assert experiment.plan is not None
         console.print(experiment.plan.describe(), highlight=False, soft_wrap=True)
         return
-    run_command(experiment, s, resume, as_json)
+    run_command(experiment, s, resume, as_json, host_ok=host_ok)

@@ -3,7 +3,10 @@ complete, and its tool time appended later as a line of its own.
 
 A step's `tool_s` is the agent's own time after its reply until the task's next request, known only when that
 request arrives: the step is written as its reply reaches the agent, and a `StepToolTime` line follows when the
-next request comes (none for the task's last step). Each line is flushed and fsynced before the next event is
+next request comes (none for the task's last step, and none in a side task: its requests are no loop of the
+agent's). The recorder never lets two open requests share a task (see `record`), so a request that arrives
+before the task's previous reply was settled is one whose agent left that reply early (at its `finish_reason`,
+or gave up waiting): that step's tool time is 0. Each line is flushed and fsynced before the next event is
 handled, so however the recorder ends (a signal, SIGKILL, the OOM killer) every complete exchange is in the
 trace; a line cut mid-write is left out by the readers and set aside by `--append`."""
 
@@ -72,19 +75,25 @@ class ConversationLog:
         if self.next_step.get(task) == step + 1:
             self.next_step[task] = step
 
-    def finish(self, row: ConversationStep, ended: float) -> None:
+    def finish(self, row: ConversationStep, ended: float, loop: bool = True) -> None:
         """An exchange completed at monotonic time `ended`: written now. A later request of the task that arrived
-        before it ended means the agent did not wait for it: its tool time is 0."""
+        before it ended means the agent did not wait for it: its tool time is 0. Without `loop` (a side task)
+        it gets none."""
         self._write(row)
         self.written += 1
+        if not loop:
+            return
         if self.next_step.get(row.task_id, 0) > row.step + 1:
             self._write(StepToolTime(task_id=row.task_id, step=row.step, tool_s=0.0))
         else:
             self.waiting[row.task_id] = (row.step, ended)
 
     def _write(self, row: BaseModel) -> None:
+        """The row as a line of its own; one that cannot be written as JSON (nested too deep, a string no UTF-8
+        holds) is a ValueError, with nothing written."""
+        line = row.model_dump_json() + "\n"
         with self.path.open("a") as fh:
-            fh.write(row.model_dump_json() + "\n")
+            fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
 

@@ -1,9 +1,18 @@
 """`lab trace record`: an OpenAI-compatible pass-through an agent is pointed at (base_url
 http://127.0.0.1:PORT/v1). Every request goes to the upstream unchanged (but for the lab's own `X-Lab-Task` and
 `X-Lab-Token` headers) and the upstream's answer comes back unchanged: status, headers, body, and a stream chunk
-by chunk as it arrives. Each chat-completions exchange the agent received whole becomes one `ConversationStep`
-line of the trace, written at once (see `log`); one that failed, carried an error or did not reach the agent is
-not recorded, and says why in one line.
+by chunk as it arrives, whatever the bytes hold. Each chat-completions exchange the agent received whole becomes
+one `ConversationStep` line of the trace, written at once (see `log`): whole means choice 0 reached its
+`finish_reason` and every event of a stream parsed (see `assemble`). One that failed, carried an error, was not
+whole or did not reach the agent is not recorded, and says why in one line.
+
+Steps count per task in arrival order, and a task's steps never overlap in time: a request that arrives while
+another of its task is still open (the agent still waiting for it) is recorded under a side task of its own,
+`TASK~side1` (the first with none open; `~side2`, ... when more overlap). So an agent's side request (a title, a
+summary) made while its step runs, or a second agent that sends no `X-Lab-Task`, is never taken for the next
+step of the conversation, and every reader (derive, replay, tune) sees it as a task of its own (its steps carry
+no tool time: they are no loop of the agent's). An `X-Lab-Task` (and `--task`) is up to 128 printable ASCII
+characters without `~`.
 
 It takes an agent's API calls only: JSON bodies, no `Origin` (a web page's request), the token when one is set;
 and it holds bounded amounts: a request up to record.max_request_mib (else 413), a reply up to
@@ -18,7 +27,6 @@ import asyncio
 import contextlib
 import hmac
 import ipaddress
-import json
 import signal
 import time
 from collections.abc import Callable
@@ -30,23 +38,32 @@ import httpx
 from aiohttp import web
 from pydantic import ValidationError
 
-from lab.conversation.assemble import Reply, StreamAssembler, reply_of_body
+from lab.conversation.assemble import Reply, StreamAssembler, error_text, reply_of_body
+from lab.conversation.exchange import (
+    DEFAULT_TASK,
+    HOP,
+    OWN,
+    SIDE,
+    TASK_HEADER,
+    TOKEN_HEADER,
+    Exchange,
+    agent_there,
+    chat_body,
+    error_response,
+    is_chat,
+    is_json,
+    is_task_name,
+    mime_of,
+    side_task,
+    unrecorded,
+    upstream_url,
+)
 from lab.conversation.log import ConversationLog, RecordError
-from lab.core.errors import validation_line, warn
+from lab.core.errors import UsageError, validation_line, warn
 from lab.core.redact import redact_url
 from lab.core.runs import utc_now
 from lab.core.schemas import ConversationStep
 from lab.core.settings_server import RecordSettings
-
-TASK_HEADER = "X-Lab-Task"
-TOKEN_HEADER = "X-Lab-Token"
-DEFAULT_TASK = "task000"
-# hop-by-hop headers (RFC 9110 7.6.1) and what the client library sets itself; never forwarded either way
-_HOP = frozenset(
-    {"connection", "keep-alive", "proxy-authenticate", "proxy-authorization", "te", "trailer", "transfer-encoding"}
-    | {"upgrade", "proxy-connection", "host", "content-length"}
-)
-_OWN = frozenset({TASK_HEADER.lower(), TOKEN_HEADER.lower()})  # the lab's own headers, never forwarded
 
 
 @dataclass(frozen=True)
@@ -95,51 +112,6 @@ def is_loopback(host: str) -> bool:
         return False
 
 
-def upstream_url(base: str, path: str, query: str) -> str:
-    """The upstream's URL for a request path; an upstream given with a trailing /v1 does not double it."""
-    base = base.rstrip("/")
-    if base.endswith("/v1") and (path == "/v1" or path.startswith("/v1/")):
-        path = path[3:]
-    return base + path + (f"?{query}" if query else "")
-
-
-def is_chat(request: web.Request) -> bool:
-    return request.method == "POST" and request.path.rstrip("/").endswith("/chat/completions")
-
-
-def chat_body(body: bytes) -> dict[str, Any] | None:
-    """The request as JSON when it is a JSON object, else None (then it is forwarded, not recorded)."""
-    try:
-        parsed = json.loads(body)
-    except (json.JSONDecodeError, UnicodeDecodeError):
-        return None
-    return parsed if isinstance(parsed, dict) else None
-
-
-def is_json(content_type: str) -> bool:
-    mime = content_type.partition(";")[0].strip().lower()
-    return mime == "application/json" or (mime.startswith("application/") and mime.endswith("+json"))
-
-
-def error_response(status: int, message: str, kind: str) -> web.Response:
-    """The recorder's own answer, in the OpenAI error shape."""
-    return web.json_response(
-        {"error": {"message": f"lab trace record: {message}", "type": kind, "code": status}}, status=status
-    )
-
-
-@dataclass
-class Exchange:
-    """One chat-completions exchange being recorded: settled exactly once, as a step or as nothing."""
-
-    task: str
-    step: int
-    sent: dict[str, Any]
-    started_utc: str
-    t0: float
-    settled: bool = False
-
-
 class Recorder:
     """The aiohttp handler: refuse what is not an agent's API call, forward the rest, pass the answer back, and
     hand each chat exchange the agent received whole to the log."""
@@ -147,6 +119,7 @@ class Recorder:
     def __init__(self, rec: Recording, log: ConversationLog, client: httpx.AsyncClient) -> None:
         self.rec, self.log, self.client = rec, log, client
         self.max_reply = rec.limits.max_reply_mib << 20
+        self.exchanges: list[Exchange] = []  # those being answered
 
     def refusal(self, request: web.Request) -> web.Response | None:
         """A web page's request (it carries an `Origin`; an agent's does not), a request without the token, or a
@@ -158,6 +131,10 @@ class Recorder:
             request.headers.get(TOKEN_HEADER, "").encode(), token.encode()
         ):
             return error_response(401, f"no valid {TOKEN_HEADER} header", "unauthorized")
+        if (task := request.headers.get(TASK_HEADER)) is not None and not is_task_name(task):
+            return error_response(
+                400, f"an {TASK_HEADER} header of up to 128 printable ASCII characters but ~", "bad_request"
+            )
         if request.can_read_body and not is_json(request.headers.get("Content-Type", "")):
             shown = request.headers.get("Content-Type", "none")[:80]
             return error_response(
@@ -175,13 +152,16 @@ class Recorder:
             limit = self.rec.limits.max_request_mib
             warn(f"{request.method} {request.path}: a body over record.max_request_mib ({limit} MiB): refused (413)")
             return error_response(413, f"a request body over record.max_request_mib ({limit} MiB)", "request_too_large")
-        task = request.headers.get(TASK_HEADER) or self.rec.task
         sent: dict[str, Any] | None = None
         if is_chat(request) and (sent := chat_body(body)) is None:
             warn(f"{request.path}: the body is not a JSON object: forwarded, not recorded")
         started_utc, t0 = utc_now(ms=True), time.monotonic()
-        exchange = Exchange(task, self.log.begin(task, t0), sent, started_utc, t0) if sent is not None else None
-        headers = {k: v for k, v in request.headers.items() if k.lower() not in _HOP | _OWN}
+        exchange = None
+        if sent is not None:
+            task = side_task(request.headers.get(TASK_HEADER) or self.rec.task, self._busy())
+            exchange = Exchange(task, self.log.begin(task, t0), sent, started_utc, t0, request)
+            self.exchanges.append(exchange)
+        headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP | OWN}
         headers["Accept-Encoding"] = "identity"  # the body comes back as sent, readable for the trace
         url = upstream_url(self.rec.upstream, request.path, request.query_string)
         try:
@@ -198,6 +178,11 @@ class Recorder:
         finally:
             if exchange is not None:
                 self.settle(exchange, None, "no reply")  # anything not settled by now is not recorded
+                self.exchanges.remove(exchange)
+
+    def _busy(self) -> set[str]:
+        """The tasks with a request open: a request that arrives meanwhile is no next step of theirs."""
+        return {x.task for x in self.exchanges if x.open()}
 
     def _failed(self, request: web.Request, e: httpx.HTTPError) -> web.Response:
         """The upstream could not be reached, or sent no answer within record.read_timeout_s."""
@@ -211,17 +196,16 @@ class Recorder:
         return error_response(502, f"upstream {self.rec.shown_upstream} unreachable ({why})", "upstream_error")
 
     def settle(self, x: Exchange, reply: Reply | None, why: str = "", status: int = 200) -> None:
-        """Record the exchange once: a step when the agent received a good reply, else (a reply with a flaw,
+        """Record the exchange once: a step when the agent received a whole reply, else (a reply with a flaw,
         `why`) nothing, its number given back, and one warning line saying why."""
         if x.settled:
             return
         x.settled = True
         ended = time.monotonic()
-        if why or reply is None or not 200 <= status < 300 or reply.message is None:
-            self.log.abandon(x.task, x.step)
-            what = why or ("no assistant message" if 200 <= status < 300 else f"status {status}")
-            warn(f"task {x.task!r} step {x.step}: {what}: not recorded")
+        if why := unrecorded(reply, why, status):
+            self._abandon(x, why)
             return
+        assert reply is not None and reply.message is not None
         try:
             row = ConversationStep(
                 task_id=x.task,
@@ -234,10 +218,16 @@ class Recorder:
                 elapsed_s=ended - x.t0,
             )
         except ValidationError as e:
-            self.log.abandon(x.task, x.step)
-            warn(f"task {x.task!r}: not a chat-completions request ({validation_line(e, limit=1)}): not recorded")
+            self._abandon(x, f"not a chat-completions request ({validation_line(e, limit=1)})")
             return
-        self.log.finish(row, ended)
+        try:
+            self.log.finish(row, ended, loop=SIDE not in x.task)
+        except ValueError as e:  # nested deeper than JSON is written, or a string no UTF-8 holds
+            self._abandon(x, f"cannot be written ({error_text(e)})")
+
+    def _abandon(self, x: Exchange, why: str) -> None:
+        self.log.abandon(x.task, x.step)
+        warn(f"task {x.task!r} step {x.step}: {why}: not recorded")
 
     async def _pass_back(
         self, request: web.Request, upstream: httpx.Response, x: Exchange | None
@@ -245,8 +235,8 @@ class Recorder:
         """The upstream's answer, passed back as it arrives (a JSON body once whole, a stream chunk by chunk but
         for its last chunk, held back): the exchange is settled while the agent is still there, before the last
         bytes go, so an agent that has its reply finds it in the trace."""
-        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in _HOP}
-        if not upstream.headers.get("content-type", "").startswith("text/event-stream"):
+        headers = {k: v for k, v in upstream.headers.items() if k.lower() not in HOP}
+        if mime_of(upstream.headers.get("content-type", "")) != "text/event-stream":
             return await self._pass_body(request, upstream, headers, x)
         out = web.StreamResponse(status=upstream.status_code, headers=headers)
         await out.prepare(request)
@@ -268,7 +258,7 @@ class Recorder:
             return out
         except ConnectionError:
             if x is not None and delivered:  # the agent hung up once its reply was whole: it has it
-                self.settle(x, stream.reply(), status=upstream.status_code)
+                self.settle(x, stream.reply(), self._stream_flaw(stream), upstream.status_code)
             else:
                 warn(f"the agent hung up during the stream of {request.path}")
             return out
@@ -289,7 +279,9 @@ class Recorder:
             return f"the stream carried an error ({stream.error})"
         if stream.overflow:
             return f"a reply over record.max_reply_mib ({self.rec.limits.max_reply_mib} MiB), passed on"
-        return ""
+        if stream.flaw is not None:
+            return stream.flaw
+        return "" if stream.finished else "the stream ended before choice 0's finish_reason"
 
     async def _pass_body(
         self, request: web.Request, upstream: httpx.Response, headers: dict[str, str], x: Exchange | None
@@ -323,11 +315,6 @@ class Recorder:
         return out
 
 
-def agent_there(request: web.Request) -> bool:
-    """The agent's connection is still open (it has not hung up or timed out)."""
-    return request.transport is not None and not request.transport.is_closing()
-
-
 def make_app(recorder: Recorder) -> web.Application:
     app = web.Application(client_max_size=recorder.rec.limits.max_request_mib << 20)
     app.router.add_route("*", "/{tail:.*}", recorder.handle)
@@ -357,6 +344,8 @@ ENDING = tuple(
 
 async def serve(rec: Recording, ready: Callable[[str], None] = print) -> int:
     """Record until a signal ends it; the number of steps written."""
+    if not is_task_name(rec.task):
+        raise UsageError(f"--task {rec.task[:140]!r}: up to 128 printable ASCII characters but ~")
     log = ConversationLog.open(rec.trace, rec.append)
     # no keep-alive upstream: llama-server closes a connection after a stream, and a reused one then fails
     limits = httpx.Limits(max_keepalive_connections=0)

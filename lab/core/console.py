@@ -8,12 +8,27 @@ key columns (`key_columns`, the first two by default: L and new, task and step).
 
 from __future__ import annotations
 
+import re
 from typing import Any
 
 from rich.console import Console
+from rich.markup import escape
 from rich.table import Table
 
 KEY_COLUMNS = 2
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what would drive a terminal (newline and tab stay)
+
+
+def plain(text: object) -> str:
+    """A string from a run folder, a host or a file as a terminal may show it: its control characters written as
+    escapes (`\\x1b`), so an escape sequence in a host's name is shown and never sent."""
+    return CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+
+
+def shown(text: object) -> str:
+    """Such a string in rich output (a table cell, a printed line): `plain`, and its brackets escaped, so that
+    `[/x]` in a host's name is its text, not markup (nor a MarkupError)."""
+    return escape(plain(text))
 
 
 def key_columns(table: Table, n: int) -> Table:

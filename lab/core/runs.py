@@ -21,17 +21,21 @@ import os
 import re
 import secrets
 import signal
+import stat
 from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
-from lab.core.errors import LabError, validation_line
+from lab.core.errors import LabError, validation_line, warn
 from lab.core.locks import open_lock
 from lab.core.rawtable import RawTable
+
+if TYPE_CHECKING:
+    from lab.core.schemas.manifest import ManifestShape
 
 Status = Literal["running", "incomplete", "complete"]
 Row = TypeVar("Row", bound=BaseModel)
@@ -61,6 +65,25 @@ class Manifest(BaseModel):
     server_config: dict[str, Any] = Field(default_factory=dict)
     host_summary: dict[str, str] = Field(default_factory=dict)
     lab: dict[str, Any] = Field(default_factory=dict)
+
+    def shape(self) -> ManifestShape:
+        """The fields readers take from the free-form sections, checked (a ValidationError naming the field)."""
+        # imported here: the engine's Docker layer copies this module, and not every schema (a new one would
+        # rebuild the engine)
+        from lab.core.schemas.manifest import ManifestShape
+
+        return ManifestShape.model_validate(self.model_dump())
+
+
+def load_manifest(path: Path) -> Manifest:
+    """A run's manifest.json, its shapes checked (lab.core.schemas.manifest); a bad one (not a file, not JSON, a
+    field of the wrong shape) is one RunError naming the file and the field."""
+    try:
+        m = Manifest.model_validate_json(read_bounded(path, MAX_MANIFEST_BYTES))
+        m.shape()
+    except ValidationError as e:
+        raise RunError(f"{path}:1: invalid manifest: {validation_line(e, root='manifest')}") from None
+    return m
 
 
 def utc_now(ms: bool = False) -> str:
@@ -167,7 +190,7 @@ class RunFolder:
         return self.path / "manifest.json"
 
     def manifest(self) -> Manifest:
-        return Manifest.model_validate_json(self.manifest_path.read_text())
+        return load_manifest(self.manifest_path)
 
     def write_manifest(self, m: Manifest) -> None:
         atomic_write(self.manifest_path, m.model_dump_json(indent=2) + "\n")
@@ -225,8 +248,26 @@ class RunFolder:
             raise RunError(f"{self.path.name} is complete; a complete run is never changed")
         return m
 
+    def resumed_alone(self) -> None:
+        """Refuse, in one line naming the run to resume, to resume a side of an interleaved run on its own (a
+        folder `a` or `b` in a run's folder, or a copy whose manifest calls it `<run id>/<side>`): its processes
+        pair slot by slot with the other side's, and only its run measures both (lab.experiments.versus)."""
+        if self.path.name in SIDES and (self.path.parent / "manifest.json").is_file():
+            run_id, side = self.path.parent.name, self.path.name
+        else:
+            run_id, slash, side = self.manifest().run_id.rpartition("/")
+            if not slash:
+                return
+        raise RunError(
+            f"{run_id}/{side} is side {side} of the interleaved run {run_id}: resume the run, --resume {run_id}"
+        )
+
     def begin_resume(self, experiment: str) -> Manifest:
+        """Reopen an interrupted run for writing: its tables' torn last lines set aside first (each with a
+        warning), so that what reads them whole before appending reads what the run wrote whole."""
         m = self.resumable(experiment)
+        for table in sorted((self.path / "raw").glob("*.jsonl")):
+            set_aside_torn_tail(table)
         return self.update(status="running", reason="", resumed_utc=[*m.resumed_utc, utc_now()])
 
     # --- raw tables ---------------------------------------------------------------------------------
@@ -236,11 +277,13 @@ class RunFolder:
         return self.path / "raw" / (table.file if isinstance(table, RawTable) else f"{table}.jsonl")
 
     def append(self, table: RawTable[Row], rows: Iterable[Row]) -> None:
-        """Append rows and flush them to disk before returning (a crash after this loses nothing)."""
+        """Append rows and flush them to disk before returning (a crash after this loses nothing); a torn last
+        line a crash left is set aside first, never glued to the next row."""
         self.check_interrupted()
         lines = "".join(_checked(table, r).model_dump_json() + "\n" for r in rows)
         if not lines:
             return
+        set_aside_torn_tail(self.table_path(table))
         with self.table_path(table).open("a") as fh:
             fh.write(lines)
             fh.flush()
@@ -344,12 +387,47 @@ def _checked(table: RawTable[Row], row: Row) -> Row:
     return row
 
 
+# what a file of a run folder may hold before it is read into memory (a profile's dump of a large model on many
+# depths stays well under both): a larger one is refused by name, unread
+MAX_RAW_BYTES = 512 * 2**20
+MAX_RAW_ROWS = 10_000_000
+MAX_MANIFEST_BYTES = 16 * 2**20
+
+
+def read_bounded(path: Path, limit: int = MAX_RAW_BYTES) -> bytes:
+    """A file's bytes, when it is a regular file (a FIFO would block the reader, a device never end) of at most
+    `limit` bytes; else one RunError naming it."""
+    try:  # O_NONBLOCK: opening a FIFO does not wait for a writer
+        fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_CLOEXEC)
+    except OSError as e:
+        raise RunError(f"{path}: cannot be read ({e.strerror})") from None
+    st = os.fstat(fd)
+    if not stat.S_ISREG(st.st_mode):
+        os.close(fd)
+        raise RunError(f"{path}: not a regular file: not read")
+    with os.fdopen(fd, "rb") as fh:
+        if st.st_size > limit:
+            raise RunError(
+                f"{path}: {st.st_size:,} bytes, over the limit of {limit >> 20} MiB a raw file may hold: not read"
+            )
+        data = fh.read(limit + 1)  # a file still growing is bounded too
+    if len(data) > limit:
+        raise RunError(f"{path}: over the limit of {limit >> 20} MiB a raw file may hold: not read")
+    return data
+
+
+def _why(e: Exception) -> str:
+    """A bad row's error in one short line."""
+    return " ".join(validation_line(e).split())[:300] or type(e).__name__
+
+
 def read_document(path: Path, schema: type[Row]) -> Row:
     """A one-document table (raw/<name>.json), validated; a bad one is an error naming the file."""
+    data = read_bounded(path)
     try:
-        return schema.model_validate_json(path.read_text())
-    except ValidationError as e:
-        raise RunError(f"{path}:1: bad {schema.__name__}: {validation_line(e)}") from e
+        return schema.model_validate_json(data)
+    except (ValueError, RecursionError) as e:  # pydantic's errors, and any the parser lets through
+        raise RunError(f"{path}:1: bad {schema.__name__}: {_why(e)}") from None
 
 
 def _line(row: BaseModel | dict[str, Any]) -> str:
@@ -358,23 +436,81 @@ def _line(row: BaseModel | dict[str, Any]) -> str:
 
 def read_jsonl(path: Path, schema: type[Row] | None, tolerate_torn_tail: bool = False) -> list[Any]:
     """A JSON-lines file's rows, validated by `schema` (plain dicts when None); a bad line is an error naming
-    file and line, a torn last line (a writer killed mid-line) is dropped when `tolerate_torn_tail`."""
+    file and line, whatever is wrong with it (not UTF-8, not JSON, a number or a nesting past the parser's
+    limits, not the schema); a torn last line (a writer killed mid-line, maybe inside a character) is dropped
+    when `tolerate_torn_tail`. A file over MAX_RAW_BYTES or MAX_RAW_ROWS is refused by name, unread."""
+    data = read_bounded(path)
+    if data.count(b"\n") > MAX_RAW_ROWS:
+        raise RunError(f"{path}: over the limit of {MAX_RAW_ROWS:,} rows a raw file may hold: not read")
+    lines = data.split(b"\n")
+    last = len(lines) - 1 if lines[-1] == b"" else len(lines)
+    what = "JSON" if schema is None else schema.__name__
     rows: list[Any] = []
-    lines = path.read_text().split("\n")
-    last = len(lines) - 1 if lines and lines[-1] == "" else len(lines)
     for i, line in enumerate(lines[:last], start=1):
         if not line.strip():
             continue
         try:
-            row = json.loads(line)
+            row = json.loads(line.decode())
             rows.append(row if schema is None else schema.model_validate(row))
-        except (json.JSONDecodeError, ValidationError) as e:
-            torn = i == last and not (path.read_text().endswith("\n"))
-            if torn and tolerate_torn_tail:
+        except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError, ValidationError among them
+            if tolerate_torn_tail and i == last and not data.endswith(b"\n"):
                 break
-            what = "JSON" if schema is None else schema.__name__
-            raise RunError(f"{path}:{i}: bad {what} row: {validation_line(e)}") from e
+            raise RunError(f"{path}:{i}: bad {what} row: {_why(e)}") from None
     return rows
+
+
+def set_aside_torn_tail(path: Path) -> Path | None:
+    """Before a JSON-lines file is appended to: a last line without its newline (a writer killed mid-line) is moved
+    to a file of its own beside it, `<name>.torn-<UTC time>`, so the next row is never glued to it; that file's
+    path, with a warning naming it (None when nothing was moved). A last line that is whole JSON and lacks only its
+    newline is kept, and ended."""
+    if not path.is_file():
+        return None
+    with path.open("r+b") as fh:
+        size = fh.seek(0, os.SEEK_END)
+        fh.seek(max(0, size - 1))
+        if fh.read(1) in (b"", b"\n"):  # empty, or whole: the common case, one byte read
+            return None
+        start = size
+        while start > 0:  # back to the last newline, a block at a time (the file may be large)
+            block = max(0, start - 65536)
+            fh.seek(block)
+            data = fh.read(start - block)
+            if (nl := data.rfind(b"\n")) >= 0:
+                start = block + nl + 1
+                break
+            start = block
+        if start == size:
+            return None
+        fh.seek(start)
+        tail = fh.read()
+        try:
+            json.loads(tail)
+        except (ValueError, RecursionError):  # not JSON, not UTF-8, or nested past the parser
+            pass
+        else:
+            fh.write(b"\n")
+            fh.flush()
+            os.fsync(fh.fileno())
+            return None
+        aside = _aside_path(path)
+        with aside.open("xb") as out:
+            out.write(tail)
+            out.flush()
+            os.fsync(out.fileno())
+        fh.truncate(start)
+        os.fsync(fh.fileno())
+    warn(f"{path}: its last line was cut mid-write ({len(tail)} bytes, no newline); moved to {aside}")
+    return aside
+
+
+def _aside_path(path: Path) -> Path:
+    """A new name beside `path` for what is set aside from it: `<name>.torn-<UTC time>`, `-2` on when taken."""
+    base = f"{path.name}.torn-{utc_now().replace(':', '')}"
+    n = 1
+    while (aside := path.with_name(base if n == 1 else f"{base}-{n}")).exists():
+        n += 1
+    return aside
 
 
 def resolve_run(ref: str | Path, root: Path) -> RunFolder:

@@ -8,18 +8,22 @@ from __future__ import annotations
 
 import difflib
 import os
+import re
+from contextvars import ContextVar
 from pathlib import Path
 from typing import Any, Literal
 
-from pydantic import BaseModel, Field, ValidationError, field_validator, model_validator
+from pydantic import BaseModel, Field, PrivateAttr, ValidationError, field_validator, model_validator
 from pydantic_settings import (
     BaseSettings,
+    InitSettingsSource,
     PydanticBaseSettingsSource,
     SettingsConfigDict,
-    YamlConfigSettingsSource,
+    SettingsError,
 )
 
 from lab.core import releases
+from lab.core.paramsfile import ParamsFile, read_params_file
 from lab.core.settings_server import ConversationSettings, RecordSettings, Section, ServerSettings, TuneSettings
 
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
@@ -277,6 +281,12 @@ class Settings(BaseSettings):
     report: ReportSettings = Field(default_factory=ReportSettings)
     catalog_dir: Path = Field(default=Path("catalog"), description="catalog tables (catalog/tables) and metrics")
     reports_dir: Path = Field(default=Path("reports"), description="where `lab report` writes")
+    _params_read: ParamsFile | None = PrivateAttr(default=None)  # set by load_settings
+
+    @property
+    def params_read(self) -> ParamsFile | None:
+        """The params file these settings read (lab.core.paramsfile; None: made without load_settings)."""
+        return self._params_read
 
     @model_validator(mode="after")
     def _sweep_fits_context(self) -> Settings:
@@ -296,8 +306,12 @@ class Settings(BaseSettings):
         dotenv_settings: PydanticBaseSettingsSource,
         file_secret_settings: PydanticBaseSettingsSource,
     ) -> tuple[PydanticBaseSettingsSource, ...]:
-        # earlier wins: CLI (init kwargs) > env > params.yaml > defaults
-        return (init_settings, env_settings, YamlConfigSettingsSource(settings_cls, yaml_file=params_file()))
+        # earlier wins: CLI (init kwargs) > env > params.yaml > defaults; the params file as load_settings read it
+        params = _READING.get() or read_params_file()
+        return (init_settings, env_settings, InitSettingsSource(settings_cls, params.data))
+
+
+_READING: ContextVar[ParamsFile | None] = ContextVar("params_file_read", default=None)
 
 
 def unknown_key(e: ValidationError) -> str | None:
@@ -316,11 +330,6 @@ def unknown_key(e: ValidationError) -> str | None:
     close = difflib.get_close_matches(key.lower(), list(model.model_fields), n=1, cutoff=0.5)
     hint = f"; did you mean {'.'.join([*parent, close[0]])}?" if close else ""
     return f"unknown setting {where} (from params.yaml, a LAB_* variable or a flag){hint}"
-
-
-def params_file() -> Path:
-    """The params file in force: LAB_PARAMS_FILE, else ./params.yaml (read when settings are loaded)."""
-    return Path(os.environ.get("LAB_PARAMS_FILE", "params.yaml"))
 
 
 def _default_cache_dir() -> Path:
@@ -359,9 +368,34 @@ def check_environment() -> None:
 
 
 def load_settings(**overrides: Any) -> Settings:
-    """Settings with CLI overrides on top; `None` values mean "not given on the command line"."""
+    """Settings with CLI overrides on top; `None` values mean "not given on the command line". The params file
+    is read once (lab.core.paramsfile: a bad one is one line), and the settings remember it (`params_read`)."""
+    from lab.core.errors import UsageError
+
     check_environment()
-    return Settings(**_drop_none(overrides))
+    params = read_params_file()
+    reading = _READING.set(params)
+    try:
+        settings = Settings(**_drop_none(overrides))
+    except SettingsError as e:  # a LAB_* value of a list or a section that is not JSON
+        field = m.group(1) if (m := re.search(r'field "(\w+)"', str(e))) else ""
+        names = sorted(n for n in os.environ if n.upper().startswith(f"LAB_{field.upper()}")) or ["a LAB_* variable"]
+        raise UsageError(
+            f"{', '.join(names)}: not a value of its setting (a list or a mapping is JSON, e.g. "
+            "LAB_SWEEP__LS='[512, 1024]')"
+        ) from None
+    finally:
+        _READING.reset(reading)
+    settings._params_read = params
+    return settings
+
+
+def revalidated(settings: Settings) -> Settings:
+    """`settings` validated whole again, as loading them validates them (a model_copy checks nothing): settings
+    put back from a run's manifest are checked as a user's own (lab.experiments.protocol.restore)."""
+    out = Settings.model_validate(settings.model_dump())
+    out._params_read = settings.params_read
+    return out
 
 
 def _drop_none(d: dict[str, Any]) -> dict[str, Any]:

@@ -69,6 +69,35 @@ LAB_SERVER_FLAGS = {
 }
 
 
+# llama-server flags that write to a path the lab does not control (a log, a lookup cache, a model downloaded into
+# a cache): refused in extra_args wherever they come from (params.yaml, a LAB_* variable, --vs, or the manifest of
+# a run resumed here, which a host wrote). The server's log is the run folder's logs/, written by the lab.
+WRITES_A_PATH = {
+    "--log-file",
+    "-lcd",
+    "--lookup-cache-dynamic",
+    "-mu",
+    "--model-url",
+    "-hf",
+    "-hfr",
+    "--hf-repo",
+    "-hff",
+    "--hf-file",
+    "-hfd",
+    "-hfrd",
+    "--hf-repo-draft",
+    "-hfv",
+    "-hfrv",
+    "--hf-repo-v",
+    "-hffv",
+    "--hf-file-v",
+    "-dr",
+    "--docker-repo",
+    "-mmu",
+    "--mmproj-url",
+}
+
+
 SETTING_OF = {  # the setting of a flag a user reaches for in extra_args, where it has one the tools share
     "-ctk": "server.cache_type_k",
     "--cache-type-k": "server.cache_type_k",
@@ -84,6 +113,11 @@ def refuse_lab_flags(args: list[str]) -> list[str]:
             raise ValueError(
                 f"{flag} is set by the lab for the server and its own tools alike: use {SETTING_OF[flag]}, not "
                 "extra_args"
+            )
+        if flag in WRITES_A_PATH:
+            raise ValueError(
+                f"{flag} writes to a path the lab does not control (a log, a cache, a download): not in extra_args "
+                "(the server's log is the run folder's logs/)"
             )
         if flag in LAB_SERVER_FLAGS:
             raise ValueError(

@@ -20,6 +20,7 @@
 The bootstrap needs no normality assumption (per-sample noise here is lognormal with occasional 2x outliers);
 tests/test_stats.py checks that the intervals cover a known ratio 93-97% of the time and narrow with reps.
 Every interval is seeded from a key and the sample values, so the same samples always give the same bytes.
+The resamples are drawn a block at a time (lab.core.bootstrap): an interval's memory is bounded whatever n.
 """
 
 from __future__ import annotations
@@ -28,12 +29,13 @@ import hashlib
 import math
 import statistics
 import warnings
-from collections.abc import Mapping, Sequence
+from collections.abc import Iterator, Mapping, Sequence
 from typing import TypeVar
 
 import numpy as np
 import numpy.typing as npt
 
+from lab.core.bootstrap import index_blocks, one_stage_medians, two_stage_medians
 from lab.core.schemas import ArmStats, Components, Interval, Verdict
 
 T = TypeVar("T")
@@ -70,30 +72,9 @@ def median_draws(
     a two-stage bootstrap: draw the processes with replacement, then each drawn process's samples with
     replacement, so the interval carries the variance between processes as well as within one."""
     if procs is None or len(np.unique(procs)) < 2:
-        idx = rng.integers(0, len(xs), size=(N_BOOT, len(xs)))
-        out: npt.NDArray[np.float64] = np.median(xs[idx], axis=1)
-        return out
-    parts = [xs[procs == p] for p in np.unique(procs)]
-    sizes = np.array([len(p) for p in parts])
-    table = np.full((len(parts), sizes.max()), np.nan)  # one row per process, padded
-    for i, part in enumerate(parts):
-        table[i, : len(part)] = part
-    pick = rng.integers(0, len(parts), size=(N_BOOT, len(parts)))  # the processes of each draw
-    n = sizes[pick][..., None]  # (N_BOOT, processes, 1): how many samples each drawn process has
-    idx = (rng.random((N_BOOT, len(parts), sizes.max())) * n).astype(np.int64)
-    values = np.where(np.arange(sizes.max()) < n, table[pick[..., None], idx], np.nan)
-    return _row_nanmedians(values.reshape(N_BOOT, -1))
-
-
-def _row_nanmedians(values: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-    """np.nanmedian(values, axis=1), without numpy's masked-array path (several times slower at these shapes:
-    the sweep's adaptive stop takes a bootstrap after every rep). Every row has at least one value."""
-    ordered = np.sort(values, axis=1)  # NaNs sort last
-    n = np.sum(~np.isnan(values), axis=1)
-    lo = np.take_along_axis(ordered, ((n - 1) // 2)[:, None], axis=1)[:, 0]
-    hi = np.take_along_axis(ordered, (n // 2)[:, None], axis=1)[:, 0]
-    out: npt.NDArray[np.float64] = (lo + hi) / 2
-    return out
+        return one_stage_medians(xs, rng, N_BOOT)
+    _, sizes = np.unique(procs, return_counts=True)
+    return two_stage_medians([xs[np.argsort(procs, kind="stable")]], sizes, rng, N_BOOT)[0]
 
 
 def _procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> npt.NDArray[np.int64] | None:
@@ -198,38 +179,21 @@ def paired_slots(
     keys = sorted(k for k in a.keys() & b.keys() if _finite(a[k]) and _finite(b[k]))
     if not keys:
         return None, None
-    slots = sorted({s for s, _ in keys})
-    per = [[k for k in keys if k[0] == s] for s in slots]
-    width = max(len(p) for p in per)
-    ta, tb = np.full((len(slots), width), np.nan), np.full((len(slots), width), np.nan)
-    for i, ks in enumerate(per):
-        ta[i, : len(ks)] = [a[k] for k in ks]
-        tb[i, : len(ks)] = [b[k] for k in ks]
-    va, vb = ta[~np.isnan(ta)], tb[~np.isnan(tb)]
+    _, sizes = np.unique([s for s, _ in keys], return_counts=True)  # keys in slot order, reps within a slot
+    va, vb = np.array([a[k] for k in keys]), np.array([b[k] for k in keys])
     if np.median(vb) <= 0:
         return None, None
     value = float(np.median(va) / np.median(vb))
     if len(keys) == 1:
         return Interval(value=value, lo=value, hi=value, n=1, processes=1), np.full(N_BOOT, value)
-    rng = _rng(key, np.concatenate([va, vb]))
-    sizes = np.array([len(p) for p in per])
-    pick = rng.integers(0, len(slots), size=(N_BOOT, len(slots))) if len(slots) > 1 else np.zeros((N_BOOT, 1), int)
-    n = sizes[pick][..., None]
-    idx = (rng.random((N_BOOT, len(slots), width)) * n).astype(np.int64)
-    mask = np.arange(width) < n
-
-    def medians(table: npt.NDArray[np.float64]) -> npt.NDArray[np.float64]:
-        values = np.where(mask, table[pick[..., None], idx], np.nan)
-        return _row_nanmedians(values.reshape(N_BOOT, -1))
-
-    den = medians(tb)
+    num, den = two_stage_medians([va, vb], sizes, _rng(key, np.concatenate([va, vb])), N_BOOT)
     if not np.all(den > 0):
         return None, None
-    draws: npt.NDArray[np.float64] = medians(ta) / den
-    if len(slots) > 1:
-        draws = value * (draws / value) ** expansion(len(slots))
+    draws: npt.NDArray[np.float64] = num / den
+    if len(sizes) > 1:
+        draws = value * (draws / value) ** expansion(len(sizes))
     lo, hi = _bounds(draws)
-    return Interval(value=value, lo=lo, hi=hi, n=len(keys), processes=len(slots)), draws
+    return Interval(value=value, lo=lo, hi=hi, n=len(keys), processes=len(sizes)), draws
 
 
 def expansion(n: int) -> float:
@@ -279,7 +243,8 @@ def step_median_share(
     value = float(shares(np.arange(len(reps))[None, :])[0])
     if not math.isfinite(value):
         return None
-    return from_draws(value, list(shares(resamples(len(reps), key))), len(xs), processes=len(xs))
+    draws = [shares(idx) for idx in index_blocks(len(reps), _resample_rng(len(reps), key), 1000, tx.shape[1])]
+    return from_draws(value, list(np.concatenate(draws)), len(xs), processes=len(xs))
 
 
 def _n_procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> int:
@@ -325,11 +290,14 @@ def from_draws(value: float, draws: Sequence[float], n: int, processes: int = 1)
     return Interval(value=value, lo=min(lo, value), hi=max(hi, value), n=n, processes=max(1, processes))
 
 
-def resamples(n: int, key: str, count: int = 1000) -> npt.NDArray[np.int64]:
-    """`count` seeded bootstrap resamples of the indices 0..n-1 (rows of n indices)."""
-    rng = np.random.default_rng(int.from_bytes(hashlib.sha256(f"{key}|{n}".encode()).digest()[:8], "little"))
-    out: npt.NDArray[np.int64] = rng.integers(0, n, size=(count, n))
-    return out
+def resamples(n: int, key: str, count: int = 1000) -> Iterator[npt.NDArray[np.int64]]:
+    """`count` seeded bootstrap resamples of the indices 0..n-1, a row of n indices at a time."""
+    for block in index_blocks(n, _resample_rng(n, key), count):
+        yield from block
+
+
+def _resample_rng(n: int, key: str) -> np.random.Generator:
+    return np.random.default_rng(int.from_bytes(hashlib.sha256(f"{key}|{n}".encode()).digest()[:8], "little"))
 
 
 def variance_components(xs: Sequence[float], procs: Sequence[int]) -> Components | None:

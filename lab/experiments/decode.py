@@ -160,7 +160,7 @@ class DecodeCheck(Experiment):
             for d in self.depths:
                 server[d].append((got[d], rep))
                 bench_samples[d] += [(ms, rep) for ms in theirs.get(d, [])]
-            yield None  # a process ends here (an interleaved run measures the other side's next)
+            yield rep  # a process ends here (an interleaved run measures the other side's next)
         self.rows = [
             summarize_depth(steps[d], self.n_out, server[d], bench_samples[d], self.tolerance) for d in self.depths
         ]

@@ -6,7 +6,8 @@ them as the run's params and puts them back on resume, one record for every expe
 how it measures in an open run (`measure`, which returns the run's results). `run_experiment` does the rest
 the same way for all of them:
 
-    lock     a resumed run's one writer lock, held to the end       (a second writer is refused, by pid)
+    lock     a resumed run's one writer lock, held to the end       (a second writer is refused, by pid; a side
+             of an interleaved run is refused before it: its run resumes it, lab.experiments.versus)
     resume?  settings = restore(experiment, settings, run)          (a resumed run keeps its own inputs)
     parts    engine build, model, its sha256                        (before any run folder exists; the build is
              held in use to the end, so no prune removes it)
@@ -39,11 +40,12 @@ from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, T
 
 from lab import __version__
 from lab.core.console import lab_console
+from lab.core.errors import UsageError, validation_line
 from lab.core.hostnoise import NoiseFigures, NoiseWindow, read_state
 from lab.core.modelfile import model_record
 from lab.core.releases import resolve_version
 from lab.core.runs import RunError, RunFolder
-from lab.core.settings import REPO_ROOT, Settings
+from lab.core.settings import REPO_ROOT, Settings, revalidated
 from lab.core.shell import LocalShell, Shell
 from lab.core.snapshot import snapshot_git, snapshot_host
 from lab.engine.build import EngineInfo, build_engine, engine_patch_text, in_use
@@ -107,7 +109,9 @@ class Outcome:
     failure: str = ""
 
 
-Processes = Generator[None, None, Outcome]  # a measurement a process at a time: None after each, its Outcome returned
+# a measurement a process at a time: after each, the number of the process that ended (the `process` its rows
+# carry, which an interleaved run records in its slot table); its Outcome returned
+Processes = Generator[int, None, Outcome]
 
 
 def drain(steps: Processes) -> Outcome:
@@ -146,10 +150,11 @@ class Experiment(ABC):
         """The work, in the open run; raise to leave the run incomplete."""
 
     def processes(self, sess: OpenRun, console: Console) -> Processes:
-        """The work a process at a time: after each of the run's processes a step ends, so an interleaved run of
-        two configurations (lab.experiments.versus) can alternate two experiments' processes. An experiment
-        whose processes are levels of variance (the sweep, the profile, the decode check) yields after each;
-        the default is one step."""
+        """The work a process at a time: after each of the run's processes a step ends, yielding that process's
+        number, so an interleaved run of two configurations (lab.experiments.versus) can alternate two
+        experiments' processes and record which ran next to which. An experiment whose processes are levels of
+        variance (the sweep, the profile, the decode check) yields after each; the default is one step, process
+        0."""
         return (yield from _one_step(self.measure(sess, console)))
 
     def tables(self) -> dict[str, Any]:
@@ -159,7 +164,7 @@ class Experiment(ABC):
 
 
 def _one_step(outcome: Outcome) -> Processes:
-    yield None
+    yield 0
     return outcome
 
 
@@ -187,13 +192,20 @@ def record_params(experiment: Experiment, settings: Settings) -> dict[str, Any]:
 
 def restore(experiment: Experiment, settings: Settings, run: RunFolder) -> Settings:
     """`settings` with the inputs `run` was started with put back (a field an older run did not record keeps
-    today's value), the llama.cpp release it was measured with among them."""
+    today's value), the llama.cpp release it was measured with among them. What comes back is validated whole,
+    as a user's own settings are (a host wrote this manifest if the run was measured there): a value they would
+    refuse (a flag in server.extra_args, a grid the context cannot hold) is one line (RunError)."""
     m = run.manifest()
     params = m.params
-    update = {name: _field(name).validate_python(params[name]) for name in experiment.records if name in params}
-    if settings.engine.source_mode == "sdist" and (release := m.engine.get("release")):
-        update["engine"] = settings.engine.model_copy(update={"sdist_version": resolve_version(release)})
-    return experiment.restore_own(settings.model_copy(update=update), params, run)
+    try:
+        update = {name: _field(name).validate_python(params[name]) for name in experiment.records if name in params}
+        if settings.engine.source_mode == "sdist" and (release := m.engine.get("release")):
+            update["engine"] = settings.engine.model_copy(update={"sdist_version": resolve_version(release)})
+        return revalidated(experiment.restore_own(settings.model_copy(update=update), params, run))
+    except (ValidationError, KeyError, TypeError, ValueError) as e:
+        raise RunError(
+            f"{run.path.name}: its recorded params do not fit this lab's settings ({validation_line(e, 'params')})"
+        ) from e
 
 
 def _field(name: str) -> TypeAdapter[Any]:
@@ -252,9 +264,42 @@ def open_run(
             engine=engine_record(parts.engine) if parts.engine is not None else {},
             model=parts.model_record,
             host_summary=host,
-            lab={"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"]},
+            lab=lab_record(settings, lab_git),
         )
     return OpenRun(settings, run, parts)
+
+
+FETCHED = ("git/bundle", "git/image.json")  # what a fetch from a host adds to a run (remote.session.Deployment)
+
+
+def measured_here(run: RunFolder, host_name: str | None, host_ok: bool = False) -> None:
+    """Refuse, in one line, to resume here a run measured elsewhere: its manifest names another host than this
+    machine's, or a fetch from a host added to it. Its rest would be measured on this machine beside the host's
+    rows, under the host's name; `host_ok` (--host-ok) asks for exactly that."""
+    here, m = LocalShell(host_name).name, run.manifest()
+    fetched = next((f for f in FETCHED if (run.path / f).exists()), None)
+    if host_ok or (m.host == here and fetched is None):
+        return
+    why = f"was measured on {m.host}, not on this machine ({here})" if m.host != here else "was fetched from a host"
+    raise UsageError(
+        f"{run.path.name} {why}: resume it there (fab -H {m.host} <task> --resume {run.path.name}), or pass "
+        "--host-ok to measure the rest of it here"
+    )
+
+
+def lab_record(settings: Settings, lab_git: dict[str, Any]) -> dict[str, Any]:
+    """The lab's part of a run's provenance: its version, the checkout's commit and whether it was dirty, and the
+    params file the settings read (its path and sha256; both None when there was none: the defaults)."""
+    read = settings.params_read
+    params = {"params_file": read.record} if read is not None else {}
+    return {"version": __version__, "commit": lab_git["commit"], "dirty": lab_git["dirty"], **params}
+
+
+def say_params(settings: Settings, console: Console) -> None:
+    """Which params file the run's settings read, or that there was none (a run from another directory than the
+    checkout measures the defaults), in one line."""
+    if settings.params_read is not None:
+        console.print(settings.params_read.describe(), highlight=False, markup=False)
 
 
 def report_run(run: RunFolder) -> None:
@@ -284,6 +329,7 @@ def run_experiment(
     console = console or lab_console()
     with contextlib.ExitStack() as writer:
         if resume is not None:  # one writer per run folder, from before its inputs are read
+            resume.resumed_alone()  # a side of an interleaved run resumes with its run
             writer.enter_context(resume.writer())
         return _run(experiment, settings, resume, console, writer, show)
 
@@ -295,12 +341,7 @@ def ready(
     built (and held in use to the end) and the model hashed, everything else checked by the experiment."""
     if resume is not None:
         resume.resumable(experiment.name)  # before its inputs are read back
-        try:
-            settings = restore(experiment, settings, resume)
-        except (ValidationError, KeyError, TypeError, ValueError) as e:
-            raise RunError(
-                f"{resume.path.name}: its recorded params do not fit this lab's settings ({e!s:.300})"
-            ) from e
+        settings = restore(experiment, settings, resume)
     parts = resolve_parts(settings, experiment.needs_engine)
     if parts.engine is not None:
         writer.enter_context(in_use(parts.engine))
@@ -319,6 +360,7 @@ def _run(
     settings, parts = ready(experiment, settings, resume, writer)
     sess = open_run(settings, experiment.name, record_params(experiment, settings), parts, resume, writer)
     console.print(f"run folder: {sess.run.path}", highlight=False)
+    say_params(settings, console)
     with sess.run.guard():
         window = watch_host(sess, console) if experiment.needs_engine else None
         outcome = experiment.measure(sess, console)

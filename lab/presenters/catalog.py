@@ -11,26 +11,30 @@ from rich.table import Column, Table
 
 from lab.catalog.headline import Headline, HeadlineProfile, HeadlineStep, headline
 from lab.catalog.tables import RunRecord
+from lab.core.console import plain, shown
 
 
 def runs_listing(runs: list[RunRecord | tuple[str, str]]) -> Table:
     """Every run folder: id, experiment, host, engine commit, status (an unreadable one says why)."""
     t = Table("experiment", "host", "engine", "status", "started (UTC)")
     t.columns.insert(0, Column("run", no_wrap=True))
-    for r in runs:
+    for r in runs:  # every string of a record is the folder's: shown as text (lab.core.console.shown)
         if not isinstance(r, RunRecord):
-            t.add_row(r[0], "?", "?", "?", f"[red]unreadable: {r[1]}[/red]", "")
+            t.add_row(shown(r[0]), "?", "?", "?", f"[red]unreadable: {shown(r[1])}[/red]", "")
             continue
-        status = r.status if r.status == "complete" else f"[yellow]{r.status}[/yellow] {r.reason}".rstrip()
-        t.add_row(r.run_id, r.experiment, r.host, r.engine_commit or "-", status, r.started_utc)
+        status = (
+            shown(r.status) if r.status == "complete" else f"[yellow]{r.status}[/yellow] {shown(r.reason)}".rstrip()
+        )
+        cells = (r.run_id, r.experiment, r.host, r.engine_commit or "-")
+        t.add_row(*map(shown, cells), status, shown(r.started_utc))
     return t
 
 
 def run_details(detail: dict[str, Any]) -> list[str]:
     """`lab catalog show`: the run's detail as lines."""
-    rec = detail["record"]
-    lines = [f"{field:>14}: {value}" for field, value in rec.items() if field != "params_json"]
-    lines.append(f"{'params':>14}: {rec['params_json']}")
+    rec = detail["record"]  # printed as it is (not markup), its control characters shown (lab.core.console.plain)
+    lines = [f"{field:>14}: {plain(value)}" for field, value in rec.items() if field != "params_json"]
+    lines.append(f"{'params':>14}: {plain(rec['params_json'])}")
     if detail["results"]:
         lines.append(f"{'results':>14}: {json.dumps(detail['results'], sort_keys=True)}")
     lines += [f"{'table':>14}: {name} ({n} rows)" for name, n in detail["tables"].items()]
@@ -42,8 +46,8 @@ def headline_tables(h: Headline) -> list[Table]:
     out = []
     for table in h.tables:
         t = Table(*table.columns, title=table.title)
-        for row in table.rows:
-            t.add_row(*row)
+        for row in table.rows:  # hosts' and models' names among them: text, not markup
+            t.add_row(*map(shown, row))
         out.append(t)
     return out
 
@@ -57,4 +61,4 @@ def print_headline(
     for t in headline_tables(h):
         console.print(t)
     for line in h.lines or ([empty] if empty else []):
-        console.print(line, highlight=False)
+        console.print(shown(line), highlight=False)

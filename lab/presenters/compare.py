@@ -5,10 +5,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from rich.markup import escape
 from rich.table import Table
 
 from lab.catalog.compare import CompareRow, Comparison
+from lab.core.console import shown
 
 
 def _fmt(v: Any) -> str:
@@ -73,14 +73,14 @@ def compare_table(c: Comparison) -> Table:
         "B/A [95%]",
         *(["called"] if called else []),
         "interval over",
-        title=f"A = {c.run_a}\nB = {c.run_b}\n{escape(c.model_line())}",  # a host's file name is not markup
+        title=f"A = {c.run_a}\nB = {c.run_b}\n{shown(c.model_line())}",  # a host's file name is not markup
         caption=caption,
     )
     for r in [*c.rows, *c.summary]:
         scope = r.ci.scope.replace("processes", "slots") if r.ci and c.paired else r.ci.scope if r.ci else ""
         verdict = [r.called(c.tolerance)] if c.tolerance is not None else []
         cell = _called_cell(r, verdict[0]) if verdict else _ratio_cell(r, r.metric in c.kind.paired)
-        key = [_fmt(k) for k in r.key] if r.key else ["geomean", *[""] * (len(c.keys) - 1)]
+        key = [shown(_fmt(k)) for k in r.key] if r.key else ["geomean", *[""] * (len(c.keys) - 1)]  # a task id: text
         a, b = (_fmt(r.a), _fmt(r.b)) if r.key else ("", "")
         t.add_row(*key, r.metric, a, b, cell, *verdict, scope)
     return t

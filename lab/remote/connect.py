@@ -15,10 +15,10 @@ command ends, and the caller says "connection lost"). ConnectTimeout (or `fab -t
 from __future__ import annotations
 
 import contextlib
-import io
 import os
 import shlex
 import tarfile
+import tempfile
 import threading
 import time
 from collections.abc import Callable, Iterator
@@ -26,7 +26,7 @@ from pathlib import Path
 from typing import Any, BinaryIO
 
 from lab.core.errors import LabError
-from lab.core.safetar import safe_extract
+from lab.core.safetar import MAX_BYTES, MAX_MEMBERS, safe_extract
 from lab.core.shell import CmdResult
 
 
@@ -36,6 +36,10 @@ class HostKeyError(LabError):
 
 class RemoteError(LabError):
     """A step on a target host failed (pushing, installing, packing a run folder)."""
+
+
+# a run folder's tar stream: what safe_extract would unpack at most, its headers and padding
+MAX_STREAM = MAX_BYTES + (MAX_MEMBERS + 2) * 1024
 
 
 class ConnectionLost(RemoteError):
@@ -257,15 +261,22 @@ class SshShell:
     def get_tree(self, remote_dir: str, local: Path) -> None:
         """Copy remote_dir's contents into local (created) as one tar stream."""
         local.mkdir(parents=True, exist_ok=True)
-        data = io.BytesIO()
-        with self.call():
-            chan = self.c.client.get_transport().open_session()
-            chan.exec_command(f"tar -C {sh(remote_dir)} -cf - .")
-            while chunk := chan.recv(1 << 20):
-                data.write(chunk)
-            status = chan.recv_exit_status()
-        if status != 0:
-            raise RemoteError(f"packing {self.name}:{remote_dir} failed")
-        data.seek(0)
-        with tarfile.open(fileobj=data, mode="r:") as tar:
-            safe_extract(tar, local)  # a host's tar never writes outside `local`
+        # on disk beside `local`, not in memory, and bounded: a host's stream is as long as the host likes
+        with tempfile.TemporaryFile(dir=local.parent) as data:
+            with self.call():
+                chan = self.c.client.get_transport().open_session()
+                chan.exec_command(f"tar -C {sh(remote_dir)} -cf - .")
+                while chunk := chan.recv(1 << 20):
+                    if data.tell() + len(chunk) > MAX_STREAM:
+                        chan.close()
+                        raise RemoteError(f"{self.name}:{remote_dir} sent over {MAX_STREAM} bytes: not taken")
+                    data.write(chunk)
+                status = chan.recv_exit_status()
+            if status != 0:
+                raise RemoteError(f"packing {self.name}:{remote_dir} failed")
+            data.seek(0)
+            try:
+                with tarfile.open(fileobj=data, mode="r:") as tar:
+                    safe_extract(tar, local)  # a host's tar never writes outside `local`
+            except tarfile.TarError as e:
+                raise RemoteError(f"{self.name}:{remote_dir} sent no readable tar stream ({e})") from e

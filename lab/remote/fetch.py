@@ -1,14 +1,15 @@
 """A run folder fetched from a target host into the local runs folder, write-once: a new run lands in a new
-folder only, and a resumed run's local copy only grows (what only this machine added stays; a host's shorter
-or other run changes nothing here, in one line)."""
+folder only, and a resumed run's local copy only grows (a file of the host's replaces the local one only where the
+local one is a byte prefix of it; what only this machine added stays and is never taken from the host; a host's
+copy that is shorter, other, or another run changes nothing here, in one line)."""
 
 from __future__ import annotations
 
-import filecmp
 import os
 import shutil
 from pathlib import Path
 
+from lab.catalog.arrivals import record_arrival
 from lab.core.runs import Manifest, RunFolder, check_run_id
 from lab.experiments.profile.dump import DUMP
 from lab.remote.connect import RemoteError, SshShell
@@ -32,7 +33,9 @@ def fetch(t: SshShell, remote: str, runs_dir: Path, run_id: str, resumed: bool) 
         if local.exists():
             merge_resumed(tmp, local, where)
         else:
+            files_in(tmp, where)  # no link, nothing this machine writes
             tmp.rename(local)
+            record_arrival(runs_dir, local.name)  # its age here: when it landed, whatever start it claims
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return local
@@ -48,56 +51,109 @@ def merge_resumed(there: Path, here: Path, where: str) -> None:
     """A resumed run's copy from the host (`there`) into its local copy (`here`), which only grows. What only the
     local copy has stays (what this machine added: the bundle's git state, the push and clean-room results; a
     file the host's lab has since removed), what only the host's has is added, and a file both have takes the
-    host's where it continues the local one: a JSON-lines table with at least as many rows, another file at least
-    as new; manifest.json is the host's with this machine's results kept. A host whose copy is another run, or
-    shorter (fewer rows, an older file, resumes missing, or files missing though it did not resume the run),
-    changes nothing here: one line says why."""
+    host's only where it continues the local one (`continues`: the local bytes are a prefix of the host's); each
+    manifest.json (the run's, an interleaved run's sides') is the host's, the same run, with this machine's
+    results kept. A host whose copy is another run, shorter or other (a file cut or rewritten, resumes missing,
+    files missing though it did not resume the run) changes nothing here: one line says why."""
     old, new = manifest_at(here, "the local copy"), manifest_at(there, where)
-    differ = [k for k in SAME_RUN if getattr(old, k) != getattr(new, k)]
-    if differ:
-        raise RemoteError(
-            f"{where} is not the run {here.name} here (its {', '.join(differ)} differ): not fetched, nothing changed "
-            "here"
-        )
+    same_run(old, new, where, here.name)
     mine, theirs = files_in(here), files_in(there, where)
-    shorter, updates = [], []
+    other, updates = compare(mine, theirs)
     if new.resumed_utc[: len(old.resumed_utc)] != old.resumed_utc:
-        shorter.append(f"{len(new.resumed_utc)} resumes there, {len(old.resumed_utc)} here")
-    for rel, src in theirs.items():
-        dst = mine.get(rel)
-        if rel == "manifest.json" or (dst is not None and filecmp.cmp(src, dst, shallow=False)):
-            continue
-        if dst is not None and rel.endswith(".jsonl") and rows(src) < rows(dst):
-            shorter.append(f"{rel} has {rows(src)} rows there, {rows(dst)} here")
-        elif dst is not None and not rel.endswith(".jsonl") and src.stat().st_mtime < dst.stat().st_mtime:
-            shorter.append(f"{rel} is older there")
-        else:
-            updates.append(rel)
+        other.insert(0, f"{len(new.resumed_utc)} resumes there, {len(old.resumed_utc)} here")
     if len(new.resumed_utc) == len(old.resumed_utc):  # not resumed there: what it lacks, it lost
         lost = [rel for rel in mine if rel not in theirs and not rel.startswith(LOCAL_FILES)]
-        shorter += [f"{rel} is missing there" for rel in sorted(lost)]
+        other += [f"{rel} is missing there" for rel in sorted(lost)]
     # a working file the host's lab removed when it completed the run (the profile's dump, now its Parquet)
     done = [rel for rel in WORKING_FILES if rel in mine and rel not in theirs and ".ready" in theirs]
-    if shorter:
-        more = f" and {len(shorter) - 3} more" if len(shorter) > 3 else ""
+    if other:
+        more = f" and {len(other) - 3} more" if len(other) > 3 else ""
         raise RemoteError(
-            f"{where} is shorter than the local copy ({'; '.join(shorter[:3])}{more}): not fetched, nothing changed "
-            "here"
+            f"{where} does not continue the local copy ({'; '.join(other[:3])}{more}): not fetched, nothing "
+            "changed here"
         )
-    kept = {k: v for k, v in old.results.items() if k in LOCAL_RESULTS or k not in new.results}
-    merged = new.model_copy(update={"results": {**new.results, **kept}})
-    if (here / ".ready").exists() and (updates or merged != old):
+    manifests = {rel: merged_manifest(here / rel, there / rel) for rel in theirs if is_manifest(rel)}
+    changed = {
+        rel: m
+        for rel, m in manifests.items()
+        if rel not in mine or m != manifest_at((here / rel).parent, "the local copy")
+    }
+    if (here / ".ready").exists() and (updates or changed):
         raise RemoteError(f"{here.name} is complete here and a complete run is never changed: {where} not fetched")
-    for rel in [*(r for r in updates if r != ".ready"), "manifest.json", ".ready"]:  # .ready last
-        if rel == "manifest.json":
-            if merged != old:
-                RunFolder(here).write_manifest(merged)
-        elif rel in updates:
-            (here / rel).parent.mkdir(parents=True, exist_ok=True)
-            os.replace(there / rel, here / rel)
-        if rel == "manifest.json":
-            for gone in done:
-                (here / gone).unlink()
+    ready = [rel for rel in updates if Path(rel).name == ".ready"]
+    for rel in [r for r in updates if r not in ready]:
+        (here / rel).parent.mkdir(parents=True, exist_ok=True)
+        os.replace(there / rel, here / rel)
+    for rel, m in sorted(changed.items(), key=lambda x: -x[0].count("/")):  # the sides', then the run's
+        (here / rel).parent.mkdir(parents=True, exist_ok=True)
+        RunFolder((here / rel).parent).write_manifest(m)
+    for gone in done:
+        (here / gone).unlink()
+    for rel in sorted(ready, key=lambda r: -r.count("/")):  # last: every .ready after what it closes
+        os.replace(there / rel, here / rel)
+
+
+def differ(old: Manifest, new: Manifest) -> list[str]:
+    """What is fixed when a run starts and differs between two manifests of it (none: the same run)."""
+    return [k for k in SAME_RUN if getattr(old, k) != getattr(new, k)]
+
+
+def same_run(old: Manifest, new: Manifest, where: str, name: str) -> None:
+    """Refuse a host's manifest that is not the run `old` is."""
+    if fields := differ(old, new):
+        raise RemoteError(
+            f"{where} is not the run {name} here (its {', '.join(fields)} differ): not fetched, nothing changed here"
+        )
+
+
+def compare(mine: dict[str, Path], theirs: dict[str, Path]) -> tuple[list[str], list[str]]:
+    """What in the host's files does not continue the local ones (why, per file), and the files the host's
+    copy adds or continues. A side's manifest must be the same run as the local one (its resumes included)."""
+    other, updates = [], []
+    for rel, src in theirs.items():
+        dst = mine.get(rel)
+        if is_manifest(rel):
+            if dst is not None and rel != "manifest.json":
+                old, new = manifest_at(dst.parent, "the local copy"), manifest_at(src.parent, rel)
+                fields = differ(old, new) or (
+                    [] if new.resumed_utc[: len(old.resumed_utc)] == old.resumed_utc else ["resumes"]
+                )
+                if fields:
+                    other.append(f"{rel} is not the same run there (its {', '.join(fields)} differ)")
+        elif dst is None or continues(dst, src):
+            if dst is None or dst.stat().st_size != src.stat().st_size:
+                updates.append(rel)
+        elif src.stat().st_size < dst.stat().st_size:
+            other.append(f"{rel} is shorter there")
+        else:
+            other.append(f"{rel} differs there")
+    return other, updates
+
+
+def continues(here: Path, there: Path) -> bool:
+    """Whether the host's file continues the local one: the local bytes are a prefix of the host's. A JSON-lines
+    file's torn last line here (no newline: a writer killed mid-line, which the lab sets aside when it resumes) is
+    no part of it."""
+    mine = here.read_bytes()
+    if here.suffix == ".jsonl":
+        mine = mine[: mine.rfind(b"\n") + 1]
+    with there.open("rb") as fh:
+        return fh.read(len(mine)) == mine
+
+
+def is_manifest(rel: str) -> bool:
+    return Path(rel).name == "manifest.json"
+
+
+def merged_manifest(here: Path, there: Path) -> Manifest:
+    """The host's manifest with the results only this machine writes (or the host's lacks) kept from the local
+    one (a side's, new there: the host's)."""
+    new = manifest_at(there.parent, str(there))
+    if not here.exists():
+        return new
+    old = manifest_at(here.parent, "the local copy")
+    kept = {k: v for k, v in old.results.items() if k in LOCAL_RESULTS or k not in new.results}
+    return new.model_copy(update={"results": {**new.results, **kept}})
 
 
 def manifest_at(folder: Path, where: str) -> Manifest:
@@ -110,15 +166,18 @@ def manifest_at(folder: Path, where: str) -> Manifest:
 
 
 def files_in(folder: Path, where: str | None = None) -> dict[str, Path]:
-    """A run folder's files by their path in it; a link in a host's copy (`where`) is refused."""
+    """A run folder's files by their path in it. A host's copy (`where`) holding a link, or a file only this
+    machine writes (LOCAL_FILES: it would stand for this machine's record of what the host ran), is refused."""
     out = {}
     for p in sorted(folder.rglob("*")):
+        rel = p.relative_to(folder).as_posix()
         if where is not None and p.is_symlink():
-            raise RemoteError(f"{where}: {p.relative_to(folder)} is a link: not fetched, nothing changed here")
+            raise RemoteError(f"{where}: {rel} is a link: not fetched, nothing changed here")
+        if where is not None and (rel + "/" if p.is_dir() else rel).startswith(LOCAL_FILES):
+            raise RemoteError(
+                f"{where}: {rel} is this machine's own record of the run, never the host's: not fetched, nothing "
+                "changed here"
+            )
         if p.is_file():
-            out[p.relative_to(folder).as_posix()] = p
+            out[rel] = p
     return out
-
-
-def rows(path: Path) -> int:
-    return sum(1 for line in path.read_bytes().splitlines() if line.strip())

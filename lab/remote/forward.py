@@ -11,7 +11,8 @@ from typing import Any
 
 from lab.core.errors import UsageError
 
-NOT_FORWARDED = {"runs_dir", "resume", "clean_room"}  # set by the task itself on the host
+# set by the task itself on the host; --host-ok: a run resumed on its host is measured where it was
+NOT_FORWARDED = {"runs_dir", "resume", "clean_room", "host_ok"}
 
 
 @dataclass(frozen=True)

@@ -23,7 +23,7 @@ from rich.console import Console
 
 from lab.core.errors import LabError, UsageError
 from lab.core.runs import RunFolder, check_run_id
-from lab.core.settings import REPO_ROOT, Settings, params_file
+from lab.core.settings import REPO_ROOT, Settings
 from lab.core.shell import LocalShell
 from lab.core.snapshot import snapshot_git, snapshot_host
 from lab.engine.build import build_engine
@@ -249,7 +249,7 @@ def run_remote(t: SshShell, settings: Settings, run: RemoteRun, console: Console
     if host_model is not None and how.image is not None:  # mounted where the container's lab is told it is
         how.model = host_model
         args = with_model(args, host_model.mount)
-    put_params(t, remote_dir)
+    put_params(t, remote_dir, settings)
     report = f".lab-run-{uuid.uuid4().hex[:12]}"  # where the host's lab says which run it opened
     cmd = how.command(t, remote_dir, [*args, *(["--resume", resume] if resume else [])], run.room, report)
     console.print(f"{t.name}: lab {' '.join(args)}" + (f" --resume {resume}" if resume else "") + f" ({how.kind})")
@@ -295,13 +295,23 @@ def host_model_args(
     return args, host_model, pushed
 
 
-def put_params(t: SshShell, remote_dir: str) -> None:
-    """The params file in force here (LAB_PARAMS_FILE, else ./params.yaml) on the host, or an empty one."""
-    params = params_file()
-    if params.exists():
-        t.put(params, f"{remote_dir}/params.yaml")
-    else:
-        t.run(f"touch {sh(remote_dir + '/params.yaml')}")
+def params_to_push(settings: Settings) -> Path:
+    """The params file these settings read (LAB_PARAMS_FILE, else ./params.yaml), which the host's lab reads as
+    its own. None read here is refused in one line, before anything is pushed: the host would measure the
+    defaults without a word."""
+    read = settings.params_read
+    if read is None or read.sha256 is None:
+        where = f" (no {read.path.name} in {read.path.parent})" if read is not None else ""
+        raise RemoteError(
+            f"no params file here to push{where}: run fab from the lab's checkout, or name the file with "
+            "LAB_PARAMS_FILE (an empty one for the defaults)"
+        )
+    return read.path
+
+
+def put_params(t: SshShell, remote_dir: str, settings: Settings) -> None:
+    """The params file in force here, on the host as remote_dir/params.yaml."""
+    t.put(params_to_push(settings), f"{remote_dir}/params.yaml")
 
 
 def fetched_result(t: SshShell, local: Path, pushed: Pushed | None, error: str, interrupted: bool) -> RemoteResult:

@@ -9,8 +9,9 @@ by host. Each task returns what it produced (the run folder), which the parallel
 from __future__ import annotations
 
 import threading
+from collections.abc import Callable
 from pathlib import Path
-from typing import Any
+from typing import Any, TypeVar
 
 from fabric import task
 from invoke.exceptions import Exit
@@ -24,10 +25,11 @@ from lab.measure.cleanroom import CleanRoom
 from lab.remote.connect import SshShell, explain
 from lab.remote.forward import forwarding_task
 from lab.remote.image import IMAGE
-from lab.remote.session import RemoteResult, RemoteRun, absolute_dir, deploy, run_remote
+from lab.remote.session import RemoteResult, RemoteRun, absolute_dir, deploy, params_to_push, run_remote
 from lab.remote.session import snapshot as host_snapshot
 
 REMOTE_DIR = "~/prefill-lab"
+T = TypeVar("T")
 _DVC_LOCK = threading.Lock()  # hosts in parallel: DVC's repository lock refuses a concurrent `dvc add`
 
 
@@ -53,6 +55,22 @@ def _guarded(c: Any, work: Any) -> Any:
         if why is not None:
             raise Exit(why, code=1) from e
         raise
+
+
+def _settings(**overrides: Any) -> Settings:
+    """The settings here, a bad one (params file, LAB_* variable) one line and exit 2, as `lab` says it."""
+    try:
+        return _unguarded(lambda: load_settings(**overrides))
+    except ValidationError as e:
+        raise Exit(f"invalid settings: {validation_line(e, root='settings')}", code=2) from e
+
+
+def _unguarded(work: Callable[[], T]) -> T:
+    """`work()` before any host is reached: a LabError is one line and its exit code (_guarded's policy)."""
+    try:
+        return work()
+    except LabError as e:
+        raise Exit(str(e).strip().splitlines()[0], code=e.exit_code) from e
 
 
 def _finish(res: RemoteResult, settings: Settings, console: Console) -> str:
@@ -99,7 +117,7 @@ def push(
 ) -> str:
     """Push the pinned build unless the host has it: the container image (docker save | docker load) or the
     bundle (engine + instrument + lab wheel + tiny model)."""
-    settings, console = load_settings(), lab_console()
+    settings, console = _settings(), lab_console()
     how = _guarded(c, lambda t: deploy(t, settings, absolute_dir(t, remote_dir), console, via, image, docker_host))
     if how.image is not None:
         what = f"image {how.image.name} {how.image.id[7:19]} (lab {how.image.revision[:12]})"
@@ -124,10 +142,8 @@ def _run_there(c: Any, args: list[str], own: dict[str, Any], room: CleanRoom | N
     """`lab <args>` on the host (lab.remote.session.run_remote) with the task's own options, then the fetched
     run tracked and its status said. The release the command names (`--engine`) is the one pushed."""
     asked = args[args.index("--engine") + 1] if "--engine" in args[:-1] else None
-    try:
-        settings, console = load_settings(engine={"sdist_version": asked}), lab_console()
-    except ValidationError as e:
-        raise Exit(f"invalid settings: {validation_line(e, root='settings')}", code=2) from e
+    settings, console = _settings(engine={"sdist_version": asked}), lab_console()
+    _unguarded(lambda: params_to_push(settings))  # before anything is pushed
     resume = own.get("resume")
     if resume is not None:
         args = args[:1]  # a resumed run keeps its own params

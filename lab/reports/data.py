@@ -11,14 +11,14 @@ from typing import Any
 
 import pandas as pd
 
-from lab.catalog.newest import newest_of
+from lab.catalog.newest import age, newest_of
 from lab.catalog.tables import RUNS, RunRecord, load_table, rows_at, unflatten
 
 RUN_COLUMNS = list(RunRecord.model_fields)
 
 
 def catalog_runs(catalog_dir: Path) -> pd.DataFrame:
-    """Every run folder the catalog knows (complete or not), oldest first."""
+    """Every run folder the catalog knows (complete or not), oldest first (lab.catalog.newest.age)."""
     runs: pd.DataFrame = load_table(catalog_dir, RUNS)
     if runs.empty:
         return pd.DataFrame({c: pd.Series(dtype=object) for c in RUN_COLUMNS})
@@ -26,7 +26,9 @@ def catalog_runs(catalog_dir: Path) -> pd.DataFrame:
         if c not in runs.columns:
             runs[c] = None
     runs["in_figures"] = runs["in_figures"].fillna(False).astype(bool)
-    return runs.sort_values(["started_utc", "run_id"], kind="stable").reset_index(drop=True)
+    records = [unflatten({str(k): v for k, v in x.items()}, RunRecord) for x in runs.to_dict("records")]
+    order = sorted(range(len(records)), key=lambda i: age(records[i]))  # the catalog's one rule of age
+    return runs.iloc[order].reset_index(drop=True)
 
 
 def drawn_runs(runs: pd.DataFrame, experiment: str | None = None) -> pd.DataFrame:

@@ -18,6 +18,12 @@ class VersusSlot(BaseModel):
     order: int = Field(ge=0, le=1, description="0: the slot's first process, 1: its second")
     started_utc: str
     seconds: float = Field(ge=0, description="the process's wall time, start to end")
+    process: int | None = Field(
+        default=None,
+        ge=0,
+        description="the side's number of the process (the `process` its rows carry), what B/A pairs by slot; "
+        "none in a run from before it was recorded",
+    )
 
 
 class VersusRow(BaseModel):

@@ -3,7 +3,6 @@ cycles on resume (lab.core.runs.RunFolder.keep_whole), parsed, and stored as com
 
 from __future__ import annotations
 
-import json
 import subprocess
 from collections.abc import Hashable
 from pathlib import Path
@@ -11,7 +10,7 @@ from typing import Any
 
 from rich.console import Console
 
-from lab.core.runs import RunError, RunFolder
+from lab.core.runs import RunError, RunFolder, read_jsonl
 from lab.core.schemas import ProfileWall
 from lab.engine.server import die_with_parent
 from lab.experiments.protocol import progress_bar
@@ -45,11 +44,7 @@ def parse_dump(path: Path) -> tuple[dict[str, Any], list[ProfileWall], list[dict
     meta: dict[str, Any] = {}
     walls: list[ProfileWall] = []
     nodes: list[dict[str, Any]] = []
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        try:
-            row = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise RunError(f"{path}:{i}: bad instrument line: {e}") from e
+    for row in read_jsonl(path, None):  # a bad line is one error naming the file and line
         kind = row.pop("kind")
         if kind == "meta":
             meta = row

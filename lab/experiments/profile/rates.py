@@ -31,7 +31,9 @@ def profile_fit(ref: str | RunFolder, runs_dir: Path, max_depth: int | None = No
     if m.experiment != "profile" or not run.ready:
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
     rows = run.read(PROFILE_BAND_CYCLES)
-    chunk = int(m.params["profile"]["chunk"])
+    chunk = m.shape().params.profile.chunk
+    if chunk is None:
+        raise UsageError(f"--rates {ref}: {run.path.name} records no profile chunk (params.profile.chunk)")
     model = Path(str(m.model.get("path", "")))
     if not model.is_file():
         raise UsageError(f"--rates {ref}: the profiled model {model} is not here (its FLOPs are counted from it)")

@@ -131,7 +131,7 @@ class Profile(Experiment):
         self.store(sess, dump, got, peaks)
         return Outcome(results={"instrument_meta": got.meta})
 
-    def cycles_until_narrow(self, sess: OpenRun, console: Console, dump: Path) -> Generator[None, None, Cycles]:
+    def cycles_until_narrow(self, sess: OpenRun, console: Console, dump: Path) -> Generator[int, None, Cycles]:
         """profile.cycles, and one more while an interval is wider than profile.target or a reference is undecided
         (at most profile.max_cycles); a resumed run keeps its complete cycles and its llama-bench calls."""
         run, p = sess.run, sess.settings.profile
@@ -157,7 +157,7 @@ class Profile(Experiment):
 
     def run_cycles(
         self, sess: OpenRun, console: Console, dump: Path, done: int, want: int
-    ) -> Generator[None, None, int]:
+    ) -> Generator[int, None, int]:
         """Cycles `done`..`want`-1, spread over instrument processes (profile.cycles_per_process each: a process is
         a level of variance of its own, which cycles in one process would keep out of the intervals), each
         followed by its llama-bench call. Returns the complete cycles the dump then holds."""
@@ -188,10 +188,10 @@ class Profile(Experiment):
             before, done = done, keep_complete_cycles(run, n_depths)
             if done <= before:
                 raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
+            k = before // p.cycles_per_process  # the process its cycles' rows carry
             if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
-                k = before // p.cycles_per_process
                 bench_process(sess, p, threads, self.bench_depths(sess), done - before, k)
-            yield None  # a process ends here (an interleaved run measures the other side's next)
+            yield k  # a process ends here (an interleaved run measures the other side's next)
         return done
 
     def threads(self, sess: OpenRun) -> int:

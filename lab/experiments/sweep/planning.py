@@ -14,7 +14,7 @@ from typing import Any
 from rich.console import Console
 
 from lab.catalog.newest import newest_runs
-from lab.core.errors import UsageError
+from lab.core.errors import UsageError, warn
 from lab.core.runs import RunError, RunFolder, resolve_run
 from lab.core.schemas import Components, InprocFill, SweepPoint
 from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_SUMMARY, SWEEP_POINTS
@@ -163,12 +163,13 @@ def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str, where: Whe
     and where the prediction's spread comes from (that run, or the lab's default when there is none)."""
     places = {"server", "inproc"} if where == "both" else {where}
     for found in newest_runs(runs_dir, "sweep", model_sha256, host):
+        try:
+            rows = RunFolder.open(found).read(SWEEP_POINTS)
+        except RunError as e:  # a damaged run is the catalog's to report: the plan takes the one before
+            warn(f"{e}; skipped")
+            continue
         # a run of one rep per process kept no components: its intervals over processes still say the spread
-        points = [
-            p
-            for p in RunFolder.open(found).read(SWEEP_POINTS)
-            if p.where in places and (p.components or p.fake_vs_genuine_ci)
-        ]
+        points = [p for p in rows if p.where in places and (p.components or p.fake_vs_genuine_ci)]
         if places <= {p.where for p in points}:
             return points, f"the spread of {found.name}"
     return [], "the lab's default spread in each place (docs/repetition.md)"

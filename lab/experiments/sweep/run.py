@@ -194,13 +194,13 @@ class Sweep(Experiment):
                             point = book.measure(at[where], p, process, progress, task)
                             if point is not None:
                                 done[(where, p.id)] = point
-                    process += 1
+                    ended, process = process, process + 1
                     todo = self.todo(sw, done)
                     if todo and self.plan is not None and self.revised is None and process - first == sw.processes:
                         now = [*done.values(), *book.last.values()]
                         self.revised = revise_plan(settings, self.plan, now, sw.processes, progress.console)
                     paused = time.monotonic()
-                    yield None  # a process ends here (an interleaved run measures the other side's next)
+                    yield ended  # a process ends here (an interleaved run measures the other side's next)
                     started += time.monotonic() - paused  # its own time, not the other side's
                 if self.progress is not None:
                     progress.update(task, visible=False)

@@ -6,11 +6,14 @@ Lifecycle (the protocol's, for two experiments in one run folder):
     open     the run's folder `<date>_<host>_<experiment>_vs_<hex>` (its writer lock taken at once; the id a
              target host reports), then each side's run folder inside it, `a/` and `b/`, with its provenance
     measure  under every folder's guard: slot after slot, one process of each side, in the slot's order
-             (blocks of two slots, AB then BA or BA then AB, at random); each process's start and length into
-             raw/slots.jsonl; a side whose processes are done waits while the other finishes
-    finish   each side's results and status; B/A per point paired by slot (lab.catalog.compare.compare_sides)
-             into raw/versus.jsonl; the run complete when both sides are
-    resume   `--resume <run>`: each side resumes as a run of its own would, the slots go on in the same order
+             (blocks of two slots, AB then BA or BA then AB, at random); each process's number, start and
+             length into raw/slots.jsonl; a side whose processes are done waits while the other finishes
+    finish   the slot table read and B/A per point paired by the slot each process ran in
+             (lab.catalog.compare.compare_sides), then each side's results and status, B/A into raw/versus.jsonl;
+             the run complete when both sides are
+    resume   `--resume <run>` (never a side alone): every folder's writer lock, the side folders and the slot
+             table checked, each side resumes as a run of its own would (a torn last slot row set aside), the
+             slots go on in the same order
 """
 
 from __future__ import annotations
@@ -24,8 +27,9 @@ from typing import Any, Literal
 from rich.console import Console
 
 from lab.catalog.compare import TOLERANCE, VERSUS, Comparison, compare_sides
+from lab.catalog.slot_table import count_paired, read_slots
 from lab.core.console import lab_console
-from lab.core.hostnoise import NoiseWindow, read_state
+from lab.core.hostnoise import NoiseFigures, NoiseWindow, read_state
 from lab.core.runs import SIDES, RunError, RunFolder, utc_now
 from lab.core.schemas import VersusSlot
 from lab.core.schemas.raw import VERSUS_ROWS, VERSUS_SLOTS
@@ -43,6 +47,7 @@ from lab.experiments.protocol import (
     ready,
     record_params,
     report_run,
+    say_params,
 )
 from lab.experiments.versus.config import paired_design, side_b, slot_order
 
@@ -76,11 +81,9 @@ def run_versus(
         else:
             run, sides = _open(experiment, settings, vs or {}, writer)
         console.print(f"run folder: {run.path}", highlight=False)
+        say_params(settings, console)
         params = run.manifest().params
-        _measure(run, sides, int(params["seed"]), console)
-        with run.guard():  # a failure past the measuring leaves the run incomplete, resumable to this step
-            comparison = compare_sides(run.path)
-            run.rewrite(VERSUS_ROWS, comparison.stored())
+        comparison = _measure(run, sides, int(params["seed"]), console)
         failed = [f"side {s.name}: {s.outcome.failure}" for s in sides if s.outcome and s.outcome.failure]
         if failed:
             run.fail("; ".join(failed))
@@ -112,26 +115,46 @@ def _open(
 def _reopen(
     experiment: Experiment, settings: Settings, run: RunFolder, writer: contextlib.ExitStack
 ) -> tuple[RunFolder, list[Side]]:
-    """A resumed interleaved run: each side that is not complete resumes with its own recorded inputs (side B's
-    engine and model from the run's --vs), a side that never started starts."""
+    """A resumed interleaved run: every side's folder locked (one writer per folder, as the run's) and the slot
+    table checked before anything of it is read back or written; then each side that is not complete resumes
+    with its own recorded inputs (side B's engine and model from the run's --vs), a side that never started
+    starts, once both are ready; the run's own begin_resume sets a torn last slot row aside, before the slots
+    go on."""
     m = run.resumable(experiment.name + VERSUS)
+    found = _side_runs(run, writer)
+    read_slots(run.path)  # a bad row: one line naming it, nothing changed
     vs: dict[str, str] = m.params.get("vs", {})
     a = paired_design(settings)
     sides = [Side("a", experiment, a), Side("b", type(experiment)(), side_b(a, vs, experiment.name))]
+    todo = []
     for s in sides:
-        folder = run.path / s.name
-        side_run = RunFolder.open(folder) if (folder / "manifest.json").exists() else None
+        side_run = found[s.name]
         if side_run is not None and side_run.ready:
             s.outcome = Outcome()
             continue
         s.settings, s.parts = ready(s.experiment, s.settings, side_run, writer)
-        if side_run is None and folder.exists():
-            raise RunError(f"{folder}: a side folder without its manifest; move it away to start that side anew")
+        todo.append(s)
+    for s in todo:
         with run.guard():
-            _open_side(s, run, side_run, writer)
+            _open_side(s, run, found[s.name], writer)
     run.begin_resume(experiment.name + VERSUS)
     report_run(run)
     return run, sides
+
+
+def _side_runs(run: RunFolder, writer: contextlib.ExitStack) -> dict[str, RunFolder | None]:
+    """Each side's run folder (None: the side never started), its writer lock held to the end; a side folder
+    without its manifest is refused in one line."""
+    found: dict[str, RunFolder | None] = {}
+    for side in SIDES:
+        folder = run.path / side
+        if folder.exists() and not (folder / "manifest.json").exists():
+            raise RunError(f"{folder}: a side folder without its manifest; move it away to start that side anew")
+        found[side] = RunFolder.open(folder) if folder.exists() else None
+    for side_run in found.values():
+        if side_run is not None:
+            writer.enter_context(side_run.writer())
+    return found
 
 
 def _open_side(s: Side, run: RunFolder, resume: RunFolder | None, writer: contextlib.ExitStack) -> None:
@@ -140,9 +163,9 @@ def _open_side(s: Side, run: RunFolder, resume: RunFolder | None, writer: contex
     s.sess = open_run(s.settings, s.experiment.name, params, s.parts, resume, writer, side=run, side_name=s.name)
 
 
-def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> None:
+def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> Comparison:
     """Slot after slot, one process of each side still measuring, in the slot's order, under every folder's
-    guard (an interruption leaves each incomplete, with the reason)."""
+    guard (an interruption leaves each incomplete, with the reason); then the run's end (see _finish)."""
     open_sides = [s for s in sides if s.sess is not None]
     runs = [run, *(s.sess.run for s in open_sides if s.sess)]
     with contextlib.ExitStack() as live:
@@ -166,21 +189,31 @@ def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> 
         for s in open_sides:
             assert s.sess is not None
             going[s.name] = s.experiment.processes(s.sess, console)
-        slot = max((r.slot for r in run.read(VERSUS_SLOTS, tolerate_torn_tail=True)), default=-1) + 1
+        slot = max((r.slot for r in read_slots(run.path, torn_ok=False)), default=-1) + 1
         while going:
             for order, name in enumerate(slot_order(slot, seed)):
                 if name in going:
                     _step(run, next(s for s in sides if s.name == name), going, slot, order)
             slot += 1
         sessions = [s.sess for s in open_sides if s.sess is not None]
-        noise = window.stop(ctx_switches(sessions)) if window is not None else None
-        quiet = Console(quiet=True)
-        for i, s in enumerate(open_sides):
-            assert s.sess is not None and s.outcome is not None
-            finish(s.sess, s.outcome, noise, console if i == 0 else quiet)
-        if noise is not None:
-            run.add_results(host_noise=noise.model_dump(mode="json"))
-        run.add_results(**_timing(run))
+        return _finish(run, open_sides, window.stop(ctx_switches(sessions)) if window is not None else None, console)
+
+
+def _finish(run: RunFolder, open_sides: list[Side], noise: NoiseFigures | None, console: Console) -> Comparison:
+    """The slot table read and B/A computed before any side is finished: a table or a row that does not read
+    leaves every folder incomplete and resumable to this step, never sides complete under a run whose end fails
+    on every resume. Then each side's results and status, and the run's timing and B/A."""
+    timing = _timing(run)
+    comparison = compare_sides(run.path)
+    quiet = Console(quiet=True)
+    for i, s in enumerate(open_sides):
+        assert s.sess is not None and s.outcome is not None
+        finish(s.sess, s.outcome, noise, console if i == 0 else quiet)
+    if noise is not None:
+        run.add_results(host_noise=noise.model_dump(mode="json"))
+    run.add_results(**timing)
+    run.rewrite(VERSUS_ROWS, comparison.stored())
+    return comparison
 
 
 def _close(going: dict[str, Processes]) -> None:
@@ -192,23 +225,22 @@ def _step(run: RunFolder, s: Side, going: dict[str, Processes], slot: int, order
     """One process of side `s` (or, once its processes are done, its closing summary)."""
     started, t0 = utc_now(), time.monotonic()
     try:
-        next(going[s.name])
+        process = next(going[s.name])
     except StopIteration as stop:
         s.outcome = stop.value
         del going[s.name]
         return
-    row = VersusSlot(slot=slot, side=s.name, order=order, started_utc=started, seconds=time.monotonic() - t0)
+    seconds = time.monotonic() - t0
+    row = VersusSlot(slot=slot, side=s.name, order=order, started_utc=started, seconds=seconds, process=process)
     run.append(VERSUS_SLOTS, [row])
 
 
 def _timing(run: RunFolder) -> dict[str, Any]:
-    """The run's slots: how many, how many paired (both sides measured), each side's process seconds."""
-    rows = run.read(VERSUS_SLOTS)
-    per: dict[int, set[str]] = {}
-    for r in rows:
-        per.setdefault(r.slot, set()).add(r.side)
+    """The run's slots (read strictly: a resumed run set a torn last line aside): how many, how many paired (both
+    sides measured), each side's process seconds."""
+    rows = read_slots(run.path, torn_ok=False)
     return {
-        "slots": len(per),
-        "paired_slots": sum(1 for v in per.values() if v == set(SIDES)),
+        "slots": len({r.slot for r in rows}),
+        "paired_slots": count_paired(rows),
         "process_s": {side: [r.seconds for r in rows if r.side == side] for side in SIDES},
     }
