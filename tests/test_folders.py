@@ -6,6 +6,9 @@ text; and the newest run is the one the lab had last, not the one claiming the l
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import time
 from collections.abc import Callable
 from pathlib import Path
 from typing import Any
@@ -13,6 +16,7 @@ from typing import Any
 import pytest
 from labcli import lab, one_line_error
 
+from lab.catalog.arrivals import arrived_utc
 from lab.catalog.ingest import ingest
 from lab.catalog.newest import newest, newest_of, newest_run, newest_runs
 from lab.catalog.tables import RUNS, RunRecord, load_table, unflatten
@@ -216,14 +220,12 @@ def test_a_run_claiming_a_future_start_is_not_the_newest(tmp_path: Path) -> None
     """A folder with this host's name and this model's sha256 that says it started in 2099 used to be the newest
     for the plan, the headline and the charts forever: it is as new as when it arrived here, and a run made after
     that is newer."""
-    from lab.catalog.arrivals import record_arrival
-
     runs = tmp_path / "runs"
     before = sweep(runs, "2026-11-01T00:00:00Z")
-    hostile = sweep(runs, "2099-01-01T00:00:00Z")
-    record_arrival(runs, hostile.name, "2026-11-15T00:00:00.000Z")  # fetched from a host then
+    hostile = sweep(runs, "2099-01-01T00:00:00Z")  # arrives now, whatever it claims
     assert newest_run(runs, "sweep", SHA, HOST) == hostile  # it did arrive after `before`
-    after = sweep(runs, utc_now())  # made here now
+    time.sleep(1.1)  # a start is stored to the second
+    after = sweep(runs, utc_now())  # made here after it arrived
     assert newest_runs(runs, "sweep", SHA, HOST) == [after, hostile, before]
     ingest(runs, tmp_path / "catalog")  # the catalog's choice (the headline, the charts): the same rule
     records = [unflatten(x, RunRecord) for x in load_table(tmp_path / "catalog", RUNS).to_dict("records")]
@@ -231,46 +233,24 @@ def test_a_run_claiming_a_future_start_is_not_the_newest(tmp_path: Path) -> None
     chosen = newest_of(records, "sweep")
     assert chosen is not None and chosen.run_id == after.name
     by_id = {r.run_id: r for r in records}  # its age: when it arrived; the others', when they started
-    assert by_id[hostile.name].age_utc == "2026-11-15T00:00:00.000Z"
+    assert by_id[hostile.name].age_utc == arrived_utc(hostile) < by_id[after.name].age_utc.replace("Z", ".999Z")
     assert by_id[before.name].age_utc == "2026-11-01T00:00:00Z"
 
 
-def test_a_folder_is_recorded_when_first_seen_and_the_first_record_stays(tmp_path: Path) -> None:
-    """A folder `dvc pull` or a copy brought: recorded the first time a reader sees it; a later record of the same
-    run (a resumed run fetched again) changes nothing."""
-    from lab.catalog.arrivals import ARRIVALS, arrivals, record_arrival
-
+def test_a_copy_arrives_when_it_is_written_here_whatever_its_times_say(tmp_path: Path) -> None:
+    """A folder `dvc pull`, a fetch or a copy brought, its files' times kept (`cp -p`, a tar's mtimes): its
+    arrival is when its manifest was written here, and reading it writes nothing."""
     runs = tmp_path / "runs"
-    run = sweep(runs, "2099-01-01T00:00:00Z")
-    assert not (runs / ARRIVALS).exists()
-    newest_runs(runs, "sweep", SHA, HOST)
-    first = arrivals(runs, [])[run.name]
-    assert first < "2099" and first.endswith("Z")
-    record_arrival(runs, run.name, "2030-01-01T00:00:00.000Z")
-    assert arrivals(runs, [])[run.name] == first
-    assert [p.name for p in runs.iterdir() if p.is_dir()] == [run.name]  # the record is no run folder
-
-
-def test_a_torn_or_bad_record_of_arrivals_is_set_aside(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
-    from lab.catalog.arrivals import ARRIVALS, arrivals, record_arrival
-
-    runs = tmp_path / "runs"
-    run = sweep(runs, "2026-12-01T00:00:00Z")
-    record_arrival(runs, run.name, "2026-12-01T00:00:01.000Z")
-    index = runs / ARRIVALS
-    with index.open("a") as fh:
-        fh.write('{"run_id": "2026-12-0')  # a writer killed mid-line
-    other = sweep(runs, "2026-12-02T00:00:00Z")
-    record_arrival(runs, other.name, "2026-12-02T00:00:01.000Z")
-    assert arrivals(runs, []) == {run.name: "2026-12-01T00:00:01.000Z", other.name: "2026-12-02T00:00:01.000Z"}
-    (torn,) = runs.glob(f"{ARRIVALS}.torn-*")
-    assert torn.read_text() == '{"run_id": "2026-12-0'
-    index.write_text('{"run_id": 5}\n')  # not the lab's: set aside whole, every run counts as first seen now
-    capsys.readouterr()
-    seen = arrivals(runs, [run.name])
-    assert list(seen) == [run.name] and seen[run.name] > "2026-12-06"
-    assert f"{index}:1" in capsys.readouterr().err
-    assert list(runs.glob(f"{ARRIVALS}.bad-*"))
+    made = sweep(tmp_path / "elsewhere", "2099-01-01T00:00:00Z")
+    os.utime(made / "manifest.json", (4102444800, 4102444800))  # mtime in 2100
+    runs.mkdir()
+    copied = runs / made.name
+    subprocess.run(["cp", "-pr", str(made), str(copied)], check=True)
+    arrived = arrived_utc(copied)
+    assert "2026" <= arrived < "2099" and arrived.endswith("Z")
+    listing = sorted(p.name for p in runs.iterdir())
+    assert newest_runs(runs, "sweep", SHA, HOST) == [copied]
+    assert sorted(p.name for p in runs.iterdir()) == listing  # nothing written beside the runs
 
 
 @pytest.mark.parametrize(

@@ -10,7 +10,7 @@ from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
-from lab.catalog.arrivals import arrivals
+from lab.catalog.arrivals import arrived_utc
 from lab.catalog.tables import SPECS
 from lab.core.errors import LabError, warn
 from lab.core.runs import RUN_ID, SIDES, Manifest, RunError, load_manifest
@@ -111,14 +111,13 @@ def run_folders(runs_dir: Path, sides: bool = False, skipped: Skipped = warn_ski
     two sides after it); each that does not goes to `skipped` (by default, one warning line) and is not read
     further, nor are its sides."""
     dirs = run_dirs(runs_dir)
-    arrived = arrivals(runs_dir, (d.name for d in dirs if RUN_ID.match(d.name) and not d.is_symlink()))
     for d in dirs:
         try:
             m = current_manifest(d)
         except IngestError as e:
             skipped(d, e)
             continue
-        yield Folder(d, d.name, m, arrived.get(d.name, ""))
+        yield Folder(d, d.name, m, arrived_utc(d))
         for side in SIDES if sides else ():
             if not (d / side / "manifest.json").exists() and not (d / side).is_symlink():
                 continue
@@ -127,4 +126,4 @@ def run_folders(runs_dir: Path, sides: bool = False, skipped: Skipped = warn_ski
             except IngestError as e:
                 skipped(d / side, e)
                 continue
-            yield Folder(d / side, f"{d.name}/{side}", ms, arrived.get(d.name, ""))
+            yield Folder(d / side, f"{d.name}/{side}", ms, arrived_utc(d))

@@ -6,7 +6,7 @@ from __future__ import annotations
 from pathlib import Path
 from typing import Any
 
-from lab.catalog.arrivals import arrivals
+from lab.catalog.arrivals import arrived_utc
 from lab.catalog.folders import IngestError, current_manifest, run_folders, skipped_line
 from lab.catalog.ingest import run_record, run_rows
 from lab.catalog.tables import SPEC_BY_NAME, SPECS, RunRecord
@@ -32,7 +32,7 @@ def listing_record(runs: list[RunRecord | tuple[str, str]]) -> list[dict[str, An
 def run_detail(folder: Path) -> dict[str, Any]:
     """One run's provenance (the catalog's run record), its inputs and results, and its tables' row counts."""
     m = current_manifest(folder)
-    rec = run_record(folder, m, arrived_utc=arrivals(folder.parent).get(folder.name, ""))
+    rec = run_record(folder, m, arrived_utc=arrived_utc(folder))
     tables = {
         name: len(run_rows(folder, m.experiment, name))
         for name in SPEC_BY_NAME

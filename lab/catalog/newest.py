@@ -17,7 +17,7 @@ from lab.catalog.tables import RunRecord
 def age(r: RunRecord) -> tuple[datetime, str]:
     """What orders runs oldest to newest: when each started, or when its folder arrived here where that is
     earlier (`age_utc`, lab.catalog.arrivals), so a folder claiming a later start than it arrived, a future one
-    say, is never newer than a run made or fetched after it (a record from before arrivals were kept: its start,
+    say, is never newer than a run made or fetched after it (a record without an age: its start,
     or now if that is earlier); its id breaks a tie."""
     now = datetime.now(UTC)
     when = utc_time(r.age_utc) or min(utc_time(r.started_utc) or now, now)

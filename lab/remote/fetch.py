@@ -9,7 +9,6 @@ import os
 import shutil
 from pathlib import Path
 
-from lab.catalog.arrivals import record_arrival
 from lab.core.runs import Manifest, RunFolder, check_run_id
 from lab.experiments.profile.dump import DUMP
 from lab.remote.connect import RemoteError, SshShell
@@ -35,7 +34,6 @@ def fetch(t: SshShell, remote: str, runs_dir: Path, run_id: str, resumed: bool) 
         else:
             files_in(tmp, where)  # no link, nothing this machine writes
             tmp.rename(local)
-            record_arrival(runs_dir, local.name)  # its age here: when it landed, whatever start it claims
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
     return local
