@@ -62,3 +62,15 @@ def test_a_string_from_a_folder_is_shown_as_text() -> None:
     t.add_row(shown("nuc[/x][bold red]\x1b[2J\x07\x9b"))
     out = printed(True, 80, t)
     assert "nuc[/x][bold red]\\x1b[2J\\x07\\x9b" in out and "\x1b" not in out and "\x07" not in out
+
+
+def test_a_warning_and_a_shown_string_escape_control_characters_alike(capsys: pytest.CaptureFixture[str]) -> None:
+    """One escape for both: a warning is one line (its newline and tab escaped too); a shown string keeps them."""
+    from lab.core.console import plain
+    from lab.core.errors import warn
+
+    text = "nuc\x1b[2J\x07\x9b\nrow\tcol"
+    assert plain(text) == "nuc\\x1b[2J\\x07\\x9b\nrow\tcol"
+    assert plain(text, one_line=True) == "nuc\\x1b[2J\\x07\\x9b\\nrow\\tcol"
+    warn(text)
+    assert capsys.readouterr().err == f"warning: {plain(text, one_line=True)}\n"

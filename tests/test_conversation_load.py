@@ -12,7 +12,9 @@ from pathlib import Path
 import pytest
 
 from lab.conversation.load import ConversationError, images, is_conversation, load_conversation
+from lab.conversation.shapes import load_trace
 from lab.conversation.synth import EVICTED_SHOT, SynthConversation, synth_conversation
+from lab.core.errors import LabError
 from lab.engine.png import make_png
 
 pytestmark = pytest.mark.fast
@@ -53,7 +55,7 @@ def step(messages: list[dict], k: int = 0) -> str:  # type: ignore[type-arg]
 @pytest.mark.parametrize(
     ("line", "needle"),
     [
-        ("{not json", "not a conversation step"),
+        ("{not json", "bad JSON row: Expecting property name"),
         (json.dumps({"task_id": "t", "step": 0, "request": {}}), "non-empty `messages` list"),
         (step([{"role": "bot", "content": "hi"}]), "messages[0]: role"),
         (
@@ -105,3 +107,44 @@ def test_a_text_only_conversation_for_a_model_without_a_projector(tmp_path: Path
                        capture_output=True, text=True, timeout=120)  # fmt: skip
     assert r.returncode == 2 and "--text-only: only with --conversation" in r.stderr, r.stderr
     assert not (tmp_path / "x.jsonl").exists()
+
+
+DEEP = b"[" * 100_000 + b"]" * 100_000
+FINE = step([{"role": "user", "content": "fine"}]).encode()
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (DEEP + b"\n", 1),
+        (FINE + b"\n" + DEEP + b"\n", 2),
+        (b'{"task_id": "t\xff", "step": 0}\n', 1),
+        (FINE + b"\n\n" + FINE[:-2] + b'\xff"}\n', 3),
+    ],
+    ids=["deep-first", "deep-second", "not-utf8-first", "not-utf8-third"],
+)
+def test_a_line_no_parser_reads_is_one_error_naming_file_and_line(tmp_path: Path, data: bytes, line: int) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(data)
+    load = load_conversation if is_conversation(trace) else load_trace  # as the replay and tune choose
+    with pytest.raises(ConversationError, match=rf"^{trace}:{line}: ") as e:
+        load(trace)
+    assert "\n" not in str(e.value)
+
+
+def test_a_torn_tail_no_parser_reads_is_left_out(tmp_path: Path, capsys: pytest.CaptureFixture[str]) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(FINE + b"\n" + DEEP)
+    assert [s.step for s in load_conversation(trace)["t"]] == [0]
+    err = capsys.readouterr().err
+    assert f"{trace}: its last line was cut mid-write ({len(DEEP)} bytes, no newline): left out" in err
+
+
+def test_a_trace_over_the_bound_is_refused_unread(tmp_path: Path) -> None:
+    trace = tmp_path / "t.jsonl"
+    trace.write_bytes(FINE + b"\n")
+    with trace.open("r+b") as fh:
+        fh.truncate(513 << 20)  # sparse: no disk spent
+    for read in (is_conversation, load_conversation):
+        with pytest.raises(LabError, match=rf"^{trace}: .*over the limit of 512 MiB"):
+            read(trace)

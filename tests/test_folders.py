@@ -192,6 +192,23 @@ def test_a_bad_raw_table_of_the_newest_sweep_leaves_the_plan_the_one_before(
     one_warning(capsys.readouterr().err, bad, f"{SWEEP_POINTS.file}:1: bad SweepPoint row")
 
 
+def test_a_complete_run_whose_raw_file_is_over_the_size_limit_is_skipped_by_ingest_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str]
+) -> None:
+    """A raw file too large to read stops no other folder: its run is left out of the catalog, named."""
+    from lab.core.runs import MAX_RAW_BYTES
+
+    runs = tmp_path / "runs"
+    good, bad = sweep(runs, "2026-12-01T00:00:00Z"), sweep(runs, "2026-12-02T00:00:00Z")
+    with (bad / "raw" / SWEEP_POINTS.file).open("wb") as fh:  # sparse: its size without its bytes
+        fh.truncate(MAX_RAW_BYTES + 1)
+    capsys.readouterr()
+    r = ingest(runs, tmp_path / "catalog")
+    assert (r.runs, r.in_figures, r.rows["sweep_points"]) == (1, 1, 1)
+    one_warning(capsys.readouterr().err, bad, f"{SWEEP_POINTS.file}: {MAX_RAW_BYTES + 1:,} bytes, over the limit")
+    assert list(load_table(tmp_path / "catalog", RUNS)["run_id"]) == [good.name]
+
+
 MARKUP = "[/x][bold]"
 CONTROL = "\x1b]0;owned\x07\x1b[2J"
 

@@ -1,6 +1,7 @@
 """A host's run stays the host's, checked without a host: a resumed run fetched back only grows here (a file of the
-host's replaces the local one only where the local one is a byte prefix of it; what only this machine wrote is
-never taken from the host's copy nor removed), and a local `--resume` of a run measured elsewhere is refused in one
+host's replaces the local one only where the local one is a byte prefix of it, or where the host's resume cut a
+table back to a prefix of the local rows and appended its own; what only this machine wrote is never taken from the
+host's copy nor removed), and a local `--resume` of a run measured elsewhere is refused in one
 line unless asked for (`--host-ok`), its recorded settings then checked as a user's own are.
 
 The fetch's merge is run on two local folders here (the copy a host sent, and the local one); the same merge over
@@ -19,6 +20,7 @@ from labcli import lab, one_line_error
 
 from lab.core.runs import RunError, RunFolder, utc_now
 from lab.core.settings import load_settings
+from lab.experiments.profile.dump import DUMP, keep_complete_cycles
 from lab.experiments.protocol import record_params, restore
 from lab.experiments.sweep.run import Sweep
 from lab.remote.connect import RemoteError
@@ -96,13 +98,15 @@ def refused(there: Path, run: RunFolder, needle: str) -> None:
 
 
 def test_the_same_number_of_other_rows_changes_nothing(tmp_path: Path) -> None:
+    """Not resumed there since: only a resume drops rows (its resume's, below)."""
     run = interrupted_run(tmp_path / "runs")
-    there = hosts_copy(run, tmp_path)
+    there = hosts_copy(run, tmp_path, resumed=False)
     (there / "raw" / "samples.jsonl").write_text('{"rep":0}\n{"rep":9}\n')
     refused(there, run, "raw/samples.jsonl differs there")
 
 
 def test_more_rows_that_rewrite_the_local_ones_change_nothing(tmp_path: Path) -> None:
+    """Even resumed there: a resume drops a tail of rows, it never changes the first and keeps the second."""
     run = interrupted_run(tmp_path / "runs")
     there = hosts_copy(run, tmp_path)
     (there / "raw" / "samples.jsonl").write_text('{"rep":9}\n{"rep":1}\n{"rep":2}\n')
@@ -121,8 +125,9 @@ def test_a_newer_file_that_does_not_continue_the_local_one_changes_nothing(tmp_p
 
 
 def test_a_shorter_file_there_changes_nothing(tmp_path: Path) -> None:
+    """Not resumed there since: only a resume drops rows (its resume's, below)."""
     run = interrupted_run(tmp_path / "runs")
-    there = hosts_copy(run, tmp_path)
+    there = hosts_copy(run, tmp_path, resumed=False)
     (there / "raw" / "samples.jsonl").write_text('{"rep":0}\n')
     refused(there, run, "raw/samples.jsonl is shorter there")
 
@@ -165,6 +170,69 @@ def test_a_side_that_is_another_run_there_changes_nothing(tmp_path: Path) -> Non
     refused(there, run, "a/manifest.json is not the same run there (its started_utc differ)")
 
 
+# --- a host's resume that cut back a table to its whole units of work ---------------------------------------------
+
+DEPTHS = (0, 128)
+
+
+def cycle_rows(cycle: int, ms: float, upto: int | None = None) -> str:
+    """A profile cycle's lines as the instrument writes them (`%.6f`): a fused and a timed pass over every depth,
+    a node row after each timed wall; the first `upto` lines only (a cycle interrupted there)."""
+    lines = [f'{{"kind":"fused","cycle":{cycle},"depth":{d},"ms":{ms + d:.6f}}}\n' for d in DEPTHS]
+    for d in DEPTHS:
+        lines.append(f'{{"kind":"timed","cycle":{cycle},"depth":{d},"ms":{ms + d + 1:.6f}}}\n')
+        lines.append(f'{{"kind":"node","cycle":{cycle},"depth":{d},"name":"mul_mat","ms":{ms / 3:.6f},"calls":2}}\n')
+    return "".join(lines[:upto])
+
+
+def profile_interrupted_twice(tmp_path: Path, resumed: bool = True, again: int = 2) -> tuple[RunFolder, Path]:
+    """A profile interrupted in cycle 1, as a first fetch left it here (its partial cycle's rows in the dump), and
+    the host's copy after its resume cut the dump back to cycle 0 (the lab's own resume, which rewrites the rows it
+    keeps) and was interrupted in cycle 1 again, `again` of its rows in the dump this time."""
+    run = interrupted_run(tmp_path / "runs")
+    meta = '{"kind":"meta","n_layer":2,"chunk":128,"cycles":3}\n'
+    (run.path / "raw" / f"{DUMP}.jsonl").write_text(meta + cycle_rows(0, 10.5) + cycle_rows(1, 11.25, upto=4))
+    there = hosts_copy(run, tmp_path, resumed=resumed)
+    assert keep_complete_cycles(RunFolder(there), len(DEPTHS)) == 1
+    with (there / "raw" / f"{DUMP}.jsonl").open("a") as fh:
+        fh.write(cycle_rows(1, 12.75, upto=again))
+    return run, there
+
+
+@pytest.mark.parametrize("again", [2, 0])
+def test_a_table_the_hosts_resume_cut_back_to_whole_units_and_grew_again_is_taken_in_one_line(
+    tmp_path: Path, capsys: pytest.CaptureFixture[str], again: int
+) -> None:
+    """The local rows of cycle 1 (unfinished) were dropped by the host's resume, which measured it again: a byte
+    prefix rule refused every later fetch of the run, the local copy stuck at what the first fetch brought. None
+    of its new rows in the dump yet (killed before its part was merged) is the same."""
+    run, there = profile_interrupted_twice(tmp_path, again=again)
+    hosts = (there / "raw" / f"{DUMP}.jsonl").read_bytes()
+    capsys.readouterr()
+    merge_resumed(there, run.path, WHERE)
+    assert (run.path / "raw" / f"{DUMP}.jsonl").read_bytes() == hosts
+    (line,) = capsys.readouterr().err.strip().splitlines()
+    assert line.startswith("warning: ") and f"raw/{DUMP}.jsonl" in line and "4 local rows" in line, line
+    assert len(run.manifest().resumed_utc) == 1
+
+
+def test_a_table_cut_back_there_without_a_new_resume_there_changes_nothing(tmp_path: Path) -> None:
+    """Only a resume rewrites a table: a host that did not resume the run since cannot have dropped rows."""
+    run, there = profile_interrupted_twice(tmp_path, resumed=False)
+    refused(there, run, f"raw/{DUMP}.jsonl differs there")
+
+
+def test_a_table_whose_kept_rows_were_changed_there_changes_nothing_even_after_a_resume(tmp_path: Path) -> None:
+    """A resume drops a tail of whole rows; a row changed in the middle of what it kept is no resume's."""
+    run, there = profile_interrupted_twice(tmp_path)
+    dump = there / "raw" / f"{DUMP}.jsonl"
+    lines = dump.read_text().splitlines(keepends=True)
+    assert '"kind":"fused","cycle":0,"depth":128' in lines[2]
+    lines[2] = lines[2].replace('"ms":138.5', '"ms":1.5')
+    dump.write_text("".join(lines))
+    refused(there, run, f"raw/{DUMP}.jsonl differs there")
+
+
 # --- a local --resume of a host's run ------------------------------------------------------------------------------
 
 
@@ -198,8 +266,10 @@ def test_a_local_resume_of_a_run_measured_on_another_host_is_refused(here: Path)
 def test_a_local_resume_of_a_fetched_run_is_refused_whatever_host_it_names(here: Path) -> None:
     run = sweep_run(here, "here-box")
     (run.path / "git" / "image.json").write_text("{}\n")  # what a fetch from a host adds here
+    before = tree(run.path)
     r = lab("sweep", "--resume", run.path.name, "--runs-dir", str(here))
     one_line_error(r, 2, f"{run.path.name} was fetched from a host")
+    assert tree(run.path) == before  # refused before anything is written: the run folder as it was
 
 
 def test_host_ok_resumes_it_here_and_its_extra_args_are_checked_as_the_users_own(here: Path, tmp_path: Path) -> None:
@@ -214,7 +284,13 @@ def test_host_ok_resumes_it_here_and_its_extra_args_are_checked_as_the_users_own
 
 @pytest.mark.parametrize(
     "flag",
-    [["--log-file", "/tmp/lab-log"], ["--log-file=/tmp/lab-log"], ["-lcd", "/tmp/lab-cache"], ["-hf", "some/repo"]],
+    [
+        ["--log-file", "/tmp/lab-log"],
+        ["--log-file=/tmp/lab-log"],
+        ["-lcd", "/tmp/lab-cache"],
+        ["-hf", "some/repo"],
+        ["--slot-save-path", "/tmp/lab-slots"],
+    ],
 )
 def test_a_flag_that_writes_a_path_the_lab_does_not_control_is_refused_in_extra_args(
     here: Path, tmp_path: Path, flag: list[str]

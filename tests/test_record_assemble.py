@@ -14,6 +14,7 @@ from lab.conversation.assemble import StreamAssembler, assemble, reply_of_body
 from lab.conversation.exchange import side_task, upstream_url
 from lab.conversation.load import load_conversation
 from lab.conversation.log import ConversationLog, RecordError
+from lab.core.errors import LabError
 from lab.core.schemas import ConversationStep
 
 pytestmark = pytest.mark.fast
@@ -338,3 +339,44 @@ def test_a_side_task_gets_no_tool_time(tmp_path: Path) -> None:
     log.finish(row("a~side1", 0), ended=1.0, loop=False)
     assert log.begin("a~side1", now=5.0) == 1
     assert written(path) == [("a~side1", 0, None)]
+
+
+def test_append_ends_a_whole_last_line_that_lacks_its_newline(tmp_path: Path) -> None:
+    """A last line that is whole but for its newline is kept and ended: the next row is a line of its own."""
+    path = tmp_path / "t.jsonl"
+    path.write_text(row("a", 0).model_dump_json() + "\n" + row("a", 1).model_dump_json())
+    log = ConversationLog.open(path, append=True)
+    assert log.begin("a", now=0.0) == 2
+    log.finish(row("a", 2), ended=1.0)
+    assert written(path) == [("a", 0, None), ("a", 1, None), ("a", 2, None)]
+    assert [s.step for s in load_conversation(path)["a"]] == [0, 1, 2]
+    assert not list(tmp_path.glob("t.jsonl.torn-*"))
+
+
+def test_appends_within_a_second_each_set_their_torn_tail_aside(tmp_path: Path) -> None:
+    """Three appends within a second (two of them share one at least), each after a tear: each tail in a file of
+    its own, the trace its whole lines."""
+    path = tmp_path / "t.jsonl"
+    whole = row("a", 0).model_dump_json() + "\n"
+    cuts = ['{"task_id": "a", "st', '{"task_id": "a", "step": 1, "requ', '{"task_id": "a", "step": 1, "request": {']
+    t0 = time.monotonic()
+    for cut in cuts:
+        path.write_text(whole + cut)
+        assert ConversationLog.open(path, append=True).begin("a", now=0.0) == 1
+        assert path.read_text() == whole
+    assert time.monotonic() - t0 < 1.0
+    assert sorted(p.read_text() for p in tmp_path.glob("t.jsonl.torn-*")) == sorted(cuts)
+
+
+@pytest.mark.parametrize(
+    "bad",
+    [b"[" * 100_000 + b"]" * 100_000 + b"\n", b'{"task_id": "a\xff", "step": 1}\n'],
+    ids=["deep-nesting", "not-utf8"],
+)
+def test_append_to_a_trace_with_a_line_no_parser_reads_is_one_line(tmp_path: Path, bad: bytes) -> None:
+    path = tmp_path / "t.jsonl"
+    before = (row("a", 0).model_dump_json() + "\n").encode() + bad
+    path.write_bytes(before)
+    with pytest.raises(LabError, match=rf"^{path}:2: ") as e:
+        ConversationLog.open(path, append=True)
+    assert "\n" not in str(e.value) and path.read_bytes() == before

@@ -224,6 +224,50 @@ def test_a_raw_file_over_the_row_limit_is_refused_by_name(tmp_path: Path) -> Non
         read_jsonl(path, None)
 
 
+def test_a_raw_file_over_a_callers_limit_is_refused_by_name(tmp_path: Path) -> None:
+    from lab.core.runs import RawLimit
+
+    path = tmp_path / "t.jsonl"
+    path.write_bytes(b"{}\n{}\n")
+    assert read_jsonl(path, None, limit=RawLimit(max_bytes=6, max_rows=2)) == [{}, {}]
+    with pytest.raises(RunError, match=rf"^{path}: 6 bytes, over the limit of 5 bytes a raw file may hold"):
+        read_jsonl(path, None, limit=RawLimit(max_bytes=5, max_rows=2))
+    with pytest.raises(RunError, match=rf"^{path}: over the limit of 1 rows a raw file may hold: not read$"):
+        read_jsonl(path, None, limit=RawLimit(max_bytes=6, max_rows=1))
+
+
+def test_the_profiles_dump_is_read_within_its_own_larger_limit(tmp_path: Path) -> None:
+    """A deep profile of a large model (80 layers, 50 cycles) may dump more than a raw table may hold, after
+    hours of measuring: its dump is read, and cut back on resume, within a bound of its own; every other table
+    within the default."""
+    from lab.core.runs import MAX_RAW_BYTES, MAX_RAW_ROWS
+    from lab.experiments.profile.dump import DUMP, DUMP_LIMIT, keep_complete_cycles, parse_dump
+
+    assert DUMP_LIMIT.max_bytes >= 8 * 2**30 > MAX_RAW_BYTES and DUMP_LIMIT.max_rows > MAX_RAW_ROWS
+    run = RunFolder.create(tmp_path, "profile", "vm", {})
+    dump = run.table_path(DUMP)
+    with dump.open("wb") as fh:  # a bad first line, then sparse: over the default limit without its bytes
+        fh.write(b"not json\n")
+        fh.truncate(MAX_RAW_BYTES + 1)
+    with pytest.raises(RunError, match=rf"^{dump}: .* over the limit of 512 MiB"):
+        read_jsonl(dump, None)
+    for read in (lambda: parse_dump(dump), lambda: keep_complete_cycles(run, 1)):  # read past the default limit
+        with pytest.raises(RunError, match=rf"^{dump}:1: bad JSON row"):
+            read()
+    assert dump.stat().st_size == MAX_RAW_BYTES + 1
+
+
+def test_a_side_of_an_interleaved_run_is_named_by_its_place(tmp_path: Path) -> None:
+    from lab.core.runs import side_name
+
+    run = RunFolder.create(tmp_path, "sweep", "vm", {})
+    (run.path / "a").mkdir()
+    assert side_name(run.path / "a") == f"{run.path.name}/a"
+    assert side_name(run.path) is None and side_name(run.path / "raw") is None
+    (tmp_path / "b").mkdir()  # beside no run's manifest
+    assert side_name(tmp_path / "b") is None
+
+
 def test_a_raw_file_that_is_not_a_regular_file_is_refused_unread(tmp_path: Path) -> None:
     """A FIFO (or a device) in a run folder would block the reader, or never end."""
     fifo = tmp_path / "sweep_points.jsonl"

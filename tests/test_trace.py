@@ -182,3 +182,21 @@ def test_json_prints_the_records_the_tables_are_printed_from(tmp_path: Path) -> 
     assert len(out["tasks"]) == 1 and out["tasks"][0]["n_steps"] == 2
     for s in run.read(CONVERSATION_STEPS):
         assert s.optimum_ms is not None and s.optimum_ms.n == 3 and s.optimum_ms.lo <= s.optimum_ms.value
+
+
+@pytest.mark.parametrize(
+    ("data", "line"),
+    [
+        (b"[" * 100_000 + b"]" * 100_000 + b"\n", 1),
+        (b'{"task_id": "t", "step": 0, "L": 5, "new_text": "ok"}\n' + b"[" * 100_000 + b"]" * 100_000 + b"\n", 2),
+        (b'{"task_id": "t\xff", "step": 0, "L": 5, "new_text": "ok"}\n', 1),
+        (b'{"task_id": "t", "step": 0, "request": {"messages": [{"role": "user", "content": "\xff"}]}}\n', 1),
+    ],
+    ids=["deep", "deep-second", "not-utf8", "not-utf8-conversation"],
+)
+def test_a_trace_line_no_parser_reads_is_one_line_before_any_run(tmp_path: Path, data: bytes, line: int) -> None:
+    trace, runs = tmp_path / "t.jsonl", tmp_path / "runs"
+    trace.write_bytes(data)
+    r = lab("trace", "replay", str(trace), "--runs-dir", str(runs))
+    one_line_error(r, 1, f"{trace}:{line}: ")
+    assert not runs.exists()

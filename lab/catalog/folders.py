@@ -13,7 +13,7 @@ from pathlib import Path
 from lab.catalog.arrivals import arrived_utc
 from lab.catalog.tables import SPECS
 from lab.core.errors import LabError, warn
-from lab.core.runs import RUN_ID, SIDES, Manifest, RunError, load_manifest
+from lab.core.runs import RUN_ID, SIDES, Manifest, RunError, load_manifest, side_name
 
 
 class IngestError(LabError):
@@ -44,9 +44,7 @@ def run_dirs(runs_dir: Path) -> list[Path]:
 def folder_name(run_dir: Path) -> str:
     """A run folder's name under the runs folder: its run id, or `<run id>/<side>` for a side of an interleaved
     run (a folder `a` or `b` inside a run folder)."""
-    if run_dir.name in SIDES and (run_dir.parent / "manifest.json").exists():
-        return f"{run_dir.parent.name}/{run_dir.name}"
-    return run_dir.name
+    return side_name(run_dir) or run_dir.name
 
 
 def read_manifest(run_dir: Path) -> Manifest:

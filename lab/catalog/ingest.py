@@ -1,6 +1,7 @@
 """Ingest run folders into the catalog: validate every row against its schema, flatten, write one Parquet
-table per spec. All or nothing: tables are built in a scratch directory and swapped in at the end, so a
-malformed row (reported with its file and line) leaves the previous catalog untouched."""
+table per spec. A run folder with a malformed row is left out, named with its file and line in one warning, and
+stops no other. The tables are built in a scratch directory and swapped in whole at the end: a failure while
+writing them leaves the previous catalog untouched."""
 
 from __future__ import annotations
 
@@ -12,7 +13,7 @@ from pathlib import Path
 from typing import Any
 
 from lab.catalog.arrivals import age_utc
-from lab.catalog.folders import IngestError, run_folders
+from lab.catalog.folders import Folder, IngestError, run_folders, warn_skipped
 from lab.catalog.metrics import compute_metrics
 from lab.catalog.tables import (
     METRICS_FILE,
@@ -90,25 +91,38 @@ def run_rows(run_dir: Path, experiment: str, name: str) -> list[dict[str, Any]]:
     return [r for s in SPECS if s.name == name and experiment in s.experiments for r in read_spec(run_dir, s)]
 
 
+def folder_rows(f: Folder) -> dict[str, list[dict[str, Any]]]:
+    """A complete run folder's rows of every catalog table its experiment writes to; IngestError naming the file
+    (and line) of a bad one."""
+    tables: dict[str, list[dict[str, Any]]] = {}
+    for spec in SPECS:
+        if f.manifest.experiment in spec.experiments:
+            tables.setdefault(spec.name, []).extend(read_spec(f.path, spec, f.name))
+    return tables
+
+
 def collect(runs_dir: Path) -> tuple[list[RunRecord], dict[str, list[dict[str, Any]]]]:
-    """Every run folder's record, and the rows of the complete ones; a folder that fails a check is skipped in one
-    line (lab.catalog.folders), a bad row in a complete run is an error naming its file and line."""
+    """Every run folder's record, and the rows of the complete ones; a folder that fails a check, or a complete
+    one with a bad row or raw file, is skipped in one line naming it and the file (and line): it stops no other."""
     records: list[RunRecord] = []
     tables: dict[str, list[dict[str, Any]]] = {name: [] for name in SPEC_BY_NAME}
     for f in run_folders(runs_dir, sides=True):  # an interleaved run's configurations: runs of their own, `<run>/a`
         rec = run_record(f.path, f.manifest, f.name, f.arrived_utc)
+        try:
+            rows = folder_rows(f) if rec.in_figures else {}
+        except IngestError as e:
+            warn_skipped(f.path, e)
+            continue
         records.append(rec)
-        if rec.in_figures:
-            for spec in SPECS:
-                if f.manifest.experiment in spec.experiments:
-                    tables[spec.name].extend(read_spec(f.path, spec, f.name))
+        for name, got in rows.items():
+            tables[name].extend(got)
     return records, tables
 
 
 def ingest(runs_dir: Path, catalog_dir: Path) -> IngestResult:
     import pandas as pd
 
-    records, tables = collect(runs_dir)  # raises before anything is written
+    records, tables = collect(runs_dir)  # every folder read before anything is written
     catalog_dir.mkdir(parents=True, exist_ok=True)
     final = catalog_dir / TABLES_DIR
     scratch = catalog_dir / f".{TABLES_DIR}-tmp-{os.getpid()}"

@@ -15,7 +15,8 @@ app = group("the data catalog (catalog/tables/*.parquet)")
 
 @app.command("ingest")
 def catalog_ingest(runs_dir: RunsDir = None, catalog_dir: CatalogDir = None) -> None:
-    """Validate every run folder and rebuild the catalog tables (all or nothing) and catalog/metrics.json."""
+    """Validate every run folder and rebuild the catalog tables (swapped in whole) and catalog/metrics.json; a
+    folder that fails is skipped in one line."""
     from lab.catalog.ingest import ingest
 
     s = settings_for(runs_dir=runs_dir, catalog_dir=catalog_dir)

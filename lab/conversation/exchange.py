@@ -88,10 +88,11 @@ class Exchange:
     t0: float
     request: web.Request
     settled: bool = False
+    delivered: bool = False  # choice 0's finish_reason reached the agent (a stream may go on past it)
 
     def open(self) -> bool:
-        """Not settled, and its agent still waiting for it."""
-        return not self.settled and agent_there(self.request)
+        """Not settled, and its agent still waiting for its reply: neither delivered nor hung up on."""
+        return not self.settled and not self.delivered and agent_there(self.request)
 
 
 def unrecorded(reply: Reply | None, why: str, status: int) -> str:

@@ -17,9 +17,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from pydantic import ValidationError
-
 from lab.core.errors import LabError, validation_line, warn
+from lab.core.runs import RunError, parse_jsonl, read_bounded
 from lab.core.schemas import ConversationStep, StepToolTime
 from lab.engine.media import data_url
 from lab.engine.png import png_check
@@ -30,57 +29,61 @@ class ConversationError(LabError):
 
 
 def is_conversation(path: Path) -> bool:
-    """A conversation trace (each line carries a chat `request`) rather than a trace of step shapes."""
-    for line in path.read_text().splitlines():
-        if line.strip():
-            try:
-                first = json.loads(line)
-            except json.JSONDecodeError:
-                return False
-            return isinstance(first, dict) and "request" in first
-    return False
+    """A conversation trace (its first line carries a chat `request`) rather than a trace of step shapes (a first
+    line no parser reads is left to the reader of step shapes, which names it)."""
+    first = trace_bytes(path).lstrip().partition(b"\n")[0]  # its first line that is not blank
+    try:
+        parsed = json.loads(first)
+    except (ValueError, RecursionError):  # not JSON or UTF-8, a number or a nesting past the parser's limits
+        return False
+    return isinstance(parsed, dict) and "request" in parsed
+
+
+def trace_bytes(path: Path) -> bytes:
+    """A trace's bytes, bounded as a run's raw file is (lab.core.runs.read_bounded): one error naming it if not."""
+    try:
+        return read_bounded(path)
+    except RunError as e:
+        raise ConversationError(str(e)) from None
+
+
+def trace_rows(path: Path, data: bytes, torn_ok: bool = False) -> list[tuple[int, Any]]:
+    """A trace's lines as JSON, each with its line number (lab.core.runs.parse_jsonl: a line no parser reads is
+    one error naming the file and line); with `torn_ok` a torn last line is left out."""
+    try:
+        return parse_jsonl(path, data, None, torn_ok)
+    except RunError as e:
+        raise ConversationError(str(e)) from None
 
 
 @dataclass
 class TraceLines:
-    """A conversation trace's lines, each with where it is (`file:line`): its steps, its tool times, and where a
-    torn last line starts (a byte offset; None: the file ends with a whole line)."""
+    """A conversation trace's lines, each with where it is (`file:line`): its steps, its tool times, and the bytes
+    of a torn last line left out (0: the file ends with a whole line)."""
 
     steps: list[tuple[str, ConversationStep]]
     tool_times: list[tuple[str, StepToolTime]]
-    torn_at: int | None = None
+    torn: int = 0
 
 
 def read_trace(path: Path) -> TraceLines:
     """Every line checked (one error naming the file and line); a last line cut mid-write (by a kill or a full
-    disk: no newline, not JSON) is left out, never read as a step."""
-    data = path.read_bytes()
-    torn_at = None
-    if data and not data.endswith(b"\n"):
-        start = data.rfind(b"\n") + 1
-        try:
-            json.loads(data[start:])
-        except ValueError:
-            torn_at, data = start, data[:start]
-    out = TraceLines([], [], torn_at)
-    for i, raw in enumerate(data.split(b"\n"), start=1):
-        if not raw.strip():
-            continue
+    disk: no newline, no JSON) is left out, never read as a step."""
+    data = trace_bytes(path)
+    rows = trace_rows(path, data, torn_ok=True)
+    tail = data[data.rfind(b"\n") + 1 :]
+    kept = bool(rows) and rows[-1][0] == data.count(b"\n") + 1  # the last line, when it has no newline
+    out = TraceLines([], [], 0 if kept or not tail.strip() else len(tail))
+    for i, parsed in rows:
         where = f"{path}:{i}"
         try:
-            parsed = json.loads(raw)
             if isinstance(parsed, dict) and "request" not in parsed and "tool_s" in parsed:
                 out.tool_times.append((where, StepToolTime.model_validate(parsed)))
             else:
                 out.steps.append((where, ConversationStep.model_validate(parsed)))
-        except (ValueError, ValidationError) as e:
-            raise ConversationError(f"{where}: not a conversation step: {validation_line(e, root='step')}") from e
+        except (ValueError, RecursionError) as e:  # ValidationError among them
+            raise ConversationError(f"{where}: not a conversation step: {validation_line(e, root='step')}") from None
     return out
-
-
-def torn_warning(path: Path, lines: TraceLines) -> str:
-    torn = path.stat().st_size - (lines.torn_at or 0)
-    return f"{path}: its last line was cut mid-write ({torn} bytes, no newline): left out, every whole line kept"
 
 
 def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
@@ -89,8 +92,10 @@ def load_conversation(path: Path) -> dict[str, list[ConversationStep]]:
     if not path.is_file():
         raise ConversationError(f"{path}: no such conversation trace")
     lines = read_trace(path)
-    if lines.torn_at is not None:
-        warn(torn_warning(path, lines))
+    if lines.torn:
+        warn(
+            f"{path}: its last line was cut mid-write ({lines.torn} bytes, no newline): left out, every whole line kept"
+        )
     tasks: dict[str, dict[int, ConversationStep]] = {}
     for where, step in lines.steps:
         where += f": task {step.task_id!r} step {step.step}"

@@ -18,9 +18,9 @@ from pathlib import Path
 
 from pydantic import BaseModel
 
-from lab.conversation.load import ConversationError, read_trace, torn_warning
-from lab.core.errors import LabError, warn
-from lab.core.runs import utc_now
+from lab.conversation.load import ConversationError, read_trace
+from lab.core.errors import LabError
+from lab.core.runs import set_aside_torn_tail
 from lab.core.schemas import ConversationStep, StepToolTime
 
 
@@ -40,8 +40,9 @@ class ConversationLog:
 
     @classmethod
     def open(cls, path: Path, append: bool = False) -> ConversationLog:
-        """A new trace, or with `append` an existing conversation trace whose steps continue per task (a torn
-        last line is first moved to a file of its own beside it)."""
+        """A new trace, or with `append` an existing conversation trace whose steps continue per task, checked
+        whole first; then a torn last line is moved to a file of its own beside it (lab.core.runs.
+        set_aside_torn_tail), and one whole but for its newline is ended, so the next row is a line of its own."""
         log = cls(path)
         if path.exists() and not append:
             raise RecordError(f"{path} exists: pass --append to add to it, or choose another -o")
@@ -51,11 +52,10 @@ class ConversationLog:
             try:
                 lines = read_trace(path)
             except ConversationError as e:
-                raise RecordError(str(e)) from e
+                raise RecordError(str(e)) from None
             for _, row in lines.steps:
                 log.next_step[row.task_id] = max(log.next_step.get(row.task_id, 0), row.step + 1)
-            if lines.torn_at is not None:
-                log._set_aside(lines.torn_at, torn_warning(path, lines))
+            set_aside_torn_tail(path)
         else:
             path.parent.mkdir(parents=True, exist_ok=True)
         return log
@@ -96,15 +96,3 @@ class ConversationLog:
             fh.write(line)
             fh.flush()
             os.fsync(fh.fileno())
-
-    def _set_aside(self, at: int, why: str) -> None:
-        """The bytes after `at` go to `<trace>.torn-<time>` and the trace ends with its last whole line."""
-        aside = self.path.with_name(f"{self.path.name}.torn-{utc_now().replace(':', '')}")
-        with self.path.open("r+b") as fh, aside.open("xb") as out:
-            fh.seek(at)
-            out.write(fh.read())
-            out.flush()
-            os.fsync(out.fileno())
-            fh.truncate(at)
-            os.fsync(fh.fileno())
-        warn(f"{why}; moved to {aside}")

@@ -7,12 +7,14 @@ one `ConversationStep` line of the trace, written at once (see `log`): whole mea
 whole or did not reach the agent is not recorded, and says why in one line.
 
 Steps count per task in arrival order, and a task's steps never overlap in time: a request that arrives while
-another of its task is still open (the agent still waiting for it) is recorded under a side task of its own,
-`TASK~side1` (the first with none open; `~side2`, ... when more overlap). So an agent's side request (a title, a
-summary) made while its step runs, or a second agent that sends no `X-Lab-Task`, is never taken for the next
-step of the conversation, and every reader (derive, replay, tune) sees it as a task of its own (its steps carry
-no tool time: they are no loop of the agent's). An `X-Lab-Task` (and `--task`) is up to 128 printable ASCII
-characters without `~`.
+another of its task is still open (its agent still waiting for it: choice 0's finish_reason has not reached it) is
+recorded under a side task of its own, `TASK~side1` (the first with none open; `~side2`, ... when more overlap). So
+an agent's side request (a title, a summary) made while its step runs, or a second agent that sends no
+`X-Lab-Task`, is never taken for the next step of the conversation, and every reader (derive, replay, tune) sees it
+as a task of its own (its steps carry no tool time: they are no loop of the agent's; the first such side task of
+requests without an `X-Lab-Task` says so in a warning). An `X-Lab-Task` (and `--task`) is up to 128 printable ASCII
+characters without `~`; a request with another is forwarded and not recorded, with a warning (the name is refused
+for the trace, not the request).
 
 It takes an agent's API calls only: JSON bodies, no `Origin` (a web page's request), the token when one is set;
 and it holds bounded amounts: a request up to record.max_request_mib (else 413), a reply up to
@@ -120,6 +122,7 @@ class Recorder:
         self.rec, self.log, self.client = rec, log, client
         self.max_reply = rec.limits.max_reply_mib << 20
         self.exchanges: list[Exchange] = []  # those being answered
+        self.told_overlap = False  # the warning that requests without an X-Lab-Task overlap was given
 
     def refusal(self, request: web.Request) -> web.Response | None:
         """A web page's request (it carries an `Origin`; an agent's does not), a request without the token, or a
@@ -131,10 +134,6 @@ class Recorder:
             request.headers.get(TOKEN_HEADER, "").encode(), token.encode()
         ):
             return error_response(401, f"no valid {TOKEN_HEADER} header", "unauthorized")
-        if (task := request.headers.get(TASK_HEADER)) is not None and not is_task_name(task):
-            return error_response(
-                400, f"an {TASK_HEADER} header of up to 128 printable ASCII characters but ~", "bad_request"
-            )
         if request.can_read_body and not is_json(request.headers.get("Content-Type", "")):
             shown = request.headers.get("Content-Type", "none")[:80]
             return error_response(
@@ -157,8 +156,7 @@ class Recorder:
             warn(f"{request.path}: the body is not a JSON object: forwarded, not recorded")
         started_utc, t0 = utc_now(ms=True), time.monotonic()
         exchange = None
-        if sent is not None:
-            task = side_task(request.headers.get(TASK_HEADER) or self.rec.task, self._busy())
+        if sent is not None and (task := self._task_of(request)) is not None:
             exchange = Exchange(task, self.log.begin(task, t0), sent, started_utc, t0, request)
             self.exchanges.append(exchange)
         headers = {k: v for k, v in request.headers.items() if k.lower() not in HOP | OWN}
@@ -179,6 +177,27 @@ class Recorder:
             if exchange is not None:
                 self.settle(exchange, None, "no reply")  # anything not settled by now is not recorded
                 self.exchanges.remove(exchange)
+
+    def _task_of(self, request: web.Request) -> str | None:
+        """The task a chat request is recorded under: its `X-Lab-Task` (else --task), or a side task of it while
+        that has a request open. None for an `X-Lab-Task` that is no task name: the name is refused for the
+        trace, not the request, which is forwarded and not recorded."""
+        named = request.headers.get(TASK_HEADER)
+        if named and not is_task_name(named):
+            shown = ascii(named[:40]) + ("..." if len(named) > 40 else "")
+            warn(
+                f"{request.path}: {TASK_HEADER} {shown} is no task name (up to 128 printable ASCII characters but ~): "
+                "forwarded, not recorded"
+            )
+            return None
+        task = side_task(named or self.rec.task, self._busy())
+        if not named and task != self.rec.task and not self.told_overlap:
+            self.told_overlap = True  # once: agents without a header of their own overlap all the time
+            warn(
+                f"a request came while task {self.rec.task!r} had one open: recorded as {task!r}; when several agents "
+                f"share the recorder, give each a task of its own: an {TASK_HEADER} per agent"
+            )
+        return task
 
     def _busy(self) -> set[str]:
         """The tasks with a request open: a request that arrives meanwhile is no next step of theirs."""
@@ -241,12 +260,13 @@ class Recorder:
         out = web.StreamResponse(status=upstream.status_code, headers=headers)
         await out.prepare(request)
         stream = StreamAssembler(limit=self.max_reply)
-        held, held_finished, delivered = None, False, False  # delivered: choice 0's finish_reason reached the agent
+        held, held_finished = None, False
         try:
             async for raw in upstream.aiter_raw():
                 if held is not None:
                     await out.write(held)
-                    delivered = held_finished
+                    if x is not None:
+                        x.delivered = held_finished
                 if x is not None:
                     stream.feed(raw)
                 held, held_finished = raw, stream.finished
@@ -257,13 +277,13 @@ class Recorder:
                 request.transport.close()  # the agent sees a broken stream, not a clean end
             return out
         except ConnectionError:
-            if x is not None and delivered:  # the agent hung up once its reply was whole: it has it
+            if x is not None and x.delivered:  # the agent hung up once its reply was whole: it has it
                 self.settle(x, stream.reply(), self._stream_flaw(stream), upstream.status_code)
             else:
                 warn(f"the agent hung up during the stream of {request.path}")
             return out
         if x is not None:
-            if delivered or agent_there(request):
+            if x.delivered or agent_there(request):
                 stream.close()
                 self.settle(x, stream.reply(), self._stream_flaw(stream), upstream.status_code)
             else:

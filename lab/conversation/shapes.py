@@ -9,14 +9,11 @@ Today's server needs the prompts themselves: a recorded conversation (lab.conver
 
 from __future__ import annotations
 
-import json
 import random
 from pathlib import Path
 
-from pydantic import ValidationError
-
 from lab.conversation.derive import Derived, StepTokens
-from lab.conversation.load import ConversationError
+from lab.conversation.load import ConversationError, trace_bytes, trace_rows
 from lab.conversation.synth import AGENT_WORDS, SCREEN_SIZES
 from lab.core.errors import validation_line
 from lab.core.schemas import TraceStep
@@ -34,14 +31,12 @@ def load_trace(path: Path) -> list[TraceStep]:
     """Every step validated; the first bad line is reported with file and line, nothing is half-loaded."""
     steps: list[TraceStep] = []
     seen: set[tuple[str, int]] = set()
-    for i, line in enumerate(path.read_text().splitlines(), start=1):
-        if not line.strip():
-            continue
+    for i, parsed in trace_rows(path, trace_bytes(path)):
         try:
-            step = TraceStep.model_validate(json.loads(line))
+            step = TraceStep.model_validate(parsed)
             step.prior_depth()
-        except (json.JSONDecodeError, ValidationError, ValueError) as e:
-            raise ConversationError(f"{path}:{i}: {validation_line(e, root='step')}") from e
+        except (ValueError, RecursionError) as e:  # ValidationError among them
+            raise ConversationError(f"{path}:{i}: {validation_line(e, root='step')}") from None
         key = (step.task_id, step.step)
         if key in seen:
             raise ConversationError(f"{path}:{i}: duplicate step {step.step} of task {step.task_id!r}")

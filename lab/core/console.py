@@ -17,12 +17,14 @@ from rich.table import Table
 
 KEY_COLUMNS = 2
 CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what would drive a terminal (newline and tab stay)
+CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # and what would break a line
 
 
-def plain(text: object) -> str:
+def plain(text: object, one_line: bool = False) -> str:
     """A string from a run folder, a host or a file as a terminal may show it: its control characters written as
-    escapes (`\\x1b`), so an escape sequence in a host's name is shown and never sent."""
-    return CONTROL.sub(lambda m: repr(m.group())[1:-1], str(text))
+    escapes (`\\x1b`), so an escape sequence in a host's name is shown and never sent; with `one_line` (a warning),
+    its newlines and tabs too."""
+    return (CONTROL_IN_A_LINE if one_line else CONTROL).sub(lambda m: repr(m.group())[1:-1], str(text))
 
 
 def shown(text: object) -> str:

@@ -5,7 +5,6 @@ the lab and keeps its traceback."""
 
 from __future__ import annotations
 
-import re
 import sys
 
 
@@ -45,5 +44,6 @@ def validation_line(e: Exception, root: str = "row", limit: int = 3) -> str:
 def warn(line: str) -> None:
     """Something a user should know that stops nothing (a skipped run, an exchange not recorded): one line on
     stderr, its control characters (a newline, an escape sequence in a folder's name) written as escapes."""
-    line = re.sub(r"[\x00-\x1f\x7f-\x9f]", lambda m: repr(m.group())[1:-1], line)
-    print(f"warning: {line}", file=sys.stderr, flush=True)
+    from lab.core.console import plain  # the console imports rich: loaded when a warning is said
+
+    print(f"warning: {plain(line, one_line=True)}", file=sys.stderr, flush=True)

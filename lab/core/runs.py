@@ -26,7 +26,7 @@ from collections.abc import Callable, Hashable, Iterable, Iterator
 from datetime import UTC, datetime
 from pathlib import Path
 from types import FrameType
-from typing import TYPE_CHECKING, Any, Literal, TypeVar, overload
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple, TypeVar, overload
 
 from pydantic import BaseModel, Field, ValidationError
 
@@ -97,6 +97,19 @@ SIDES = ("a", "b")  # the two configurations of an interleaved run (lab.experime
 RUN_ID = re.compile(r"^\d{4}-\d{2}-\d{2}_[A-Za-z0-9-]+_[a-z][a-z0-9_]*_[0-9a-f]{6}$")
 
 
+def side_name(path: Path) -> str | None:
+    """`<run id>/<side>` when `path` is a side of an interleaved run by its place (a folder `a` or `b` beside its
+    run's manifest.json), else None."""
+    if path.name in SIDES and (path.parent / "manifest.json").is_file():
+        return f"{path.parent.name}/{path.name}"
+    return None
+
+
+# what a fetch from a host adds to a run's local copy (lab.remote.session.Deployment.record: the bundle's git state,
+# or the image and the checkout it was pushed from): a run that holds one was measured on a host
+LOCAL_FILES = ("git/bundle/", "git/image.json", "git/pushed-from/")
+
+
 def check_run_id(run_id: str, where: str) -> str:
     """A run id from a listing, a flag or a file, before any path is built from it (one-line error if not)."""
     if not RUN_ID.match(run_id):
@@ -125,6 +138,31 @@ def atomic_write(path: Path, text: str | bytes) -> None:
         os.fsync(fd)
     finally:
         os.close(fd)
+
+
+# what a file of a run folder may hold before it is read into memory (the profile's per-node dump has a larger
+# bound of its own: lab.experiments.profile.dump): a larger one is refused by name, unread
+MAX_RAW_BYTES = 512 * 2**20
+MAX_RAW_ROWS = 10_000_000
+MAX_MANIFEST_BYTES = 16 * 2**20
+
+
+class RawLimit(NamedTuple):
+    """What a JSON-lines file may hold before it is read: bytes, and rows (lines)."""
+
+    max_bytes: int
+    max_rows: int
+
+
+RAW_LIMIT = RawLimit(MAX_RAW_BYTES, MAX_RAW_ROWS)  # every table's but the profile's dump (its own: profile.dump)
+
+
+def _size(n: int) -> str:
+    """A byte limit as it is said: in GiB or MiB when it is whole in them."""
+    for unit, shift in (("GiB", 30), ("MiB", 20)):
+        if n >= 1 << shift and n % (1 << shift) == 0:
+            return f"{n >> shift} {unit}"
+    return f"{n:,} bytes"
 
 
 class RunFolder:
@@ -252,12 +290,9 @@ class RunFolder:
         """Refuse, in one line naming the run to resume, to resume a side of an interleaved run on its own (a
         folder `a` or `b` in a run's folder, or a copy whose manifest calls it `<run id>/<side>`): its processes
         pair slot by slot with the other side's, and only its run measures both (lab.experiments.versus)."""
-        if self.path.name in SIDES and (self.path.parent / "manifest.json").is_file():
-            run_id, side = self.path.parent.name, self.path.name
-        else:
-            run_id, slash, side = self.manifest().run_id.rpartition("/")
-            if not slash:
-                return
+        run_id, slash, side = (side_name(self.path) or self.manifest().run_id).rpartition("/")
+        if not slash:
+            return
         raise RunError(
             f"{run_id}/{side} is side {side} of the interleaved run {run_id}: resume the run, --resume {run_id}"
         )
@@ -321,6 +356,7 @@ class RunFolder:
         table: RawTable[Row],
         unit: Callable[[Row], Hashable],
         whole: Callable[[Hashable, list[Row]], bool] = ...,
+        limit: RawLimit = ...,
     ) -> dict[Hashable, list[Row]]: ...
     @overload
     def keep_whole(
@@ -328,6 +364,7 @@ class RunFolder:
         table: str,
         unit: Callable[[dict[str, Any]], Hashable],
         whole: Callable[[Hashable, list[dict[str, Any]]], bool] = ...,
+        limit: RawLimit = ...,
     ) -> dict[Hashable, list[dict[str, Any]]]: ...
 
     def keep_whole(
@@ -335,16 +372,17 @@ class RunFolder:
         table: RawTable[Any] | str,
         unit: Callable[[Any], Hashable],
         whole: Callable[[Hashable, list[Any]], bool] = lambda _unit, _rows: True,
+        limit: RawLimit = RAW_LIMIT,
     ) -> dict[Hashable, list[Any]]:
         """The one resume path: a table's rows (a torn last line dropped), grouped into units of work by `unit`
         (a sweep point, a trace step, a fill pass, a profile cycle); the units `whole` accepts are kept, the
         table is rewritten atomically with only their rows, and they are returned. What an interrupted run
         wrote of an unfinished unit is gone, so a resumed run neither measures a unit twice nor loses one. A
-        bare name is another tool's JSON lines, kept as they were written."""
+        bare name is another tool's JSON lines, kept as they were written; `limit`: what the table may hold."""
         path = self.table_path(table)
         schema = table.schema if isinstance(table, RawTable) else None
         units: dict[Hashable, list[Any]] = {}
-        for r in read_jsonl(path, schema, tolerate_torn_tail=True) if path.exists() else []:
+        for r in read_jsonl(path, schema, tolerate_torn_tail=True, limit=limit) if path.exists() else []:
             units.setdefault(unit(r), []).append(r)
         kept = {k: rows for k, rows in units.items() if whole(k, rows)}
         atomic_write(path, "".join(_line(r) + "\n" for rows in kept.values() for r in rows))
@@ -387,13 +425,6 @@ def _checked(table: RawTable[Row], row: Row) -> Row:
     return row
 
 
-# what a file of a run folder may hold before it is read into memory (a profile's dump of a large model on many
-# depths stays well under both): a larger one is refused by name, unread
-MAX_RAW_BYTES = 512 * 2**20
-MAX_RAW_ROWS = 10_000_000
-MAX_MANIFEST_BYTES = 16 * 2**20
-
-
 def read_bounded(path: Path, limit: int = MAX_RAW_BYTES) -> bytes:
     """A file's bytes, when it is a regular file (a FIFO would block the reader, a device never end) of at most
     `limit` bytes; else one RunError naming it."""
@@ -408,11 +439,11 @@ def read_bounded(path: Path, limit: int = MAX_RAW_BYTES) -> bytes:
     with os.fdopen(fd, "rb") as fh:
         if st.st_size > limit:
             raise RunError(
-                f"{path}: {st.st_size:,} bytes, over the limit of {limit >> 20} MiB a raw file may hold: not read"
+                f"{path}: {st.st_size:,} bytes, over the limit of {_size(limit)} a raw file may hold: not read"
             )
         data = fh.read(limit + 1)  # a file still growing is bounded too
     if len(data) > limit:
-        raise RunError(f"{path}: over the limit of {limit >> 20} MiB a raw file may hold: not read")
+        raise RunError(f"{path}: over the limit of {_size(limit)} a raw file may hold: not read")
     return data
 
 
@@ -434,24 +465,33 @@ def _line(row: BaseModel | dict[str, Any]) -> str:
     return row.model_dump_json() if isinstance(row, BaseModel) else json.dumps(row, separators=(",", ":"))
 
 
-def read_jsonl(path: Path, schema: type[Row] | None, tolerate_torn_tail: bool = False) -> list[Any]:
+def read_jsonl(
+    path: Path, schema: type[Row] | None, tolerate_torn_tail: bool = False, limit: RawLimit = RAW_LIMIT
+) -> list[Any]:
     """A JSON-lines file's rows, validated by `schema` (plain dicts when None); a bad line is an error naming
     file and line, whatever is wrong with it (not UTF-8, not JSON, a number or a nesting past the parser's
     limits, not the schema); a torn last line (a writer killed mid-line, maybe inside a character) is dropped
-    when `tolerate_torn_tail`. A file over MAX_RAW_BYTES or MAX_RAW_ROWS is refused by name, unread."""
-    data = read_bounded(path)
-    if data.count(b"\n") > MAX_RAW_ROWS:
-        raise RunError(f"{path}: over the limit of {MAX_RAW_ROWS:,} rows a raw file may hold: not read")
+    when `tolerate_torn_tail`. A file over `limit` (its bytes or its rows) is refused by name, unread."""
+    data = read_bounded(path, limit.max_bytes)
+    return [row for _, row in parse_jsonl(path, data, schema, tolerate_torn_tail, limit.max_rows)]
+
+
+def parse_jsonl(
+    path: Path, data: bytes, schema: type[Row] | None, tolerate_torn_tail: bool = False, max_rows: int = MAX_RAW_ROWS
+) -> list[tuple[int, Any]]:
+    """`read_jsonl` of a file's bytes already read (bounded): its rows, each with its line number."""
+    if data.count(b"\n") > max_rows:
+        raise RunError(f"{path}: over the limit of {max_rows:,} rows a raw file may hold: not read")
     lines = data.split(b"\n")
     last = len(lines) - 1 if lines[-1] == b"" else len(lines)
     what = "JSON" if schema is None else schema.__name__
-    rows: list[Any] = []
+    rows: list[tuple[int, Any]] = []
     for i, line in enumerate(lines[:last], start=1):
         if not line.strip():
             continue
         try:
             row = json.loads(line.decode())
-            rows.append(row if schema is None else schema.model_validate(row))
+            rows.append((i, row if schema is None else schema.model_validate(row)))
         except (ValueError, RecursionError) as e:  # UnicodeDecodeError, JSONDecodeError, ValidationError among them
             if tolerate_torn_tail and i == last and not data.endswith(b"\n"):
                 break

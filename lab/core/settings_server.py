@@ -70,10 +70,12 @@ LAB_SERVER_FLAGS = {
 
 
 # llama-server flags that write to a path the lab does not control (a log, a lookup cache, a model downloaded into
-# a cache): refused in extra_args wherever they come from (params.yaml, a LAB_* variable, --vs, or the manifest of
-# a run resumed here, which a host wrote). The server's log is the run folder's logs/, written by the lab.
+# a cache, the slots saved on request): refused in extra_args wherever they come from (params.yaml, a LAB_*
+# variable, --vs, or the manifest of a run resumed here, which a host wrote). The server's log is the run folder's
+# logs/, written by the lab; its slot-save directory is the run's (lab.experiments.sweep.run).
 WRITES_A_PATH = {
     "--log-file",
+    "--slot-save-path",
     "-lcd",
     "--lookup-cache-dynamic",
     "-mu",

@@ -44,7 +44,7 @@ from lab.core.errors import UsageError, validation_line
 from lab.core.hostnoise import NoiseFigures, NoiseWindow, read_state
 from lab.core.modelfile import model_record
 from lab.core.releases import resolve_version
-from lab.core.runs import RunError, RunFolder
+from lab.core.runs import LOCAL_FILES, RunError, RunFolder
 from lab.core.settings import REPO_ROOT, Settings, revalidated
 from lab.core.shell import LocalShell, Shell
 from lab.core.snapshot import snapshot_git, snapshot_host
@@ -269,15 +269,12 @@ def open_run(
     return OpenRun(settings, run, parts)
 
 
-FETCHED = ("git/bundle", "git/image.json")  # what a fetch from a host adds to a run (remote.session.Deployment)
-
-
 def measured_here(run: RunFolder, host_name: str | None, host_ok: bool = False) -> None:
     """Refuse, in one line, to resume here a run measured elsewhere: its manifest names another host than this
     machine's, or a fetch from a host added to it. Its rest would be measured on this machine beside the host's
     rows, under the host's name; `host_ok` (--host-ok) asks for exactly that."""
     here, m = LocalShell(host_name).name, run.manifest()
-    fetched = next((f for f in FETCHED if (run.path / f).exists()), None)
+    fetched = next((f for f in LOCAL_FILES if (run.path / f).exists()), None)
     if host_ok or (m.host == here and fetched is None):
         return
     why = f"was measured on {m.host}, not on this machine ({here})" if m.host != here else "was fetched from a host"

@@ -1,15 +1,18 @@
 """A run folder fetched from a target host into the local runs folder, write-once: a new run lands in a new
 folder only, and a resumed run's local copy only grows (a file of the host's replaces the local one only where the
-local one is a byte prefix of it; what only this machine added stays and is never taken from the host; a host's
-copy that is shorter, other, or another run changes nothing here, in one line)."""
+local one is a byte prefix of it, or, for a table the host's lab resumed since, where the host kept a prefix of the
+local rows and dropped only a tail of them; what only this machine added stays and is never taken from the host; a
+host's copy that is shorter, other, or another run changes nothing here, in one line)."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 from pathlib import Path
 
-from lab.core.runs import Manifest, RunFolder, check_run_id
+from lab.core.errors import warn
+from lab.core.runs import LOCAL_FILES, Manifest, RunFolder, check_run_id
 from lab.experiments.profile.dump import DUMP
 from lab.remote.connect import RemoteError, SshShell
 
@@ -39,7 +42,6 @@ def fetch(t: SshShell, remote: str, runs_dir: Path, run_id: str, resumed: bool) 
     return local
 
 
-LOCAL_FILES = ("git/bundle/", "git/image.json", "git/pushed-from/")  # what Deployment.record adds here
 LOCAL_RESULTS = ("model_push", "clean_room", "clean_room_resumed")  # results only this machine writes
 SAME_RUN = ("run_id", "experiment", "host", "started_utc", "params")  # fixed when a run starts
 WORKING_FILES = (f"raw/{DUMP}.jsonl", f"raw/{DUMP}.part.jsonl")  # removed by the lab when its run completes
@@ -49,15 +51,17 @@ def merge_resumed(there: Path, here: Path, where: str) -> None:
     """A resumed run's copy from the host (`there`) into its local copy (`here`), which only grows. What only the
     local copy has stays (what this machine added: the bundle's git state, the push and clean-room results; a
     file the host's lab has since removed), what only the host's has is added, and a file both have takes the
-    host's only where it continues the local one (`continues`: the local bytes are a prefix of the host's); each
-    manifest.json (the run's, an interleaved run's sides') is the host's, the same run, with this machine's
-    results kept. A host whose copy is another run, shorter or other (a file cut or rewritten, resumes missing,
-    files missing though it did not resume the run) changes nothing here: one line says why."""
+    host's only where it continues the local one (`continues`: the local bytes are a prefix of the host's; or,
+    resumed there since, a table the host's resume cut back: `rewound`, said in one line); each manifest.json (the
+    run's, an interleaved run's sides') is the host's, the same run, with this machine's results kept. A host
+    whose copy is another run, shorter or other (a file cut or rewritten, resumes missing, files missing though it
+    did not resume the run) changes nothing here: one line says why."""
     old, new = manifest_at(here, "the local copy"), manifest_at(there, where)
     same_run(old, new, where, here.name)
     mine, theirs = files_in(here), files_in(there, where)
-    other, updates = compare(mine, theirs)
-    if new.resumed_utc[: len(old.resumed_utc)] != old.resumed_utc:
+    has_mine = new.resumed_utc[: len(old.resumed_utc)] == old.resumed_utc  # the host's resumes: the local ones, then
+    other, updates, dropped = compare(mine, theirs, has_mine and len(new.resumed_utc) > len(old.resumed_utc))
+    if not has_mine:
         other.insert(0, f"{len(new.resumed_utc)} resumes there, {len(old.resumed_utc)} here")
     if len(new.resumed_utc) == len(old.resumed_utc):  # not resumed there: what it lacks, it lost
         lost = [rel for rel in mine if rel not in theirs and not rel.startswith(LOCAL_FILES)]
@@ -89,6 +93,12 @@ def merge_resumed(there: Path, here: Path, where: str) -> None:
         (here / gone).unlink()
     for rel in sorted(ready, key=lambda r: -r.count("/")):  # last: every .ready after what it closes
         os.replace(there / rel, here / rel)
+    if dropped := {rel: n for rel, n in dropped.items() if n}:
+        per = ", ".join(f"{rel}: {n}" for rel, n in sorted(dropped.items()))
+        warn(
+            f"{where} resumed the run and dropped {sum(dropped.values())} local rows of work it had not finished "
+            f"({per}): the fetch replaces them with the host's"
+        )
 
 
 def differ(old: Manifest, new: Manifest) -> list[str]:
@@ -104,10 +114,14 @@ def same_run(old: Manifest, new: Manifest, where: str, name: str) -> None:
         )
 
 
-def compare(mine: dict[str, Path], theirs: dict[str, Path]) -> tuple[list[str], list[str]]:
-    """What in the host's files does not continue the local ones (why, per file), and the files the host's
-    copy adds or continues. A side's manifest must be the same run as the local one (its resumes included)."""
-    other, updates = [], []
+def compare(
+    mine: dict[str, Path], theirs: dict[str, Path], resumed: bool
+) -> tuple[list[str], list[str], dict[str, int]]:
+    """What in the host's files does not continue the local ones (why, per file), the files the host's copy adds
+    or continues, and of those the tables a resume there cut back (`resumed`: the host resumed the run since the
+    local copy was fetched) with how many local rows each dropped. A side's manifest must be the same run as the
+    local one (its resumes included)."""
+    other, updates, dropped = [], [], {}
     for rel, src in theirs.items():
         dst = mine.get(rel)
         if is_manifest(rel):
@@ -121,11 +135,14 @@ def compare(mine: dict[str, Path], theirs: dict[str, Path]) -> tuple[list[str], 
         elif dst is None or continues(dst, src):
             if dst is None or dst.stat().st_size != src.stat().st_size:
                 updates.append(rel)
-        elif src.stat().st_size < dst.stat().st_size:
+        elif resumed and (n := rewound(dst, src)) is not None:
+            updates.append(rel)
+            dropped[rel] = n
+        elif continues(src, dst):
             other.append(f"{rel} is shorter there")
         else:
             other.append(f"{rel} differs there")
-    return other, updates
+    return other, updates, dropped
 
 
 def continues(here: Path, there: Path) -> bool:
@@ -137,6 +154,34 @@ def continues(here: Path, there: Path) -> bool:
         mine = mine[: mine.rfind(b"\n") + 1]
     with there.open("rb") as fh:
         return fh.read(len(mine)) == mine
+
+
+def rewound(here: Path, there: Path) -> int | None:
+    """How many local rows the host's resume dropped from a JSON-lines table, when the host's file is what a resume
+    makes of the local one (RunFolder.keep_whole: the rows of an unfinished unit of work dropped, the rows it keeps
+    written anew, then new rows appended): the local rows up to some line, the same values (however written),
+    then rows of its own. None when it is not: not JSON lines, or a local row past the first the host changed is
+    found again in the host's file (a row changed in the middle of what it kept). A torn last line on either side
+    is no row of it."""
+    if here.suffix != ".jsonl":
+        return None
+    mine = [row_value(x) for x in here.read_bytes().split(b"\n")[:-1]]
+    theirs = [row_value(x) for x in there.read_bytes().split(b"\n")[:-1]]
+    kept = 0
+    while kept < min(len(mine), len(theirs)) and mine[kept] == theirs[kept]:
+        kept += 1
+    if set(mine[kept:]) & set(theirs[kept:]):
+        return None
+    return len(mine) - kept
+
+
+def row_value(line: bytes) -> bytes:
+    """A JSON line's value, written one way (a resume rewrites the rows it keeps: `1.500000` becomes `1.5`); a
+    line that is not JSON, its bytes."""
+    try:
+        return json.dumps(json.loads(line), separators=(",", ":")).encode()
+    except (ValueError, RecursionError):
+        return line
 
 
 def is_manifest(rel: str) -> bool:

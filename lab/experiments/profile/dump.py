@@ -10,12 +10,15 @@ from typing import Any
 
 from rich.console import Console
 
-from lab.core.runs import RunError, RunFolder, read_jsonl
+from lab.core.runs import RawLimit, RunError, RunFolder, read_jsonl
 from lab.core.schemas import ProfileWall
 from lab.engine.server import die_with_parent
 from lab.experiments.protocol import progress_bar
 
 DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run measures (then Parquet)
+# what the dump may hold: a line per node, depth, pass and cycle (~150 bytes) outgrows the bound of every other
+# table after hours of measuring (a deep profile of an 80-layer model at 50 cycles: ~1.2 GB); refused above it
+DUMP_LIMIT = RawLimit(max_bytes=8 * 2**30, max_rows=100_000_000)
 
 
 def node_table_schema() -> Any:
@@ -44,7 +47,7 @@ def parse_dump(path: Path) -> tuple[dict[str, Any], list[ProfileWall], list[dict
     meta: dict[str, Any] = {}
     walls: list[ProfileWall] = []
     nodes: list[dict[str, Any]] = []
-    for row in read_jsonl(path, None):  # a bad line is one error naming the file and line
+    for row in read_jsonl(path, None, limit=DUMP_LIMIT):  # a bad line is one error naming the file and line
         kind = row.pop("kind")
         if kind == "meta":
             meta = row
@@ -95,7 +98,7 @@ def keep_complete_cycles(run: RunFolder, n_depths: int) -> int:
 
     if not run.table_path(DUMP).exists():
         return 0
-    return sum(c is not None for c in run.keep_whole(DUMP, lambda r: r.get("cycle"), whole))
+    return sum(c is not None for c in run.keep_whole(DUMP, lambda r: r.get("cycle"), whole, DUMP_LIMIT))
 
 
 def run_instrument(cmd: list[str], log_path: Path, console: Console, n_steps: int, done_steps: int) -> None:
