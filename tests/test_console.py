@@ -66,8 +66,7 @@ def test_a_string_from_a_folder_is_shown_as_text() -> None:
 
 def test_a_warning_and_a_shown_string_escape_control_characters_alike(capsys: pytest.CaptureFixture[str]) -> None:
     """One escape for both: a warning is one line (its newline and tab escaped too); a shown string keeps them."""
-    from lab.core.console import plain
-    from lab.core.errors import warn
+    from lab.core.errors import plain, warn
 
     text = "nuc\x1b[2J\x07\x9b\nrow\tcol"
     assert plain(text) == "nuc\\x1b[2J\\x07\\x9b\nrow\tcol"

@@ -8,23 +8,15 @@ key columns (`key_columns`, the first two by default: L and new, task and step).
 
 from __future__ import annotations
 
-import re
 from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
 from rich.table import Table
 
+from lab.core.errors import plain
+
 KEY_COLUMNS = 2
-CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what would drive a terminal (newline and tab stay)
-CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # and what would break a line
-
-
-def plain(text: object, one_line: bool = False) -> str:
-    """A string from a run folder, a host or a file as a terminal may show it: its control characters written as
-    escapes (`\\x1b`), so an escape sequence in a host's name is shown and never sent; with `one_line` (a warning),
-    its newlines and tabs too."""
-    return (CONTROL_IN_A_LINE if one_line else CONTROL).sub(lambda m: repr(m.group())[1:-1], str(text))
 
 
 def shown(text: object) -> str:

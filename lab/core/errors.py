@@ -5,7 +5,11 @@ the lab and keeps its traceback."""
 
 from __future__ import annotations
 
+import re
 import sys
+
+CONTROL = re.compile(r"[\x00-\x08\x0b-\x1f\x7f-\x9f]")  # what would drive a terminal (newline and tab stay)
+CONTROL_IN_A_LINE = re.compile(r"[\x00-\x1f\x7f-\x9f]")  # and what would break a line
 
 
 class LabError(Exception):
@@ -44,6 +48,11 @@ def validation_line(e: Exception, root: str = "row", limit: int = 3) -> str:
 def warn(line: str) -> None:
     """Something a user should know that stops nothing (a skipped run, an exchange not recorded): one line on
     stderr, its control characters (a newline, an escape sequence in a folder's name) written as escapes."""
-    from lab.core.console import plain  # the console imports rich: loaded when a warning is said
-
     print(f"warning: {plain(line, one_line=True)}", file=sys.stderr, flush=True)
+
+
+def plain(text: object, one_line: bool = False) -> str:
+    """A string from a run folder, a host or a file as a terminal may show it: its control characters written as
+    escapes (`\\x1b`), so an escape sequence in a host's name is shown and never sent; with `one_line` (a warning),
+    its newlines and tabs too."""
+    return (CONTROL_IN_A_LINE if one_line else CONTROL).sub(lambda m: repr(m.group())[1:-1], str(text))

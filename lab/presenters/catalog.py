@@ -11,7 +11,8 @@ from rich.table import Column, Table
 
 from lab.catalog.headline import Headline, HeadlineProfile, HeadlineStep, headline
 from lab.catalog.tables import RunRecord
-from lab.core.console import plain, shown
+from lab.core.console import shown
+from lab.core.errors import plain
 
 
 def runs_listing(runs: list[RunRecord | tuple[str, str]]) -> Table:
