@@ -95,20 +95,22 @@ def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
     assert all(d["rests_on"].startswith("fewer than 5 slots") for d in drawn)  # two slots: marked, drawn dashed
 
 
-def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_path: Path) -> None:
-    runs = tmp_path / "runs"
-    args = [*SWEEP[:-4], "--processes", "3", "--fill-passes", "2"]
+def running_until_a_slot(args: list[str], runs: Path) -> subprocess.Popen[str]:
+    """`lab ARGS` started in the background, once the first row of its slot table is on disk."""
     proc = subprocess.Popen(
-        [LAB, *args, "--vs", "same", "--runs-dir", str(runs)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
+        [LAB, *args, "--runs-dir", str(runs)], stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO
     )
     deadline = time.monotonic() + 240
     while not any(p.stat().st_size for p in runs.glob(f"*/raw/{VERSUS_SLOTS.file}")):
         assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
         time.sleep(0.05)
+    return proc
+
+
+def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_path: Path) -> None:
+    runs = tmp_path / "runs"
+    args = [*SWEEP[:-4], "--processes", "3", "--fill-passes", "2"]
+    proc = running_until_a_slot([*args, "--vs", "same"], runs)
     proc.send_signal(signal.SIGTERM)
     proc.communicate(timeout=60)
     run = only_run(runs)
@@ -132,17 +134,7 @@ def test_an_interrupted_interleaved_run_resumes_and_completes_both_sides(tmp_pat
 def test_a_slot_table_that_goes_bad_leaves_both_sides_unfinished_and_the_run_resumable(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
     decode = ["engine", "decode", "--depths", "300", "--reps", "3", "--n-out", "8", "--new", "16"]
-    proc = subprocess.Popen(
-        [LAB, *decode, "--vs", "same", "--runs-dir", str(runs)],
-        stdout=subprocess.PIPE,
-        stderr=subprocess.PIPE,
-        text=True,
-        cwd=REPO,
-    )
-    deadline = time.monotonic() + 240
-    while not any(p.stat().st_size for p in runs.glob(f"*/raw/{VERSUS_SLOTS.file}")):
-        assert proc.poll() is None and time.monotonic() < deadline, proc.communicate()
-        time.sleep(0.05)
+    proc = running_until_a_slot([*decode, "--vs", "same"], runs)
     run = only_run(runs)
     table = run.table_path(VERSUS_SLOTS)
     bad = '{"slot": 0, "side": "c", "order": 0, "started_utc": "x", "seconds": 1}'  # a hand edit mid-run
