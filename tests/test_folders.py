@@ -196,7 +196,7 @@ def test_a_complete_run_whose_raw_file_is_over_the_size_limit_is_skipped_by_inge
     tmp_path: Path, capsys: pytest.CaptureFixture[str]
 ) -> None:
     """A raw file too large to read stops no other folder: its run is left out of the catalog, named."""
-    from lab.core.runs import MAX_RAW_BYTES
+    from lab.core.jsonl import MAX_RAW_BYTES
 
     runs = tmp_path / "runs"
     good, bad = sweep(runs, "2026-12-01T00:00:00Z"), sweep(runs, "2026-12-02T00:00:00Z")

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from lab.core.runs import RunError, RunFolder, RunInterrupted, read_jsonl, resolve_run
+from lab.core.jsonl import read_jsonl
+from lab.core.runs import RunError, RunFolder, RunInterrupted, resolve_run
 from lab.core.schemas import PrefillTps
 from lab.core.schemas.raw import PREFILL_TPS
 
@@ -185,7 +186,7 @@ def test_a_hostile_line_is_one_error_naming_file_and_line(case: str, tmp_path: P
 
 @pytest.mark.parametrize("case", sorted(HOSTILE))
 def test_a_hostile_document_is_one_error_naming_the_file(case: str, tmp_path: Path) -> None:
-    from lab.core.runs import read_document
+    from lab.core.jsonl import read_document
 
     path = tmp_path / "t.json"
     path.write_bytes(HOSTILE[case])
@@ -204,7 +205,7 @@ def test_a_last_line_cut_inside_a_utf8_character_is_a_torn_tail(tmp_path: Path) 
 
 
 def test_a_raw_file_over_the_size_limit_is_refused_by_name_unread(tmp_path: Path) -> None:
-    from lab.core.runs import MAX_RAW_BYTES, read_document
+    from lab.core.jsonl import MAX_RAW_BYTES, read_document
 
     path = tmp_path / "huge.jsonl"
     with path.open("wb") as fh:  # sparse: its size without its bytes
@@ -216,7 +217,7 @@ def test_a_raw_file_over_the_size_limit_is_refused_by_name_unread(tmp_path: Path
 
 
 def test_a_raw_file_over_the_row_limit_is_refused_by_name(tmp_path: Path) -> None:
-    from lab.core.runs import MAX_RAW_ROWS
+    from lab.core.jsonl import MAX_RAW_ROWS
 
     path = tmp_path / "many.jsonl"
     path.write_bytes(b"{}\n" * (MAX_RAW_ROWS + 1))
@@ -225,7 +226,7 @@ def test_a_raw_file_over_the_row_limit_is_refused_by_name(tmp_path: Path) -> Non
 
 
 def test_a_raw_file_over_a_callers_limit_is_refused_by_name(tmp_path: Path) -> None:
-    from lab.core.runs import RawLimit
+    from lab.core.jsonl import RawLimit
 
     path = tmp_path / "t.jsonl"
     path.write_bytes(b"{}\n{}\n")
@@ -240,7 +241,7 @@ def test_the_profiles_dump_is_read_within_its_own_larger_limit(tmp_path: Path) -
     """A deep profile of a large model (80 layers, 50 cycles) may dump more than a raw table may hold, after
     hours of measuring: its dump is read, and cut back on resume, within a bound of its own; every other table
     within the default."""
-    from lab.core.runs import MAX_RAW_BYTES, MAX_RAW_ROWS
+    from lab.core.jsonl import MAX_RAW_BYTES, MAX_RAW_ROWS
     from lab.experiments.profile.dump import DUMP, DUMP_LIMIT, keep_complete_cycles, parse_dump
 
     assert DUMP_LIMIT.max_bytes >= 8 * 2**30 > MAX_RAW_BYTES and DUMP_LIMIT.max_rows > MAX_RAW_ROWS
@@ -310,7 +311,7 @@ def test_a_resumed_run_sets_its_torn_tails_aside(tmp_path: Path, capsys: pytest.
 
 
 def test_set_aside_torn_tail(tmp_path: Path) -> None:
-    from lab.core.runs import set_aside_torn_tail
+    from lab.core.jsonl import set_aside_torn_tail
 
     path = tmp_path / "t.jsonl"
     assert set_aside_torn_tail(path) is None  # no file: nothing to do

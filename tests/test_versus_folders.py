@@ -12,7 +12,8 @@ import pytest
 from labcli import lab, one_line_error
 
 from lab.catalog.compare import compare_sides
-from lab.core.runs import SIDES, RunError, RunFolder, set_aside_torn_tail
+from lab.core.jsonl import set_aside_torn_tail
+from lab.core.runs import SIDES, RunError, RunFolder
 from lab.core.schemas import DecodeDepth, Interval, VersusSlot
 from lab.core.schemas.raw import DECODE_DEPTHS, VERSUS_ROWS, VERSUS_SLOTS
 from lab.core.settings import Settings, load_settings

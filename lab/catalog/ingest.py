@@ -26,7 +26,8 @@ from lab.catalog.tables import (
     columns,
     flatten,
 )
-from lab.core.runs import Manifest, RunError, read_document, read_jsonl
+from lab.core.jsonl import read_document, read_jsonl
+from lab.core.runs import Manifest, RunError
 
 
 @dataclass

@@ -9,7 +9,8 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from lab.core.runs import SIDES, RunError, read_jsonl
+from lab.core.jsonl import read_jsonl
+from lab.core.runs import SIDES, RunError
 from lab.core.schemas import VersusSlot
 from lab.core.schemas.raw import VERSUS_SLOTS
 

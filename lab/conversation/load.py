@@ -18,7 +18,8 @@ from pathlib import Path
 from typing import Any
 
 from lab.core.errors import LabError, validation_line, warn
-from lab.core.runs import RunError, parse_jsonl, read_bounded
+from lab.core.jsonl import parse_jsonl, read_bounded
+from lab.core.runs import RunError
 from lab.core.schemas import ConversationStep, StepToolTime
 from lab.engine.media import data_url
 from lab.engine.png import png_check

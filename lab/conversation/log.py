@@ -20,7 +20,7 @@ from pydantic import BaseModel
 
 from lab.conversation.load import ConversationError, read_trace
 from lab.core.errors import LabError
-from lab.core.runs import set_aside_torn_tail
+from lab.core.jsonl import set_aside_torn_tail
 from lab.core.schemas import ConversationStep, StepToolTime
 
 

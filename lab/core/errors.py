@@ -35,6 +35,10 @@ class UsageError(LabError):
     exit_code = 2
 
 
+class RunError(LabError):
+    """A run folder or one of its files that cannot be used as it is (a bad row, a folder that is no run)."""
+
+
 def validation_line(e: Exception, root: str = "row", limit: int = 3) -> str:
     """What is wrong with an input, in one line: a pydantic error as `field.path: message; ...` (its first
     `limit` entries; `root` names an error of the whole input), any other error as it says."""

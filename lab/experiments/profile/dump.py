@@ -10,7 +10,8 @@ from typing import Any
 
 from rich.console import Console
 
-from lab.core.runs import RawLimit, RunError, RunFolder, read_jsonl
+from lab.core.jsonl import RawLimit, read_jsonl
+from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import ProfileWall
 from lab.engine.server import die_with_parent
 from lab.experiments.protocol import progress_bar
