@@ -68,9 +68,9 @@ ENV LAB_ENGINE__SOURCE_MODE=${LAB_ENGINE__SOURCE_MODE} \
     LAB_ENGINE__NATIVE=${LAB_ENGINE__NATIVE}
 COPY patches/ patches/
 COPY lab/__init__.py lab/
-COPY lab/core/__init__.py lab/core/settings.py lab/core/settings_server.py lab/core/errors.py lab/core/safetar.py \
-     lab/core/redact.py lab/core/runs.py lab/core/locks.py lab/core/rawtable.py lab/core/units.py lab/core/hashing.py \
-     lab/core/releases.py lab/core/paramsfile.py lab/core/jsonl.py lab/core/
+COPY lab/core/__init__.py lab/core/settings.py lab/core/settings_server.py lab/core/settings_profile.py \
+     lab/core/errors.py lab/core/safetar.py lab/core/redact.py lab/core/runs.py lab/core/locks.py lab/core/rawtable.py \
+     lab/core/units.py lab/core/hashing.py lab/core/releases.py lab/core/paramsfile.py lab/core/jsonl.py lab/core/
 COPY lab/engine/__init__.py lab/engine/source.py lab/engine/series.py lab/engine/build.py lab/engine/pinning.py \
      lab/engine/
 RUN --mount=type=cache,target=/var/cache/ccache --mount=type=cache,target=/root/.cache/pip \

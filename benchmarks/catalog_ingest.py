@@ -80,8 +80,8 @@ def profile_run(root: Path, rng: random.Random) -> None:
         for d in depths for b in bands
     ])  # fmt: skip
     run.rewrite(PROFILE_WALLS, [
-        ProfileWall(mode=m, cycle=c, depth=d, ms=rng.uniform(90, 200))
-        for m in ("fused", "timed") for c in range(3) for d in depths
+        ProfileWall(mode=m, fill="fake", process=k, rep=0, visit=v, depth=d, ms=rng.uniform(90, 200))
+        for m in ("fused", "timed") for k in range(3) for v, d in enumerate(depths)
     ])  # fmt: skip
     summary = ProfileSummary(
         max_depth=4096, crossover_depth=1960.0, crossover_note="1960", attn_slope_ms_per_token_per_1k=0.03,

@@ -1,16 +1,16 @@
 """Held-out checks of the time model: a profile that stops early predicts what a longer one measures.
 
 Per model (--models: `tiny`, the embedded tiny qwen35moe, and names of lab.models.pretrained, default
-gemma3-270m-q4_k_m: a pretrained quantized GGUF the lab did not write, from the package index), two profile runs
-in a runs folder of their own, one after the other: to --short (default 1024) and to --long (4096), --cycles
-cycles of --chunk-token chunks each. The long run measures the crossover in time and each band's ms/token at
---long; two predictions of them stand beside it (lab.measure.timemodel): from the long run's own depths up to --short
-(held out in depth) and from the short run (held out in depth and in run: what a user who stops early gets).
-Each with its 95% interval; predicted / measured (its interval the conservative one, predicted's ends over
-measured's), the verdict at +-15% (agree: that interval wholly inside; disagree: wholly outside; else
-undecided), and whether the predicted interval covers the measured value. The caption gives the crossover where
-FLOPs are equal and how far the two runs differ at the depths both measured (this host's run-to-run drift,
-which no interval of a single run contains).
+gemma3-270m-q4_k_m: a pretrained quantized GGUF the lab did not write, from the package index), two profile runs in
+a runs folder of their own, one after the other: to --short (default 1024) and to --long (4096), at every multiple
+of --chunk, in --processes instrument processes each. The long run measures the crossover in time and each band's
+ms/token at --long; two predictions of them stand beside it (lab.measure.timemodel): from the long run's own depths
+up to --short (held out in depth) and from the short run (held out in depth and in run: what a user who stops early
+gets). Each with its 95% interval; predicted / measured (its interval the conservative one, predicted's ends over
+measured's), the verdict at +-15% (agree: that interval wholly inside; disagree: wholly outside; else undecided),
+and whether the predicted interval covers the measured value. The caption gives the crossover where FLOPs are equal
+and how far the two runs differ at the depths both measured (this host's run-to-run drift, which no interval of a
+single run contains).
 
 On a host whose CPU advertises AMX, the engine is built (once, cached beside the default build) without AMX:
 at the pinned commit ggml's AMX kernels die with an illegal instruction on quantized models on such VMs
@@ -68,7 +68,7 @@ def main() -> int:
     ap.add_argument("--models", default="tiny,gemma3-270m-q4_k_m")
     ap.add_argument("--short", type=int, default=1024)
     ap.add_argument("--long", type=int, default=4096)
-    ap.add_argument("--cycles", type=int, default=3)
+    ap.add_argument("--processes", type=int, default=3)
     ap.add_argument("--chunk", type=int, default=512)
     ap.add_argument("--amx", action="store_true", help="keep the default engine build on an AMX host")
     ap.add_argument("--from-runs", type=Path, help="compare the profile runs of an earlier call again, measure nothing")
@@ -89,8 +89,8 @@ def main() -> int:
         runs = {}
         for depth in (args.short, args.long):
             profile = {
-                "max_depth": depth,
-                "cycles": args.cycles,
+                "depths": list(range(0, depth + 1, args.chunk)),
+                "processes": args.processes,
                 "chunk": args.chunk,
                 "bench_check": False,
                 "peaks": False,
@@ -112,7 +112,7 @@ def stored_pairs(runs_dir: Path) -> dict[str, dict[int, Path]]:
         m = run.manifest()
         if m.experiment == "profile" and run.ready:
             name = Path(str(m.model.get("path", "?"))).name
-            out.setdefault(name, {})[int(m.params["profile"]["max_depth"])] = folder
+            out.setdefault(name, {})[max(m.params["profile"]["depths"])] = folder
     return out
 
 

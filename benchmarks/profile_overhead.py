@@ -2,8 +2,9 @@
 
 Interleaves R rounds of three measurements on the same build, model and threads, so machine noise hits all
 three alike, and prints per-round ratios' medians:
-  1. the instrument, one cycle (FUSED pass then TIMED pass over depths 0, chunk, ..., max_depth), as
-     `lab profile` runs it (no threadpool attached, like llama-server) and again with --threadpool (a
+  1. the instrument's cumulative pass (`--fill real`: a FUSED pass, then a TIMED pass over depths 0, chunk, ...,
+     max_depth), as `lab profile --fill real` runs it (no threadpool attached, like llama-server) and again with
+     --threadpool (a
      persistent polling threadpool, like llama-bench): the FUSED/llama-bench ratio of each;
   2. llama-bench -p <chunk> -d <depth> at the same depths (the independent reference for one chunk);
   3. llama-bench -p <max_depth + chunk> -b <chunk> -ub <chunk>: one plain prefill to the same depth.
@@ -89,7 +90,7 @@ def prepare(args: argparse.Namespace) -> Setup:
     engine = build_engine(settings.engine, settings.cache_dir, flavor="release", quiet=True)
     return Setup(
         chunk=chunk,
-        max_depth=(args.max_depth or settings.profile.max_depth) // chunk * chunk,
+        max_depth=(args.max_depth or max(settings.profile.depths)) // chunk * chunk,
         threads=threads,
         threads_batch=settings.profile.threads_batch or threads,
         engine=engine,
@@ -117,7 +118,7 @@ def measure_round(setup: Setup, work: Path, ratios: Ratios, first: bool) -> None
     chunk, max_depth, threads, depths = setup.chunk, setup.max_depth, setup.threads, setup.depths
     dump = work / "nodes.jsonl"
     cmd = instrument_command(
-        setup.inst, setup.model, dump, chunk=chunk, max_depth=max_depth, cycles=1, threads=threads,
+        setup.inst, setup.model, dump, chunk=chunk, depths=depths, fill="real", reps=1, process=0, threads=threads,
         threads_batch=setup.threads_batch,
     )  # fmt: skip
     subprocess.run(cmd, check=True, capture_output=True)
@@ -179,8 +180,9 @@ def report(console: Console, setup: Setup, ratios: Ratios, rounds: int) -> None:
     sizes = ratios.sizes
     ratio = sizes[0] / sizes[1] if sizes[1] else float("inf")
     console.print(
-        f"per-node dump, one cycle: JSON {sizes[0] / 1e6:.2f} MB, Parquet {sizes[1] / 1e6:.3f} MB: {ratio:.1f}x "
-        f"smaller (deterministic sizes, no interval needed); goal 10x: {'met' if ratio >= 10 else 'missed'}"
+        f"per-node dump, one pass of each mode: JSON {sizes[0] / 1e6:.2f} MB, Parquet {sizes[1] / 1e6:.3f} MB: "
+        f"{ratio:.1f}x smaller (deterministic sizes, no interval needed); "
+        f"goal 10x: {'met' if ratio >= 10 else 'missed'}"
     )
 
 

@@ -83,8 +83,8 @@ def test_real_graph_is_fully_covered(engine: EngineInfo, tiny_model: Path, tmp_p
 
     info = build_instrument(engine, load_settings().cache_dir)
     out = tmp_path / "p.jsonl"
-    cmd = [str(info.binary), "--model", str(tiny_model), "--out", str(out), "--chunk", "128", "--max-depth", "128"]
-    r = subprocess.run([*cmd, "--cycles", "1"], capture_output=True, text=True, timeout=300)
+    cmd = [str(info.binary), "--model", str(tiny_model), "--out", str(out), "--chunk", "128", "--depths", "0,128"]
+    r = subprocess.run(cmd, capture_output=True, text=True, timeout=300)
     assert r.returncode == 0, r.stderr
     rows = [json.loads(x) for x in out.read_text().splitlines()]
     for depth in (0, 128):

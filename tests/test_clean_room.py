@@ -62,7 +62,19 @@ def service(tmp_path: Path) -> Iterator[Service]:
 
 
 def profile(svc: Service, runs: Path, *extra: str) -> list[str]:
-    args = ["profile", "--chunk", "128", "--max-depth", "256", "--cycles", "1", "--runs-dir", str(runs)]
+    args = [
+        "profile",
+        "--chunk",
+        "128",
+        "--depths",
+        "0,256",
+        "--processes",
+        "2",
+        "--reps",
+        "1",
+        "--runs-dir",
+        str(runs),
+    ]
     return [LAB, *args, "--clean-room", svc.stop_cmd, svc.start_cmd, *extra]
 
 
@@ -94,7 +106,8 @@ def measuring_in_the_room(service: Service, runs: Path, start_cmd: str | None = 
     cmd = profile(service, runs)
     if start_cmd is not None:
         cmd[cmd.index(service.start_cmd)] = start_cmd
-    cmd[cmd.index("256")] = "100000"  # long enough to be interrupted
+    cmd[cmd.index("0,256")] = "0,131072"  # long enough to be interrupted
+    cmd[cmd.index("--reps") + 1] = "50"
     cmd[cmd.index("--chunk") + 1] = "512"
     proc = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True, cwd=REPO)
     deadline = time.monotonic() + 120

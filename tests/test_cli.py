@@ -59,9 +59,9 @@ def test_fab_tasks_forward_the_options_of_the_commands_they_run() -> None:
     for command in ("sweep", "arms", "profile"):
         flags = {o.flag for o in lab_options(command)}
         assert {"--threads", "--model"} <= flags and "--resume" not in flags, (command, flags)
-    assert {"--threads-batch", "--max-depth", "--clean-room"} & {o.flag for o in lab_options("profile")} == {
+    assert {"--threads-batch", "--depths", "--clean-room"} & {o.flag for o in lab_options("profile")} == {
         "--threads-batch",
-        "--max-depth",
+        "--depths",
     }
     threadpool = next(o for o in lab_options("profile") if o.flag == "--threadpool")
     assert threadpool.negative == "--no-threadpool"

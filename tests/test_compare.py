@@ -92,12 +92,25 @@ def test_self_is_within_noise_and_a_slowed_copy_is_a_significant_slowdown(tmp_pa
 
 
 def test_profiles_compare_band_by_band_with_intervals(tmp_path: Path) -> None:
-    """Each band's ms/token per cycle is stored (raw/profile_band_cycles.jsonl), so B/A of every (depth, band)
+    """Each band's ms/token per process is stored (raw/profile_band_processes.jsonl), so B/A of every (depth, band)
     carries an interval too; a profile against itself is within noise everywhere."""
-    r = lab("profile", "--chunk", "128", "--max-depth", "256", "--cycles", "3", "--runs-dir", str(tmp_path), "--json")
+    r = lab(
+        "profile",
+        "--chunk",
+        "128",
+        "--depths",
+        "0,128,256",
+        "--processes",
+        "3",
+        "--reps",
+        "1",
+        "--runs-dir",
+        str(tmp_path),
+        "--json",
+    )
     assert r.returncode == 0, r.stderr + r.stdout
     out = json.loads(r.stdout)  # --json: the records the tables are printed from, and nothing else
-    assert len(out["bands"]) == 3 * 5 and out["summary"]["cycles"] == 3, out["summary"]
+    assert len(out["bands"]) == 3 * 5 and out["summary"]["processes"] == 3, out["summary"]
     run = Path(out["run"])
     c = compare_runs(run, run)
     bands = [row for row in c.rows if row.metric == "ms_per_token"]

@@ -354,7 +354,8 @@ def test_fab_pushes_the_image_and_measures_in_it(
 
         # a clean room runs on the host around the container (which cannot reach the host's services)
         marks = server.home / "service"
-        r = fab(project, config, "profile", *via, "--chunk", "128", "--max-depth", "256", "--cycles", "1",
+        r = fab(project, config, "profile", *via, "--chunk", "128", "--depths", "0,256", "--processes", "2",
+                "--reps", "1",
                 "--clean-room-stop", f"mkdir -p {marks} && touch {marks}/stopped",
                 "--clean-room-start", f"touch {marks}/started", env=env)  # fmt: skip
         assert r.returncode == 0, r.stdout + r.stderr

@@ -32,7 +32,21 @@ pytestmark = [pytest.mark.slow, pytest.mark.faults]
 SWEEP = ("measure", "--via", "bundle", "--ls", "256", "--news", "16", "--reps", "1")
 MEDIUM_SWEEP = ("measure", "--via", "bundle", "--ls", "256,512,768,1024", "--news", "16", "--reps", "3")
 LONG_SWEEP = ("measure", "--via", "bundle", "--ls", "256,512,768,1024,1536,2048", "--news", "16", "--reps", "5")  # cut
-PROFILE = ("profile", "--via", "bundle", "--chunk", "128", "--max-depth", "384", "--cycles", "3", "--threadpool", "off")
+PROFILE = (
+    "profile",
+    "--via",
+    "bundle",
+    "--chunk",
+    "128",
+    "--depths",
+    "0,128,256,384",
+    "--processes",
+    "3",
+    "--reps",
+    "1",
+    "--threadpool",
+    "off",
+)
 
 
 @pytest.fixture(scope="module")
@@ -190,13 +204,13 @@ def test_a_reported_run_named_like_a_local_one_is_refused(
 
 
 # the real lab, stopped (SIGTERM: the run ends incomplete) once its profile's cycle 1 has started
-STOP_IN_CYCLE_1 = """#!/bin/sh
+STOP_IN_PROCESS_1 = """#!/bin/sh
 touch {mark}
 "$0.real" "$@" &
 pid=$!
 while kill -0 $pid 2>/dev/null; do
   for f in $(find {runs} -newer {mark} -name profile.part.jsonl 2>/dev/null); do
-    if grep -qs '"kind":"fused","cycle":1' "$f"; then kill -TERM $pid; wait $pid; exit $?; fi
+    if grep -qs '"kind":"fused","process":1' "$f"; then kill -TERM $pid; wait $pid; exit $?; fi
   done
   sleep 0.1
 done
@@ -215,7 +229,7 @@ def test_a_resume_only_adds_and_a_shorter_answer_changes_nothing(
     marks = host.home / "service"
     room = ("--clean-room-stop", f"mkdir -p {marks} && touch {marks}/stopped",
             "--clean-room-start", f"touch {marks}/started")  # fmt: skip
-    with hostile_lab(rdir, STOP_IN_CYCLE_1.format(mark=rdir / ".mark", runs=rdir / "runs")):
+    with hostile_lab(rdir, STOP_IN_PROCESS_1.format(mark=rdir / ".mark", runs=rdir / "runs")):
         r = fab(project, config, *PROFILE, "--model", str(tiny_model), "--push-model", *room, "--remote-dir", str(rdir))
     assert r.returncode == 1 and "rerun with --resume" in r.stderr, r.stdout + r.stderr
     run_id = r.stderr.split("--resume ")[1].split()[0]

@@ -20,7 +20,7 @@ from labcli import lab, one_line_error
 
 from lab.core.runs import RunError, RunFolder, utc_now
 from lab.core.settings import load_settings
-from lab.experiments.profile.dump import DUMP, keep_complete_cycles
+from lab.experiments.profile.dump import DUMP, keep_complete_processes
 from lab.experiments.protocol import record_params, restore
 from lab.experiments.sweep.run import Sweep
 from lab.remote.connect import RemoteError
@@ -175,27 +175,29 @@ def test_a_side_that_is_another_run_there_changes_nothing(tmp_path: Path) -> Non
 DEPTHS = (0, 128)
 
 
-def cycle_rows(cycle: int, ms: float, upto: int | None = None) -> str:
-    """A profile cycle's lines as the instrument writes them (`%.6f`): a fused and a timed pass over every depth,
-    a node row after each timed wall; the first `upto` lines only (a cycle interrupted there)."""
-    lines = [f'{{"kind":"fused","cycle":{cycle},"depth":{d},"ms":{ms + d:.6f}}}\n' for d in DEPTHS]
-    for d in DEPTHS:
-        lines.append(f'{{"kind":"timed","cycle":{cycle},"depth":{d},"ms":{ms + d + 1:.6f}}}\n')
-        lines.append(f'{{"kind":"node","cycle":{cycle},"depth":{d},"name":"mul_mat","ms":{ms / 3:.6f},"calls":2}}\n')
+def process_rows(process: int, ms: float, upto: int | None = None) -> str:
+    """An instrument process's lines as it writes them (`%.6f`): FUSED and TIMED at every depth, a node row after
+    each TIMED wall; the first `upto` lines only (a process interrupted there)."""
+    lines = []
+    for v, d in enumerate(DEPTHS):
+        at = f'"process":{process},"fill":"fake","check":false,"depth":{d},"rep":0'
+        lines.append(f'{{"kind":"fused",{at},"visit":{v},"ms":{ms + d:.6f}}}\n')
+        lines.append(f'{{"kind":"timed",{at},"visit":{v},"ms":{ms + d + 1:.6f}}}\n')
+        lines.append(f'{{"kind":"node",{at},"name":"mul_mat","ms":{ms / 3:.6f},"calls":2}}\n')
     return "".join(lines[:upto])
 
 
 def profile_interrupted_twice(tmp_path: Path, resumed: bool = True, again: int = 2) -> tuple[RunFolder, Path]:
-    """A profile interrupted in cycle 1, as a first fetch left it here (its partial cycle's rows in the dump), and
-    the host's copy after its resume cut the dump back to cycle 0 (the lab's own resume, which rewrites the rows it
-    keeps) and was interrupted in cycle 1 again, `again` of its rows in the dump this time."""
+    """A profile interrupted in process 1, as a first fetch left it here (its partial process's rows in the dump),
+    and the host's copy after its resume cut the dump back to process 0 (the lab's own resume, which rewrites the
+    rows it keeps) and was interrupted in process 1 again, `again` of its rows in the dump this time."""
     run = interrupted_run(tmp_path / "runs")
-    meta = '{"kind":"meta","n_layer":2,"chunk":128,"cycles":3}\n'
-    (run.path / "raw" / f"{DUMP}.jsonl").write_text(meta + cycle_rows(0, 10.5) + cycle_rows(1, 11.25, upto=4))
+    meta = '{"kind":"meta","n_layer":2,"chunk":128,"process":0}\n'
+    (run.path / "raw" / f"{DUMP}.jsonl").write_text(meta + process_rows(0, 10.5) + process_rows(1, 11.25, upto=4))
     there = hosts_copy(run, tmp_path, resumed=resumed)
-    assert keep_complete_cycles(RunFolder(there), len(DEPTHS)) == 1
+    assert keep_complete_processes(RunFolder(there), 2 * len(DEPTHS)) == 1
     with (there / "raw" / f"{DUMP}.jsonl").open("a") as fh:
-        fh.write(cycle_rows(1, 12.75, upto=again))
+        fh.write(process_rows(1, 12.75, upto=again))
     return run, there
 
 
@@ -203,7 +205,7 @@ def profile_interrupted_twice(tmp_path: Path, resumed: bool = True, again: int =
 def test_a_table_the_hosts_resume_cut_back_to_whole_units_and_grew_again_is_taken_in_one_line(
     tmp_path: Path, capsys: pytest.CaptureFixture[str], again: int
 ) -> None:
-    """The local rows of cycle 1 (unfinished) were dropped by the host's resume, which measured it again: a byte
+    """The local rows of process 1 (unfinished) were dropped by the host's resume, which measured it again: a byte
     prefix rule refused every later fetch of the run, the local copy stuck at what the first fetch brought. None
     of its new rows in the dump yet (killed before its part was merged) is the same."""
     run, there = profile_interrupted_twice(tmp_path, again=again)
@@ -227,8 +229,8 @@ def test_a_table_whose_kept_rows_were_changed_there_changes_nothing_even_after_a
     run, there = profile_interrupted_twice(tmp_path)
     dump = there / "raw" / f"{DUMP}.jsonl"
     lines = dump.read_text().splitlines(keepends=True)
-    assert '"kind":"fused","cycle":0,"depth":128' in lines[2]
-    lines[2] = lines[2].replace('"ms":138.5', '"ms":1.5')
+    assert '"kind":"fused","process":0,"fill":"fake","check":false,"depth":128' in lines[4]
+    lines[4] = lines[4].replace('"ms":138.5', '"ms":1.5')
     dump.write_text("".join(lines))
     refused(there, run, f"raw/{DUMP}.jsonl differs there")
 

@@ -172,7 +172,7 @@ def test_connection_cut_mid_run_leaves_incomplete_and_resumes(host: Sshd, projec
 def test_profile_runs_in_a_clean_room_on_the_host(host: Sshd, project: Path, tmp_path: Path) -> None:
     config = ssh_config(host, tmp_path / "config", host.known_hosts)
     marks = host.home / "service"
-    r = fab(project, config, "profile", "--chunk", "128", "--max-depth", "256", "--cycles", "1",
+    r = fab(project, config, "profile", "--chunk", "128", "--depths", "0,256", "--processes", "2", "--reps", "1",
             "--clean-room-stop", f"mkdir -p {marks} && touch {marks}/stopped",
             "--clean-room-start", f"touch {marks}/started")  # fmt: skip
     assert r.returncode == 0, r.stdout + r.stderr

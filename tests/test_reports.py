@@ -7,6 +7,8 @@ error; empty tables give an explanatory empty state; two catalogs of the same ru
 from __future__ import annotations
 
 import json
+import math
+import re
 from collections.abc import Iterator
 from html.parser import HTMLParser
 from pathlib import Path
@@ -46,6 +48,7 @@ from lab.measure.peaks import Peaks
 from lab.models.hparams import hparams_of
 from lab.reports import render_compare, render_reports
 from lab.reports.agreement import agreement_chart
+from lab.reports.bands import BENCH, FAKE, GAP, bands_chart, depth_encoding
 from lab.reports.data import catalog_runs, figure_rows
 from lab.reports.render import save_chart
 
@@ -204,7 +207,9 @@ def profile_rows(
                     ms_per_token=share * fused / 512,
                 )
             )
-        walls += [ProfileWall(mode=m, cycle=0, depth=d, ms=fused) for m in ("fused", "timed")]
+        walls += [
+            ProfileWall(mode=m, fill="fake", process=0, rep=0, visit=0, depth=d, ms=fused) for m in ("fused", "timed")
+        ]
     summary = ProfileSummary(
         max_depth=2048,
         crossover_depth=1600.0,
@@ -779,7 +784,7 @@ def test_a_profile_that_never_reaches_the_crossover_is_stored_and_drawn_as_not_r
     'not reached by depth D', the catalog reads it back, and every report renders with it."""
     rows, _ = profile_rows(1.0, slope=0.01, depths=(0, 512, 1024))
     bands = [r for r in rows["profile_bands"] if isinstance(r, BandDepth)]
-    summary = summarize(bands, {0: 0.1, 512: 0.1, 1024: 0.1})
+    summary = summarize(bands)
     assert summary.crossover_depth is None and summary.crossover_note == "not reached by depth 1024"
     annotate(bands, summary, cost_model(hparams_of(TINY_SHAPED), 512), None)
     root = tmp_path / "runs"
@@ -793,3 +798,95 @@ def test_a_profile_that_never_reaches_the_crossover_is_stored_and_drawn_as_not_r
     assert "not reached by depth 1024" in (out / "bands.svg").read_text()
     index = (out / "index.html").read_text()
     assert "not reached by depth 1024" in index and "predicted from FLOPs" in index
+
+
+LOG_DEPTHS = (0, *(1024 * 2**k for k in range(8)))  # `--depths log:131072`: 0, 1024, 2048, ..., 131072
+LINEAR_DEPTHS = tuple(range(0, 4097, 512))  # the default profile
+# a point of the checks panel in the SVG: its series, its depth and its x
+CHECK_POINT = re.compile(
+    r'aria-label="[^"]*?check: ([^;"]+); series: [^;"]+; depth \(tokens\): (\d+);[^"]*" role="graphics-symbol" '
+    r'aria-roledescription="point" transform="translate\(([-\d.]+),'
+)
+
+
+def profile_catalog(tmp: Path, depths: tuple[int, ...], bench_depths: tuple[int, ...]) -> Path:
+    """A catalog of one profile run probed at `depths`, its llama-bench and fake-vs-real checks at `bench_depths`,
+    every check with an interval over processes."""
+    rows, single = profile_rows(1.0, slope=0.01, depths=depths)
+    summary = single["profile_summary"]
+    assert isinstance(summary, ProfileSummary)
+
+    def ratio(v: float) -> Interval:
+        return Interval(value=v, lo=v - 0.02, hi=v + 0.02, n=6, processes=3)
+
+    summary.timed_vs_fused_gap_ci = {d: ratio(1 + gap) for d, gap in summary.timed_vs_fused_gap.items()}
+    summary.fused_vs_bench = {str(d): 1.01 for d in bench_depths}
+    summary.fused_vs_bench_ci = {str(d): ratio(1.01) for d in bench_depths}
+    summary.fake_vs_real = {str(d): {"total": ratio(1.03), "ffn_moe": ratio(1.0)} for d in bench_depths}
+    summary.depths, summary.bench_depths = list(depths), list(bench_depths)
+    root = tmp / "runs"
+    make_run(root, "profile", "host-a", rows, {"profile_summary": summary}, params={"profile": {"chunk": 512}})
+    ingest(root, tmp / "catalog")
+    return tmp / "catalog"
+
+
+def depth_encodings(spec: Any) -> list[dict[str, Any]]:
+    """Every x encoding of `depth` in a Vega-Lite spec (both panels' layers)."""
+    if isinstance(spec, list):
+        return [x for item in spec for x in depth_encodings(item)]
+    if not isinstance(spec, dict):
+        return []
+    x = spec.get("encoding", {}).get("x", {})
+    found = [x] if isinstance(x, dict) and x.get("field") == "depth" else []
+    return found + [x for key, value in spec.items() if key != "encoding" for x in depth_encodings(value)]
+
+
+@pytest.mark.fast
+@pytest.mark.parametrize(("depths", "log"), [(LOG_DEPTHS, True), (LINEAR_DEPTHS, False)])
+def test_the_bands_depth_axis_is_log_when_the_probes_span_more_than_a_decade(
+    tmp_path: Path, depths: tuple[int, ...], log: bool
+) -> None:
+    cat = profile_catalog(tmp_path, depths, depths)
+    spec = bands_chart(cat, catalog_runs(cat), SETTINGS).to_dict()
+    axes = depth_encodings(spec)
+    assert len(axes) == 3  # the band areas, the checks' lines and their interval bands
+    for x in axes:
+        assert x["scale"].get("type") == ("symlog" if log else None), x  # None: Vega-Lite's linear default
+        assert ("log axis" in x["title"]) == log, x["title"]
+        if log:  # 0 shows, linear below half the shallowest probe; a tick at each (log-spaced) probe
+            assert x["scale"]["constant"] == 512 and x["axis"]["values"] == list(depths)
+    assert spec["resolve"]["scale"]["x"] == "shared"
+
+
+@pytest.mark.fast
+def test_the_log_axis_starts_above_a_decade_of_nonzero_depths() -> None:
+    def scale_type(depths: list[int]) -> Any:
+        x: Any = depth_encoding(depths).to_dict()
+        return x["scale"].get("type")
+
+    assert scale_type([0, 512, 5120]) is None  # exactly a decade: linear
+    assert scale_type([0, 512, 5632]) == "symlog"
+    assert scale_type([0, 100, 1000, 100_000]) == "symlog"
+    assert scale_type([0]) is None and scale_type([4096]) is None  # nothing to span
+
+
+@pytest.mark.fast
+def test_checks_run_at_the_shallower_depths_only_are_drawn_at_theirs_on_the_bands_scale(tmp_path: Path) -> None:
+    """llama-bench and the fake-vs-real check ran at a real fill's depths (0..4096) of a log profile to 131072:
+    each check is drawn at its own depths, at the x the band chart puts that depth (one symlog scale)."""
+    bench = LOG_DEPTHS[:4]
+    cat = profile_catalog(tmp_path, LOG_DEPTHS, bench)
+    settings = ReportSettings(formats=["svg"])
+    [svg] = save_chart(bands_chart(cat, catalog_runs(cat), settings), tmp_path / "out", "bands", settings)
+    points: dict[str, dict[int, float]] = {}
+    for series, depth, x in CHECK_POINT.findall(svg.read_text()):
+        points.setdefault(series, {})[int(depth)] = float(x)
+    assert sorted(points) == sorted([GAP, BENCH, FAKE])
+    assert sorted(points[GAP]) == list(LOG_DEPTHS)
+    assert sorted(points[BENCH]) == sorted(points[FAKE]) == list(bench)
+    for depth in bench:
+        assert points[BENCH][depth] == pytest.approx(points[GAP][depth]) == pytest.approx(points[FAKE][depth])
+    width = settings.width
+    assert points[GAP][0] == 0 and points[GAP][131072] == pytest.approx(width, abs=0.01)  # to the deepest probe
+    symlog_4096 = width * math.log1p(4096 / 512) / math.log1p(131072 / 512)  # symlog, constant 512
+    assert points[BENCH][4096] == pytest.approx(symlog_4096, abs=0.01)

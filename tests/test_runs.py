@@ -238,11 +238,11 @@ def test_a_raw_file_over_a_callers_limit_is_refused_by_name(tmp_path: Path) -> N
 
 
 def test_the_profiles_dump_is_read_within_its_own_larger_limit(tmp_path: Path) -> None:
-    """A deep profile of a large model (80 layers, 50 cycles) may dump more than a raw table may hold, after
+    """A deep profile of a large model (80 layers, 50 processes) may dump more than a raw table may hold, after
     hours of measuring: its dump is read, and cut back on resume, within a bound of its own; every other table
     within the default."""
     from lab.core.jsonl import MAX_RAW_BYTES, MAX_RAW_ROWS
-    from lab.experiments.profile.dump import DUMP, DUMP_LIMIT, keep_complete_cycles, parse_dump
+    from lab.experiments.profile.dump import DUMP, DUMP_LIMIT, keep_complete_processes, parse_dump
 
     assert DUMP_LIMIT.max_bytes >= 8 * 2**30 > MAX_RAW_BYTES and DUMP_LIMIT.max_rows > MAX_RAW_ROWS
     run = RunFolder.create(tmp_path, "profile", "vm", {})
@@ -252,7 +252,7 @@ def test_the_profiles_dump_is_read_within_its_own_larger_limit(tmp_path: Path) -
         fh.truncate(MAX_RAW_BYTES + 1)
     with pytest.raises(RunError, match=rf"^{dump}: .* over the limit of 512 MiB"):
         read_jsonl(dump, None)
-    for read in (lambda: parse_dump(dump), lambda: keep_complete_cycles(run, 1)):  # read past the default limit
+    for read in (lambda: parse_dump(dump), lambda: keep_complete_processes(run, 1)):  # read past the default limit
         with pytest.raises(RunError, match=rf"^{dump}:1: bad JSON row"):
             read()
     assert dump.stat().st_size == MAX_RAW_BYTES + 1

@@ -1,4 +1,4 @@
-"""The time model: rates fitted from per-cycle band rows come back as the rates that made them, predictions at
+"""The time model: rates fitted from per-process band rows come back as the rates that made them, predictions at
 depths the rows never reached land on the truth inside their interval, the crossover in time is where the
 two bands' times meet (not where their FLOPs do), window-capped attention never crosses, and rates applied to
 another model scale the attention overhead with its attention layers."""
@@ -9,7 +9,7 @@ import math
 
 import pytest
 
-from lab.core.schemas import BANDS, BandCycle
+from lab.core.schemas import BANDS, BandProcess
 from lab.measure.costmodel import CostModel, cost_model
 from lab.measure.timemodel import BandTime, FlopTable, fit, predict, predict_ms, time_crossover
 from lab.models.hparams import hparams_of
@@ -60,22 +60,22 @@ TRUE: dict[str, BandTime] = {  # FLOPs per ms
 SCALE = dict.fromkeys(BANDS, 1.0)
 
 
-def synthetic_rows(cost: CostModel, depths: list[int], cycles: int = 5, noise: float = 0.01) -> list[BandCycle]:
-    """Per-cycle band rows made from TRUE, each cycle off by a fixed few per cent (a cycle is one pass)."""
+def synthetic_rows(cost: CostModel, depths: list[int], processes: int = 5, noise: float = 0.01) -> list[BandProcess]:
+    """Per-process band rows made from TRUE, each process off by a fixed few per cent."""
     flops = FlopTable(cost)
     rows = []
-    for c in range(cycles):
+    for c in range(processes):
         wobble = 1 + noise * ((c * 7) % 5 - 2) / 2
         for d in depths:
             ms = predict_ms(TRUE, flops, d, SCALE)
-            rows += [BandCycle(cycle=c, depth=d, band=b, timed_ms=0.0, ms_per_token=ms[b] * wobble) for b in BANDS]
+            rows += [BandProcess(process=c, depth=d, band=b, timed_ms=0.0, ms_per_token=ms[b] * wobble) for b in BANDS]
     return rows
 
 
 def test_the_fit_gives_back_the_rates_that_made_the_rows_and_one_odd_depth_does_not_move_them() -> None:
     cost = cost_model(hparams_of(HYBRID), 512)
     rows = synthetic_rows(cost, [0, 512, 1024, 1536], noise=0.0)
-    for r in rows:  # the first chunk of every cycle 30% slower (a warm-up): the median over depths ignores it
+    for r in rows:  # the first chunk of every process 30% slower (a warm-up): the median over depths ignores it
         if r.depth == 0:
             r.ms_per_token *= 1.3
     tf = fit(rows, cost)
@@ -88,7 +88,7 @@ def test_a_short_profile_predicts_deeper_depths_and_the_crossover_within_its_int
     cost = cost_model(hparams_of(HYBRID), 512)
     rows = synthetic_rows(cost, [0, 512, 1024, 1536, 2048, 4096, 8192, 16384])
     short = fit(rows, cost, max_depth=1024, key="short")
-    assert short.depths == [0, 512, 1024] and short.cycles == 5
+    assert short.depths == [0, 512, 1024] and short.processes == 5
     pred = predict(short, None, [4096, 16384], source="s", model="m")
     truth = {d: predict_ms(TRUE, FlopTable(cost), d, SCALE) for d in (4096, 16384)}
     for d in (4096, 16384):
@@ -122,7 +122,7 @@ def test_a_rate_that_grows_with_depth_is_predicted_conservatively_and_covered_by
         return {**m, "attn_core": m["attn_core"] / speedup(d)}
 
     rows = [
-        BandCycle(cycle=c, depth=d, band=b, timed_ms=0.0, ms_per_token=truth(d)[b] * (1 + 0.005 * (c - 1)))
+        BandProcess(process=c, depth=d, band=b, timed_ms=0.0, ms_per_token=truth(d)[b] * (1 + 0.005 * (c - 1)))
         for c in range(3)
         for d in (0, 256, 512)
         for b in BANDS

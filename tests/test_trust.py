@@ -444,22 +444,22 @@ def test_a_run_folder_records_no_credentials_and_no_secret_files(tmp_path: Path)
 def test_a_torn_profile_part_does_not_block_the_next_resume(tmp_path: Path) -> None:
     """A killed instrument leaves a part whose last line is cut; merged and resumed twice, the dump still reads."""
     from lab.core.runs import RunFolder
-    from lab.experiments.profile.dump import keep_complete_cycles, merge_part
+    from lab.experiments.profile.dump import keep_complete_processes, merge_part
 
     run = RunFolder.create(tmp_path, "profile", "host", {})
     dump, part = run.table_path("profile"), run.path / "raw" / "profile.part.jsonl"
     meta = '{"kind": "meta"}\n'
 
-    def row(cycle: int, depth: int, mode: str) -> str:
-        return f'{{"kind": "{mode}", "cycle": {cycle}, "depth": {depth}, "ms": 1.0}}\n'
+    def row(process: int, depth: int, mode: str) -> str:
+        return f'{{"kind": "{mode}", "process": {process}, "depth": {depth}, "ms": 1.0}}\n'
 
     whole = "".join(row(0, d, m) for d in (0, 512) for m in ("timed", "fused"))
-    part.write_text(meta + whole + row(1, 0, "timed")[:20])  # killed mid-line in cycle 1
+    part.write_text(meta + whole + row(1, 0, "timed")[:20])  # killed mid-line in process 1
     merge_part(dump, part)
-    assert keep_complete_cycles(run, 2) == 1
+    assert keep_complete_processes(run, 4) == 1
     part.write_text(meta + row(1, 0, "timed") + '{"kind": "wa')  # the resumed instrument, killed again
     merge_part(dump, part)
-    assert keep_complete_cycles(run, 2) == 1  # no "bad JSON row" in the middle
+    assert keep_complete_processes(run, 4) == 1  # no "bad JSON row" in the middle
     assert all(line.endswith("}") for line in dump.read_text().splitlines())
 
 

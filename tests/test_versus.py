@@ -16,7 +16,7 @@ import pytest
 from labcli import lab
 
 from lab.core.runs import RunFolder
-from lab.core.schemas.raw import PROFILE_BAND_CYCLES, SWEEP_POINTS, SWEEP_SAMPLES, VERSUS_ROWS, VERSUS_SLOTS
+from lab.core.schemas.raw import PROFILE_BAND_PROCESSES, SWEEP_POINTS, SWEEP_SAMPLES, VERSUS_ROWS, VERSUS_SLOTS
 from lab.core.settings import ReportSettings
 from lab.reports.data import catalog_runs
 from lab.reports.versus import versus_chart
@@ -163,13 +163,13 @@ def test_a_slot_table_that_goes_bad_leaves_both_sides_unfinished_and_the_run_res
 
 def test_the_profile_and_the_decode_check_interleave_too(tmp_path: Path) -> None:
     runs = tmp_path / "runs"
-    profile = ["profile", "--chunk", "128", "--max-depth", "256", "--cycles", "2", "--no-peaks"]
+    profile = ["profile", "--chunk", "128", "--depths", "0,128,256", "--processes", "2", "--reps", "1", "--no-peaks"]
     r = lab(*profile, "--vs", "profile.threads=2", "--runs-dir", str(runs), "--json")
     assert r.returncode == 0, r.stderr + r.stdout
     out = json.loads(r.stdout)
     run = RunFolder.open(Path(out["run"]))
     check_slots(run, 2)
-    assert Counter(c.process for c in RunFolder.open(run.path / "b").read(PROFILE_BAND_CYCLES))[1] > 0
+    assert Counter(c.process for c in RunFolder.open(run.path / "b").read(PROFILE_BAND_PROCESSES))[1] > 0
     bands = [x for x in out["rows"] if x["metric"] == "ms_per_token"]
     assert bands and all(x["ratio_ci"]["processes"] == 2 for x in bands if x["ratio_ci"])
     r = lab(
@@ -194,7 +194,7 @@ def test_the_kv_cache_type_reaches_the_server_the_driver_the_instrument_and_llam
         assert (m.params["server"]["cache_type_k"], m.params["server"]["cache_type_v"]) == (kv, kv)
         assert (m.results["driver_meta"]["cache_type_k"], m.results["driver_meta"]["cache_type_v"]) == (kv, kv)
         assert f"K ({kv})" in (run / side / "logs" / "server.log").read_text()
-    profile = ["profile", "--chunk", "128", "--max-depth", "256", "--cycles", "2", "--no-peaks"]
+    profile = ["profile", "--chunk", "128", "--depths", "0,128,256", "--processes", "2", "--reps", "1", "--no-peaks"]
     r = lab(*profile, *q8, "--runs-dir", str(runs), "--json")
     assert r.returncode == 0, r.stderr + r.stdout
     run = Path(json.loads(r.stdout)["run"])

@@ -63,11 +63,11 @@ def test_both_sides_get_the_same_reps_and_cycles(settings: Settings) -> None:
     s = settings.model_copy(
         update={
             "sweep": settings.sweep.model_copy(update={"min_reps": 4, "max_reps": 60}),
-            "profile": settings.profile.model_copy(update={"max_cycles": 9}),
+            "profile": settings.profile.model_copy(update={"max_processes": 9}),
         }
     )
     d = paired_design(s)
-    assert (d.sweep.reps, d.sweep.min_reps, d.sweep.max_reps, d.profile.max_cycles) == (4, 4, 4, None)
+    assert (d.sweep.reps, d.sweep.min_reps, d.sweep.max_reps, d.profile.max_processes) == (4, 4, 4, None)
 
 
 def test_slots_alternate_in_balanced_random_blocks() -> None:

@@ -62,7 +62,7 @@ KINDS = {
     ),
     "profile": Kind(
         "profile_bands",
-        ("profile_walls", "profile_band_cycles"),
+        ("profile_walls", "profile_band_processes"),
         ("depth", "band"),
         {"ms_per_token": "ms per token", "fused_chunk_ms": "ms"},
     ),

@@ -1,5 +1,5 @@
 """The samples behind a run's compared rows: per (key, metric) each value with the process it came from and
-its place there (rep, cycle, fill pass), what B/A's interval resamples (lab.catalog.compare)."""
+its place there (rep, fill pass), what B/A's interval resamples (lab.catalog.compare)."""
 
 from __future__ import annotations
 
@@ -11,7 +11,7 @@ from lab.core.stats import SlotRep
 from lab.measure.fills import fill_values
 
 TOTAL_BAND = "all bands (FUSED chunk)"
-REP_FIELDS = ("rep", "cycle", "fill_pass")  # a sample's place within its process, by table
+REP_FIELDS = ("rep", "fill_pass")  # a sample's place within its process, by table
 Side = dict[str, list[dict[str, Any]]]  # one run's tables: name -> flattened rows
 
 
@@ -21,7 +21,7 @@ def present(v: Any) -> Any:
 
 class Samples(NamedTuple):
     """The samples behind one (key, metric) of one run, the process each came from (all 0: one process, a
-    within-run interval) and its rep (cycle, fill pass) there."""
+    within-run interval) and its rep (fill pass) there."""
 
     values: list[float]
     procs: list[int]
@@ -47,14 +47,14 @@ class Samples(NamedTuple):
 def samples_of(experiment: str, side: Side) -> dict[tuple[tuple[Any, ...], str], Samples]:
     """The samples behind each (key, metric) of one run: the timed requests of each arm, the estimate's samples,
     the vision encodes, the fill passes' baseline; a profile's FUSED walls per depth and its bands' ms/token per
-    cycle; a conversation's prompt ms per step and arm."""
+    process; a conversation's prompt ms per step and arm."""
     out = SampleBook()
     add = out.add
     if experiment == "profile":
         for w in side.get("profile_walls", []):
-            if w["mode"] == "fused":
+            if w["mode"] == "fused" and not w.get("check"):  # the profile's probes, not the fake-vs-real check's
                 add((w["depth"], TOTAL_BAND), "fused_chunk_ms", w["ms"], w)
-        for c in side.get("profile_band_cycles", []):
+        for c in side.get("profile_band_processes", []):
             add((c["depth"], c["band"]), "ms_per_token", c["ms_per_token"], c)
         return out
     if experiment == "decode":  # a depth's samples are lists in its row, each with its process

@@ -147,7 +147,6 @@ Threads = Annotated[
 ThreadsBatch = Annotated[int | None, typer.Option("--threads-batch", "-tb", help="batch threads (-tb)")]
 CtxSize = Annotated[int | None, typer.Option("--ctx-size", "-c", help="context size of the server (-c)")]
 # --max-depth: a profile's deepest probe (unset: profile.max_depth), or the deepest step of a synthetic trace
-ProbeMaxDepth = Annotated[int | None, typer.Option("--max-depth", help="deepest probe")]
 TraceMaxDepth = Annotated[int, typer.Option("--max-depth", min=2)]
 
 # --- a run ---------------------------------------------------------------------------------------------------

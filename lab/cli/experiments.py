@@ -25,7 +25,6 @@ from lab.cli.common import (
     NewsOpt,
     NOutOpt,
     PlanOpt,
-    ProbeMaxDepth,
     ProcessesOpt,
     RatesOpt,
     RepsOpt,
@@ -157,10 +156,27 @@ ARMS_HELP = "The sweep in one process, no server: `lab sweep --where inproc` (--
 
 def profile(
     chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
-    max_depth: ProbeMaxDepth = None,
-    cycles: Annotated[int | None, typer.Option("--cycles", help="cycles (median per depth)")] = None,
-    max_cycles: Annotated[
-        int | None, typer.Option("--max-cycles", help="more cycles, up to this, while the intervals are wide")
+    depths: Annotated[
+        str | None,
+        typer.Option("--depths", help="probe depths: 0,512,1024 or log:D (0, 1024, 2048, ... doubling to D)"),
+    ] = None,
+    fill: Annotated[
+        str | None, typer.Option("--fill", help="fake: a fake prefix per probe; real: the cumulative pass")
+    ] = None,
+    processes: Annotated[int | None, typer.Option("--processes", help="instrument processes (the units)")] = None,
+    reps: Annotated[int | None, typer.Option("--reps", help="reps of FUSED and TIMED per depth and process")] = None,
+    max_processes: Annotated[
+        int | None, typer.Option("--max-processes", help="more processes, up to this, while a check is undecided")
+    ] = None,
+    real_check: Annotated[
+        bool | None,
+        typer.Option("--real-check/--no-real-check", help="time each depth after a real fill too, paired"),
+    ] = None,
+    real_max_depth: Annotated[
+        int | None, typer.Option("--real-max-depth", help="deepest real fill (llama-bench, the fake-vs-real check)")
+    ] = None,
+    bench_check: Annotated[
+        bool | None, typer.Option("--bench/--no-bench", help="a llama-bench process after every process")
     ] = None,
     threads: Threads = None,
     threads_batch: ThreadsBatch = None,
@@ -183,10 +199,15 @@ def profile(
     runs_dir: RunsDir = None,
     resume: Resume = None,
     host_ok: HostOk = False,
+    plan: PlanOpt = False,
+    rates: RatesOpt = None,
+    budget: BudgetOpt = None,
     vs: VsOpt = None,
     as_json: AsJson = False,
 ) -> None:
-    """Per-node prefill profile over a cumulative depth sweep, sorted into five bands."""
+    """Per-node prefill profile at a list of depths (each reached by a fake prefix), sorted into five bands.
+
+    --plan prints the predicted wall time per part and measures nothing; --budget 1h picks the reps that fit."""
     from lab.experiments.profile.run import Profile
 
     stop, start = clean_room or (None, None)
@@ -197,9 +218,14 @@ def profile(
         runs_dir=runs_dir,
         profile={
             "chunk": chunk,
-            "max_depth": max_depth,
-            "cycles": cycles,
-            "max_cycles": max_cycles,
+            "depths": depths,
+            "fill": fill,
+            "processes": processes,
+            "reps": reps,
+            "max_processes": max_processes,
+            "real_check": real_check,
+            "real_max_depth": real_max_depth,
+            "bench_check": bench_check,
             "threads": threads,
             "threads_batch": threads_batch,
             "threadpool": threadpool,
@@ -209,4 +235,38 @@ def profile(
             "clean_room_start": start,
         },
     )
+    if resume is None and (s := _plan_profile(s, plan, rates, budget, vs, as_json)) is None:
+        return
     run_command(Profile(), s, resume, as_json, vs=vs, host_ok=host_ok)
+
+
+def _plan_profile(s: Any, show: bool, rates: str | None, budget: str | None, vs: Any, as_json: bool) -> Any:
+    """`lab profile --plan` (print the plan, measure nothing: returns None) and `--budget` (the reps it affords,
+    the plan printed first); the rates resolved as the sweep's plan resolves them (--rates, else a calibration)."""
+    from lab.core.errors import UsageError
+
+    if not show and budget is None:
+        if rates is not None:
+            raise UsageError("--rates is the plan's: give it with --plan or --budget")
+        return s
+    if vs is not None and budget is not None:
+        raise UsageError("--budget with --vs: give --reps instead (both configurations get the same reps)")
+    from lab.core.console import lab_console
+    from lab.experiments.sweep.planning import rates_for
+    from lab.measure.plan import parse_duration
+    from lab.measure.profileplan import budget_reps, profile_plan, rates_settings, with_reps
+    from lab.presenters.profileplan import profile_budget_line, profile_plan_notes, profile_plan_table
+
+    budget_s = parse_duration(budget) if budget is not None else None  # a bad one fails before any calibration
+    r, console = rates_for(rates_settings(s, rates)), lab_console(quiet=as_json)
+    if budget_s is not None:
+        reps = budget_reps(s.profile, r, budget_s)
+        console.print(profile_budget_line(str(budget), reps, profile_plan(s.profile, r, 1)), highlight=False)
+        if reps is None and not show:
+            raise UsageError(f"--budget {budget}: one rep of this profile does not fit")
+        s = with_reps(s, reps or 1)
+    drawn = profile_plan(s.profile, r)
+    console.print(profile_plan_table(drawn))
+    for line in profile_plan_notes(drawn, 2 if vs else 1):
+        console.print(line, highlight=False)
+    return None if show else s

@@ -24,6 +24,7 @@ from pydantic_settings import (
 
 from lab.core import releases
 from lab.core.paramsfile import ParamsFile, read_params_file
+from lab.core.settings_profile import ProfileSettings
 from lab.core.settings_server import ConversationSettings, RecordSettings, Section, ServerSettings, TuneSettings
 
 PIN_COMMIT = "da87e9b612592ccd2a2e783eff631346459b9de0"
@@ -140,59 +141,6 @@ class SweepSettings(Section):
         if self.n_out and self.where == "inproc":
             raise ValueError("sweep.n_out decodes through the server: set sweep.where to server or both")
         self.arms = [a for a in ("baseline", "fake", "genuine", "plain", "estimate") if a in self.arms]
-        return self
-
-
-class ProfileSettings(Section):
-    """The per-node profile sweep: chunks of `chunk` tokens up to `max_depth`, `cycles` times."""
-
-    chunk: int = Field(default=512, ge=16, le=8192)
-    max_depth: int = Field(default=4096, ge=0)
-    cycles: int = Field(default=5, ge=1, le=50, description="cycles every profile gets (one process each)")
-    cycles_per_process: int = Field(
-        default=1, ge=1, le=50, description="cycles each instrument process measures (1: every cycle a new process)"
-    )
-    max_cycles: int | None = Field(
-        default=None,
-        ge=2,
-        le=50,
-        description="more cycles, up to this, while an interval is wide or a reference undecided",
-    )
-    target: float = Field(default=0.05, gt=0, lt=1, description="half-width at which the intervals are narrow enough")
-    threads: int | None = Field(default=None, ge=1, description="-t (default: server.threads)")
-    threads_batch: int | None = Field(default=None, ge=1, description="-tb (default: threads)")
-    bench_check: bool = Field(
-        default=True, description="cross-check FUSED chunk times with llama-bench (one call after every process)"
-    )
-    bench_tolerance: float = Field(default=0.05, gt=0, lt=1, description="FUSED / llama-bench agrees inside 1 +- this")
-    timed_tolerance: float = Field(default=0.03, gt=0, lt=1, description="TIMED / FUSED agrees inside 1 +- this")
-    threadpool: bool = Field(
-        default=False, description="attach a persistent threadpool like llama-bench (llama-server attaches none)"
-    )
-    peaks: bool = Field(default=True, description="probe this host's GEMM and memcpy peaks in the same run")
-    predict_depths: list[int] = Field(
-        default=[8192, 16384, 32768], description="depths the run's own time model predicts each band's ms/token at"
-    )
-    clean_room_stop: str | None = Field(default=None, description="shell command that stops the host's server")
-    clean_room_start: str | None = Field(default=None, description="shell command that starts it again")
-
-    @field_validator("predict_depths")
-    @classmethod
-    def _depths(cls, v: list[int]) -> list[int]:
-        if any(d < 0 for d in v):
-            raise ValueError("depths are non-negative")
-        return sorted(set(v))
-
-    @model_validator(mode="after")
-    def _cycles(self) -> ProfileSettings:
-        if self.max_cycles is not None and self.max_cycles < self.cycles:
-            raise ValueError(f"profile.max_cycles ({self.max_cycles}) < profile.cycles ({self.cycles})")
-        return self
-
-    @model_validator(mode="after")
-    def _clean_room_pair(self) -> ProfileSettings:
-        if (self.clean_room_stop is None) != (self.clean_room_start is None):
-            raise ValueError("profile.clean_room_stop and profile.clean_room_start go together")
         return self
 
 

@@ -85,14 +85,25 @@ def _procs(procs: Sequence[int] | None, xs: Sequence[float | None]) -> npt.NDArr
     return np.array(keep, dtype=np.int64)
 
 
-def median_interval(xs: Sequence[float | None], key: str = "", procs: Sequence[int] | None = None) -> Interval | None:
+def median_interval(
+    xs: Sequence[float | None], key: str = "", procs: Sequence[int] | None = None, expand: bool = False
+) -> Interval | None:
     """The median of xs and its interval (None without samples). `procs`: the process of each sample; from two
-    processes on the interval resamples processes, then samples within them (`Interval.processes`)."""
+    processes on the interval resamples processes, then samples within them (`Interval.processes`); `expand`:
+    widened for few processes (Hesterberg's factor, `expansion`; as ratios when all are positive)."""
     x, p = _clean(xs), _procs(procs, xs)
     if len(x) == 0:
         return None
-    lo, hi = _bounds(median_draws(x, _rng(key, x), p)) if len(x) > 1 else (float(x[0]), float(x[0]))
-    return Interval(value=float(np.median(x)), lo=lo, hi=hi, n=len(x), processes=_n_procs(procs, xs))
+    value = float(np.median(x))
+    if len(x) == 1:
+        return Interval(value=value, lo=value, hi=value, n=1, processes=_n_procs(procs, xs))
+    draws = median_draws(x, _rng(key, x), p)
+    n_procs = _n_procs(procs, xs)
+    if expand and n_procs > 1:
+        e = expansion(n_procs)
+        draws = value * (draws / value) ** e if value > 0 and np.all(draws > 0) else value + (draws - value) * e
+    lo, hi = _bounds(draws)
+    return Interval(value=value, lo=lo, hi=hi, n=len(x), processes=n_procs)
 
 
 def arm_stats(ms: Sequence[float], n_failed: int = 0, key: str = "", procs: Sequence[int] | None = None) -> ArmStats:
@@ -280,12 +291,19 @@ def drift_of_shifts(shifts: Sequence[float]) -> float:
     return math.sqrt(statistics.fmean(v * v for v in logs) / 2) if logs else 0.0
 
 
-def from_draws(value: float, draws: Sequence[float], n: int, processes: int = 1) -> Interval | None:
+def from_draws(
+    value: float, draws: Sequence[float], n: int, processes: int = 1, expand: bool = False
+) -> Interval | None:
     """An estimate with the interval of its bootstrap replicates (None without any); `processes`: how many
-    processes the resampled units came from."""
+    processes the resampled units came from; `expand`: the replicates resampled those processes, few units, so
+    their spread around the estimate is widened by Hesterberg's factor (`expansion`), as ratios when all are
+    positive."""
     x = _clean(list(draws))
     if len(x) == 0:
         return None
+    if expand and processes > 1:  # on the log scale where estimate and draws are positive (as paired_slots)
+        e = expansion(processes)
+        x = value * (x / value) ** e if value > 0 and np.all(x > 0) else value + (x - value) * e
     lo, hi = _bounds(x)
     return Interval(value=value, lo=min(lo, value), hi=max(hi, value), n=n, processes=max(1, processes))
 

@@ -8,15 +8,15 @@ Per band b, with F_b(d) the cost model's FLOPs per token of a chunk at depth d (
 The FFN's, the projections' and the recurrent layers' FLOPs do not grow with depth, so neither does their
 time; attention's grow with every key a query reads, window-capped on sliding layers, so its time grows at
 F'(d) / rate and a sliding-window model's levels off where its FLOPs do. A band with no counted FLOPs keeps
-its measured ms as a per-token overhead. The median makes one odd depth (the first chunk of a cycle, say)
+its measured ms as a per-token overhead. The median makes one odd depth (the first chunk of a pass, say)
 harmless. A free intercept and slope per band was tried as well: from a profile to 1024 it extrapolated worse
 to 4096 on both the tiny hybrid and a pretrained sliding-window model (docs/cost-model.md).
 
 Applied to another model (`lab model cost OTHER --rates RUN`), the rates keep their GFLOP/s and an overhead
 scales with the count of the layers it occurs in; that transfer is an assumption the docs name.
 
-Intervals come from a bootstrap that draws whole cycles and, independently, the depths a rate's median is taken
-over. The cycles say how well this profile pins each rate; the depths say how far a band's rate moves across the
+Intervals come from a bootstrap that draws whole processes and, independently, the depths a rate's median is taken
+over. The processes say how well this profile pins each rate; the depths say how far a band's rate moves across the
 depths it was fitted on, which is the model's own error (a constant rate per band). The intervals also reach to
 the rate's trend continued: the profile is fitted again on its depths up to D/2 (D its deepest), and measured /
 predicted at D (a band whose kernels grow more efficient with depth comes in under its prediction) is applied
@@ -35,7 +35,7 @@ from functools import lru_cache
 
 from pydantic import BaseModel, Field
 
-from lab.core.schemas import BANDS, Band, BandAt, BandCycle, Interval
+from lab.core.schemas import BANDS, Band, BandAt, BandProcess, Interval
 from lab.core.stats import from_draws, resamples
 from lab.measure.costmodel import CostModel
 
@@ -80,7 +80,7 @@ def layer_counts(cost: CostModel) -> dict[Band, int]:
 
 def fit_params(ms: Mapping[tuple[int, Band], float], flops: FlopTable, depths: list[int]) -> Params:
     """Each band's rate: the median over `depths` of its FLOPs per token / its ms per token there (medians over
-    cycles); a band with no counted FLOPs keeps its median ms as a per-token overhead."""
+    processes); a band with no counted FLOPs keeps its median ms as a per-token overhead."""
     out: Params = {}
     for b in BANDS:
         rates = [flops.at(d)[b] / ms[(d, b)] for d in depths if ms[(d, b)] > 0 and flops.at(d)[b] > 0]
@@ -133,7 +133,7 @@ class TimePrediction(BaseModel):
     """What a time model predicts for a model at some depths: the record `lab model cost --rates` prints and a
     profile's summary keeps (its own rates applied to its own model)."""
 
-    source: str = Field(description="the profile the rates come from: run, depths fitted, cycles")
+    source: str = Field(description="the profile the rates come from: run, depths fitted, processes")
     model: str = Field(description="the model the FLOPs are counted for")
     fitted_depths: list[int]
     rates: dict[str, BandRate]
@@ -153,12 +153,12 @@ class TimePrediction(BaseModel):
 
 @dataclass
 class TimeFit:
-    """The point fit and its bootstrap replicates (each a fit to a resample of whole cycles)."""
+    """The point fit and its bootstrap replicates (each a fit to a resample of whole processes)."""
 
     params: Params
     draws: list[Params]
     depths: list[int]
-    cycles: int
+    processes: int
     flops: FlopTable
     trend: dict[Band, float]
 
@@ -181,19 +181,19 @@ def rate_trend(ms: Mapping[tuple[int, Band], float], flops: FlopTable, depths: l
     return {b: ms[(deepest, b)] / pred[b] if pred[b] > 0 and ms[(deepest, b)] > 0 else 1.0 for b in BANDS}
 
 
-def cycle_cells(rows: Iterable[BandCycle], max_depth: int | None) -> dict[tuple[int, Band, int], float]:
+def process_cells(rows: Iterable[BandProcess], max_depth: int | None) -> dict[tuple[int, Band, int], float]:
     out: dict[tuple[int, Band, int], float] = {}
     for r in rows:
         if max_depth is None or r.depth <= max_depth:
-            out[(r.depth, r.band, r.cycle)] = r.ms_per_token  # type: ignore[index]
+            out[(r.depth, r.band, r.process)] = r.ms_per_token  # type: ignore[index]
     return out
 
 
-def fit(rows: Iterable[BandCycle], cost: CostModel, max_depth: int | None = None, key: str = "") -> TimeFit:
-    """The time model from a profile's per-cycle band rows at depths up to `max_depth` (all when None)."""
-    cells = cycle_cells(rows, max_depth)
+def fit(rows: Iterable[BandProcess], cost: CostModel, max_depth: int | None = None, key: str = "") -> TimeFit:
+    """The time model from a profile's per-process band rows at depths up to `max_depth` (all when None)."""
+    cells = process_cells(rows, max_depth)
     depths = sorted({d for d, _, _ in cells})
-    cycles = sorted({c for _, _, c in cells})
+    processes = sorted({c for _, _, c in cells})
     if len(depths) < 2:
         raise ValueError(f"a time model needs at least two profiled depths (has {depths})")
     flops = FlopTable(cost)
@@ -207,15 +207,15 @@ def fit(rows: Iterable[BandCycle], cost: CostModel, max_depth: int | None = None
                         by[(d, b)].append(cells[(d, b, c)])
         return {k: statistics.median(v) for k, v in by.items()}
 
-    ms = medians(cycles)
+    ms = medians(processes)
     point = fit_params(ms, flops, depths)
-    by_cycle = resamples(len(cycles), f"timemodel/{key}/{max_depth}", count=DRAWS)
+    by_process = resamples(len(processes), f"timemodel/{key}/{max_depth}", count=DRAWS)
     by_depth = resamples(len(depths), f"timemodel/{key}/{max_depth}/depths", count=DRAWS)
     draws = [
-        fit_params(medians([cycles[i] for i in ci]), flops, [depths[j] for j in dj])
-        for ci, dj in zip(by_cycle, by_depth, strict=True)
+        fit_params(medians([processes[i] for i in ci]), flops, [depths[j] for j in dj])
+        for ci, dj in zip(by_process, by_depth, strict=True)
     ]
-    return TimeFit(point, draws, depths, len(cycles), flops, rate_trend(ms, flops, depths))
+    return TimeFit(point, draws, depths, len(processes), flops, rate_trend(ms, flops, depths))
 
 
 def predict(tf: TimeFit, model_cost: CostModel | None, depths: list[int], source: str, model: str) -> TimePrediction:
@@ -223,7 +223,7 @@ def predict(tf: TimeFit, model_cost: CostModel | None, depths: list[int], source
     flops = tf.flops if model_cost is None else FlopTable(model_cost)
     src_layers, dst_layers = layer_counts(tf.flops.cost), layer_counts(flops.cost)
     scale = {b: (dst_layers[b] / src_layers[b] if src_layers[b] else 0.0) for b in BANDS}
-    n = tf.cycles
+    n = tf.processes
     at = []
     for d in depths:
         point, trend = with_total(predict_ms(tf.params, flops, d, scale)), tf.beyond(d)

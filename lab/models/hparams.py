@@ -64,6 +64,7 @@ class Hparams:
     mrope: bool = False
     file_type: str = "F16"
     weight_bits: float = 16.0
+    n_ctx_train: int = 0  # the context the model was trained for (0: not in the GGUF)
 
     def count(self, kind: LayerKind) -> int:
         return self.kinds.count(kind)
@@ -142,6 +143,7 @@ def hparams_of(meta: dict[str, Any]) -> Hparams:
         mrope=key("rope.dimension_sections") is not None,
         file_type=name,
         weight_bits=bits,
+        n_ctx_train=int(key("context_length", 0)),
     )
 
 

@@ -3,7 +3,7 @@ rows and summary."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
@@ -20,7 +20,7 @@ def _pm(value: float, lo: float | None, hi: float | None) -> str:
 def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     t = Table(
         title=f"prefill ms/token per band vs depth (TIMED share x FUSED chunk ms / chunk; +- the 95% interval over "
-        f"{s.cycles} cycles)"
+        f"{s.processes} processes of {s.reps} reps, depth by {'fake prefix' if s.fill == 'fake' else 'real fill'})"
     )
     t.add_column("depth", justify="right")
     for b in BANDS:
@@ -49,8 +49,20 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     t.caption = (
         f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {cell(s.attn_slope_ci, digits=4)} "
         f"ms/token per 1k depth, R^2 {cell(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
+        + bench_note(s)
     )
     return t
+
+
+def bench_note(s: ProfileSummary) -> str:
+    """Where llama-bench did not run: the depths deeper than a real fill reaches, which rest on fake / real."""
+    beyond = [d for d in s.depths if d not in s.bench_depths]
+    if not s.bench_depths or not beyond:
+        return ""
+    return (
+        f"; llama-bench at depths to {max(s.bench_depths)} (a real fill each), none at {', '.join(map(str, beyond))}: "
+        "those rest on the fake-vs-real check"
+    )
 
 
 def attn_kind_table(s: ProfileSummary) -> Table:
@@ -63,6 +75,23 @@ def attn_kind_table(s: ProfileSummary) -> Table:
         ivs = [k.ms_per_token.get(str(depth)) for k in s.attn_kinds]
         t.add_row(str(depth), *(_pm(iv.value, iv.lo, iv.hi) if iv else "-" for iv in ivs))
     t.caption = "; ".join(slope_text(k) for k in s.attn_kinds)
+    return t
+
+
+def fake_real_table(s: ProfileSummary) -> Table:
+    """The fake-vs-real check: per depth, fake / real of the total and each band [95% interval], with the verdict
+    where there is one (the total and the bands holding >= 5% of the time)."""
+    tol = f" at +-{s.real_tolerance:.0%}" if s.real_tolerance is not None else ""
+    t = Table(title=f"fake / real depth: the chunk after a fake prefix over the same after a real fill{tol}")
+    t.add_column("depth", justify="right")
+    for col in ("total", *BANDS):
+        t.add_column(col, justify="right")
+    for depth, ivs in sorted(s.fake_vs_real.items(), key=lambda kv: int(kv[0])):
+        said = s.fake_vs_real_verdict.get(depth, {})
+        t.add_row(
+            depth,
+            *(f"{ivs[c].fmt()} {said.get(c, '')}".strip() if c in ivs else "-" for c in ("total", *BANDS)),
+        )
     return t
 
 
@@ -82,18 +111,53 @@ def _judged(text: str, verdicts: Mapping[str, str], depth: int) -> str:
 
 
 def reference_lines(s: ProfileSummary) -> list[str]:
-    """How the two references came out: agree / disagree / undecided counted over the depths, at their tolerance."""
+    """How the checks came out: agree / disagree / undecided counted over the depths at their tolerance, and over
+    all depths at once where there is that interval."""
     out = []
-    for what, verdicts, tol in (
-        ("TIMED / FUSED", s.timed_vs_fused_verdict, s.timed_tolerance),
-        ("FUSED / llama-bench", s.fused_vs_bench_verdict, s.bench_tolerance),
+    for what, verdicts, tol, whole, whole_verdict in (
+        (
+            "TIMED / FUSED",
+            s.timed_vs_fused_verdict,
+            s.timed_tolerance,
+            s.timed_vs_fused_all,
+            s.timed_vs_fused_all_verdict,
+        ),
+        (
+            "FUSED / llama-bench",
+            s.fused_vs_bench_verdict,
+            s.bench_tolerance,
+            s.fused_vs_bench_all,
+            s.fused_vs_bench_all_verdict,
+        ),
     ):
         if verdicts and tol is not None:
-            counts = ", ".join(
-                f"{n} {v}" for v in ("agree", "disagree", "undecided") if (n := list(verdicts.values()).count(v))
-            )
-            out.append(f"{what} at +-{tol:.0%}: {counts} of {len(verdicts)} depths")
+            line = f"{what} at +-{tol:.0%}: {counted(list(verdicts.values()))} of {len(verdicts)} depths"
+            if whole is not None:
+                line += f"; over all depths {whole.fmt()} {whole_verdict}"
+            out.append(line)
+    if s.fake_vs_real_verdict and s.real_tolerance is not None:
+        flat = [v for per in s.fake_vs_real_verdict.values() for v in per.values()]
+        overall = ", ".join(f"{k} {s.fake_vs_real_all[k].fmt()} {v}" for k, v in s.fake_vs_real_all_verdict.items())
+        out.append(
+            f"fake / real depth at +-{s.real_tolerance:.0%} (total and bands >= 5% of the time): {counted(flat)} of "
+            f"{len(flat)} at {len(s.fake_vs_real_verdict)} depths" + (f"; over all depths {overall}" if overall else "")
+        )
     return out
+
+
+def band_fit_line(s: ProfileSummary) -> str:
+    """Each band's slope against depth with its interval, and the fit's R^2: attention grows, the others stay."""
+    parts = [
+        f"{b} {s.band_slope_ci[b].fmt(digits=4)} (R^2 {s.band_r2_ci[b].value:.3f})"
+        for b in BANDS
+        if b in s.band_slope_ci and b in s.band_r2_ci
+    ]
+    return f"ms/token per 1k depth by band: {', '.join(parts)}" if parts else ""
+
+
+def counted(verdicts: Sequence[str]) -> str:
+    """`2 agree, 1 undecided`: each verdict's count, in a fixed order."""
+    return ", ".join(f"{n} {v}" for v in ("agree", "disagree", "undecided") if (n := verdicts.count(v)))
 
 
 def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:

@@ -22,7 +22,15 @@ from lab.measure.timemodel import TimePrediction
 from lab.presenters.conversation import replay_tables
 from lab.presenters.decode import decode_table
 from lab.presenters.model import time_tables
-from lab.presenters.profile import attn_kind_table, efficiency_table, prediction_lines, profile_table, reference_lines
+from lab.presenters.profile import (
+    attn_kind_table,
+    band_fit_line,
+    efficiency_table,
+    fake_real_table,
+    prediction_lines,
+    profile_table,
+    reference_lines,
+)
 from lab.presenters.sweep import print_summary
 from lab.presenters.tune import recommendation, tune_tables
 
@@ -54,12 +62,15 @@ def show_profile(
     console.print(profile_table(rows, summary))
     if summary.attn_kinds:
         console.print(attn_kind_table(summary))
+    if summary.fake_vs_real:
+        console.print(fake_real_table(summary))
     if any(r.gflops for r in rows):
         console.print(efficiency_table(rows, summary))
     if prediction is not None and prediction.at and cost is not None:
         console.print(time_tables(prediction, cost)[0])
-    for line in [*reference_lines(summary), *prediction_lines(summary)]:
-        console.print(line, highlight=False)
+    for line in [band_fit_line(summary), *reference_lines(summary), *prediction_lines(summary)]:
+        if line:
+            console.print(line, highlight=False)
 
 
 def show_decode(console: Console, rows: list[DecodeDepth], model: str, threads: int) -> None:

@@ -1,14 +1,16 @@
 """bands: where a prefill chunk's time goes as the context deepens, one profile run at a time.
 
 Top, the FUSED wall per token split by the TIMED band shares, stacked, with the depth where attn_core
-overtakes ffn_moe and its 95% interval (shaded); bottom, how far the instrumented TIMED pass and the
-llama-bench cross-check sit from the FUSED wall at each depth, with their intervals as bands (bootstrap over
-cycles).
+overtakes ffn_moe and its 95% interval (shaded); bottom, how far the instrumented TIMED pass, the llama-bench
+cross-check and the fake prefix (against a real fill) sit from the FUSED wall at each depth they ran at, with
+their intervals as bands (bootstrap over processes). Depth is on a log axis when the probes span more than a
+decade (`lab profile --depths log:...`), on a linear one otherwise; both panels share it.
 """
 
 from __future__ import annotations
 
 import json
+from collections.abc import Iterable
 from pathlib import Path
 from typing import Any
 
@@ -25,6 +27,10 @@ PARAM = "profile_run"
 GAP = "TIMED node sum / FUSED wall - 1"
 PREDICTED = "#b42318"
 BENCH = "FUSED wall / llama-bench - 1"
+FAKE = "fake prefix / real fill - 1 (FUSED wall)"
+CHECKS = (GAP, BENCH, FAKE)
+CHECK_COLORS = {GAP: "#4c78a8", BENCH: "#e45756", FAKE: "#54a24b"}
+DECADE = 10.0  # deepest / shallowest nonzero probe depth above which depth is drawn on a log axis
 
 
 def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:
@@ -34,7 +40,7 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
     if bands.empty or "ms_per_token" not in bands.columns:
         return nothing_yet(TITLE, "profile run", "`lab profile`", width, height)
     runs_drawn, param, keep = newest_run_picker(PARAM, "profile run ", "profile", runs, bands)
-    depth_x = alt.X("depth:Q", title="depth (tokens already in context)", scale=alt.Scale(nice=False))
+    depth_x = depth_encoding(bands["depth"])
     info = _summary_frame(summary, runs)
     layers = [_band_area(bands, depth_x).transform_filter(keep), *_crossover_layers(info, keep, height)]
     top = alt.layer(*layers).properties(
@@ -55,9 +61,35 @@ def bands_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings)
     return (
         alt.vconcat(*panels, spacing=28)
         .add_params(param)
-        .resolve_scale(color="independent")
+        .resolve_scale(color="independent", x="shared")  # the checks line up under the bands, depth for depth
         .properties(title=title(TITLE, f"{len(runs_drawn)} complete profile run(s); choose one in the dropdown"))
     )
+
+
+def depth_encoding(depths: Iterable[int]) -> alt.X:
+    """The depth axis of both panels: linear, or log when the probes of the drawn runs span more than a decade.
+
+    Depth 0 has no place on a log axis: a symlog scale is linear below its constant (half the shallowest nonzero
+    depth, so 0 sits one step left of it) and logarithmic above, where the probes' doublings spread evenly."""
+    nonzero = sorted({int(d) for d in depths if d > 0})
+    if not nonzero or nonzero[-1] / nonzero[0] <= DECADE:
+        return alt.X("depth:Q", title="depth (tokens already in context)", scale=alt.Scale(nice=False))
+    constant = nonzero[0] / 2
+    return alt.X(
+        "depth:Q",
+        title=f"depth (tokens already in context), log axis (linear below {constant:,.0f}, so 0 shows)",
+        scale=alt.Scale(type="symlog", constant=constant, nice=False),
+        axis=alt.Axis(values=[0, *_spread(nonzero)], format=",~d", labelOverlap=True),
+    )
+
+
+def _spread(depths: list[int], factor: float = 1.8) -> list[int]:
+    """Tick depths: the probes, each at least `factor` times the last kept (readable labels on a log axis)."""
+    ticks = [depths[0]]
+    for d in depths[1:]:
+        if d >= factor * ticks[-1]:
+            ticks.append(d)
+    return ticks
 
 
 def _band_area(bands: pd.DataFrame, depth_x: alt.X) -> Any:
@@ -119,22 +151,25 @@ def _crossover_layers(info: pd.DataFrame, keep: Any, height: int) -> list[Any]:
 
 
 def _checks_panel(gaps: pd.DataFrame, depth_x: alt.X, keep: Any, width: int, height: int) -> Any:
-    """The instrument's overhead (TIMED / FUSED) and the cross-check (FUSED / llama-bench) per depth, each with
-    its interval as a band."""
-    colors = alt.Scale(domain=[GAP, BENCH], range=["#4c78a8", "#e45756"])
+    """The instrument's overhead (TIMED / FUSED), the cross-check (FUSED / llama-bench) and the fake prefix
+    against a real fill, each at the depths it ran at, with its interval as a band."""
+    drawn = [c for c in CHECKS if c in set(gaps["series"])]
+    colors = alt.Scale(domain=drawn, range=[CHECK_COLORS[c] for c in drawn])
+    legend = alt.Legend(labelLimit=320, symbolOpacity=1)  # the lines' colour, not the bands' tint
+    color = alt.Color("series:N", title="check", legend=legend, sort=drawn, scale=colors)
     line = (
         alt.Chart(gaps)
         .mark_line(point=True)
         .encode(
             x=depth_x,
             y=alt.Y("value:Q", title="relative difference", axis=alt.Axis(format="+.0%")),
-            color=alt.Color(
-                "series:N", title="check", legend=alt.Legend(labelLimit=320), sort=[GAP, BENCH], scale=colors
-            ),
+            color=color,
             tooltip=[
                 alt.Tooltip("series:N"),
                 alt.Tooltip("depth:Q", title="depth (tokens)"),
                 alt.Tooltip("value:Q", format="+.1%"),
+                alt.Tooltip("lo:Q", title="95% lo (over processes)", format="+.1%"),
+                alt.Tooltip("hi:Q", title="95% hi (over processes)", format="+.1%"),
             ],
         )
         .transform_filter(keep)
@@ -145,12 +180,7 @@ def _checks_panel(gaps: pd.DataFrame, depth_x: alt.X, keep: Any, width: int, hei
         band = (
             alt.Chart(gaps)
             .mark_area(opacity=0.18)
-            .encode(
-                x=depth_x,
-                y="lo:Q",
-                y2="hi:Q",
-                color=alt.Color("series:N", sort=[GAP, BENCH], legend=None, scale=colors),
-            )
+            .encode(x=depth_x, y="lo:Q", y2="hi:Q", color=color)
             .transform_filter("isValid(datum.lo) && isValid(datum.hi)")
             .transform_filter(keep)
         )
@@ -158,7 +188,7 @@ def _checks_panel(gaps: pd.DataFrame, depth_x: alt.X, keep: Any, width: int, hei
     return alt.layer(*check_layers).properties(
         width=width,
         height=height,
-        title=title("instrument overhead and cross-check", "0 = agrees with the FUSED llama_decode wall"),
+        title=title("instrument overhead and cross-checks", "0 = agrees with the FUSED llama_decode wall"),
     )
 
 
@@ -206,26 +236,31 @@ def _summary_frame(summary: pd.DataFrame, runs: pd.DataFrame) -> pd.DataFrame:
 
 
 def _gap_frame(summary: pd.DataFrame) -> pd.DataFrame:
-    """Long rows (run_id, depth, series, value) from the per-depth JSON maps of the summaries."""
+    """Long rows (run_id, depth, series, value, lo, hi) from the per-depth JSON maps of the summaries: each check
+    at its own depths (llama-bench and the fake-vs-real check may run at the shallower ones only)."""
     rows: list[dict[str, object]] = []
     for _, r in summary.iterrows():
         for column, series, shift in (("timed_vs_fused_gap", GAP, 0.0), ("fused_vs_bench", BENCH, 1.0)):
-            text, ci_text = r.get(column), r.get(f"{column}_ci")
-            mapping = json.loads(text) if isinstance(text, str) and text else {}
-            cis = json.loads(ci_text) if isinstance(ci_text, str) and ci_text else {}  # intervals of the ratios
-            for depth, value in sorted(mapping.items(), key=lambda kv: int(kv[0])):
-                iv = cis.get(depth) or {}
-                rows.append(
-                    {
-                        "run_id": r["run_id"],
-                        "depth": int(depth),
-                        "series": series,
-                        "value": value - shift,
-                        "lo": iv["lo"] - 1 if iv else None,
-                        "hi": iv["hi"] - 1 if iv else None,
-                    }
-                )
+            values = {d: v - shift for d, v in _json_map(r.get(column)).items()}
+            rows += _check_rows(r["run_id"], series, values, _json_map(r.get(f"{column}_ci")))
+        totals = {d: by["total"] for d, by in _json_map(r.get("fake_vs_real")).items() if by.get("total")}
+        rows += _check_rows(r["run_id"], FAKE, {d: iv["value"] - 1 for d, iv in totals.items()}, totals)
     return pd.DataFrame(rows, columns=["run_id", "depth", "series", "value", "lo", "hi"])
+
+
+def _check_rows(run_id: str, series: str, values: dict[str, float], cis: dict[str, Any]) -> list[dict[str, object]]:
+    """One check's rows: its value - 1 at each depth, with its ratio interval shifted alike (when it has one)."""
+    out: list[dict[str, object]] = []
+    for depth, value in sorted(values.items(), key=lambda kv: int(kv[0])):
+        iv = cis.get(depth) or {}
+        lo, hi = (iv["lo"] - 1, iv["hi"] - 1) if iv else (None, None)
+        out.append({"run_id": run_id, "depth": int(depth), "series": series, "value": value, "lo": lo, "hi": hi})
+    return out
+
+
+def _json_map(text: object) -> dict[str, Any]:
+    """A per-depth map stored as JSON text (absent in older catalogs: empty)."""
+    return json.loads(text) if isinstance(text, str) and text else {}
 
 
 def _chunk(params_json: str) -> int | None:

@@ -16,7 +16,7 @@ from lab.core.schemas.base import (
     ggml_pad,
 )
 from lab.core.schemas.decode import BenchDecode, DecodeDepth
-from lab.core.schemas.profile import AttnKind, BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.core.schemas.profile import AttnKind, BandAt, BandDepth, BandProcess, ProfileSummary, ProfileWall
 from lab.core.schemas.rebuild import RebuildCostRow, RebuildExactRow, RebuildRowWork, RebuildSpanRow
 from lab.core.schemas.sweep import (
     BATCH_CHUNK,
@@ -59,8 +59,8 @@ __all__ = [
     "AttnKind",
     "Band",
     "BandAt",
-    "BandCycle",
     "BandDepth",
+    "BandProcess",
     "BenchDecode",
     "ChatMessage",
     "Components",

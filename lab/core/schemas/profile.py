@@ -1,4 +1,4 @@
-"""The profile's rows: walls, bands per depth and per cycle, predicted bands, and the run's summary."""
+"""The profile's rows: walls, bands per depth and per process, predicted bands, and the run's summary."""
 
 from __future__ import annotations
 
@@ -10,17 +10,26 @@ from lab.core.schemas.base import Interval, Verdict
 
 
 class ProfileWall(BaseModel):
-    """raw/profile_walls.jsonl: llama_decode wall of one chunk at `depth` in one pass of one cycle."""
+    """raw/profile_walls.jsonl: llama_decode wall of one chunk at `depth`: one rep of one mode in one process."""
 
     mode: Literal["fused", "timed"]
-    cycle: int
+    fill: Literal["fake", "real"] = Field(
+        default="real",
+        description="how the chunk reached its depth: a fake prefix or a real fill (the cumulative pass, the only "
+        "way profiles written without this field had)",
+    )
+    check: bool = Field(default=False, description="a rep of the fake-vs-real check (not of the profile)")
+    process: int = Field(default=0, description="the run's instrument process")
+    rep: int = Field(default=0, description="the rep within the process (fill real: the cumulative pass)")
+    visit: int = Field(
+        default=0, description="the depth's place in its rep's order (each rep visits the depths in its own)"
+    )
     depth: int
     ms: float
-    process: int = Field(default=0, description="the run's instrument process that measured the cycle (0 before)")
 
 
 class BandDepth(BaseModel):
-    """raw/profile_bands.jsonl: one band at one depth (medians over cycles)."""
+    """raw/profile_bands.jsonl: one band at one depth (medians over processes)."""
 
     depth: int
     band: str
@@ -28,7 +37,7 @@ class BandDepth(BaseModel):
     share: float = Field(description="band / all bands, TIMED")
     fused_chunk_ms: float = Field(description="FUSED llama_decode wall of the chunk")
     ms_per_token: float = Field(description="share x fused_chunk_ms / chunk")
-    ms_per_token_lo: float | None = Field(default=None, description="its 95% interval (bootstrap over cycles)")
+    ms_per_token_lo: float | None = Field(default=None, description="its 95% interval (bootstrap over processes)")
     ms_per_token_hi: float | None = None
     flops_per_token: float | None = Field(default=None, description="predicted from the GGUF (lab.measure.costmodel)")
     bytes_per_token: float | None = Field(default=None, description="predicted bytes moved per token")
@@ -39,15 +48,15 @@ class BandDepth(BaseModel):
     peak_share: float | None = Field(default=None, description="gflops / this host's GEMM GFLOP/s (probed)")
 
 
-class BandCycle(BaseModel):
-    """raw/profile_band_cycles.jsonl: one band at one depth in one cycle (the samples behind BandDepth)."""
+class BandProcess(BaseModel):
+    """raw/profile_band_processes.jsonl: one band at one depth in one process, the medians over its reps (the
+    samples behind BandDepth: the intervals resample processes)."""
 
-    cycle: int
+    process: int
     depth: int
     band: str
-    timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk, this cycle")
-    ms_per_token: float = Field(description="this cycle's TIMED share x its FUSED chunk ms / chunk")
-    process: int = Field(default=0, description="the run's instrument process that measured the cycle (0 before)")
+    timed_ms: float = Field(description="the band's TIMED per-node sum for the chunk (median over reps)")
+    ms_per_token: float = Field(description="the band's TIMED share x the FUSED chunk ms / chunk (medians over reps)")
 
 
 class BandAt(BaseModel):
@@ -66,7 +75,7 @@ class AttnKind(BaseModel):
     kind: Literal["full", "window"]
     layers: int = Field(description="layers of this kind")
     window: int | None = Field(default=None, description="keys a window layer's query reads (n_swa)")
-    ms_per_token: dict[str, Interval] = Field(default_factory=dict, description="per depth, over cycles")
+    ms_per_token: dict[str, Interval] = Field(default_factory=dict, description="per depth, over processes")
     fit_from: int = Field(default=0, description="the slope's first depth (a window layer's: the window)")
     slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth from fit_from on")
 
@@ -90,19 +99,37 @@ class ProfileSummary(BaseModel):
     fused_vs_bench: dict[str, float] = Field(
         default_factory=dict, description="per depth: FUSED chunk ms / llama-bench -p chunk -d depth ms"
     )
-    cycles: int = Field(default=0, description="cycles the medians and the intervals rest on")
-    processes: int = Field(default=1, description="instrument processes the cycles ran in (1: all in one)")
+    fill: Literal["fake", "real"] = Field(default="fake", description="how the probes reached their depths")
+    reps: int = Field(default=0, description="reps of each mode per depth in each process")
+    processes: int = Field(default=1, description="instrument processes: the intervals' units")
+    depths: list[int] = Field(default_factory=list, description="the probe depths")
+    bench_depths: list[int] = Field(
+        default_factory=list, description="the depths llama-bench and the fake-vs-real check ran at (a real fill's)"
+    )
     crossover_ci: Interval | None = Field(default=None, description="the crossover depth's 95% interval")
-    attn_slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth (bootstrap over cycles)")
+    attn_slope_ci: Interval | None = Field(default=None, description="ms/token per 1k depth (bootstrap over processes)")
     attn_r2_ci: Interval | None = None
+    band_slope_ci: dict[str, Interval] = Field(
+        default_factory=dict, description="per band: ms/token per 1k depth, a linear fit over the depths"
+    )
+    band_r2_ci: dict[str, Interval] = Field(default_factory=dict, description="per band: that fit's R^2")
     timed_vs_fused_gap_ci: dict[str, Interval] = Field(
-        default_factory=dict, description="per depth: TIMED node sum / FUSED wall (a ratio) and its interval"
+        default_factory=dict,
+        description="per depth: TIMED node sum / FUSED wall (a ratio), paired by rep, its interval over processes",
     )
     fused_vs_bench_ci: dict[str, Interval] = Field(
         default_factory=dict,
-        description="per depth: FUSED / llama-bench, the interval over both sides' processes (runs before the two "
-        "were interleaved: over the FUSED side's cycles only)",
+        description="per depth: FUSED / llama-bench, each instrument process paired with the llama-bench process "
+        "after it (the interval over those slots)",
     )
+    timed_vs_fused_all: Interval | None = Field(
+        default=None, description="TIMED / FUSED over all depths: per process the geometric mean of its depths'"
+    )
+    timed_vs_fused_all_verdict: Verdict | None = None
+    fused_vs_bench_all: Interval | None = Field(
+        default=None, description="FUSED / llama-bench over their depths: per slot the geometric mean of its depths'"
+    )
+    fused_vs_bench_all_verdict: Verdict | None = None
     fused_vs_bench_verdict: dict[str, Verdict] = Field(
         default_factory=dict, description="per depth, at bench_tolerance"
     )
@@ -111,6 +138,22 @@ class ProfileSummary(BaseModel):
     )
     bench_tolerance: float | None = Field(default=None, description="FUSED / llama-bench agrees inside 1 +- this")
     timed_tolerance: float | None = Field(default=None, description="TIMED / FUSED agrees inside 1 +- this")
+    real_tolerance: float | None = Field(default=None, description="fake / real depth agrees inside 1 +- this")
+    fake_vs_real: dict[str, dict[str, Interval]] = Field(
+        default_factory=dict,
+        description="per depth: the chunk after a fake prefix / after a restored real fill, paired by rep: FUSED "
+        "wall (total) and each band's TIMED ms",
+    )
+    fake_vs_real_verdict: dict[str, dict[str, Verdict]] = Field(
+        default_factory=dict, description="per depth: total and each band holding >= 5% of the time, at real_tolerance"
+    )
+    fake_vs_real_all: dict[str, Interval] = Field(
+        default_factory=dict,
+        description="total and each band over all checked depths: per process the geometric mean of its depths'",
+    )
+    fake_vs_real_all_verdict: dict[str, Verdict] = Field(
+        default_factory=dict, description="the total and each band holding >= 5% of the time, at real_tolerance"
+    )
     cost_model: str = Field(default="", description="what the predictions come from, or why there are none")
     predicted_crossover_depth: float | None = Field(default=None, description="attn_core FLOPs = ffn_moe FLOPs")
     crossover_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted crossover")

@@ -7,7 +7,7 @@ from typing import Any
 
 from lab.core.rawtable import RawTable
 from lab.core.schemas.decode import DecodeDepth
-from lab.core.schemas.profile import BandAt, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.core.schemas.profile import BandAt, BandDepth, BandProcess, ProfileSummary, ProfileWall
 from lab.core.schemas.rebuild import RebuildCostRow, RebuildExactRow, RebuildRowWork, RebuildSpanRow
 from lab.core.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
 from lab.core.schemas.trace import (
@@ -35,7 +35,7 @@ TUNE_SETTINGS = RawTable("tune_settings", TuneSetting)
 DECODE_DEPTHS = RawTable("decode_depths", DecodeDepth)
 PROFILE_WALLS = RawTable("profile_walls", ProfileWall)
 PROFILE_BANDS = RawTable("profile_bands", BandDepth)
-PROFILE_BAND_CYCLES = RawTable("profile_band_cycles", BandCycle)
+PROFILE_BAND_PROCESSES = RawTable("profile_band_processes", BandProcess)
 PROFILE_PREDICTED = RawTable("profile_predicted", BandAt)
 PROFILE_SUMMARY = RawTable("profile_summary", ProfileSummary, single=True)
 REBUILD_EXACT = RawTable("rebuild_exact", RebuildExactRow)
@@ -60,7 +60,7 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         DECODE_DEPTHS,
         PROFILE_WALLS,
         PROFILE_BANDS,
-        PROFILE_BAND_CYCLES,
+        PROFILE_BAND_PROCESSES,
         PROFILE_PREDICTED,
         PROFILE_SUMMARY,
         REBUILD_EXACT,

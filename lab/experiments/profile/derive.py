@@ -1,6 +1,7 @@
-"""What a profile's walls and nodes say: nodes sorted into bands, per-cycle band rows, ms/token per band and depth
-(TIMED share x FUSED chunk ms / chunk) with intervals over cycles, the crossover, the attention fit, the TIMED/FUSED
-gap, and the run's own time model (lab.measure.timemodel)."""
+"""What a profile's walls and nodes say: nodes sorted into bands, per-process band rows (medians over a process's
+reps), ms/token per band and depth (TIMED share x FUSED chunk ms / chunk) with intervals over processes, the
+crossover, the attention fit, TIMED / FUSED and fake / real depth paired by rep, and the run's own time model
+(lab.measure.timemodel)."""
 
 from __future__ import annotations
 
@@ -9,21 +10,22 @@ import statistics
 from collections import defaultdict
 from typing import Any
 
-from lab.core.schemas import BANDS, AttnKind, BandCycle, BandDepth, ProfileSummary, ProfileWall
+from lab.core.schemas import BANDS, AttnKind, BandDepth, BandProcess, Interval, ProfileSummary, ProfileWall
 from lab.core.stats import from_draws, linear_fit, resamples
+from lab.experiments.profile.checks import Chunk, chunk_key, chunk_sums, timed_vs_fused
 from lab.measure.costmodel import CostModel
 from lab.measure.timemodel import TimePrediction, fit, predict
 from lab.models.bands import Node, classify_all, resolve_layers
 
 AttnLayers = dict[int, str]  # layer -> "full" or "window", the attention layers of a sliding-window model
-KindCells = dict[tuple[int, str, int], float]  # TIMED attn_core ms per (depth, kind, cycle)
+KindCells = dict[tuple[int, str, int], float]  # TIMED attn_core ms per (depth, kind, process)
 
 
 def band_nodes(nodes: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Add layer and band to every node row; CoverageError (listing nodes) unless 100% covered."""
-    by_graph: dict[tuple[int, int], list[dict[str, Any]]] = defaultdict(list)
+    by_graph: dict[tuple[Any, ...], list[dict[str, Any]]] = defaultdict(list)
     for r in nodes:
-        by_graph[(r["cycle"], r["depth"])].append(r)
+        by_graph[chunk_key(r)].append(r)
     for rows in by_graph.values():
         graph = [Node(r["name"], r["op"], r["src0"]) for r in rows]
         bands = classify_all(graph)
@@ -38,71 +40,85 @@ Cells = tuple[dict[tuple[int, int], float], dict[tuple[int, str, int], float], l
 
 
 def too_wide(s: ProfileSummary, target: float) -> str:
-    """Why the profile's intervals call for another cycle ('' when they are narrow enough): the TIMED/FUSED gap
-    at some depth, or the crossover depth, wider than +-target."""
-    wide = [d for d, iv in s.timed_vs_fused_gap_ci.items() if iv.half_width > target]
-    if wide:
-        return f"the TIMED/FUSED gap is wider than +-{target:.0%} at depth {', '.join(wide[:4])}"
-    if s.crossover_ci is not None and s.crossover_ci.half_width > target:
-        return f"the crossover {s.crossover_ci.fmt(digits=0)} is wider than +-{target:.0%}"
+    """Why the profile's intervals call for another process ('' when they are narrow enough): the crossover
+    depth wider than +-target."""
+    iv = s.crossover_ci
+    if iv is not None and iv.half_width > target:
+        return f"the crossover {iv.fmt(digits=0)} is wider than +-{target:.0%}"
     return ""
 
 
-def cycle_cells(walls: list[ProfileWall], nodes: list[dict[str, Any]]) -> Cells:
-    """(FUSED ms per (depth, cycle), TIMED band ms per (depth, band, cycle), the cycles)."""
-    fused = {(w.depth, w.cycle): w.ms for w in walls if w.mode == "fused"}
+def process_cells(walls: list[ProfileWall], nodes: list[dict[str, Any]]) -> Cells:
+    """(FUSED ms per (depth, process), TIMED band ms per (depth, band, process), the processes): each the median
+    over the process's reps, of the profile's own chunks (not the fake-vs-real check's)."""
+    fused_reps: dict[tuple[int, int], list[float]] = defaultdict(list)
+    for w in walls:
+        if w.mode == "fused" and not w.check:
+            fused_reps[(w.depth, w.process)].append(w.ms)
+    _, band = chunk_sums([r for r in nodes if not r["check"]])
+    band_reps: dict[tuple[int, str, int], list[float]] = defaultdict(list)
+    for (k, b), ms in band.items():
+        band_reps[(k[3], b, k[0])].append(ms)
+    fused = {key: statistics.median(v) for key, v in fused_reps.items()}
     band_ms: dict[tuple[int, str, int], float] = defaultdict(float)
-    for r in nodes:
-        band_ms[(r["depth"], r["band"], r["cycle"])] += r["ms"]
-    return fused, band_ms, sorted({r["cycle"] for r in nodes})
+    for (d, b, p), v in band_reps.items():
+        # a band with no node in some rep is 0 there: the median over all the process's reps
+        n = len(fused_reps.get((d, p), v))
+        band_ms[(d, b, p)] = statistics.median([*v, *[0.0] * max(0, n - len(v))])
+    return fused, band_ms, sorted({p for _, p in fused})
 
 
-def band_cycles(cells: Cells, chunk: int) -> list[BandCycle]:
-    """Each band's ms/token in each cycle on its own (the samples a comparison of two profiles rests on)."""
+def band_processes(cells: Cells, chunk: int) -> list[BandProcess]:
+    """Each band's ms/token in each process on its own (the samples a comparison of two profiles rests on)."""
     fused, band_ms, _ = cells
     out = []
-    for depth, c in sorted(fused):
-        total = sum(band_ms[(depth, b, c)] for b in BANDS)
+    for depth, p in sorted(fused):
+        total = sum(band_ms[(depth, b, p)] for b in BANDS)
         for b in BANDS:
-            share = band_ms[(depth, b, c)] / total if total else 0.0
+            share = band_ms[(depth, b, p)] / total if total else 0.0
             out.append(
-                BandCycle(
-                    cycle=c,
+                BandProcess(
+                    process=p,
                     depth=depth,
                     band=b,
-                    timed_ms=band_ms[(depth, b, c)],
-                    ms_per_token=share * fused[(depth, c)] / chunk,
+                    timed_ms=band_ms[(depth, b, p)],
+                    ms_per_token=share * fused[(depth, p)] / chunk,
                 )
             )
     return out
 
 
 def kind_cells(nodes: list[dict[str, Any]], layers: AttnLayers) -> KindCells:
-    """attn_core's TIMED ms split by the kind of its layer (full attention or a window)."""
-    out: KindCells = defaultdict(float)
+    """attn_core's TIMED ms split by the kind of its layer (full attention or a window), per (depth, kind,
+    process): the median over the process's reps."""
+    per_chunk: dict[tuple[Chunk, str], float] = defaultdict(float)
+    chunks: set[Chunk] = set()
     for r in nodes:
-        if r["band"] == "attn_core" and r.get("layer") in layers:
-            out[(r["depth"], layers[r["layer"]], r["cycle"])] += r["ms"]
-    return out
+        if not r["check"]:
+            chunks.add(chunk_key(r))
+            if r["band"] == "attn_core" and r.get("layer") in layers:
+                per_chunk[(chunk_key(r), layers[r["layer"]])] += r["ms"]
+    reps: dict[tuple[int, str, int], list[float]] = defaultdict(list)
+    for k in chunks:
+        for kind in set(layers.values()):
+            reps[(k[3], kind, k[0])].append(per_chunk.get((k, kind), 0.0))
+    return {key: statistics.median(v) for key, v in reps.items()}
 
 
 def derive_for(
-    cells: Cells, cycles: list[int], chunk: int, kinds: KindCells | None = None
-) -> tuple[list[BandDepth], dict[int, float], dict[tuple[int, str], float]]:
-    """Band rows, TIMED/FUSED gaps per depth and attn_core's ms/token per (depth, layer kind) from the medians
-    over `cycles` (repeats allowed: a resample). A kind's ms/token is its TIMED share x the FUSED chunk ms, as a
-    band's is."""
+    cells: Cells, processes: list[int], chunk: int, kinds: KindCells | None = None
+) -> tuple[list[BandDepth], dict[tuple[int, str], float]]:
+    """Band rows and attn_core's ms/token per (depth, layer kind) from the medians over `processes` (repeats
+    allowed: a resample). A kind's ms/token is its TIMED share x the FUSED chunk ms, as a band's is."""
     fused, band_ms, _ = cells
     rows: list[BandDepth] = []
-    gaps: dict[int, float] = {}
     by_kind: dict[tuple[int, str], float] = {}
     for depth in sorted({d for d, _ in fused}):
-        per_band = {b: statistics.median(band_ms[(depth, b, c)] for c in cycles) for b in BANDS}
+        per_band = {b: statistics.median(band_ms[(depth, b, p)] for p in processes) for b in BANDS}
         total = sum(per_band.values())
-        fused_ms = statistics.median(fused[(depth, c)] for c in cycles if (depth, c) in fused)
-        gaps[depth] = total / fused_ms - 1
+        fused_ms = statistics.median(fused[(depth, p)] for p in processes if (depth, p) in fused)
         for kind in {k for _, k, _ in kinds or {}}:
-            ms = statistics.median((kinds or {}).get((depth, kind, c), 0.0) for c in cycles)
+            ms = statistics.median((kinds or {}).get((depth, kind, p), 0.0) for p in processes)
             by_kind[(depth, kind)] = ms / total * fused_ms / chunk if total else 0.0
         for b in BANDS:
             share = per_band[b] / total if total else 0.0
@@ -116,7 +132,7 @@ def derive_for(
                     ms_per_token=share * fused_ms / chunk,
                 )
             )
-    return rows, gaps, by_kind
+    return rows, by_kind
 
 
 def kind_slopes(by_kind: dict[tuple[int, str], float], window: int | None) -> dict[str, float]:
@@ -142,60 +158,113 @@ def derive(
     layers: AttnLayers | None = None,
     window: int | None = None,
 ) -> tuple[list[BandDepth], ProfileSummary]:
-    """The per-depth band table and the summary from the medians over cycles, each number with its interval
-    from a bootstrap over cycles (a resample draws whole cycles: a cycle's passes ran back to back; with one
-    cycle per instrument process, whole processes). `layers`: a sliding-window model's attention layers by
-    kind, for attn_core split into full-attention and window layers (`window`: n_swa)."""
-    cells = cycle_cells(walls, nodes)
-    cycles = cells[2]
+    """The per-depth band table and the summary from the medians over processes (each process's value the
+    median over its reps), each number with its interval from a bootstrap over processes, widened for few of
+    them; TIMED / FUSED paired by rep. `layers`: a sliding-window model's attention layers by kind, for attn_core
+    split into full-attention and window layers (`window`: n_swa)."""
+    cells = process_cells(walls, nodes)
+    procs = cells[2]
     kinds = kind_cells(nodes, layers) if layers else None
-    rows, gaps, by_kind = derive_for(cells, cycles, chunk, kinds)
-    summary = summarize(rows, gaps)
+    rows, by_kind = derive_for(cells, procs, chunk, kinds)
+    summary = summarize(rows)
     boot_rows, boot_sums, boot_kinds = [], [], []
-    for idx in resamples(len(cycles), f"profile/{chunk}", count=400):
-        b_rows, b_gaps, b_kind = derive_for(cells, [cycles[i] for i in idx], chunk, kinds)
+    for idx in resamples(len(procs), f"profile/{chunk}", count=400):
+        b_rows, b_kind = derive_for(cells, [procs[i] for i in idx], chunk, kinds)
         boot_rows.append({(x.depth, x.band): x.ms_per_token for x in b_rows})
-        boot_sums.append(summarize(b_rows, b_gaps))
+        boot_sums.append(summarize(b_rows))
         boot_kinds.append((b_kind, kind_slopes(b_kind, window)))
-    n, procs = len(cycles), len({w.process for w in walls})  # a resample draws whole cycles, so whole processes
+    n = len(procs)
+    summary.attn_kinds = attn_kinds(by_kind, boot_kinds, layers or {}, window, n)
+    for row in rows:
+        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n, n, expand=True)
+        row.ms_per_token_lo, row.ms_per_token_hi = (iv.lo, iv.hi) if iv else (None, None)
+    per_depth, summary.timed_vs_fused_all = timed_vs_fused(walls, nodes)
+    for d, iv in per_depth.items():
+        summary.timed_vs_fused_gap_ci[str(d)] = iv
+        summary.timed_vs_fused_gap[str(d)] = iv.value - 1
+    gaps = summary.timed_vs_fused_gap.values()
+    summary.timed_vs_fused_gap_mean = statistics.fmean(gaps) if gaps else 0.0
+    if summary.crossover_depth is not None:
+        summary.crossover_ci = from_draws(
+            summary.crossover_depth,
+            [b.crossover_depth for b in boot_sums if b.crossover_depth is not None],
+            n,
+            n,
+            expand=True,
+        )
+    summary.attn_slope_ci = from_draws(
+        summary.attn_slope_ms_per_token_per_1k,
+        [b.attn_slope_ms_per_token_per_1k for b in boot_sums],
+        n,
+        n,
+        expand=True,
+    )
+    summary.attn_r2_ci = at_most_one(from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n, n, expand=True))
+    fits, boot_fits = band_fits(rows), [band_fits(_rows_of(b)) for b in boot_rows]
+    for band, (slope, r2) in fits.items():
+        if (iv := from_draws(slope, [f[band][0] for f in boot_fits], n, n, expand=True)) is not None:
+            summary.band_slope_ci[band] = iv
+        if (iv := at_most_one(from_draws(r2, [f[band][1] for f in boot_fits], n, n, expand=True))) is not None:
+            summary.band_r2_ci[band] = iv
+    summary.processes = n
+    summary.depths = sorted({r.depth for r in rows})
+    return rows, summary
+
+
+def attn_kinds(
+    by_kind: dict[tuple[int, str], float],
+    boot: list[tuple[dict[tuple[int, str], float], dict[str, float]]],
+    layers: AttnLayers,
+    window: int | None,
+    n: int,
+) -> list[AttnKind]:
+    """attn_core per layer kind: ms/token per depth and the slope, each with its interval over the `n` processes
+    (`boot`: each resample's per-kind ms/token and slopes)."""
     slopes = kind_slopes(by_kind, window)
+    out = []
     for kind in sorted({k for _, k in by_kind}):
-        summary.attn_kinds.append(
+        out.append(
             AttnKind(
                 kind="full" if kind == "full" else "window",
-                layers=sum(1 for k in (layers or {}).values() if k == kind),
+                layers=sum(1 for k in layers.values() if k == kind),
                 window=window if kind == "window" else None,
                 ms_per_token={
                     str(d): iv
                     for (d, k), v in sorted(by_kind.items())
-                    if k == kind and (iv := from_draws(v, [b[(d, k)] for b, _ in boot_kinds], n, procs))
+                    if k == kind and (iv := from_draws(v, [b[(d, k)] for b, _ in boot], n, n, expand=True))
                 },
                 fit_from=fit_start(kind, window),
-                slope_ci=from_draws(slopes[kind], [s[kind] for _, s in boot_kinds if kind in s], n, procs)
+                slope_ci=from_draws(slopes[kind], [s[kind] for _, s in boot if kind in s], n, n, expand=True)
                 if kind in slopes
                 else None,
             )
         )
-    for row in rows:
-        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n, procs)
-        row.ms_per_token_lo, row.ms_per_token_hi = (iv.lo, iv.hi) if iv else (None, None)
-    for d, gap in gaps.items():  # as the ratio TIMED / FUSED
-        iv = from_draws(1 + gap, [1 + b.timed_vs_fused_gap[str(d)] for b in boot_sums], n, procs)
-        if iv is not None:
-            summary.timed_vs_fused_gap_ci[str(d)] = iv
-    if summary.crossover_depth is not None:
-        summary.crossover_ci = from_draws(
-            summary.crossover_depth, [b.crossover_depth for b in boot_sums if b.crossover_depth is not None], n, procs
-        )
-    summary.attn_slope_ci = from_draws(
-        summary.attn_slope_ms_per_token_per_1k, [b.attn_slope_ms_per_token_per_1k for b in boot_sums], n, procs
-    )
-    summary.attn_r2_ci = from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n, procs)
-    summary.cycles, summary.processes = n, procs
-    return rows, summary
+    return out
 
 
-def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
+def at_most_one(iv: Interval | None) -> Interval | None:
+    """An R^2's interval, whose widening for few processes may not pass 1."""
+    return iv.model_copy(update={"hi": min(iv.hi, 1.0)}) if iv is not None else None
+
+
+def band_fits(rows: list[BandDepth]) -> dict[str, tuple[float, float]]:
+    """Each band's linear fit of ms/token against depth: (slope per 1,000 tokens of depth, R^2)."""
+    out: dict[str, tuple[float, float]] = {}
+    for b in BANDS:
+        pts = sorted((r.depth, r.ms_per_token) for r in rows if r.band == b)
+        if len(pts) >= 2:
+            slope, _, r2 = linear_fit([float(d) for d, _ in pts], [v for _, v in pts])
+            out[b] = (slope * 1000, r2)
+    return out
+
+
+def _rows_of(per: dict[tuple[int, str], float]) -> list[BandDepth]:
+    return [
+        BandDepth(depth=d, band=b, timed_ms=0, share=0, fused_chunk_ms=0, ms_per_token=v) for (d, b), v in per.items()
+    ]
+
+
+def summarize(rows: list[BandDepth]) -> ProfileSummary:
     per = {(r.depth, r.band): r.ms_per_token for r in rows}
     depths = sorted({r.depth for r in rows})
     crossover: float | None = None
@@ -226,23 +295,24 @@ def summarize(rows: list[BandDepth], gaps: dict[int, float]) -> ProfileSummary:
         attn_intercept_ms_per_token=intercept,
         attn_r2=r2,
         flat_cv=cv,
-        timed_vs_fused_gap={str(d): g for d, g in gaps.items()},
-        timed_vs_fused_gap_mean=statistics.fmean(gaps.values()) if gaps else 0.0,
+        timed_vs_fused_gap={},
+        timed_vs_fused_gap_mean=0.0,
     )
 
 
 def add_time_model(
-    summary: ProfileSummary, rows: list[BandCycle], cost: CostModel, run_id: str, model: str, depths: list[int]
+    summary: ProfileSummary, rows: list[BandProcess], cost: CostModel, run_id: str, model: str, depths: list[int]
 ) -> TimePrediction | None:
     """The profile's own rates (lab.measure.timemodel), the crossover in time they predict (into its summary) and each
-    band's ms/token at `depths` (returned: the run's profile_predicted table)."""
+    band's ms/token at those of `depths` beyond the deepest probe (returned: the run's profile_predicted table)."""
     try:
         tf = fit(rows, cost, key=run_id)
     except ValueError as e:  # fewer than two depths
         summary.time_crossover_note = f"no time model: {e}"
         return None
-    source = f"this run ({len(tf.depths)} depths to {tf.depths[-1]}, {tf.cycles} cycles)"
-    pred = predict(tf, None, depths, source=source, model=model)
+    source = f"this run ({len(tf.depths)} depths to {tf.depths[-1]}, {tf.processes} processes)"
+    beyond = [d for d in depths if d > tf.depths[-1]]  # within the probes, the measurement says it: no prediction
+    pred = predict(tf, None, beyond, source=source, model=model)
     summary.time_crossover_ci, summary.time_crossover_note = pred.crossover, pred.crossover_note
     summary.band_gflops_ci = {b: r.gflops for b, r in pred.rates.items() if r.gflops is not None}
     summary.attn_overhead_ms_ci = pred.rates["attn_core"].overhead_ms_per_token

@@ -1,5 +1,5 @@
 """The instrument's dump while a profile measures: its JSON lines merged whole into the run, cut back to complete
-cycles on resume (lab.core.runs.RunFolder.keep_whole), parsed, and stored as compressed Parquet."""
+processes on resume (lab.core.runs.RunFolder.keep_whole), parsed, and stored as compressed Parquet."""
 
 from __future__ import annotations
 
@@ -17,7 +17,7 @@ from lab.engine.server import die_with_parent
 from lab.experiments.protocol import progress_bar
 
 DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run measures (then Parquet)
-# what the dump may hold: a line per node, depth, pass and cycle (~150 bytes) outgrows the bound of every other
+# what the dump may hold: a line per node, depth, mode, rep and process (~150 bytes) outgrows the bound of every other
 # table after hours of measuring (a deep profile of an 80-layer model at 50 cycles: ~1.2 GB); refused above it
 DUMP_LIMIT = RawLimit(max_bytes=8 * 2**30, max_rows=100_000_000)
 
@@ -27,7 +27,10 @@ def node_table_schema() -> Any:
 
     return pa.schema(
         [
-            ("cycle", pa.int16()),
+            ("process", pa.int16()),
+            ("fill", pa.string()),
+            ("check", pa.bool_()),
+            ("rep", pa.int32()),
             ("depth", pa.int32()),
             ("name", pa.string()),
             ("op", pa.string()),
@@ -65,7 +68,7 @@ def write_parquet(nodes: list[dict[str, Any]], path: Path) -> None:
 
     cols: dict[str, list[Any]] = {f.name: [] for f in node_table_schema()}
     for r in nodes:
-        for k in ("cycle", "depth", "name", "op", "src0", "layer", "band", "ms", "calls"):
+        for k in ("process", "fill", "check", "rep", "depth", "name", "op", "src0", "layer", "band", "ms", "calls"):
             cols[k].append(r.get(k))
         for j in range(4):
             cols[f"ne{j}"].append(r["ne"][j])
@@ -90,16 +93,19 @@ def merge_part(dump: Path, part: Path) -> None:
     part.unlink()
 
 
-def keep_complete_cycles(run: RunFolder, n_depths: int) -> int:
-    """Cut an interrupted instrument dump back to its complete cycles (both passes at every depth, with their
-    nodes; the meta line stays) and return how many there are. Cycles are written in order: they are 0..k-1."""
+def keep_complete_processes(run: RunFolder, walls_per_process: int) -> int:
+    """Cut an interrupted instrument dump back to its complete processes (every wall row a process owes, with
+    their nodes; the meta line stays) and return how many there are. Processes are written in order: 0..k-1."""
 
-    def whole(cycle: Hashable, rows: list[dict[str, Any]]) -> bool:
-        return cycle is None or sum(r["kind"] in ("fused", "timed") for r in rows) == 2 * n_depths
+    def whole(process: Hashable, rows: list[dict[str, Any]]) -> bool:
+        return process is None or sum(r["kind"] in ("fused", "timed") for r in rows) == walls_per_process
 
     if not run.table_path(DUMP).exists():
         return 0
-    return sum(c is not None for c in run.keep_whole(DUMP, lambda r: r.get("cycle"), whole, DUMP_LIMIT))
+    return sum(
+        k is not None
+        for k in run.keep_whole(DUMP, lambda r: r.get("process") if r["kind"] != "meta" else None, whole, DUMP_LIMIT)
+    )
 
 
 def run_instrument(cmd: list[str], log_path: Path, console: Console, n_steps: int, done_steps: int) -> None:

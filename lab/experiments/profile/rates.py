@@ -1,4 +1,4 @@
-"""A profile run's time model: its per-cycle band rows fitted against the cost model of the model it profiled
+"""A profile run's time model: its per-process band rows fitted against the cost model of the model it profiled
 (lab.measure.timemodel), for `lab model cost` (with --rates), `lab sweep --plan --rates` and the held-out benchmark."""
 
 from __future__ import annotations
@@ -10,7 +10,7 @@ from pathlib import Path
 
 from lab.core.errors import UsageError
 from lab.core.runs import RunError, RunFolder, resolve_run
-from lab.core.schemas.raw import PROFILE_BAND_CYCLES
+from lab.core.schemas.raw import PROFILE_BAND_PROCESSES
 from lab.measure.costmodel import CostModel, cost_record, model_cost
 from lab.measure.plan import Rates
 from lab.measure.timemodel import TimeFit, TimePrediction, fit, predict
@@ -30,7 +30,7 @@ def profile_fit(ref: str | RunFolder, runs_dir: Path, max_depth: int | None = No
     m = run.manifest()
     if m.experiment != "profile" or not run.ready:
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
-    rows = run.read(PROFILE_BAND_CYCLES)
+    rows = run.read(PROFILE_BAND_PROCESSES)
     chunk = m.shape().params.profile.chunk
     if chunk is None:
         raise UsageError(f"--rates {ref}: {run.path.name} records no profile chunk (params.profile.chunk)")
@@ -43,7 +43,7 @@ def profile_fit(ref: str | RunFolder, runs_dir: Path, max_depth: int | None = No
     except (HparamsError, ValueError) as e:
         raise UsageError(f"--rates {ref}: {e}") from e
     upto = f"depths {tf.depths[0]}..{tf.depths[-1]}"
-    return tf, f"profile {run.path.name} ({model.name}, {upto}, {tf.cycles} cycles, chunk {chunk})"
+    return tf, f"profile {run.path.name} ({model.name}, {upto}, {tf.processes} processes, chunk {chunk})"
 
 
 def predict_with_rates(model: Path, ref: str, runs_dir: Path, depths: list[int]) -> tuple[CostModel, TimePrediction]:

@@ -1,10 +1,12 @@
-"""`lab profile`: the per-node prefill profile of a cumulative depth sweep, sorted into bands.
+"""`lab profile`: the per-node prefill profile at a list of depths, sorted into bands.
 
-The instrument (lab/instrument) writes JSON lines; this module stores the per-node dump as compressed
-Parquet (raw/profile_nodes.parquet), the walls and per-depth band table as JSONL, and derives:
-band ms/token vs depth (TIMED share x FUSED chunk ms / chunk), the crossover depth where attn_core
-overtakes ffn_moe, the attention linear fit (slope, R^2), the flat bands' coefficient of variation, and
-the TIMED-sum vs FUSED-wall gap per depth.
+Each instrument process (lab/instrument) reaches every depth by a fake prefix (or, `profile.fill: real`, by the
+cumulative pass) and times the same chunk FUSED and TIMED back to back, `reps` times; a llama-bench process
+follows each, at the depths a real fill reaches. This module stores the per-node dump as compressed Parquet
+(raw/profile_nodes.parquet), the walls and the band tables as JSONL, and derives: band ms/token vs depth (TIMED
+share x FUSED chunk ms / chunk), the crossover depth where attn_core overtakes ffn_moe, the attention linear fit
+(slope, R^2), the flat bands' coefficient of variation, TIMED / FUSED and FUSED / llama-bench per depth, and
+(`profile.real_check`) fake / real depth per depth and band.
 """
 
 from __future__ import annotations
@@ -16,10 +18,18 @@ from typing import Any
 
 from rich.console import Console
 
+from lab.core.errors import UsageError
 from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import BandDepth, ProfileSummary, ProfileWall
-from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_PREDICTED, PROFILE_SUMMARY, PROFILE_WALLS
+from lab.core.schemas.raw import (
+    PROFILE_BAND_PROCESSES,
+    PROFILE_BANDS,
+    PROFILE_PREDICTED,
+    PROFILE_SUMMARY,
+    PROFILE_WALLS,
+)
 from lab.core.settings import Settings
+from lab.core.settings_profile import ProfileSettings
 from lab.experiments.profile.bench import (
     bench_process,
     decide_references,
@@ -27,18 +37,19 @@ from lab.experiments.profile.bench import (
     read_bench,
     undecided_references,
 )
+from lab.experiments.profile.checks import fake_vs_real
 from lab.experiments.profile.derive import (
     AttnLayers,
     add_time_model,
-    band_cycles,
     band_nodes,
-    cycle_cells,
+    band_processes,
     derive,
+    process_cells,
     too_wide,
 )
 from lab.experiments.profile.dump import (
     DUMP,
-    keep_complete_cycles,
+    keep_complete_processes,
     merge_part,
     parse_dump,
     run_instrument,
@@ -57,8 +68,8 @@ NODES_PARQUET = "profile_nodes.parquet"
 
 
 @dataclass
-class Cycles:
-    """The complete cycles a profile measured: the instrument's meta, FUSED walls and TIMED nodes, and what they
+class Measured:
+    """The complete processes a profile measured: the instrument's meta, walls and TIMED nodes, and what they
     derive to (per depth and band, and the summary)."""
 
     meta: dict[str, Any]
@@ -69,7 +80,7 @@ class Cycles:
 
 
 class Profile(Experiment):
-    """The per-node prefill profile: the instrument's cumulative depth sweep, sorted into bands."""
+    """The per-node prefill profile: the instrument's probes at each depth, sorted into bands."""
 
     name = "profile"
     records = ("profile", "server", "model")
@@ -85,23 +96,29 @@ class Profile(Experiment):
         self.prediction: TimePrediction | None = None
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
-        if "server" not in params or "cycles_per_process" not in params.get("profile", {}):
-            raise RunError(f"{run.path.name}: a profile of an older format (its server or cycles not recorded as now)")
+        if "server" not in params or "fill" not in params.get("profile", {}):
+            raise RunError(f"{run.path.name}: a profile of an older format (its fill or server not recorded as now)")
         return settings
 
     def prepare(self, settings: Settings, parts: RunParts) -> None:
-        assert parts.engine is not None
-        self.instrument = build_instrument(parts.engine, settings.cache_dir)  # a compile error creates no run
         assert parts.model is not None
-        try:  # the predictions beside the measurement; a model the cost model does not know is measured anyway
-            self.cost = model_cost(parts.model, settings.profile.chunk)
-        except HparamsError as e:
-            self.no_cost = f"no prediction: {e}"
+        p = settings.profile
         try:
             h = model_hparams(parts.model)
         except HparamsError:
-            return
-        if h.count("sliding"):  # attn_core split: the full-attention layers grow with depth, the window's stop
+            h = None
+        if h is not None and h.n_ctx_train and max(p.depths) + p.chunk > h.n_ctx_train:
+            raise UsageError(
+                f"profile.depths: depth {max(p.depths)} and a chunk of {p.chunk} pass {parts.model.name}'s context "
+                f"of {h.n_ctx_train} tokens"
+            )
+        assert parts.engine is not None
+        self.instrument = build_instrument(parts.engine, settings.cache_dir)  # a compile error creates no run
+        try:  # the predictions beside the measurement; a model the cost model does not know is measured anyway
+            self.cost = model_cost(parts.model, p.chunk)
+        except HparamsError as e:
+            self.no_cost = f"no prediction: {e}"
+        if h is not None and h.count("sliding"):  # attn_core split: the full-attention layers grow, the window's stop
             kind = {"attention": "full", "sliding": "window"}
             self.layers = {il: kind[k] for il, k in enumerate(h.kinds) if k in kind}
             self.window = h.window
@@ -121,7 +138,7 @@ class Profile(Experiment):
         merge_part(dump, dump.with_suffix(".part.jsonl"))  # left by a hard-killed run
         room = CleanRoom(p.clean_room_stop, p.clean_room_start) if p.clean_room_stop and p.clean_room_start else None
         with hold(sess.shell, room, run):  # the instrument and the llama-bench cross-check, both in the room
-            got = yield from self.cycles_until_narrow(sess, console, dump)
+            got = yield from self.processes_until_decided(sess, console, dump)
             write_parquet(got.nodes, run.path / "raw" / NODES_PARQUET)
             peaks = None
             if p.peaks and self.cost is not None:
@@ -131,96 +148,87 @@ class Profile(Experiment):
         self.store(sess, dump, got, peaks)
         return Outcome(results={"instrument_meta": got.meta})
 
-    def cycles_until_narrow(self, sess: OpenRun, console: Console, dump: Path) -> Generator[int, None, Cycles]:
-        """profile.cycles, and one more while an interval is wider than profile.target or a reference is undecided
-        (at most profile.max_cycles); a resumed run keeps its complete cycles and its llama-bench calls."""
+    def processes_until_decided(self, sess: OpenRun, console: Console, dump: Path) -> Generator[int, None, Measured]:
+        """profile.processes, and one more while a check is undecided or the crossover wider than profile.target
+        (at most profile.max_processes); a resumed run keeps its complete processes and their llama-bench calls."""
         run, p = sess.run, sess.settings.profile
-        n_depths = p.max_depth // p.chunk + 1
-        done, want = keep_complete_cycles(run, n_depths), p.cycles
-        if p.bench_check:  # a resumed run: the llama-bench calls its complete processes still lack
-            for k, reps in processes_without_bench(run, done, p.cycles_per_process).items():
-                bench_process(sess, p, self.threads(sess), self.bench_depths(sess), reps, k)
+        done, want = keep_complete_processes(run, walls_per_process(p)), p.processes
+        if p.bench_check and p.bench_depths:  # a resumed run: the llama-bench calls its complete processes lack
+            for k in processes_without_bench(run, done):
+                bench_process(sess, p, self.threads(sess), p.bench_depths, p.reps_per_process, k)
         if 0 < done < want:
-            console.print(f"resuming: cycles 0..{done - 1} are complete, running {done}..{want - 1}")
+            console.print(f"resuming: processes 0..{done - 1} are complete, running {done}..{want - 1}")
         while True:
-            done = yield from self.run_cycles(sess, console, dump, done, want)
+            done = yield from self.run_processes(sess, console, dump, done, want)
             meta, walls, nodes = parse_dump(dump)
-            walls = [w.model_copy(update={"process": w.cycle // p.cycles_per_process}) for w in walls]
             nodes = band_nodes(nodes)
             rows, summary = derive(walls, nodes, p.chunk, self.layers, self.window)
+            summary.fill, summary.reps, summary.bench_depths = p.fill, p.reps_per_process, p.bench_depths
             decide_references(summary, walls, read_bench(run), p.bench_tolerance, p.timed_tolerance)
-            wide = too_wide(summary, p.target) or undecided_references(summary)
-            if not wide or want >= (p.max_cycles or p.cycles):
-                return Cycles(meta, walls, nodes, rows, summary)
+            fake_vs_real(walls, nodes, summary, p.real_tolerance)
+            wide = undecided_references(summary) or too_wide(summary, p.target)
+            if not wide or want >= (p.max_processes or p.processes):
+                return Measured(meta, walls, nodes, rows, summary)
             want += 1
-            console.print(f"after {done} cycles {wide}: one more cycle (at most {p.max_cycles})")
+            console.print(f"after {done} processes {wide}: one more process (at most {p.max_processes})")
 
-    def run_cycles(
+    def run_processes(
         self, sess: OpenRun, console: Console, dump: Path, done: int, want: int
     ) -> Generator[int, None, int]:
-        """Cycles `done`..`want`-1, spread over instrument processes (profile.cycles_per_process each: a process is
-        a level of variance of its own, which cycles in one process would keep out of the intervals), each
-        followed by its llama-bench call. Returns the complete cycles the dump then holds."""
+        """Instrument processes `done`..`want`-1 (a process is a level of variance of its own: the intervals'
+        unit), each followed by its llama-bench process. Returns the complete processes the dump then holds."""
         run, p, inst = sess.run, sess.settings.profile, self.instrument
         assert inst is not None
-        n_depths, part, threads = p.max_depth // p.chunk + 1, dump.with_suffix(".part.jsonl"), self.threads(sess)
+        part, threads, per = dump.with_suffix(".part.jsonl"), self.threads(sess), walls_per_process(p)
         log = run.path / "logs" / "instrument.log"
         while done < want:
-            last = min(want, (done // p.cycles_per_process + 1) * p.cycles_per_process)
             cmd = instrument_command(
                 inst,
                 sess.model,
                 part,
                 chunk=p.chunk,
-                max_depth=p.max_depth,
-                cycles=last,
+                depths=p.depths,
+                fill=p.fill,
+                reps=p.reps_per_process,
+                process=done,
                 threads=threads,
                 threads_batch=p.threads_batch or threads,
+                check_depth=p.check_depth,
                 threadpool=p.threadpool,
-                first_cycle=done,
                 cpu_list=sess.settings.server.cpu_list,
                 kv=sess.settings.server.kv_args,
             )
             try:
-                run_instrument(cmd, log, console, want * 2 * n_depths, done * 2 * n_depths)
+                run_instrument(cmd, log, console, want * per, done * per)
             finally:  # what the instrument wrote so far is kept for a resume
                 merge_part(dump, part)
-            before, done = done, keep_complete_cycles(run, n_depths)
+            before, done = done, keep_complete_processes(run, per)
             if done <= before:
-                raise RunError(f"the instrument measured no complete cycle from cycle {before}; see {log}")
-            k = before // p.cycles_per_process  # the process its cycles' rows carry
-            if p.bench_check:  # llama-bench right after, so the host's drift reaches both sides
-                bench_process(sess, p, threads, self.bench_depths(sess), done - before, k)
-            yield k  # a process ends here (an interleaved run measures the other side's next)
+                raise RunError(f"instrument process {before} did not complete; see {log}")
+            if p.bench_check and p.bench_depths:  # llama-bench right after, so the host's drift reaches both sides
+                bench_process(sess, p, threads, p.bench_depths, p.reps_per_process, before)
+            yield before  # a process ends here (an interleaved run measures the other side's next)
         return done
 
     def threads(self, sess: OpenRun) -> int:
         return sess.settings.profile.threads or sess.settings.server.threads
 
-    def bench_depths(self, sess: OpenRun) -> list[int]:
-        p = sess.settings.profile
-        return [d * p.chunk for d in range(p.max_depth // p.chunk + 1)]
-
     def store(
         self,
         sess: OpenRun,
         dump: Path,
-        got: Cycles,
+        got: Measured,
         peaks: Peaks | None,
     ) -> None:
-        """The profile's tables: per cycle and band, per depth and band with the cost model's prediction and the
+        """The profile's tables: per process and band, per depth and band with the cost model's prediction and the
         time model's, the walls, the summary; the raw dump goes (its Parquet file holds the same)."""
         run, p = sess.run, sess.settings.profile
         walls, nodes, rows, summary = got.walls, got.nodes, got.rows, got.summary
-        process_of = {w.cycle: w.process for w in walls}
-        cycle_rows = [
-            r.model_copy(update={"process": process_of.get(r.cycle, 0)})
-            for r in band_cycles(cycle_cells(walls, nodes), p.chunk)
-        ]
+        process_rows = band_processes(process_cells(walls, nodes), p.chunk)
         if self.cost is not None:
             annotate(rows, summary, self.cost, peaks)
             self.prediction = add_time_model(
-                summary, cycle_rows, self.cost, run.path.name, sess.model.name, p.predict_depths
+                summary, process_rows, self.cost, run.path.name, sess.model.name, p.predict_depths
             )
             run.rewrite(PROFILE_PREDICTED, self.prediction.at if self.prediction else [])
         else:
@@ -229,7 +237,7 @@ class Profile(Experiment):
         summary.dump_parquet_bytes = (run.path / "raw" / NODES_PARQUET).stat().st_size
         run.rewrite(PROFILE_WALLS, walls)
         run.rewrite(PROFILE_BANDS, rows)
-        run.rewrite(PROFILE_BAND_CYCLES, cycle_rows)
+        run.rewrite(PROFILE_BAND_PROCESSES, process_rows)
         run.rewrite(PROFILE_SUMMARY, [summary])
         dump.unlink()  # the Parquet file and the walls table hold the same content
         self.rows, self.summary = rows, summary
@@ -240,6 +248,13 @@ class Profile(Experiment):
             "summary": self.summary.model_dump(mode="json") if self.summary else None,
             "predicted": [b.model_dump(mode="json") for b in self.prediction.at] if self.prediction else [],
         }
+
+
+def walls_per_process(p: ProfileSettings) -> int:
+    """The wall rows a complete instrument process writes: FUSED and TIMED per rep at every depth, and the
+    fake-vs-real check's four per rep at every checked depth."""
+    checked = len(p.bench_depths) if p.check_depth is not None else 0
+    return p.reps_per_process * (2 * len(p.depths) + 4 * checked)
 
 
 def run_profile(

@@ -17,7 +17,7 @@ from lab.catalog.newest import newest_runs
 from lab.core.errors import UsageError, warn
 from lab.core.runs import RunError, RunFolder, resolve_run
 from lab.core.schemas import Components, InprocFill, SweepPoint
-from lab.core.schemas.raw import PROFILE_BAND_CYCLES, PROFILE_BANDS, PROFILE_SUMMARY, SWEEP_POINTS
+from lab.core.schemas.raw import PROFILE_BAND_PROCESSES, PROFILE_BANDS, PROFILE_SUMMARY, SWEEP_POINTS
 from lab.core.settings import Settings
 from lab.core.stats import median_interval
 from lab.engine.imagegrid import ImageGeometry
@@ -197,8 +197,8 @@ def resolve_rates(settings: Settings) -> Rates:
     summary, bands = run.table_path(PROFILE_SUMMARY), run.table_path(PROFILE_BANDS)
     if run.manifest().experiment != "profile" or not summary.exists() or not bands.exists():
         raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
-    if not run.table_path(PROFILE_BAND_CYCLES).exists():
-        raise UsageError(f"--rates {ref}: {run.path.name} is a profile of an older format (no per-cycle bands)")
+    if not run.table_path(PROFILE_BAND_PROCESSES).exists():
+        raise UsageError(f"--rates {ref}: {run.path.name} is a profile of an older format (no per-process bands)")
     from lab.models.resolve import resolve_model
 
     deepest = max(settings.sweep.Ls) + max(settings.sweep.news)

@@ -84,13 +84,13 @@ def _value(model: type[BaseModel], name: str, text: str) -> Any:
 
 def paired_design(settings: Settings) -> Settings:
     """What both sides run with so that every process of one has its pair in the other: a fixed count of reps
-    per sweep point (no stop rule that ends one side's point a process earlier) and a profile's fixed cycles."""
+    per sweep point (no stop rule that ends one side's point a process earlier) and a profile's fixed processes."""
     sw = settings.sweep
     reps = sw.reps or sw.min_reps
     return settings.model_copy(
         update={
             "sweep": sw.model_copy(update={"reps": reps, "min_reps": reps, "max_reps": reps}),
-            "profile": settings.profile.model_copy(update={"max_cycles": None}),
+            "profile": settings.profile.model_copy(update={"max_processes": None}),
         }
     )
 

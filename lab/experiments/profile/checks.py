@@ -1,0 +1,161 @@
+"""The profile's checks, decided with the process as the unit: TIMED / FUSED and fake / real depth paired by rep
+(back to back in one process), FUSED / llama-bench paired by slot (lab.experiments.profile.bench), each per depth
+and over all depths at once."""
+
+from __future__ import annotations
+
+import math
+import statistics
+from collections import defaultdict
+from typing import Any
+
+from lab.core.schemas import BANDS, Interval, ProfileSummary, ProfileWall
+from lab.core.stats import SlotRep, from_draws, median_interval, paired_slots, resamples, verdict
+
+Chunk = tuple[int, bool, str, int, int]  # (process, check, fill, depth, rep): one timed chunk
+
+
+def chunk_key(r: dict[str, Any]) -> Chunk:
+    return (r["process"], r["check"], r["fill"], r["depth"], r["rep"])
+
+
+def chunk_sums(nodes: list[dict[str, Any]]) -> tuple[dict[Chunk, float], dict[tuple[Chunk, str], float]]:
+    """Each TIMED chunk's node sum, and each of its bands'."""
+    total: dict[Chunk, float] = defaultdict(float)
+    band: dict[tuple[Chunk, str], float] = defaultdict(float)
+    for r in nodes:
+        k = chunk_key(r)
+        total[k] += r["ms"]
+        band[(k, r["band"])] += r["ms"]
+    return total, band
+
+
+def paired_by_rep(
+    a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], key: str
+) -> dict[int, Interval]:
+    """Per depth: the median over the (process, rep) both have of a / b, each pair measured back to back in one
+    process (so what moves both cancels in its ratio); the interval resamples processes, then pairs within them,
+    widened for few processes (lab.core.stats.median_interval)."""
+    out: dict[int, Interval] = {}
+    for depth in sorted({d for d, _, _ in a} & {d for d, _, _ in b}):
+        keys = sorted(k for k in a.keys() & b.keys() if k[0] == depth and b[k] > 0)
+        iv = median_interval([a[k] / b[k] for k in keys], f"{key}/{depth}", [k[1] for k in keys], expand=True)
+        if iv is not None:
+            out[depth] = iv
+    return out
+
+
+def over_depths(per: dict[tuple[int, int], float], key: str) -> Interval | None:
+    """One ratio over every depth: per process the geometric mean of its depths' ratios (`per`: (depth, process)
+    -> ratio), their geometric mean over processes with its interval (processes resampled, widened for few): a
+    depth's own noise averages out over the depths, so this decides where a single depth's interval cannot."""
+    procs = sorted({p for _, p in per})
+    depths = sorted({d for d, _ in per})
+    logs = [
+        statistics.fmean(math.log(per[(d, p)]) for d in depths)
+        for p in procs
+        if all(per.get((d, p), 0) > 0 for d in depths)
+    ]
+    if len(logs) < 2:
+        return None
+    draws = [math.exp(statistics.fmean(logs[i] for i in idx)) for idx in resamples(len(logs), key, count=2000)]
+    return from_draws(math.exp(statistics.fmean(logs)), draws, len(logs), len(logs), expand=True)
+
+
+def process_ratios(
+    a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], paired: bool
+) -> dict[tuple[int, int], float]:
+    """Per (depth, process): the median of a / b over the pairs (paired: measured back to back), or the ratio of
+    the medians."""
+    out: dict[tuple[int, int], float] = {}
+    for d, p in {(d, p) for d, p, _ in a} & {(d, p) for d, p, _ in b}:
+        ka = [k for k in a if k[:2] == (d, p)]
+        if paired:
+            ratios = [a[k] / b[k] for k in ka if k in b and b[k] > 0]
+            if ratios:
+                out[(d, p)] = statistics.median(ratios)
+        else:
+            den = statistics.median(v for k, v in b.items() if k[:2] == (d, p))
+            if den > 0:
+                out[(d, p)] = statistics.median(a[k] for k in ka) / den
+    return out
+
+
+def paired_by_slot(
+    a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], key: str
+) -> dict[int, Interval]:
+    """Per depth: median(a) / median(b) over the (process, rep) both have, where a's process and b's were next
+    in time, not its reps (lab.core.stats.paired_slots: processes resampled, then reps within one, the same
+    draws on both sides, widened for few processes)."""
+    out: dict[int, Interval] = {}
+    for depth in sorted({d for d, _, _ in a} & {d for d, _, _ in b}):
+        sa: dict[SlotRep, float] = {(p, r): v for (d, p, r), v in a.items() if d == depth}
+        sb: dict[SlotRep, float] = {(p, r): v for (d, p, r), v in b.items() if d == depth}
+        iv, _ = paired_slots(sa, sb, f"{key}/{depth}")
+        if iv is not None:
+            out[depth] = iv
+    return out
+
+
+def timed_vs_fused(
+    walls: list[ProfileWall], nodes: list[dict[str, Any]]
+) -> tuple[dict[int, Interval], Interval | None]:
+    """Per depth and over all depths: the TIMED chunk's node sum / the FUSED chunk's wall of the same rep (back to
+    back in one process), over the profile's own chunks."""
+    total, _ = chunk_sums([r for r in nodes if not r["check"]])
+    timed = {(k[3], k[0], k[4]): ms for k, ms in total.items()}
+    fused = {(w.depth, w.process, w.rep): w.ms for w in walls if w.mode == "fused" and not w.check}
+    return paired_by_rep(timed, fused, "timed/fused"), over_depths(process_ratios(timed, fused, True), "timed/fused")
+
+
+MIN_SHARE = 0.05  # a band checked fake against real holds at least this share of the chunk's time
+
+
+def fake_vs_real(walls: list[ProfileWall], nodes: list[dict[str, Any]], s: ProfileSummary, tol: float) -> None:
+    """The fake-vs-real check, into the summary: per depth and over all checked depths, the FUSED wall (total)
+    and each band's TIMED ms after a fake prefix / after a restored real fill, paired by rep; verdicts for the
+    total and every band holding at least MIN_SHARE of the real chunks' TIMED time."""
+    checked = [w for w in walls if w.check]
+    if not checked:
+        return
+    s.real_tolerance = tol
+    pairs = {"total": check_pairs([w for w in checked if w.mode == "fused"], {})}
+    _, band = chunk_sums([r for r in nodes if r["check"]])
+    for band_name in BANDS:
+        pairs[band_name] = check_pairs([], {k: ms for (k, b), ms in band.items() if b == band_name})
+    per: dict[str, dict[str, Interval]] = defaultdict(dict)
+    for what, (fake, real) in pairs.items():
+        for d, iv in paired_by_rep(fake, real, f"fake/real/{what}").items():
+            per[str(d)][what] = iv
+        if (whole := over_depths(process_ratios(fake, real, True), f"fake/real/{what}")) is not None:
+            s.fake_vs_real_all[what] = whole
+    real_ms: dict[tuple[int, str], float] = defaultdict(float)  # the real chunks' TIMED ms per (depth, band)
+    for (k, b), ms in band.items():
+        if k[2] == "real":
+            real_ms[(k[3], b)] += ms
+    s.fake_vs_real = dict(per)
+    for depth, ivs in per.items():
+        total = sum(real_ms[(int(depth), name)] for name in BANDS) or 1.0
+        s.fake_vs_real_verdict[depth] = {
+            what: verdict(iv, tol)
+            for what, iv in ivs.items()
+            if what == "total" or real_ms[(int(depth), what)] / total >= MIN_SHARE
+        }
+    everything = sum(real_ms.values()) or 1.0
+    for what, iv in s.fake_vs_real_all.items():
+        if what == "total" or sum(v for (_, name), v in real_ms.items() if name == what) / everything >= MIN_SHARE:
+            s.fake_vs_real_all_verdict[what] = verdict(iv, tol)
+
+
+Pairs = dict[tuple[int, int, int], float]  # (depth, process, rep) -> ms
+
+
+def check_pairs(walls: list[ProfileWall], band: dict[Chunk, float]) -> tuple[Pairs, Pairs]:
+    """The fake-vs-real check's fake and real samples keyed by (depth, process, rep): FUSED walls, or one band's
+    TIMED ms per chunk."""
+    out: dict[str, Pairs] = {"fake": {}, "real": {}}
+    for w in walls:
+        out[w.fill][(w.depth, w.process, w.rep)] = w.ms
+    for k, ms in band.items():
+        out[k[2]][(k[3], k[0], k[4])] = ms
+    return out["fake"], out["real"]
