@@ -149,6 +149,43 @@ CtxSize = Annotated[int | None, typer.Option("--ctx-size", "-c", help="context s
 # --max-depth: a profile's deepest probe (unset: profile.max_depth), or the deepest step of a synthetic trace
 TraceMaxDepth = Annotated[int, typer.Option("--max-depth", min=2)]
 
+# --- the profile -----------------------------------------------------------------------------------------------
+ProbeChunk = Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")]
+ProbeDepths = Annotated[
+    str | None, typer.Option("--depths", help="probe depths: 0,512,1024 or log:D (0, 1024, 2048, ... doubling to D)")
+]
+ProbeFill = Annotated[
+    str | None, typer.Option("--fill", help="fake: a fake prefix per probe; real: the cumulative pass")
+]
+ProfileProcesses = Annotated[int | None, typer.Option("--processes", help="instrument processes (the units)")]
+ProfileReps = Annotated[int | None, typer.Option("--reps", help="reps of FUSED and TIMED per depth and process")]
+MaxProcesses = Annotated[
+    int | None, typer.Option("--max-processes", help="more processes, up to this, while a check is undecided")
+]
+RealCheck = Annotated[
+    bool | None, typer.Option("--real-check/--no-real-check", help="time each depth after a real fill too, paired")
+]
+RealMaxDepth = Annotated[
+    int | None, typer.Option("--real-max-depth", help="deepest real fill (llama-bench, the fake-vs-real check)")
+]
+BenchCheck = Annotated[
+    bool | None, typer.Option("--bench/--no-bench", help="a llama-bench process after every process")
+]
+CleanRoom = Annotated[
+    tuple[str, str] | None,
+    typer.Option("--clean-room", metavar="STOP START", help="stop the host's server first, always restart it"),
+]
+ThreadpoolOpt = Annotated[
+    bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
+]
+PeaksOpt = Annotated[
+    bool | None, typer.Option("--peaks/--no-peaks", help="probe this host's GEMM and memcpy peaks (about 2 s)")
+]
+PredictDepths = Annotated[
+    str | None,
+    typer.Option("--predict-depths", help="depths its own time model predicts ms/token at (8192,16384,32768)"),
+]
+
 # --- a run ---------------------------------------------------------------------------------------------------
 Resume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete run (path or id)")]
 ReplayResume = Annotated[str | None, typer.Option("--resume", help="finish an incomplete replay run")]

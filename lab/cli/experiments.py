@@ -3,34 +3,45 @@
 from __future__ import annotations
 
 import functools
-from typing import Annotated, Any
-
-import typer
+from typing import TYPE_CHECKING, Any
 
 from lab.cli.common import (
     ArmsOpt,
     AsJson,
     BaselineReps,
+    BenchCheck,
     BudgetOpt,
+    CleanRoom,
     CtxSize,
     EngineOpt,
     FillPasses,
     HostOk,
     ImagesOpt,
     LsOpt,
+    MaxProcesses,
     MaxReps,
     MinReps,
     Mmproj,
     ModelOpt,
     NewsOpt,
     NOutOpt,
+    PeaksOpt,
     PlanOpt,
+    PredictDepths,
+    ProbeChunk,
+    ProbeDepths,
+    ProbeFill,
     ProcessesOpt,
+    ProfileProcesses,
+    ProfileReps,
     RatesOpt,
+    RealCheck,
+    RealMaxDepth,
     RepsOpt,
     Resume,
     RunsDir,
     TargetOpt,
+    ThreadpoolOpt,
     Threads,
     ThreadsBatch,
     VsOpt,
@@ -40,6 +51,9 @@ from lab.cli.common import (
     settings_for,
     str_list,
 )
+
+if TYPE_CHECKING:
+    from lab.core.settings import Settings
 
 
 def sweep(
@@ -155,45 +169,21 @@ ARMS_HELP = "The sweep in one process, no server: `lab sweep --where inproc` (--
 
 
 def profile(
-    chunk: Annotated[int | None, typer.Option("--chunk", help="tokens per probe chunk")] = None,
-    depths: Annotated[
-        str | None,
-        typer.Option("--depths", help="probe depths: 0,512,1024 or log:D (0, 1024, 2048, ... doubling to D)"),
-    ] = None,
-    fill: Annotated[
-        str | None, typer.Option("--fill", help="fake: a fake prefix per probe; real: the cumulative pass")
-    ] = None,
-    processes: Annotated[int | None, typer.Option("--processes", help="instrument processes (the units)")] = None,
-    reps: Annotated[int | None, typer.Option("--reps", help="reps of FUSED and TIMED per depth and process")] = None,
-    max_processes: Annotated[
-        int | None, typer.Option("--max-processes", help="more processes, up to this, while a check is undecided")
-    ] = None,
-    real_check: Annotated[
-        bool | None,
-        typer.Option("--real-check/--no-real-check", help="time each depth after a real fill too, paired"),
-    ] = None,
-    real_max_depth: Annotated[
-        int | None, typer.Option("--real-max-depth", help="deepest real fill (llama-bench, the fake-vs-real check)")
-    ] = None,
-    bench_check: Annotated[
-        bool | None, typer.Option("--bench/--no-bench", help="a llama-bench process after every process")
-    ] = None,
+    chunk: ProbeChunk = None,
+    depths: ProbeDepths = None,
+    fill: ProbeFill = None,
+    processes: ProfileProcesses = None,
+    reps: ProfileReps = None,
+    max_processes: MaxProcesses = None,
+    real_check: RealCheck = None,
+    real_max_depth: RealMaxDepth = None,
+    bench_check: BenchCheck = None,
     threads: Threads = None,
     threads_batch: ThreadsBatch = None,
-    clean_room: Annotated[
-        tuple[str, str] | None,
-        typer.Option("--clean-room", metavar="STOP START", help="stop the host's server first, always restart it"),
-    ] = None,
-    threadpool: Annotated[
-        bool | None, typer.Option("--threadpool/--no-threadpool", help="persistent threadpool, as llama-bench")
-    ] = None,
-    peaks: Annotated[
-        bool | None, typer.Option("--peaks/--no-peaks", help="probe this host's GEMM and memcpy peaks (about 2 s)")
-    ] = None,
-    predict_depths: Annotated[
-        str | None,
-        typer.Option("--predict-depths", help="depths its own time model predicts ms/token at (8192,16384,32768)"),
-    ] = None,
+    clean_room: CleanRoom = None,
+    threadpool: ThreadpoolOpt = None,
+    peaks: PeaksOpt = None,
+    predict_depths: PredictDepths = None,
     model: ModelOpt = None,
     release: EngineOpt = None,
     runs_dir: RunsDir = None,
@@ -240,7 +230,9 @@ def profile(
     run_command(Profile(), s, resume, as_json, vs=vs, host_ok=host_ok)
 
 
-def _plan_profile(s: Any, show: bool, rates: str | None, budget: str | None, vs: Any, as_json: bool) -> Any:
+def _plan_profile(
+    s: Settings, show: bool, rates: str | None, budget: str | None, vs: list[str] | None, as_json: bool
+) -> Settings | None:
     """`lab profile --plan` (print the plan, measure nothing: returns None) and `--budget` (the reps it affords,
     the plan printed first); the rates resolved as the sweep's plan resolves them (--rates, else a calibration)."""
     from lab.core.errors import UsageError
