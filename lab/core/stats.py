@@ -100,8 +100,7 @@ def median_interval(
     draws = median_draws(x, _rng(key, x), p)
     n_procs = _n_procs(procs, xs)
     if expand and n_procs > 1:
-        e = expansion(n_procs)
-        draws = value * (draws / value) ** e if value > 0 and np.all(draws > 0) else value + (draws - value) * e
+        draws = widened(value, draws, n_procs)
     lo, hi = _bounds(draws)
     return Interval(value=value, lo=lo, hi=hi, n=len(x), processes=n_procs)
 
@@ -202,9 +201,18 @@ def paired_slots(
         return None, None
     draws: npt.NDArray[np.float64] = num / den
     if len(sizes) > 1:
-        draws = value * (draws / value) ** expansion(len(sizes))
+        draws = widened(value, draws, len(sizes))
     lo, hi = _bounds(draws)
     return Interval(value=value, lo=lo, hi=hi, n=len(keys), processes=len(sizes)), draws
+
+
+def widened(value: float, draws: npt.NDArray[np.float64], n: int) -> npt.NDArray[np.float64]:
+    """Bootstrap replicates over n units spread around the estimate by `expansion(n)`: as ratios (on the log
+    scale) where the estimate and every replicate are positive, else as differences."""
+    e = expansion(n)
+    if value > 0 and np.all(draws > 0):
+        return value * (draws / value) ** e
+    return value + (draws - value) * e
 
 
 def expansion(n: int) -> float:
@@ -301,9 +309,8 @@ def from_draws(
     x = _clean(list(draws))
     if len(x) == 0:
         return None
-    if expand and processes > 1:  # on the log scale where estimate and draws are positive (as paired_slots)
-        e = expansion(processes)
-        x = value * (x / value) ** e if value > 0 and np.all(x > 0) else value + (x - value) * e
+    if expand and processes > 1:
+        x = widened(value, x, processes)
     lo, hi = _bounds(x)
     return Interval(value=value, lo=min(lo, value), hi=max(hi, value), n=n, processes=max(1, processes))
 

@@ -67,17 +67,19 @@ def process_ratios(
 ) -> dict[tuple[int, int], float]:
     """Per (depth, process): the median of a / b over the pairs (paired: measured back to back), or the ratio of
     the medians."""
+    groups: dict[tuple[int, int], tuple[list[float], list[float], list[float]]] = defaultdict(lambda: ([], [], []))
+    for k, v in a.items():
+        groups[k[:2]][0].append(v)
+        if paired and b.get(k, 0) > 0:
+            groups[k[:2]][2].append(v / b[k])
+    for k, v in b.items():
+        groups[k[:2]][1].append(v)
     out: dict[tuple[int, int], float] = {}
-    for d, p in {(d, p) for d, p, _ in a} & {(d, p) for d, p, _ in b}:
-        ka = [k for k in a if k[:2] == (d, p)]
-        if paired:
-            ratios = [a[k] / b[k] for k in ka if k in b and b[k] > 0]
-            if ratios:
-                out[(d, p)] = statistics.median(ratios)
-        else:
-            den = statistics.median(v for k, v in b.items() if k[:2] == (d, p))
-            if den > 0:
-                out[(d, p)] = statistics.median(a[k] for k in ka) / den
+    for cell, (xa, xb, ratios) in groups.items():
+        if paired and ratios:
+            out[cell] = statistics.median(ratios)
+        elif not paired and xa and xb and statistics.median(xb) > 0:
+            out[cell] = statistics.median(xa) / statistics.median(xb)
     return out
 
 

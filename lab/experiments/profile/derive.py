@@ -200,7 +200,8 @@ def derive(
         expand=True,
     )
     summary.attn_r2_ci = at_most_one(from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n, n, expand=True))
-    fits, boot_fits = band_fits(rows), [band_fits(_rows_of(b)) for b in boot_rows]
+    fits = band_fits({(r.depth, r.band): r.ms_per_token for r in rows})
+    boot_fits = [band_fits(b) for b in boot_rows]
     for band, (slope, r2) in fits.items():
         if (iv := from_draws(slope, [f[band][0] for f in boot_fits], n, n, expand=True)) is not None:
             summary.band_slope_ci[band] = iv
@@ -247,21 +248,16 @@ def at_most_one(iv: Interval | None) -> Interval | None:
     return iv.model_copy(update={"hi": min(iv.hi, 1.0)}) if iv is not None else None
 
 
-def band_fits(rows: list[BandDepth]) -> dict[str, tuple[float, float]]:
-    """Each band's linear fit of ms/token against depth: (slope per 1,000 tokens of depth, R^2)."""
+def band_fits(per: dict[tuple[int, str], float]) -> dict[str, tuple[float, float]]:
+    """Each band's linear fit of ms/token against depth (`per`: (depth, band) -> ms/token): (slope per 1,000
+    tokens of depth, R^2)."""
     out: dict[str, tuple[float, float]] = {}
     for b in BANDS:
-        pts = sorted((r.depth, r.ms_per_token) for r in rows if r.band == b)
+        pts = sorted((d, v) for (d, band), v in per.items() if band == b)
         if len(pts) >= 2:
             slope, _, r2 = linear_fit([float(d) for d, _ in pts], [v for _, v in pts])
             out[b] = (slope * 1000, r2)
     return out
-
-
-def _rows_of(per: dict[tuple[int, str], float]) -> list[BandDepth]:
-    return [
-        BandDepth(depth=d, band=b, timed_ms=0, share=0, fused_chunk_ms=0, ms_per_token=v) for (d, b), v in per.items()
-    ]
 
 
 def summarize(rows: list[BandDepth]) -> ProfileSummary:
