@@ -39,7 +39,7 @@ def paired_by_rep(
     out: dict[int, Interval] = {}
     for depth in sorted({d for d, _, _ in a} & {d for d, _, _ in b}):
         keys = sorted(k for k in a.keys() & b.keys() if k[0] == depth and b[k] > 0)
-        iv = median_interval([a[k] / b[k] for k in keys], f"{key}/{depth}", [k[1] for k in keys], expand=True)
+        iv = median_interval([a[k] / b[k] for k in keys], f"{key}/{depth}", [k[1] for k in keys])
         if iv is not None:
             out[depth] = iv
     return out
@@ -59,7 +59,7 @@ def over_depths(per: dict[tuple[int, int], float], key: str) -> Interval | None:
     if len(logs) < 2:
         return None
     draws = [math.exp(statistics.fmean(logs[i] for i in idx)) for idx in resamples(len(logs), key, count=2000)]
-    return from_draws(math.exp(statistics.fmean(logs)), draws, len(logs), len(logs), expand=True)
+    return from_draws(math.exp(statistics.fmean(logs)), draws, len(logs), len(logs))
 
 
 def process_ratios(

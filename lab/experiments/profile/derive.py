@@ -176,7 +176,7 @@ def derive(
     n = len(procs)
     summary.attn_kinds = attn_kinds(by_kind, boot_kinds, layers or {}, window, n)
     for row in rows:
-        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n, n, expand=True)
+        iv = from_draws(row.ms_per_token, [b[(row.depth, row.band)] for b in boot_rows], n, n)
         row.ms_per_token_lo, row.ms_per_token_hi = (iv.lo, iv.hi) if iv else (None, None)
     per_depth, summary.timed_vs_fused_all = timed_vs_fused(walls, nodes)
     for d, iv in per_depth.items():
@@ -186,26 +186,21 @@ def derive(
     summary.timed_vs_fused_gap_mean = statistics.fmean(gaps) if gaps else 0.0
     if summary.crossover_depth is not None:
         summary.crossover_ci = from_draws(
-            summary.crossover_depth,
-            [b.crossover_depth for b in boot_sums if b.crossover_depth is not None],
-            n,
-            n,
-            expand=True,
+            summary.crossover_depth, [b.crossover_depth for b in boot_sums if b.crossover_depth is not None], n, n
         )
     summary.attn_slope_ci = from_draws(
         summary.attn_slope_ms_per_token_per_1k,
         [b.attn_slope_ms_per_token_per_1k for b in boot_sums],
         n,
         n,
-        expand=True,
     )
-    summary.attn_r2_ci = at_most_one(from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n, n, expand=True))
+    summary.attn_r2_ci = at_most_one(from_draws(summary.attn_r2, [b.attn_r2 for b in boot_sums], n, n))
     fits = band_fits({(r.depth, r.band): r.ms_per_token for r in rows})
     boot_fits = [band_fits(b) for b in boot_rows]
     for band, (slope, r2) in fits.items():
-        if (iv := from_draws(slope, [f[band][0] for f in boot_fits], n, n, expand=True)) is not None:
+        if (iv := from_draws(slope, [f[band][0] for f in boot_fits], n, n)) is not None:
             summary.band_slope_ci[band] = iv
-        if (iv := at_most_one(from_draws(r2, [f[band][1] for f in boot_fits], n, n, expand=True))) is not None:
+        if (iv := at_most_one(from_draws(r2, [f[band][1] for f in boot_fits], n, n))) is not None:
             summary.band_r2_ci[band] = iv
     summary.processes = n
     summary.depths = sorted({r.depth for r in rows})
@@ -232,10 +227,10 @@ def attn_kinds(
                 ms_per_token={
                     str(d): iv
                     for (d, k), v in sorted(by_kind.items())
-                    if k == kind and (iv := from_draws(v, [b[(d, k)] for b, _ in boot], n, n, expand=True))
+                    if k == kind and (iv := from_draws(v, [b[(d, k)] for b, _ in boot], n, n))
                 },
                 fit_from=fit_start(kind, window),
-                slope_ci=from_draws(slopes[kind], [s[kind] for _, s in boot if kind in s], n, n, expand=True)
+                slope_ci=from_draws(slopes[kind], [s[kind] for _, s in boot if kind in s], n, n)
                 if kind in slopes
                 else None,
             )
