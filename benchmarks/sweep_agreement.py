@@ -41,8 +41,9 @@ def sweep(args: argparse.Namespace, runs: Path, console: Console, **sw: object) 
     return run.read(SWEEP_POINTS), time.monotonic() - t0
 
 
-def cell(iv: Interval | None, verdict: str) -> str:
-    return "-" if iv is None else f"{iv.fmt(pct=True)} {verdict}"
+def cell(iv: Interval | None, verdict: str | None) -> str:
+    """A ratio - 1 and its verdict (through the server fake / estimate has none: it is measured, not judged)."""
+    return "-" if iv is None else f"{iv.fmt(pct=True)} {verdict or 'measured'}"
 
 
 def main() -> int:
@@ -75,7 +76,9 @@ def main() -> int:
     console.print(table)
     ok = True
     for name, pts, wall in (("fixed", fixed, t_fixed), ("adaptive", adaptive, t_adaptive)):
-        decided = sum(p.genuine_verdict != "undecided" and p.estimate_verdict != "undecided" for p in pts)
+        decided = sum(
+            p.genuine_verdict != "undecided" and p.estimate_verdict in ("agree", "disagree", None) for p in pts
+        )
         agree = sum(p.genuine_verdict == "agree" for p in pts)
         est = median_interval([abs(p.fake_vs_estimate) for p in pts if p.measurable and p.fake_vs_estimate is not None],
                               key=name)  # fmt: skip

@@ -106,4 +106,7 @@ def test_a_sweep_with_n_out_stores_decode_intervals_on_every_point(tmp_path: Pat
             assert s.predicted_n == 8 and s.decode_ms is not None and s.cache_n == s.L
         else:
             assert s.predicted_n is None and s.decode_ms is None  # only the fake arm generates
-    assert "decode ms/token at L+new" in r.stdout
+    # the decode column is not the answer's: every column with `lab show RUN --wide`
+    assert "decode ms/token at L+new" not in r.stdout
+    wide = lab("show", run_dir.name, "--runs-dir", str(tmp_path), "--wide")
+    assert wide.returncode == 0 and "decode ms/token at L+new" in wide.stdout, wide.stderr

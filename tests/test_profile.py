@@ -71,6 +71,10 @@ def test_lab_profile_end_to_end(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr + r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     assert run.ready and run.manifest().experiment == "profile"
+    # `lab show RUN`: the closing tables again, from what the run stored: what the run printed at its end
+    shown = subprocess.run([LAB, "show", str(run.path), "--runs-dir", str(tmp_path)], capture_output=True, text=True)
+    assert shown.returncode == 0 and "predicted ms per token by band" in shown.stdout, shown.stderr
+    assert r.stdout.endswith(shown.stdout + str(run.path) + "\n")
     assert (run.path / "raw" / "profile_prefill.cpp").exists() and (run.path / "raw" / "instrument.json").exists()
     walls = run.read(PROFILE_WALLS)
     # every (mode, process, rep, depth) once, each chunk at its depth by a fake prefix

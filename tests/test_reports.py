@@ -127,6 +127,7 @@ def sweep_rows(speed: float) -> dict[str, list[BaseModel]]:
                 fake_vs_genuine=-0.02,
                 fake_vs_baseline=vs_base,
                 fake_vs_baseline_ci=Interval(value=vs_base, lo=vs_base * 0.95, hi=vs_base * 1.05, n=3),
+                baseline_source="direct reps",
             )
         )
         samples += [
@@ -543,16 +544,21 @@ def test_the_index_opens_with_the_answer(reports: tuple[Path, list[Path]], brows
     out, _ = reports
 
     def read(page: Any) -> dict[str, Any]:
-        rows = [page.locator("table.headline").nth(i).locator("tbody tr").count() for i in (0, 1)]
-        return {"steps": rows[0], "profiles": rows[1], "first": page.locator("h2").first.inner_text(),
+        tables = page.locator("table.headline")
+        rows = [tables.nth(i).locator("tbody tr").count() for i in range(tables.count())]
+        captions = [tables.nth(i).locator("caption").inner_text() for i in range(tables.count())]
+        return {"rows": rows, "captions": captions, "first": page.locator("h2").first.inner_text(),
                 "text": page.locator("body").inner_text()}  # fmt: skip
 
     r = browser.open(out / "index.html", interact=read, ready="table.headline")
     assert r["blocked"] == [] and r["errors"] == []
     got = r["after"]
     assert got["first"] == "The answer"
-    assert got["steps"] == 2 * len(SWEEP_GRID)  # the newest complete sweep of each host (same model)
-    assert got["profiles"] == 2
+    # the newest complete sweep of each host (same model, engine), then each host's newest profile: one table each,
+    # its caption naming host, model and the llama.cpp it was measured on
+    assert got["rows"] == [len(SWEEP_GRID)] * 2 + [1] * 2
+    assert all("llama.cpp " in c for c in got["captions"]), got["captions"]
+    assert "through llama-server" in got["captions"][0] and "(paired by rep)" in got["text"]
     assert "times faster" in got["text"] and "attention overtakes the MoE FFN at depth 1600 [1500, 1700]" in got["text"]
     assert "after 2,048 cached tokens costs" in got["text"]  # the deepest point in words, with its interval
 

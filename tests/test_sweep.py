@@ -66,6 +66,10 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
     assert r.returncode == 0, r.stderr + r.stdout
     run = only_run(tmp_path)
     assert r.stdout.strip().splitlines()[-1] == str(run.path)  # the path is the last line
+    # `lab show RUN`: the closing tables again, from what the run stored: what the run printed at its end
+    shown = lab("show", run.path.name, "--runs-dir", str(tmp_path))
+    assert shown.returncode == 0 and "through llama-server" in shown.stdout, shown.stderr
+    assert r.stdout.endswith(shown.stdout + str(run.path) + "\n")
     points = check_complete(run, [128, 512, 1024], [32], 2)
     m = run.manifest()
     assert m.engine["source"]["commit"] == "465b1f0e7" and len(m.engine["patch_sha256"]) == 64
@@ -104,7 +108,11 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
     for p in points:
         assert p.processes == 2 and p.fake_vs_genuine_ci is not None and p.fake_vs_genuine_ci.processes == 2
         assert p.fake.n_ok == 2 and p.genuine.n_ok == 2 and p.genuine_warm == "restore", p
-        assert p.baseline.n_ok == 2 and p.baseline_source == "fill passes" and p.baseline == p.baseline_fill
+        # no direct baseline reps (the default): the fill passes re-prefill in one process, which is not the
+        # server's place: the step and its speedup in one process, paired by pass, and no server ratio mixed in
+        assert p.baseline.n_ok == 0 and p.baseline_source == "" and p.baseline_fill.n_ok == 2
+        assert p.fill_step_ci is not None and p.fill_speedup_ci is not None and p.fill_speedup_ci.processes == 2
+        assert p.fill_speedup_ci.value > 1 and p.fake_vs_baseline_ci is None
         assert (p.bench_check_ci is not None) == (p.L in (128, 512))
         assert p.opt_prefill_ms == pytest.approx(32 / p.prefill_tps * 1e3)
         assert p.fake_vs_estimate is not None and p.fake_vs_genuine is not None
@@ -112,7 +120,7 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         ci = p.fake_vs_genuine_ci
         assert ci is not None and ci.n == 2 and ci.lo <= ci.value <= ci.hi
         assert ci.value - 1 == pytest.approx(p.fake_vs_genuine) and p.reps == 2
-        assert p.fake_vs_estimate_ci is not None and p.fake_vs_baseline_ci is not None
+        assert p.fake_vs_estimate_ci is not None
         # fake / estimate's split: the server's share paired by rep, the batch-size effect paired by fill pass
         assert p.genuine_vs_estimate_ci is not None and p.genuine_vs_estimate_ci.n == 2
         assert p.batch_effect_ci is not None and p.batch_effect_ci.n == 2 and p.batch_effect_ci.value > 0

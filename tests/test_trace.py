@@ -96,6 +96,10 @@ def test_a_step_shape_trace_replays_in_the_optimum_arm(tmp_path: Path) -> None:
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     m = run.manifest()
     assert run.ready and m.experiment == "conversation" and m.params["shapes"] and m.params["arms"] == ["optimum"]
+    # `lab show RUN`: the closing tables again, from what the run stored: what the run printed at its end
+    shown = lab("show", run.path.name, "--runs-dir", str(tmp_path / "runs"))
+    assert shown.returncode == 0 and "optimum" in shown.stdout, shown.stderr
+    assert r.stdout.endswith(shown.stdout + str(run.path) + "\n")
     assert (run.path / "raw" / "trace.jsonl").read_bytes() == trace.read_bytes()
     assert {s.arm for s in run.read(CONVERSATION_SAMPLES)} == {"optimum"}
     steps, shapes = run.read(CONVERSATION_STEPS), load_trace(trace)
@@ -110,7 +114,9 @@ def test_a_step_shape_trace_replays_in_the_optimum_arm(tmp_path: Path) -> None:
         assert task.optimum_s is not None and task.opt_wall_s is not None and task.realised is None
         assert task.opt_wall_s.value == pytest.approx(task.optimum_s.value + recorded)
         assert task.opt_wall_s.lo == pytest.approx(task.optimum_s.lo + recorded)
-    assert "opt_wall" in r.stdout  # the task table
+    # the task table's opt_wall: every column with `lab show RUN --wide`
+    wide = lab("show", run.path.name, "--runs-dir", str(tmp_path / "runs"), "--wide")
+    assert wide.returncode == 0 and "opt_wall" in wide.stdout and "opt_wall" not in r.stdout, wide.stderr
 
 
 def test_no_cache_when_asked_and_never_today(tmp_path: Path) -> None:

@@ -41,6 +41,10 @@ def test_tune_measures_the_defaults_and_the_front_and_recommends_flags(tmp_path:
     assert "for llama.cpp 465b1f0e7 (pin: llama-cpp-python 0.3.27): llama-server ... --ctx-checkpoints" in r.stdout
     assert "x the plan)" in r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    # `lab show RUN`: the closing tables again, from what the run stored: what the run printed at its end
+    shown = lab("show", run.path.name, "--runs-dir", str(runs))
+    assert shown.returncode == 0 and "x the plan)" in shown.stdout, shown.stderr
+    assert r.stdout.endswith(shown.stdout + str(run.path) + "\n")
     rows = run.read(TUNE_SETTINGS)
     measured = [x for x in rows if x.role != "grid"]
     assert [x.role for x in measured] == ["defaults", "candidate"] and len(rows) > 16

@@ -84,6 +84,9 @@ def test_an_interleaved_sweep_pairs_its_sides_by_slot(tmp_path: Path) -> None:
     assert both.returncode == 1 and "name a side" in both.stderr and len(both.stderr.strip().splitlines()) == 1
     table = lab("compare", run.path.name, "--runs-dir", str(runs))
     assert "called" in table.stdout and "2 slots" in table.stdout
+    # `lab show RUN`: the B/A table the run closed with (what `lab compare RUN` computes again), from its stored rows
+    again = lab("show", run.path.name, "--runs-dir", str(runs))
+    assert again.returncode == 0 and again.stdout == table.stdout, again.stderr
 
     # the catalog keeps B/A per point, and the report draws it with its intervals
     catalog = tmp_path / "catalog"
@@ -172,6 +175,8 @@ def test_the_profile_and_the_decode_check_interleave_too(tmp_path: Path) -> None
     assert Counter(c.process for c in RunFolder.open(run.path / "b").read(PROFILE_BAND_PROCESSES))[1] > 0
     bands = [x for x in out["rows"] if x["metric"] == "ms_per_token"]
     assert bands and all(x["ratio_ci"]["processes"] == 2 for x in bands if x["ratio_ci"])
+    again = lab("show", run.path.name, "--runs-dir", str(runs))  # its closing B/A table, from its stored rows
+    assert again.returncode == 0 and again.stdout == lab("compare", run.path.name, "--runs-dir", str(runs)).stdout
     r = lab(
         "engine", "decode", "--depths", "300,600", "--reps", "2", "--n-out", "8", "--new", "16",
         "--vs", "same", "--runs-dir", str(runs), "--json",
@@ -181,6 +186,8 @@ def test_the_profile_and_the_decode_check_interleave_too(tmp_path: Path) -> None
     check_slots(RunFolder.open(Path(out["run"])), 2)
     server = [x for x in out["rows"] if x["metric"] == "server_ms_value"]
     assert [x["depth"] for x in server] == [300, 600] and all(x["ratio_ci"]["processes"] == 2 for x in server)
+    again = lab("show", out["run"], "--runs-dir", str(runs))  # its closing B/A table, from its stored rows
+    assert again.returncode == 0 and again.stdout == lab("compare", out["run"], "--runs-dir", str(runs)).stdout
 
 
 def test_the_kv_cache_type_reaches_the_server_the_driver_the_instrument_and_llama_bench(tmp_path: Path) -> None:

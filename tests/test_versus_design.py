@@ -127,6 +127,23 @@ def test_a_bad_vs_creates_nothing(tmp_path: Path) -> None:
     assert not (tmp_path / "runs").exists() or not any((tmp_path / "runs").iterdir())
 
 
+@pytest.mark.parametrize("command", [["sweep"], ["profile"]])
+def test_a_bad_vs_is_refused_by_the_plan_too(tmp_path: Path, command: list[str]) -> None:
+    # the example `--help` once gave: a flag the lab sets, refused in one line before any plan or folder
+    r = lab(*command, "--plan", "--vs", "server.extra_args=-ctk q8_0", "--runs-dir", str(tmp_path / "runs"))
+    assert r.returncode == 2 and "use server.cache_type_k" in r.stderr and len(r.stderr.strip().splitlines()) == 1
+    assert "plan" not in r.stdout and not (tmp_path / "runs").exists()
+
+
+def test_the_vs_help_example_is_accepted() -> None:
+    from lab.core.settings import Settings
+    from lab.experiments.versus import parse_vs
+    from lab.experiments.versus.config import side_b
+
+    b = side_b(Settings(), parse_vs(["server.cache_type_k=q8_0", "server.extra_args=--no-mmap"]), "sweep")
+    assert b.server.cache_type_k == "q8_0" and b.server.extra_args == ["--no-mmap"]
+
+
 def test_a_ratio_of_two_arms_is_called_lower_or_higher_and_a_time_faster_or_slower() -> None:
     from lab.catalog.compare import CompareRow
     from lab.core.schemas import Interval

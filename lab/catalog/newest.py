@@ -1,6 +1,6 @@
-"""The newest complete run of an experiment per (host, model): the one choice behind the catalog's headline,
-`lab sweep`'s closing table, a sweep's plan (the spread of the newest sweep measured here) and the run a report's
-chart shows first."""
+"""The newest complete run of an experiment: per host, model and engine, the one choice behind the catalog's
+headline; per host and model, `lab sweep`'s closing table and a sweep's plan (the spread of the newest sweep
+measured here); of all, the run a report's chart shows first."""
 
 from __future__ import annotations
 
@@ -25,11 +25,11 @@ def age(r: RunRecord) -> tuple[datetime, str]:
 
 
 def newest(records: Iterable[RunRecord], experiment: str) -> list[RunRecord]:
-    """The newest complete run of `experiment` per (host, model sha256), newest first: the one choice behind the
-    catalog's headline and `lab sweep`'s closing table."""
-    best: dict[tuple[str, str], RunRecord] = {}
+    """The newest complete run of `experiment` per (host, model sha256, engine commit), newest first: the one
+    choice behind the catalog's headline (a pin run and a newer release's stand side by side)."""
+    best: dict[tuple[str, str, str], RunRecord] = {}
     for r in sorted(complete(records, experiment), key=age):
-        best[(r.host, r.model_sha256)] = r
+        best[(r.host, r.model_sha256, r.engine_commit)] = r
     return sorted(best.values(), key=age, reverse=True)
 
 

@@ -34,6 +34,7 @@ from lab.core.schemas.raw import (
     REBUILD_EXACT,
     REBUILD_ROW_WORK,
     REBUILD_SPAN,
+    SERVER_SHARE,
     SWEEP_FILLS,
     SWEEP_POINTS,
     SWEEP_SAMPLES,
@@ -67,6 +68,7 @@ SPECS: tuple[TableSpec, ...] = (
     TableSpec("prefill_tps", ("sweep", "profile"), PREFILL_TPS, required=False),
     TableSpec("sweep_fills", ("sweep",), SWEEP_FILLS, required=False),
     TableSpec("arms_summary", ("sweep",), ARMS_SUMMARY, required=False),
+    TableSpec("server_share", ("sweep",), SERVER_SHARE, required=False),
     # a tune is a conversation replay too (its defaults' steps and tasks), with the settings it weighed
     TableSpec("conversation_samples", ("conversation", "tune"), CONVERSATION_SAMPLES),
     TableSpec("conversation_steps", ("conversation", "tune"), CONVERSATION_STEPS),

@@ -3,7 +3,8 @@
 The whole command tree is here; each group's commands are in a module of their own (host, engine, model,
 trace, rebuild, catalog), the top-level ones in experiments (sweep, arms, profile) and reports (report,
 compare, dvc-setup). The error policy, the settings loader and every shared option are in common; what a
-finished run prints (each experiment's records handed to the presenters) in show.
+finished run prints (each experiment's records, read from its folder, handed to the presenters) in show, with
+`lab show RUN`, which prints them again.
 Heavy modules are imported inside commands so `lab --help` stays instant.
 
 It may import every layer below it; only lab.remote sits above.
@@ -11,7 +12,7 @@ It may import every layer below it; only lab.remote sits above.
 
 from __future__ import annotations
 
-from lab.cli import catalog, engine, experiments, host, model, rebuild, reports, trace
+from lab.cli import catalog, engine, experiments, host, model, rebuild, reports, show, trace
 from lab.cli.common import LabApp
 
 app = LabApp(
@@ -28,6 +29,7 @@ app.command("replay-trace", hidden=True)(trace.trace_replay)  # the name of `lab
 app.command("dvc-setup")(reports.dvc_setup_cmd)
 app.command("report")(reports.report)
 app.command("compare")(reports.compare)
+app.command("show")(show.show)
 app.add_typer(engine.app, name="engine")
 app.add_typer(model.app, name="model")
 app.add_typer(trace.app, name="trace")

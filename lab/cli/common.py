@@ -86,14 +86,25 @@ def run_command(
     return run
 
 
+def check_vs(settings: Any, vs: list[str] | None, experiment: str) -> None:
+    """`--vs` refused in one line before anything is planned or created: side B's settings as the run makes them."""
+    if vs is not None:
+        from lab.experiments.versus import parse_vs
+        from lab.experiments.versus.config import paired_design, side_b
+
+        side_b(paired_design(settings), parse_vs(vs), experiment)
+
+
 def run_versus_command(experiment: Any, settings: Any, folder: Any, as_json: bool, console: Any, vs: Any) -> Any:
     import json
 
+    from lab.cli.show import print_answer
+    from lab.experiments.answer import read_run
     from lab.experiments.versus import parse_vs, run_versus
-    from lab.presenters.compare import compare_table
 
     run, comparison = run_versus(experiment, settings, parse_vs(vs or []), folder, console)
-    console.print(compare_table(comparison))
+    stored = read_run(run.path, settings)  # B/A as the run stored it: what `lab show RUN` prints again
+    print_answer(stored.manifest.experiment, stored.answer, console)
     typer.echo(json.dumps({"run": str(run.path), **comparison.record()}, indent=1) if as_json else str(run.path))
     return run
 
@@ -194,13 +205,15 @@ HostOk = Annotated[
     typer.Option("--host-ok", help="with --resume: finish here a run measured on another host (or fetched from one)"),
 ]
 AsJson = Annotated[bool, typer.Option("--json", help="print the results as JSON (run folder under 'run')")]
+WideOpt = Annotated[bool, typer.Option("--wide", help="every column (by default the answer fits 100 columns)")]
 VsOpt = Annotated[
     list[str] | None,
     typer.Option(
         "--vs",
         metavar="KEY=VALUE",
         help="also measure a second configuration, interleaved in this run (B: these settings, e.g. engine=latest, "
-        "server.threads=1, server.extra_args='-ctk q8_0 -ctv q8_0', model=PATH; 'same' for an A/A): B/A per point",
+        "server.threads=1, server.cache_type_k=q8_0, server.extra_args='--no-mmap', model=PATH; 'same' for an "
+        "A/A): B/A per point",
     ),
 ]
 

@@ -46,6 +46,7 @@ from lab.cli.common import (
     ThreadsBatch,
     VsOpt,
     WhereOpt,
+    check_vs,
     int_list,
     run_command,
     settings_for,
@@ -135,6 +136,7 @@ def _run_sweep(
     from lab.experiments.versus.config import paired_design
 
     console = lab_console(quiet=as_json)
+    check_vs(s, vs, Sweep.name)
     if vs is not None:  # both sides get the same reps (lab.experiments.versus): the plan is of those
         if budget is not None:
             raise UsageError("--budget with --vs: give --reps instead (both configurations get the same reps)")
@@ -225,6 +227,7 @@ def profile(
             "clean_room_start": start,
         },
     )
+    check_vs(s, vs, Profile.name)
     if resume is None and (s := _plan_profile(s, plan, rates, budget, vs, as_json)) is None:
         return
     run_command(Profile(), s, resume, as_json, vs=vs, host_ok=host_ok)

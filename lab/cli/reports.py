@@ -8,7 +8,7 @@ from typing import Annotated
 
 import typer
 
-from lab.cli.common import AsJson, CatalogDir, RunsDir, resolve, settings_for
+from lab.cli.common import AsJson, CatalogDir, RunsDir, WideOpt, resolve, settings_for
 
 
 def report(catalog_dir: CatalogDir = None, out: Annotated[Path | None, typer.Option("--out")] = None) -> None:
@@ -44,6 +44,7 @@ def compare(
     runs_dir: RunsDir = None,
     catalog_dir: CatalogDir = None,
     as_json: AsJson = False,
+    wide: WideOpt = False,
 ) -> None:
     """Two sweep, two arms, two profile or two decode runs side by side: B/A per point with its 95% interval (from
     both runs' samples), "within noise" where the interval holds 1, and the geometric mean over the grid. Runs not
@@ -67,7 +68,7 @@ def compare(
     if as_json:
         typer.echo(json.dumps(c.record(), indent=1))
     else:
-        lab_console().print(compare_table(c))
+        lab_console().print(compare_table(c, wide=wide))
     if as_report:
         from lab.reports import render_compare
 

@@ -69,6 +69,16 @@ def server_label(version_line: str) -> str:
     return f"llama.cpp {r.commit} ({name + ': ' if name else ''}llama-cpp-python {r.sdist_version})"
 
 
+def engine_label(commit: str) -> str:
+    """A run's engine as every line of the answer names it: `llama.cpp 465b1f0e7 (pin)`, the release's name where
+    the commit is a named one's."""
+    if not commit:
+        return "llama.cpp of an unrecorded commit"
+    r = next((r for r in RELEASES if commit.startswith(r.commit) or r.commit.startswith(commit)), None)
+    name = name_of(r.sdist_version) if r is not None else None
+    return f"llama.cpp {commit[:9]}" + (f" ({name})" if name else "")
+
+
 def name_of(version: str) -> str | None:
     """`pin` or `latest` for their versions, None for the others."""
     return next((n for n, v in NAMED.items() if v == version), None)

@@ -46,7 +46,7 @@ def headline_tables(h: Headline) -> list[Table]:
     """The answer per host and model: the step with the cache, re-prefilled, the speedup; where time goes."""
     out = []
     for table in h.tables:
-        t = Table(*table.columns, title=table.title)
+        t = Table(*table.columns, title=shown(table.title))  # a host or model name: text, not markup
         for row in table.rows:  # hosts' and models' names among them: text, not markup
             t.add_row(*map(shown, row))
         out.append(t)

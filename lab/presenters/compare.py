@@ -43,10 +43,12 @@ def _called_cell(r: CompareRow, called: str) -> str:
     return f"[{CALLED_STYLE[called]}]{r.ci.fmt()}[/{CALLED_STYLE[called]}]"
 
 
-def compare_table(c: Comparison) -> Table:
+def compare_table(c: Comparison, wide: bool = False) -> Table:
     """B/A per key and metric with its 95% interval from both runs' samples: significant slowdowns red,
     speedups green, the rest marked within noise; then the geometric mean over the grid per metric. The two
-    sides of an interleaved run also get each row called at the run's tolerance."""
+    sides of an interleaved run also get each row called at the run's tolerance. `wide`: each side's value (A,
+    B) and what each interval is over in columns of their own (by default what the intervals are over is said
+    once when it is the same for all rows)."""
     within = any(r.ci is not None and r.ci.processes < 2 for r in c.rows)
     caption = (
         "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
@@ -65,22 +67,29 @@ def compare_table(c: Comparison) -> Table:
     if c.kind.paired:
         caption += "; a ratio of two arms run back to back in one process (fake / genuine) carries no drift"
     called = c.tolerance is not None
+    scopes = {_scope(r, c) for r in [*c.rows, *c.summary] if r.ci}
+    over = wide or len(scopes) > 1
+    if not over and scopes:
+        caption += f"; every interval over {scopes.pop()}"
     t = Table(
         *c.keys,
         "metric",
-        "A",
-        "B",
+        *(["A", "B"] if wide else []),
         "B/A [95%]",
         *(["called"] if called else []),
-        "interval over",
+        *(["interval over"] if over else []),
         title=f"A = {c.run_a}\nB = {c.run_b}\n{shown(c.model_line())}",  # a host's file name is not markup
         caption=caption,
     )
     for r in [*c.rows, *c.summary]:
-        scope = r.ci.scope.replace("processes", "slots") if r.ci and c.paired else r.ci.scope if r.ci else ""
+        scope = _scope(r, c)
         verdict = [r.called(c.tolerance)] if c.tolerance is not None else []
         cell = _called_cell(r, verdict[0]) if verdict else _ratio_cell(r, r.metric in c.kind.paired)
         key = [shown(_fmt(k)) for k in r.key] if r.key else ["geomean", *[""] * (len(c.keys) - 1)]  # a task id: text
         a, b = (_fmt(r.a), _fmt(r.b)) if r.key else ("", "")
-        t.add_row(*key, r.metric, a, b, cell, *verdict, scope)
+        t.add_row(*key, r.metric, *([a, b] if wide else []), cell, *verdict, *([scope] if over else []))
     return t
+
+
+def _scope(r: CompareRow, c: Comparison) -> str:
+    return r.ci.scope.replace("processes", "slots") if r.ci and c.paired else r.ci.scope if r.ci else ""

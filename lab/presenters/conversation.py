@@ -3,13 +3,21 @@ reply)."""
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
+from typing import Any
 
 from rich.table import Table
 
 from lab.conversation.derive import StepTokens
-from lab.core.console import key_columns
-from lab.core.schemas import ConversationCauseResult, ConversationStepResult, ConversationTaskResult, cell
+from lab.core.console import key_columns, shown
+from lab.core.schemas import (
+    ConversationCauseResult,
+    ConversationStepResult,
+    ConversationTaskResult,
+    Interval,
+    cell,
+)
+from lab.presenters.sweep import ms_interval
 
 
 def tokens_table(tasks: dict[str, list[StepTokens]]) -> Table:
@@ -78,27 +86,87 @@ TASK_COLUMNS: tuple[tuple[str, Callable[[ConversationTaskResult], str]], ...] = 
     ("opt_wall", lambda k: cell(k.opt_wall_s, 2)),
 )
 LEFT = ("task", "diverges", "restores", "order")
+STEP_CAPTION = (
+    "reused: today's server's cache_n (first rep; `!= n`: the policy model predicted n); restores: a context "
+    "checkpoint (ckpt), a RAM-cache prompt (ram) or the whole prompt re-processed (full); (window): the step "
+    "departs beyond what today's window cache keeps (a sliding-window model); order: optimum <= today <= no cache "
+    "within the intervals"
+)
+ARM_COLUMNS: tuple[tuple[str, Callable[[ConversationStepResult], str]], ...] = (  # a task's steps, its title names it
+    ("step", lambda s: str(s.step)),
+    ("L", lambda s: str(s.common)),
+    ("new", lambda s: str(s.new)),
+    ("no cache", lambda s: ms_interval(s.no_cache_ms)),
+    ("today", lambda s: ms_interval(s.today_ms)),
+    ("optimum", lambda s: ms_interval(s.optimum_ms)),
+)
+CHECK_COLUMNS: tuple[tuple[str, Callable[[ConversationStepResult], str]], ...] = (
+    ("step", lambda s: str(s.step)),
+    ("diverges", lambda s: "-" if s.diverged_at is None else f"msg {s.diverged_at}: {s.cause or '?'}"),
+    ("reused", _reused),
+    ("restores", _restores),
+    ("order", lambda s: s.order),
+)
+TASK_ANSWER: tuple[tuple[str, Callable[[ConversationTaskResult], str]], ...] = (
+    ("task", lambda k: shown(k.task_id)),
+    ("steps", lambda k: str(k.n_steps)),
+    ("no cache", lambda k: ms_interval(k.no_cache_s)),
+    ("today", lambda k: ms_interval(k.today_s)),
+    ("optimum", lambda k: ms_interval(k.optimum_s)),
+)
+TASK_CHECKS = ("task", "realised", "decode", "tool")  # tool: the trace's recorded seconds (no interval)
+REALISED_TITLE = (
+    "per task: the share of the optimum's saving that today's server realises [95% interval]; beside the prefill, "
+    "the replies' decode and the agent's tool seconds (a step costs prefill + decode + tool)"
+)
 
 
 def replay_tables(
     steps: list[ConversationStepResult],
     tasks: list[ConversationTaskResult],
     causes: list[ConversationCauseResult] | None = None,
+    wide: bool = False,
 ) -> list[Table]:
-    """Per step the three arms' prompt ms [95% interval], what today's server reused and restored, and whether
-    optimum <= today <= no cache holds; per task the three totals and the share of the saving realised."""
+    """Per task, each step's three arms' prompt ms [95% interval], then what today's server reused and restored
+    and whether optimum <= today <= no cache holds; the three totals per task, then the share of the saving
+    realised; the causes (`wide`: every column in one table each, as stored)."""
+    if wide:
+        return wide_replay_tables(steps, tasks, causes)
+    out = []
+    for task in dict.fromkeys(s.task_id for s in steps):
+        mine = [s for s in steps if s.task_id == task]
+        out += [_columns(f"{shown(task)}: prompt ms per arm [95% interval]", ARM_COLUMNS, mine, 1),
+                _columns(f"{shown(task)}: today's server per step", CHECK_COLUMNS, mine, 1, STEP_CAPTION)]  # fmt: skip
+    head = "per task: prefill seconds per arm [95% interval]"
+    out.append(_columns(head, TASK_ANSWER, tasks, 1))
+    out.append(_columns(REALISED_TITLE, [c for c in TASK_COLUMNS if c[0] in TASK_CHECKS], tasks, 1))
+    return [*out, *([causes_table(causes)] if causes else [])]
+
+
+def _columns(
+    title: str, columns: Sequence[tuple[str, Callable[[Any], str]]], rows: Sequence[Any], keys: int, caption: str = ""
+) -> Table:
+    t = key_columns(Table(title=title, caption=caption or None), keys)
+    for c, _ in columns:
+        t.add_column(c, justify="left" if c in LEFT else "right")
+    for r in rows:
+        t.add_row(*(f(r) for _, f in columns))
+    return t
+
+
+def wide_replay_tables(
+    steps: list[ConversationStepResult],
+    tasks: list[ConversationTaskResult],
+    causes: list[ConversationCauseResult] | None = None,
+) -> list[Table]:
+    """Every column: per step the three arms, reuse, restores, order and the reply; per task the totals, the
+    share realised, decode, tool and opt_wall."""
     t = key_columns(Table(title="a conversation step by step: prompt ms [95% interval] per arm"), 2)
     for c, _ in STEP_COLUMNS:
         t.add_column(c, justify="left" if c in LEFT else "right")
     for s in steps:
         t.add_row(*(f(s) for _, f in STEP_COLUMNS))
-    t.caption = (
-        "reused: today's server's cache_n (first rep; `!= n`: the policy model predicted n); restores: a context "
-        "checkpoint (ckpt), a RAM-cache prompt "
-        "(ram) or the whole prompt re-processed (full); (window): the step departs beyond what today's window "
-        "cache keeps (a sliding-window model); order: optimum <= today <= no cache within the intervals; "
-        "decode: the reply generated at depth L + new after the optimum's prefill"
-    )
+    t.caption = STEP_CAPTION + "; decode: the reply generated at depth L + new after the optimum's prefill"
     totals = key_columns(
         Table(
             title="per task: prefill seconds per arm [95% interval], the share of the optimum's saving that today's "
@@ -111,15 +179,21 @@ def replay_tables(
         totals.add_column(c, justify="left" if c == "task" else "right")
     for k in tasks:
         totals.add_row(*(f(k) for _, f in TASK_COLUMNS))
-    return [t, totals, *([causes_table(causes)] if causes else [])]
+    return [t, totals, *([causes_table(causes, wide=True)] if causes else [])]
 
 
-def causes_table(causes: list[ConversationCauseResult]) -> Table:
+def causes_table(causes: list[ConversationCauseResult], wide: bool = False) -> Table:
+    """Each cause's steps and their prefill seconds per arm (`wide`: no cache too)."""
     t = Table(title="why prompts departed: each cause's steps, their prefill seconds per arm [95% interval]")
-    for name in ("cause", "steps", "no cache", "today", "optimum", "today beyond the optimum"):
+    names = ("cause", "steps", *(["no cache"] if wide else []), "today", "optimum", "today beyond the optimum")
+    for name in names:
         t.add_column(name, justify="left" if name == "cause" else "right")
     for c in causes:
-        arms = (cell(c.no_cache_s, 2), cell(c.today_s, 2), cell(c.optimum_s, 2), cell(c.today_extra_s, 2))
-        t.add_row(c.cause, str(c.departures), *arms)
+        arms = (*([_s(c.no_cache_s)] if wide else []), _s(c.today_s), _s(c.optimum_s), _s(c.today_extra_s))
+        t.add_row(shown(c.cause), str(c.departures), *arms)
     t.caption = "today beyond the optimum: what the departures cost today's server over a perfect cache, paired by rep"
     return t
+
+
+def _s(iv: Interval | None) -> str:
+    return ms_interval(iv)

@@ -3,11 +3,12 @@ ms/token per band (lab.measure.costmodel, lab.measure.timemodel); a profile's cl
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 from rich.table import Table
 
-from lab.core.schemas import BANDS, cell
+from lab.core.schemas import BANDS, Interval, cell
 from lab.measure.costmodel import CostModel, band_label
 from lab.measure.timemodel import TimePrediction
 
@@ -56,14 +57,15 @@ def cost_tables(m: CostModel, depths: list[int]) -> list[Any]:
     return [head, terms, bands, tail]
 
 
-def time_tables(p: TimePrediction, m: CostModel) -> list[Any]:
-    """`lab model cost --rates`: each band's predicted ms/token [95% interval] at every depth, the rates they come
-    from, and the crossover in time beside the FLOP one."""
+def time_tables(p: TimePrediction, m: CostModel, wide: bool = False) -> list[Any]:
+    """`lab model cost --rates`: each band's predicted ms/token +- its 95% interval (`wide`: the interval's ends)
+    at every depth, the rates they come from, and the crossover in time beside the FLOP one."""
     depths = sorted({r.depth for r in p.at})
     names = [band_label(b, m.h) for b in BANDS]
-    t = Table("depth", *names, "total", title=f"predicted ms per token by band [95% interval], {p.model}")
+    said = "[95% interval]" if wide else "+- the 95% interval"
+    t = Table("depth", *names, "total", title=f"predicted ms per token by band {said}, {p.model}")
     for d in depths:
-        t.add_row(str(d), *(cell(p.band_at(d, b), 4) for b in (*BANDS, "total")))
+        t.add_row(str(d), *(_band_cell(p.band_at(d, b), wide) for b in (*BANDS, "total")))
     rates = ", ".join(
         f"{b} {r.gflops.fmt(digits=1)} GFLOP/s" if r.gflops else f"{b} {cell(r.overhead_ms_per_token, 4)} ms flat"
         for b, r in p.rates.items()
@@ -83,6 +85,14 @@ def time_tables(p: TimePrediction, m: CostModel) -> list[Any]:
     note = f" ({p.crossover_note})" if p.crossover_note else ""
     flop = "none" if p.flop_crossover is None else f"{p.flop_crossover:,.0f}"
     return [t, f"predicted crossover in time (attn_core ms/token = ffn_moe's): {cross}{note}; from FLOPs: {flop}"]
+
+
+def _band_cell(iv: Interval | None, wide: bool) -> str:
+    """`0.01234 +-4%`, four significant digits (`wide`: `0.0123 [0.0118, 0.0128]`)."""
+    if wide or iv is None or iv.n < 2 or not iv.value:
+        return cell(iv, 4)
+    digits = max(0, 3 - math.floor(math.log10(abs(iv.value))))
+    return f"{iv.value:.{digits}f} +-{(iv.hi - iv.lo) / 2 / abs(iv.value):.0%}{iv.thin_note()}"
 
 
 def cost_report_parts(model: CostModel, depths: list[int], timed: TimePrediction | None) -> list[Any]:

@@ -7,17 +7,19 @@ from collections.abc import Mapping, Sequence
 
 from rich.table import Table
 
+from lab.core.console import key_columns
 from lab.core.schemas import BANDS, AttnKind, BandDepth, ProfileSummary, cell
 
 
-def _pm(value: float, lo: float | None, hi: float | None) -> str:
+def _pm(value: float, lo: float | None, hi: float | None, digits: int = 3) -> str:
     """`0.123 +-3%`: a value and its 95% interval's half-width, relative."""
     if lo is None or hi is None or not value:
-        return f"{value:.3f}"
-    return f"{value:.3f} +-{(hi - lo) / 2 / value:.0%}"
+        return f"{value:.{digits}f}"
+    return f"{value:.{digits}f} +-{(hi - lo) / 2 / value:.0%}"
 
 
-def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
+def profile_table(rows: list[BandDepth], s: ProfileSummary, wide: bool = False) -> Table:
+    """Per depth each band's ms/token with its interval (`wide`: and the checks' columns, checks_table's)."""
     t = Table(
         title=f"prefill ms/token per band vs depth (TIMED share x FUSED chunk ms / chunk; +- the 95% interval over "
         f"{s.processes} processes of {s.reps} reps, depth by {'fake prefix' if s.fill == 'fake' else 'real fill'})"
@@ -25,32 +27,53 @@ def profile_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     t.add_column("depth", justify="right")
     for b in BANDS:
         t.add_column(b, justify="right")
-    t.add_column("TIMED/FUSED - 1", justify="right")
-    t.add_column("FUSED/bench", justify="right")
+    if wide:
+        t.add_column("TIMED/FUSED - 1", justify="right")
+        t.add_column("FUSED/bench", justify="right")
     for depth in sorted({r.depth for r in rows}):
         per = {r.band: r for r in rows if r.depth == depth}
-        gap = s.timed_vs_fused_gap_ci.get(str(depth))
-        bench = s.fused_vs_bench_ci.get(str(depth))
-        ratio = s.fused_vs_bench.get(str(depth))
         t.add_row(
             str(depth),
             *(_pm(per[b].ms_per_token, per[b].ms_per_token_lo, per[b].ms_per_token_hi) for b in BANDS),
-            _judged(
-                cell(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
-                s.timed_vs_fused_verdict,
-                depth,
-            ),
-            _judged(
-                cell(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
-                s.fused_vs_bench_verdict,
-                depth,
-            ),
+            *(_checks(s, depth) if wide else ()),
         )
     t.caption = (
         f"crossover attn_core > ffn_moe: {crossover_text(s)}; attention slope {cell(s.attn_slope_ci, digits=4)} "
         f"ms/token per 1k depth, R^2 {cell(s.attn_r2_ci, digits=4)}; mean gap {s.timed_vs_fused_gap_mean:+.1%}"
         + bench_note(s)
     )
+    return t
+
+
+def _checks(s: ProfileSummary, depth: int) -> tuple[str, str]:
+    """TIMED/FUSED - 1 and FUSED/bench at a depth, each [95% interval] with its verdict."""
+    gap = s.timed_vs_fused_gap_ci.get(str(depth))
+    bench = s.fused_vs_bench_ci.get(str(depth))
+    ratio = s.fused_vs_bench.get(str(depth))
+    return (
+        _judged(
+            cell(gap, pct=True) if gap else f"{s.timed_vs_fused_gap[str(depth)]:+.1%}",
+            s.timed_vs_fused_verdict,
+            depth,
+        ),
+        _judged(
+            cell(bench) if bench else (f"{ratio:.3f}" if ratio is not None else "-"),
+            s.fused_vs_bench_verdict,
+            depth,
+        ),
+    )
+
+
+def checks_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
+    """The band table's checks per depth: TIMED (the per-node sum) / FUSED (the chunk's wall) - 1 and FUSED /
+    llama-bench, each [95% interval] with its verdict (`-`: llama-bench did not run at that depth)."""
+    tols = [f"{what} at +-{tol:.0%}" for what, tol in (("TIMED/FUSED", s.timed_tolerance), ("FUSED/bench",
+            s.bench_tolerance)) if tol is not None]  # fmt: skip
+    t = Table(title="checks per depth [95% interval] and verdict" + (f" ({', '.join(tols)})" if tols else ""))
+    for c in ("depth", "TIMED/FUSED - 1", "FUSED/bench"):
+        t.add_column(c, justify="right")
+    for depth in sorted({r.depth for r in rows}):
+        t.add_row(str(depth), *_checks(s, depth))
     return t
 
 
@@ -78,11 +101,21 @@ def attn_kind_table(s: ProfileSummary) -> Table:
     return t
 
 
-def fake_real_table(s: ProfileSummary) -> Table:
+def fake_real_table(s: ProfileSummary, wide: bool = False) -> Table:
     """The fake-vs-real check: per depth, fake / real of the total and each band [95% interval], with the verdict
-    where there is one (the total and the bands holding >= 5% of the time)."""
+    where there is one (the total and the bands holding >= 5% of the time); a row per depth and part (`wide`: a
+    column per part)."""
     tol = f" at +-{s.real_tolerance:.0%}" if s.real_tolerance is not None else ""
     t = Table(title=f"fake / real depth: the chunk after a fake prefix over the same after a real fill{tol}")
+    if not wide:
+        for c in ("depth", "part", "fake / real [95%]", "verdict"):
+            t.add_column(c, justify="right" if c in ("depth", "fake / real [95%]") else "left")
+        for depth, ivs in sorted(s.fake_vs_real.items(), key=lambda kv: int(kv[0])):
+            said = s.fake_vs_real_verdict.get(depth, {})
+            for c in ("total", *BANDS):
+                if c in ivs:
+                    t.add_row(depth, c, ivs[c].fmt(), said.get(c, "-"))
+        return key_columns(t, 1)
     t.add_column("depth", justify="right")
     for col in ("total", *BANDS):
         t.add_column(col, justify="right")
@@ -160,12 +193,14 @@ def counted(verdicts: Sequence[str]) -> str:
     return ", ".join(f"{n} {v}" for v in ("agree", "disagree", "undecided") if (n := verdicts.count(v)))
 
 
-def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
-    """Achieved GFLOP/s per band and depth [95% interval] and its share of the probed GEMM peak."""
+def efficiency_table(rows: list[BandDepth], s: ProfileSummary, wide: bool = False) -> Table:
+    """Achieved GFLOP/s per band and depth +- its 95% interval (`wide`: the interval's ends and the share of the
+    probed GEMM peak)."""
     peak = s.peak_gemm_gflops_ci
     t = Table(
-        title="achieved GFLOP/s by band (predicted FLOPs / measured ms) [95% interval]"
-        + (f"; share of this host's GEMM peak {peak.fmt(digits=1)} GFLOP/s" if peak else "")
+        title="achieved GFLOP/s by band (predicted FLOPs / measured ms) "
+        + ("[95% interval]" if wide else "+- the 95% interval")
+        + (f"; share of this host's GEMM peak {peak.fmt(digits=1)} GFLOP/s" if peak and wide else "")
     )
     t.add_column("depth", justify="right")
     for b in BANDS:
@@ -177,6 +212,9 @@ def efficiency_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
             r = per.get(b)
             if r is None or r.gflops is None:
                 cells.append("-")
+                continue
+            if not wide:
+                cells.append(_pm(r.gflops, r.gflops_lo, r.gflops_hi, 1))
                 continue
             ci = f" [{r.gflops_lo:.1f}, {r.gflops_hi:.1f}]" if r.gflops_lo and r.gflops_hi else ""
             cells.append(f"{r.gflops:.1f}{ci}" + (f" {r.peak_share:.0%}" if r.peak_share is not None else ""))

@@ -13,6 +13,7 @@ from lab.core.schemas import (
     ConversationTaskResult,
     DecodeDepth,
     ProfileSummary,
+    ServerShare,
     SweepPoint,
 )
 from lab.core.schemas.trace import TuneSetting
@@ -20,11 +21,12 @@ from lab.measure.costmodel import CostModel
 from lab.measure.plan import Plan, plan_line
 from lab.measure.timemodel import TimePrediction
 from lab.presenters.conversation import replay_tables
-from lab.presenters.decode import decode_table
+from lab.presenters.decode import decode_tables
 from lab.presenters.model import time_tables
 from lab.presenters.profile import (
     attn_kind_table,
     band_fit_line,
+    checks_table,
     efficiency_table,
     fake_real_table,
     prediction_lines,
@@ -43,9 +45,12 @@ def show_sweep(
     plan: Plan | None,
     took_s: float,
     revised: Plan | None,
+    wide: bool = False,
+    share: ServerShare | None = None,
 ) -> None:
-    """The sweep's tables per place, then its plan against what it took (the answer follows: print_headline)."""
-    print_summary(console, points, summary, starts)
+    """The sweep's tables per place (`wide`: every column), the server's share over the grid, then its plan
+    against what it took (the answer follows: print_headline)."""
+    print_summary(console, points, summary, starts, wide, share)
     if plan is not None:
         console.print(plan_line(plan, took_s, revised), highlight=False)
 
@@ -56,25 +61,31 @@ def show_profile(
     summary: ProfileSummary | None,
     prediction: TimePrediction | None,
     cost: CostModel | None,
+    wide: bool = False,
 ) -> None:
+    """The band table and its checks (`wide`: in one table), the layer kinds', fake vs real depth's, achieved
+    GFLOP/s and the predicted ms per band, then the checks and the predictions in words."""
     if summary is None:
         return
-    console.print(profile_table(rows, summary))
+    console.print(profile_table(rows, summary, wide))
+    if not wide:
+        console.print(checks_table(rows, summary))
     if summary.attn_kinds:
         console.print(attn_kind_table(summary))
     if summary.fake_vs_real:
-        console.print(fake_real_table(summary))
+        console.print(fake_real_table(summary, wide))
     if any(r.gflops for r in rows):
-        console.print(efficiency_table(rows, summary))
+        console.print(efficiency_table(rows, summary, wide))
     if prediction is not None and prediction.at and cost is not None:
-        console.print(time_tables(prediction, cost)[0])
+        console.print(time_tables(prediction, cost, wide)[0])
     for line in [band_fit_line(summary), *reference_lines(summary), *prediction_lines(summary)]:
         if line:
             console.print(line, highlight=False)
 
 
-def show_decode(console: Console, rows: list[DecodeDepth], model: str, threads: int) -> None:
-    console.print(decode_table(rows, model, threads))
+def show_decode(console: Console, rows: list[DecodeDepth], model: str, threads: int, wide: bool = False) -> None:
+    for table in decode_tables(rows, model, threads, wide):
+        console.print(table)
 
 
 def show_replay(
@@ -82,8 +93,9 @@ def show_replay(
     steps: list[ConversationStepResult],
     totals: list[ConversationTaskResult],
     causes: list[ConversationCauseResult],
+    wide: bool = False,
 ) -> None:
-    for table in replay_tables(steps, totals, causes):
+    for table in replay_tables(steps, totals, causes, wide):
         console.print(table)
 
 
@@ -94,10 +106,11 @@ def show_tune(
     causes: list[ConversationCauseResult],
     results: list[TuneSetting],
     plan: str | None,
+    wide: bool = False,
 ) -> None:
     """The replay's tables and the settings', the plan against what it took (`plan`, described), the
     recommendation."""
-    for table in (*replay_tables(steps, totals, causes), *tune_tables(results)):
+    for table in (*replay_tables(steps, totals, causes, wide), *tune_tables(results, wide)):
         console.print(table)
     if plan is not None:
         console.print(plan, highlight=False, soft_wrap=True)

@@ -18,6 +18,7 @@ from lab.core.schemas import (
     ArmStats,
     Components,
     Interval,
+    ServerShare,
     SweepPoint,
     Where,
     cell,
@@ -133,14 +134,10 @@ COLUMNS = (  # the sweep's table, left to right; L and new name a row (repeated 
 
 
 def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
-    """The sweep's table for the points of one place: the arms, the estimate, the ratios and verdicts, and what
-    only that place has (in one process: the cache read; with both places: the server's own share)."""
-    where = points[0].where if points else "server"
-    sources = sorted({p.baseline_source for p in points if p.baseline_source})
-    procs = max((p.processes for p in points), default=1)
-    scope = f"; every interval over {procs} processes" if procs > 1 else "; within-run intervals (one process)"
-    head = FILL_TITLE if any(p.estimate_source == FILL_PASSES for p in points) else TITLES[where]
-    t = Table(title=head + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope)
+    """The sweep's whole table for the points of one place (`--wide`): the arms, the estimate, the ratios and
+    verdicts, and what only that place has (in one process: the cache read; with both places: the server's own
+    share)."""
+    t = Table(title=_title(points))
     shown = [c for c in COLUMNS if c.shown(points)]
     for c in shown:
         t.add_column(c.header, justify="right")
@@ -148,6 +145,127 @@ def summary_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
     for p in points:
         t.add_row(*(c.cell(p) for c in shown), f"[{notes[p.point]}]" if p.point in notes else "")
     return key_columns(t, 2)
+
+
+ARMS_TITLES: dict[Where, str] = {
+    "server": "through llama-server: median prompt_ms per arm [95% interval]",
+    "inproc": "in one process (libllama, no server): median decode ms of the new tokens [95% interval]",
+}
+
+
+def _title(points: list[SweepPoint], titles: dict[Where, str] | None = None) -> str:
+    where = points[0].where if points else "server"
+    sources = sorted({p.baseline_source for p in points if p.baseline_source})
+    procs = max((p.processes for p in points), default=1)
+    scope = f"; every interval over {procs} processes" if procs > 1 else "; within-run intervals (one process)"
+    fill = titles is None and any(p.estimate_source == FILL_PASSES for p in points)
+    head = FILL_TITLE if fill else (titles or TITLES)[where]
+    return head + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope
+
+
+def ms_interval(iv: Interval | None, value: float | None = None) -> str:
+    """`1965 [1849, 2006]`, `48.3 [46.2, 51.6]`, `5.31 [5.20, 5.44]`: a median and its 95% interval in 4 or so
+    significant digits (the value alone without an interval)."""
+    if iv is None:
+        return ms_text(value) if value is not None else "-"
+    size = max(abs(iv.value), abs(iv.hi))
+    digits = 0 if size >= 100 else 1 if size >= 10 else 2
+    if iv.n < 2:
+        return f"{iv.value:.{digits}f}"
+    return f"{iv.value:.{digits}f} [{iv.lo:.{digits}f}, {iv.hi:.{digits}f}]{iv.thin_note()}"
+
+
+def _arm(a: ArmStats) -> str:
+    if a.median_ms is None or a.median_lo_ms is None or a.median_hi_ms is None or a.n_ok < 2:
+        return ms_text(a.median_ms)
+    return ms_interval(Interval(value=a.median_ms, lo=a.median_lo_ms, hi=a.median_hi_ms, n=a.n_ok))
+
+
+def _estimate(p: SweepPoint) -> str:
+    iv = p.estimate_ci
+    return ms_interval(iv if iv is not None and iv.n >= 2 else None, p.opt_prefill_ms)
+
+
+def _key(p: SweepPoint, images: bool) -> list[str]:
+    return [str(p.L), str(p.new), *([p.image or "-"] if images else [])]
+
+
+def arms_table(points: list[SweepPoint], notes: dict[str, int]) -> Table:
+    """The answer for the points of one place: each arm's median ms [95% interval] per (L, new)."""
+    images = _images(points)
+    t = Table(title=_title(points, ARMS_TITLES) + "; the checks below; every column: lab show RUN --wide")
+    for c in ("L", "new", *(["image"] if images else []), "baseline", "fake", "genuine", "note"):
+        t.add_column(c, justify="left" if c == "image" else "right")
+    for p in points:
+        note = f"[{notes[p.point]}]" if p.point in notes else ""
+        t.add_row(*_key(p, images), _arm(p.baseline), _arm(p.fake), _arm(p.genuine), note)
+    return key_columns(t, 3 if images else 2)
+
+
+CHECKS: tuple[tuple[str, Callable[[SweepPoint], ArmStats | Interval | None], str, str], ...] = (
+    # the check, what the fake (or restored) arm is set against, its ratio's field, its verdict's field
+    ("fake / genuine", lambda p: p.genuine, "fake_vs_genuine_ci", "genuine_verdict"),
+    ("fake / estimate", lambda p: p.estimate_ci, "fake_vs_estimate_ci", "estimate_verdict"),
+    ("genuine / plain", lambda p: p.plain, "genuine_vs_plain_ci", "plain_verdict"),
+)
+
+
+def checks_table(points: list[SweepPoint]) -> Table:
+    """The checks for the points of one place, a row each: the ratio paired by rep - 1 [95% interval] and its
+    verdict, beside the median ms [95% interval] it is set against."""
+    images = _images(points)
+    t = Table(
+        title="checks: each ratio paired by rep - 1 [95% interval] and its verdict; against: the median ms [95% "
+        "interval] of the arm or estimate in its denominator"
+    )
+    for c in ("L", "new", *(["image"] if images else []), "check", "against (ms)", "ratio - 1", "verdict"):
+        t.add_column(c, justify="left" if c in ("image", "check", "verdict") else "right")
+    for p in points:
+        for name, against, ratio, said in CHECKS:
+            iv = getattr(p, ratio)
+            if iv is None:
+                continue
+            ref = against(p)
+            ref_text = _arm(ref) if isinstance(ref, ArmStats) else _estimate(p)
+            v = getattr(p, said)
+            if v is None:  # through the server fake / estimate is no check: the share below measures it
+                continue
+            t.add_row(
+                *_key(p, images), name, ref_text, iv.fmt(pct=True), f"[{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]"
+            )
+    return key_columns(t, 3 if images else 2)
+
+
+def share_table(points: list[SweepPoint]) -> Table:
+    """Through the server, per point: what the server adds to the estimate for a step with the cache, measured
+    (genuine - estimate and genuine / estimate - 1, paired by rep), not a verdict."""
+    images = _images(points)
+    t = Table(
+        title="the server's per-request share: genuine - estimate, paired by rep, in ms and in % [95% interval]: "
+        "what llama-server adds to only_new / prefill_tps(L)"
+    )
+    for c in ("L", "new", *(["image"] if images else []), "estimate (ms)", "share (ms)", "share (%)"):
+        t.add_column(c, justify="left" if c == "image" else "right")
+    for p in points:
+        if p.server_share_ms_ci is not None or p.genuine_vs_estimate_ci is not None:
+            pct = p.genuine_vs_estimate_ci.fmt(pct=True) if p.genuine_vs_estimate_ci else "-"
+            t.add_row(*_key(p, images), _estimate(p), ms_interval(p.server_share_ms_ci), pct)
+    return key_columns(t, 3 if images else 2)
+
+
+def share_line(share: ServerShare) -> str:
+    """The share fitted over the grid, each term with its interval over processes."""
+    terms = [f"{ms_interval(share.fixed_ms_ci)} ms"]
+    if share.per_new_ms_ci is not None and share.per_new_ms_ci.value:
+        terms.append(f"{share.per_new_ms_ci.fmt(digits=4)} ms per new token")
+    if share.per_1k_cached_ms_ci is not None and share.per_1k_cached_ms_ci.value:
+        terms.append(f"{share.per_1k_cached_ms_ci.fmt(digits=3)} ms per 1k cached tokens")
+    pct = f" ({share.share_ci.fmt(pct=True)} of the estimate)" if share.share_ci else ""
+    return (
+        f"server: its per-request share over {share.points} points, fitted in each of {share.processes} processes: "
+        + " + ".join(terms)
+        + pct
+    )
 
 
 def restore_lines(points: list[SweepPoint], s: ArmsSummary) -> list[str]:
@@ -213,23 +331,38 @@ def spread_line(points: list[SweepPoint], starts: list[float]) -> str:
 
 
 def print_summary(
-    console: Console, points: list[SweepPoint], summary: ArmsSummary | None = None, starts: list[float] | None = None
+    console: Console,
+    points: list[SweepPoint],
+    summary: ArmsSummary | None = None,
+    starts: list[float] | None = None,
+    wide: bool = False,
+    share: ServerShare | None = None,
 ) -> None:
-    """Per place: the table, each point's notes under its number, the verdict counts, how the reps vary between
-    processes; then the cache read in words (in one process)."""
+    """Per place: the arms and the checks (`wide`: the whole table), each point's notes under its number, the
+    verdict counts, how the reps vary between processes; then the cache read in words (in one process), the
+    server's per-request share per point and over the grid (through the server)."""
     for where in ("inproc", "server"):
         mine = [p for p in points if p.where == where]
         if not mine:
             continue
         noted = [p for p in mine if p.diagnostics]
-        console.print(summary_table(mine, {p.point: i for i, p in enumerate(noted, start=1)}))
+        notes = {p.point: i for i, p in enumerate(noted, start=1)}
+        if wide:
+            console.print(summary_table(mine, notes))
+        else:
+            console.print(arms_table(mine, notes))
+            console.print(checks_table(mine))
+        if where == "server" and any(p.server_share_ms_ci for p in mine):
+            console.print(share_table(mine))
+        if where == "server" and share is not None:
+            console.print(share_line(share), highlight=False)
         for i, p in enumerate(noted, start=1):
             for d in p.diagnostics:
                 console.print(f"[{i}] L={p.L} new={p.new}: {d}", highlight=False)
         plain = any(p.plain.n_ok for p in mine)
         for name, attr in (
             ("fake vs genuine hit", "genuine_verdict"),
-            *((("fake vs estimate", "estimate_verdict"),) if any(p.estimate_paired for p in mine) else ()),
+            *((("fake vs estimate", "estimate_verdict"),) if any(p.estimate_verdict for p in mine) else ()),
             *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ()),
         ):
             counts = {v: sum(getattr(p, attr) == v for p in mine) for v in VERDICT_STYLE}

@@ -10,6 +10,7 @@ from lab.core.releases import server_label
 from lab.core.schemas import cell
 from lab.core.schemas.trace import EQUIVALENT, TuneSetting
 from lab.core.stats import called
+from lab.presenters.sweep import ms_interval
 
 
 def _verdict(r: TuneSetting) -> str:
@@ -67,8 +68,70 @@ def front_table(rows: list[TuneSetting]) -> Table:
     return t
 
 
-def tune_tables(rows: list[TuneSetting]) -> list[Table]:
-    return [front_table(rows), measured_table(rows)]
+def tune_tables(rows: list[TuneSetting], wide: bool = False) -> list[Table]:
+    """The front and the settings measured (`wide`: each with its flags and every column); by default the
+    settings are numbered, their flags in a table of their own, and the measured ones' answer beside its check."""
+    if wide:
+        return [front_table(rows), measured_table(rows)]
+    numbered = _numbered(rows)
+    return [flags_table(numbered, rows), short_front_table(rows, numbered), short_measured_table(rows, numbered)]
+
+
+def _numbered(rows: list[TuneSetting]) -> dict[str, int]:
+    """Setting key -> its number: the front by predicted seconds, then the measured settings off it."""
+    front = sorted((r for r in rows if r.on_front), key=lambda r: r.predicted_prefill_s)
+    off = [r for r in rows if r.role != "grid" and not r.on_front]
+    return {r.key: i for i, r in enumerate([*front, *off], start=1)}
+
+
+def flags_table(numbered: dict[str, int], rows: list[TuneSetting] | None = None) -> Table:
+    t = Table(title="the settings: llama-server cache flags (*: recommended)")
+    t.add_column("#", justify="right")
+    t.add_column("flags", justify="left")
+    by_key = {r.key: r for r in rows or []}
+    for key, i in numbered.items():
+        r = by_key.get(key)
+        t.add_row(str(i), r.flags + (" *" if r.recommended else "") if r else key)
+    return t
+
+
+def short_front_table(rows: list[TuneSetting], numbered: dict[str, int]) -> Table:
+    t = Table(title="the predicted front: no other setting is both faster and lighter")
+    for c in ("#", "predicted s", "peak MiB", "reused cells", "fits --ram", "measured"):
+        t.add_column(c, justify="right")
+    for r in sorted((r for r in rows if r.on_front), key=lambda r: r.predicted_prefill_s):
+        t.add_row(
+            str(numbered[r.key]),
+            f"{r.predicted_prefill_s:.2f}",
+            f"{r.predicted_peak_mib:.1f}",
+            str(r.predicted_reused),
+            "yes" if r.within_budget else "no",
+            r.role if r.role != "grid" else "-",
+        )
+    return t
+
+
+def short_measured_table(rows: list[TuneSetting], numbered: dict[str, int]) -> Table:
+    t = key_columns(Table(title="the settings measured: today's server replaying the conversation [95% interval]"), 1)
+    for c in ("#", "role", "today s", "realised", "vs defaults", "verdict"):
+        t.add_column(c, justify="left" if c in ("role", "verdict") else "right")
+    for r in rows:
+        if r.role == "grid":
+            continue
+        t.add_row(
+            str(numbered[r.key]) + (" *" if r.recommended else ""),
+            r.role,
+            ms_interval(r.today_s),
+            cell(r.realised, share=True),
+            cell(r.vs_defaults, share=True),
+            _verdict(r),
+        )
+    t.caption = (
+        "today s: measured prefill; realised: the share of the optimum's saving; vs defaults: the defaults' prefill "
+        "minus its, paired by rep, as a share of the saving (same: within a point); *: recommended; --wide: the "
+        "predictions, the part from steps whose reuse is alike, the steps predicted exactly"
+    )
+    return t
 
 
 def recommendation(rows: list[TuneSetting]) -> str:

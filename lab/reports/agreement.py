@@ -295,10 +295,11 @@ def _notes(pts: pd.DataFrame, runs_drawn: pd.DataFrame, look: Look) -> list[str]
         notes.append("hollow markers: not measurable (padded KV below the 256-column floor, L changes nothing)")
     counts = {v: int((pts["estimate_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
     gcounts = {v: int((pts["genuine_verdict"] == v).sum()) for v in ("agree", "disagree", "undecided")}
+    told = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
     notes.append(
-        "bars: 95% intervals; verdicts vs the estimate "
-        + ", ".join(f"{n} {v}" for v, n in counts.items() if n)
-        + "; vs the genuine hit "
+        "bars: 95% intervals; "
+        + (f"verdicts vs the estimate {told}; " if told else "vs the estimate: the server's share, measured; ")
+        + "verdicts vs the genuine hit "
         + ", ".join(f"{n} {v}" for v, n in gcounts.items() if n)
     )
     return notes

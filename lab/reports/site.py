@@ -131,6 +131,7 @@ def _headline(steps: list[HeadlineStep], profiles: list[HeadlineProfile]) -> lis
     for t in h.tables:
         out += [
             '<table class="headline">',
+            f"<caption>{escape(t.title)}</caption>",
             "<thead><tr>" + "".join(f"<th>{escape(c)}</th>" for c in t.columns) + "</tr></thead>",
             "<tbody>",
             *("<tr>" + "".join(f"<td>{escape(c)}</td>" for c in row) + "</tr>" for row in t.rows),

@@ -9,7 +9,15 @@ from lab.core.rawtable import RawTable
 from lab.core.schemas.decode import DecodeDepth
 from lab.core.schemas.profile import BandAt, BandDepth, BandProcess, ProfileSummary, ProfileWall
 from lab.core.schemas.rebuild import RebuildCostRow, RebuildExactRow, RebuildRowWork, RebuildSpanRow
-from lab.core.schemas.sweep import ArmsSummary, InprocFill, PrefillTps, SweepPoint, SweepRound, SweepSample
+from lab.core.schemas.sweep import (
+    ArmsSummary,
+    InprocFill,
+    PrefillTps,
+    ServerShare,
+    SweepPoint,
+    SweepRound,
+    SweepSample,
+)
 from lab.core.schemas.trace import (
     ConversationCauseResult,
     ConversationSample,
@@ -27,6 +35,7 @@ SWEEP_ROUNDS = RawTable("rounds", SweepRound)
 SWEEP_FILLS = RawTable("fills", InprocFill)
 PREFILL_TPS = RawTable("prefill_tps", PrefillTps)  # a sweep's estimate samples, a profile's llama-bench calls
 ARMS_SUMMARY = RawTable("arms_summary", ArmsSummary, single=True)
+SERVER_SHARE = RawTable("server_share", ServerShare, single=True)
 CONVERSATION_SAMPLES = RawTable("conversation_samples", ConversationSample)
 CONVERSATION_STEPS = RawTable("conversation_steps", ConversationStepResult)
 CONVERSATION_TASKS = RawTable("conversation_tasks", ConversationTaskResult)
@@ -52,6 +61,7 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         SWEEP_FILLS,
         PREFILL_TPS,
         ARMS_SUMMARY,
+        SERVER_SHARE,
         CONVERSATION_SAMPLES,
         CONVERSATION_STEPS,
         CONVERSATION_TASKS,

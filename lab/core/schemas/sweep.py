@@ -99,6 +99,16 @@ class PointCore(BaseModel):
     baseline_fill: ArmStats = Field(
         default_factory=ArmStats, description="in-process: time to reach L + new from empty, from the fill passes"
     )
+    fill_step_ci: Interval | None = Field(
+        default=None,
+        description="in one process (libllama, no server): the step's new tokens after the fill pass's real depth-L "
+        "prefix, the cached step of the engine alone; the interval resamples the passes' processes",
+    )
+    fill_speedup_ci: Interval | None = Field(
+        default=None,
+        description="in one process: the fill pass's re-prefill (L + new from empty) / its cached step, paired by "
+        "pass (each pass one process)",
+    )
     prefill_tps: float | None = None
     opt_prefill_ms: float | None = Field(default=None, description="only_new / prefill_tps(L)")
     estimate_ci: Interval | None = Field(default=None, description="the estimate's samples (ms): their median")
@@ -114,6 +124,9 @@ class PointCore(BaseModel):
         "from the same restored depth-L state, through llama-server and in the bare engine); in one process the "
         "same work twice. fake / estimate = fake / genuine x this",
     )
+    server_share_ms_ci: Interval | None = Field(
+        default=None, description="through the server its per-request share in ms: genuine - estimate, paired by rep"
+    )
     batch_effect_ci: Interval | None = Field(
         default=None,
         description="ms per token of a chunk of the step's size over a BATCH_CHUNK-token chunk's at depth L, paired "
@@ -121,7 +134,11 @@ class PointCore(BaseModel):
         "at 512 tokens would miss",
     )
     genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
-    estimate_verdict: Verdict = Field(default="undecided", description="fake / estimate within 1 +- tolerance?")
+    estimate_verdict: Verdict | None = Field(
+        default="undecided",
+        description="in one process: fake / estimate within 1 +- tolerance? Through the server none: there fake / "
+        "estimate is the estimate plus the server's per-request share, a measurement (server_share_ms_ci)",
+    )
     reps: int = Field(default=0, description="interleaved reps measured at this point")
     processes: int = Field(default=1, description="the run's processes its reps were spread over (1 before)")
     components: dict[str, Components] = Field(
@@ -226,6 +243,23 @@ class SweepRound(BaseModel):
     reps: int
     wall_s: list[float] = Field(default_factory=list, description="each rep's wall seconds")
     baseline: list[bool] = Field(default_factory=list, description="each rep: it ran the direct baseline")
+
+
+class ServerShare(BaseModel):
+    """raw/server_share.json: the server's per-request share over the grid, a measurement, not a verdict: what a
+    user adds to the engine's own time for the new tokens (`new / prefill_tps(L)`, the estimate) to predict what
+    their server pays for a step with the cache. Per rep genuine - estimate (ms, paired by rep); a plane
+    fixed + per_new x new + per_1k x L / 1000 fitted in each process over the text points it measured, each
+    coefficient's interval over processes."""
+
+    fixed_ms_ci: Interval | None = Field(default=None, description="ms per request")
+    per_new_ms_ci: Interval | None = Field(default=None, description="ms per new token")
+    per_1k_cached_ms_ci: Interval | None = Field(default=None, description="ms per 1k cached tokens (L)")
+    share_ci: Interval | None = Field(
+        default=None, description="genuine / estimate: each process's median over its text points' reps (in %)"
+    )
+    points: int = Field(default=0, description="text points fitted")
+    processes: int = Field(default=0, description="processes with a fit")
 
 
 class ArmsSummary(BaseModel):

@@ -146,7 +146,16 @@ class Profile(Experiment):
                     threads = p.threads or settings.server.threads
                     peaks = measure_peaks(*probe_shape(self.cost), threads, settings.server.cpu_list)
         self.store(sess, dump, got, peaks)
-        return Outcome(results={"instrument_meta": got.meta})
+        return Outcome(results={"instrument_meta": got.meta, **self.time_model_record()})
+
+    def time_model_record(self) -> dict[str, Any]:
+        """What the time model's closing table is printed again from (lab.experiments.answer, `lab show`): the
+        prediction and the cost model's shape (the bands' names); nothing without a prediction."""
+        if self.prediction is None or self.cost is None:
+            return {}
+        from lab.experiments.answer import cost_record
+
+        return {"time_model": self.prediction.model_dump(mode="json"), "cost_model": cost_record(self.cost)}
 
     def processes_until_decided(self, sess: OpenRun, console: Console, dump: Path) -> Generator[int, None, Measured]:
         """profile.processes, and one more while a check is undecided or the crossover wider than profile.target

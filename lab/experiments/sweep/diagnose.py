@@ -101,7 +101,7 @@ def _pct(iv: Interval | None) -> str:
 
 
 def undecided(p: SweepPoint, tol: float) -> list[str]:
-    checks: list[tuple[str, Interval | None, Verdict]] = [
+    checks: list[tuple[str, Interval | None, Verdict | None]] = [
         ("fake/genuine", p.fake_vs_genuine_ci, p.genuine_verdict),
         ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict),
     ]

@@ -25,6 +25,7 @@ from lab.core.schemas import (
     ServerPointFields,
     SweepPoint,
     SweepSample,
+    Verdict,
     Where,
     ggml_pad,
 )
@@ -201,25 +202,24 @@ class PointEstimate:
 def summarize_point(
     ps: PointSamples, est: PointEstimate, tol: float, fills: list[InprocFill], extension: PlaceFields
 ) -> SweepPoint:
-    """One point measured in one place: what every place fills (each arm, the ratios and their verdicts, the
-    baseline from the fill passes when it had no direct reps, the spread, decode at depth) and the place's own
-    `extension` (its SweepPoint fields)."""
+    """One point measured in one place: what every place fills (each arm, the ratios and their verdicts, in one
+    process the baseline from the fill passes when it had no direct reps, the spread, decode at depth) and the
+    place's own `extension` (its SweepPoint fields)."""
     p, key = ps.p, ps.key
     stats = {arm: server_arm_stats(ps.samples, arm, key) for arm in ARMS}
     values, fake = rep_values(ps.samples), ps.by_rep("fake")
     vs_gen, vs_plain, vs_base = (ps.interval(values[n], n) for n in ("fake/genuine", "genuine/plain", "fake/baseline"))
-    base_fill, _, fill_procs = fill_values(fills, p.L, est.chunk)
-    direct = bool(ps.by_rep("baseline"))
-    if not direct and base_fill:  # no direct reps: the fill passes' prefix sums are the baseline
+    base_fill, fill_chunk, fill_procs = fill_values(fills, p.L, est.chunk)
+    direct, inproc = bool(ps.by_rep("baseline")), key != p.id
+    if not direct and base_fill and inproc:  # in one process only: through the server, another place's number
         stats["baseline"] = arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs)
         fake_ms = list(fake.values())
         vs_base = unpaired_ratio(fake_ms, base_fill, f"{key}/fake/baseline/fill", ps.procs(fake), fill_procs)
-    checked = {"genuine": vs_gen, "estimate": est.vs_fake, "plain": vs_plain}
-    verdicts = {name: verdict(iv, tol) for name, iv in checked.items()}
-    more = [reps_to_decide(iv, tol) for name, iv in checked.items() if iv is not None and verdicts[name] == "undecided"]
+    checked = {"genuine": vs_gen, "plain": vs_plain} | ({"estimate": est.vs_fake} if inproc else {})
+    verdicts, more = judged(checked, tol)
     est_median = statistics.median(est.ms) if est.ms else None
     point = SweepPoint(
-        where="server" if key == p.id else "inproc",
+        where="inproc" if inproc else "server",
         point=p.id,
         L=p.L,
         new=p.new,
@@ -237,15 +237,16 @@ def summarize_point(
         fake_vs_genuine_ci=vs_gen,
         fake_vs_baseline_ci=vs_base,
         genuine_verdict=verdicts["genuine"],
-        estimate_verdict=verdicts["estimate"],
+        estimate_verdict=verdicts.get("estimate"),
         genuine_vs_plain_ci=vs_plain,
         plain_verdict=verdicts["plain"],
         genuine_warm=",".join(sorted({s.warm for s in ps.samples if s.arm == "genuine" and s.warm})),
         reps=len({s.rep for s in ps.samples} | set(est.by_rep)),
         processes=max(1, len({s.process for s in ps.samples})),
-        reps_to_decide=max((n for n in more if n is not None), default=None),
+        reps_to_decide=more,
         baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs),
-        baseline_source="direct reps" if direct else FILL_PASSES if base_fill else "",
+        **engine_alone(base_fill, fill_chunk, fill_procs, key),
+        baseline_source="direct reps" if direct else FILL_PASSES if base_fill and inproc else "",
         estimate_source=est.source if est.ms else "",
         components=spread_components(ps, values, est),
         baseline=stats["baseline"],
@@ -260,12 +261,36 @@ def summarize_point(
     return point
 
 
+def judged(checked: dict[str, Interval | None], tol: float) -> tuple[dict[str, Verdict], int | None]:
+    """The checks' verdicts, and about how many reps would decide the undecided ones. Through the server fake /
+    estimate is none of them: it is the estimate plus the server's share, measured (estimate_split), not judged
+    against a margin it sits on; in one process it is the first claim's check."""
+    verdicts: dict[str, Verdict] = {name: verdict(iv, tol) for name, iv in checked.items()}
+    more = [reps_to_decide(iv, tol) for name, iv in checked.items() if iv is not None and verdicts[name] == "undecided"]
+    return verdicts, max((n for n in more if n is not None), default=None)
+
+
+def engine_alone(base: list[float], chunk: list[float], procs: list[int], key: str) -> dict[str, Any]:
+    """The step in one process from the fill passes: its cached step (the chunk after the pass's real prefix) and
+    the pass's re-prefill over it, paired by pass (one pass per process)."""
+    pairs = [(b / c, q) for b, c, q in zip(base, chunk, procs, strict=True) if c > 0]
+    return {
+        "fill_step_ci": median_interval(chunk, f"{key}/fill/step", procs),
+        "fill_speedup_ci": median_interval([r for r, _ in pairs], f"{key}/fill/speedup", [q for _, q in pairs]),
+    }
+
+
 def estimate_split(ps: PointSamples, est: PointEstimate, fills: list[InprocFill]) -> dict[str, Any]:
     """What fake / estimate is made of beside fake / genuine: genuine / estimate paired by rep (through the server
     its per-request share), and the batch-size effect from the fill passes' reference chunks."""
-    vs_est = ps.interval(_ratio(ps.by_rep("genuine"), est.by_rep), "genuine/estimate") if est.by_rep else None
+    genuine = ps.by_rep("genuine")
+    vs_est = ps.interval(_ratio(genuine, est.by_rep), "genuine/estimate") if est.by_rep else None
     batch, procs = batch_values(fills, ps.p.L, est.chunk, BATCH_CHUNK) if est.chunk != BATCH_CHUNK else ([], [])
-    return {"genuine_vs_estimate_ci": vs_est, "batch_effect_ci": median_interval(batch, f"{ps.key}/batch", procs)}
+    out = {"genuine_vs_estimate_ci": vs_est, "batch_effect_ci": median_interval(batch, f"{ps.key}/batch", procs)}
+    if ps.key == ps.p.id and est.by_rep:  # through the server: its share in ms, what it adds to the estimate
+        share = {r: genuine[r] - est.by_rep[r] for r in paired_reps(genuine, est.by_rep)}
+        out["server_share_ms_ci"] = ps.interval(share, "server-share-ms")
+    return out
 
 
 def spread_components(ps: PointSamples, values: dict[str, Keyed], est: PointEstimate) -> dict[str, Components]:

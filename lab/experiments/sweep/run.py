@@ -12,7 +12,8 @@ Lifecycle of a run (inside the protocol's run folder), in rounds of processes (s
     2. the round's server (when anything runs through it), with the run's slot-save directory: the genuine
        arm's depth-L states are prefilled once per run and restored by every later process
     3. every open point, in one process first, then through the server: its reps for this round, interleaved
-    4. after the last round, in one process: the cache read's summary over the grid (raw/arms_summary.json)
+    4. after the last round, in one process: the cache read's summary over the grid (raw/arms_summary.json);
+       through the server: its per-request share fitted over the grid (raw/server_share.json)
 
 Resumable at (point, process) granularity (lab.experiments.sweep.rounds): an interrupted sweep resumes with no
 duplicated or lost round.
@@ -34,8 +35,8 @@ from lab.catalog.headline import HeadlineProfile, HeadlineStep, newest_profile, 
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
-from lab.core.schemas import ArmsSummary, InprocFill, SweepPoint, Where
-from lab.core.schemas.raw import ARMS_SUMMARY, SWEEP_FILLS, SWEEP_SAMPLES
+from lab.core.schemas import ArmsSummary, InprocFill, ServerShare, SweepPoint, Where
+from lab.core.schemas.raw import ARMS_SUMMARY, PREFILL_TPS, SERVER_SHARE, SWEEP_FILLS, SWEEP_SAMPLES
 from lab.core.settings import Settings, SweepSettings
 from lab.engine.contract import ContractClient
 from lab.engine.imagegrid import ImageGeometry
@@ -64,6 +65,7 @@ from lab.experiments.sweep.inproc import InprocPlace, restore_summary
 from lab.experiments.sweep.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
 from lab.experiments.sweep.rounds import Ledger, Place, done_points
 from lab.experiments.sweep.server import ServerPlace
+from lab.experiments.sweep.share import share_fit
 from lab.inproc import SOURCE, DriverSession, prepare_driver, sweep_driver_command
 from lab.instrument import HEADERS, InstrumentInfo
 from lab.measure.fills import complete_fills, run_fill
@@ -112,6 +114,7 @@ class Sweep(Experiment):
         self.geometry: ImageGeometry | None = None
         self.points: list[SweepPoint] = []
         self.summary: ArmsSummary | None = None
+        self.share: ServerShare | None = None  # the server's per-request share over the grid
         self.driver: InstrumentInfo | None = None
         self.shape: MemoryShape | None = None
         self.n_vocab = 0
@@ -205,16 +208,24 @@ class Sweep(Experiment):
                 if self.progress is not None:
                     progress.update(task, visible=False)
         self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
-        if "inproc" in places_of(sw):
-            inproc_samples = [s for s in run.read(SWEEP_SAMPLES) if s.where == "inproc"]
-            inproc_points = [p for p in self.points if p.where == "inproc"]
-            self.summary = restore_summary(inproc_points, inproc_samples, fills, self.shape)
-            run.rewrite(ARMS_SUMMARY, [self.summary])
+        self.summarize_grid(run, sw, fills)
         self.took_s = time.monotonic() - started
         results = plan_results(self.plan, self.took_s, self.revised)
         if book.starts:
             results["process_start_s"] = book.starts
         return Outcome(results=results, failure=all_failed(self.points))
+
+    def summarize_grid(self, run: RunFolder, sw: SweepSettings, fills: list[InprocFill]) -> None:
+        """Over the grid: in one process the cache read's summary, through the server its per-request share."""
+        if "inproc" in places_of(sw):
+            inproc_samples = [s for s in run.read(SWEEP_SAMPLES) if s.where == "inproc"]
+            inproc_points = [p for p in self.points if p.where == "inproc"]
+            self.summary = restore_summary(inproc_points, inproc_samples, fills, self.shape)
+            run.rewrite(ARMS_SUMMARY, [self.summary])
+        if "server" in places_of(sw) and "estimate" in sw.arms and "genuine" in sw.arms:
+            self.share = share_fit(self.points, run.read(SWEEP_SAMPLES), run.read(PREFILL_TPS))
+            if self.share is not None:
+                run.rewrite(SERVER_SHARE, [self.share])
 
     def open_process(
         self, sess: OpenRun, stack: contextlib.ExitStack, book: Ledger, scratch: Scratch, process: int, bar: Progress
@@ -324,10 +335,10 @@ def sweep_headline(sweep: Sweep, sess: OpenRun) -> tuple[list[HeadlineStep], lis
     """The answer a finished sweep closes with (lab.presenters.catalog.print_headline): its server points' step with the
     cache vs re-prefilled, and where the newest profile of its model on this host (from the runs folder) says
     time goes."""
-    host = sess.run.manifest().host
+    m = sess.run.manifest()
     server = [p for p in sweep.points if p.where == "server"]
-    steps = steps_of(server, host, sess.model.name, sess.run.path.name)
-    profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), host)
+    steps = steps_of(server, m.host, sess.model.name, sess.run.path.name, m.shape().engine.source.commit)
+    profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), m.host)
     return steps, [profile] if profile else []
 
 

@@ -26,7 +26,7 @@ Lifecycle (the protocol's, lab.experiments.protocol; measuring is the replay's, 
 from __future__ import annotations
 
 import time
-from dataclasses import replace
+from dataclasses import asdict, replace
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -135,6 +135,7 @@ class Tune(Replay):
         outcome.results["recommended_as"] = best.recommended_as if best else None
         outcome.results["recommended_for"] = self.version  # today's server's --version: the flags are for it
         outcome.results["plan_s"] = self.plan.total_s if self.plan else None
+        outcome.results["tune_plan"] = asdict(self.plan) if self.plan else None  # to print it again
         outcome.results["took_s"] = self.took_s
         return outcome
 

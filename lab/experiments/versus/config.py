@@ -1,9 +1,9 @@
 """The second configuration of an interleaved run: `--vs KEY=VALUE ...` sets settings for side B, A being the
 command's own settings. What may differ is what a user compares: the engine (`engine=latest`, `engine.stock=true`,
 `engine.source_mode=path engine.path=...`), the server's flags (`server.threads=8`, `server.flash_attn=off`,
-`server.extra_args="-ctk q8_0 -ctv q8_0"`), the model (`model=...`, `mmproj=...`) and the profile instrument's
-own flags (`profile.threads`, `profile.threads_batch`, `profile.threadpool`). The grid, depths and reps are the
-run's, the same on both sides; `--vs same` measures the same configuration twice (the A/A test)."""
+`server.cache_type_k=q8_0`, `server.extra_args="--no-mmap"`), the model (`model=...`, `mmproj=...`) and the profile
+instrument's own flags (`profile.threads`, `profile.threads_batch`, `profile.threadpool`). The grid, depths and reps
+are the run's, the same on both sides; `--vs same` measures the same configuration twice (the A/A test)."""
 
 from __future__ import annotations
 
