@@ -60,12 +60,14 @@ def test_lab_engine_decode_prints_a_verdict_per_depth_and_stores_its_run(tmp_pat
         str(runs),
     )
     assert r.returncode == 0, r.stderr + r.stdout
-    rows = {int(m[0]): m for m in re.findall(r"│\s*(\d+) │\s*(\d+) │\s*16 │\s*8 │(.*)│\s*(\w+)\s*│", r.stdout)}
+    # the medians per depth, then the check per depth: each with its interval
+    rows = {int(m[0]): m for m in re.findall(r"│\s*(\d+) │\s*(\d+) │\s*16 │\s*8 │(.*)│", r.stdout)}
     assert sorted(rows) == [300, 1200], r.stdout
     assert {int(m[1]) for m in rows.values()} == {284, 1184}  # L = depth - new
-    for _depth, _L, cells, verdict in rows.values():
-        assert verdict in {"agree", "disagree", "undecided"}
-        assert len(re.findall(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", cells)) == 3, cells  # two medians and the ratio
+    for _depth, _L, cells in rows.values():
+        assert len(re.findall(r"\d+\.\d+ \[\d+\.\d+, \d+\.\d+\]", cells)) == 2, cells  # the two medians
+    checks = {int(d): v for d, _, v in re.findall(r"│\s*(\d+) │\s*(\d+\.\d+ \[[\d., ]+\])[^│]*│\s*(\w+)\s*│", r.stdout)}
+    assert sorted(checks) == [300, 1200] and set(checks.values()) <= {"agree", "disagree", "undecided"}, r.stdout
     assert "1 +- 10%" in r.stdout
     run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
     assert (

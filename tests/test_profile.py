@@ -393,8 +393,9 @@ def test_fake_depth_is_checked_against_a_real_fill(tmp_path: Path) -> None:
     assert set(summary.fake_vs_real) == {"0", "128"} and summary.real_tolerance == 0.03
     for d, ivs in summary.fake_vs_real.items():
         assert set(ivs) == {"total", *BANDS} and all(iv.lo <= iv.value <= iv.hi and iv.n == 4 for iv in ivs.values())
-        assert "total" in summary.fake_vs_real_verdict[d] and "attn_core" not in summary.fake_vs_real_verdict[d]
-    assert "ffn_moe" in summary.fake_vs_real_verdict["0"]  # a band with >= 5% of the time gets a verdict
+        assert "total" in summary.fake_vs_real_verdict[d] and "ffn_moe" in summary.fake_vs_real_verdict[d]
+    # a band with >= 5% of the time gets a verdict; attention at depth 0 holds about 2.5% (at 128 about 5%: either)
+    assert "attn_core" not in summary.fake_vs_real_verdict["0"]
     # the profile itself rests on its own probes: 2 processes x 2 reps per depth
     assert all(iv.n == 4 for iv in summary.timed_vs_fused_gap_ci.values())
     assert "fake / real depth at +-3%" in r.stdout and "the chunk after a fake prefix over the same" in r.stdout

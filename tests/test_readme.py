@@ -61,7 +61,9 @@ def test_the_first_screen_holds_the_question_the_commands_an_excerpt_and_the_com
     assert "make demo" in first and "make test" in first
     assert "cache hit" in first and "where does the time go" in first
     assert "## What the demo prints at its end" in first and "[95% interval]" in first
-    assert "## Commands" in first
+    # right after the demo: from the user's own host and model to their answer, then the command list
+    assert "## Your host, your model, your answer" in first and "lab show " in first and "--vs " in first
+    assert "## Commands" in "\n".join(README.read_text().splitlines()[: FIRST_SCREEN + 30])
 
 
 def test_no_readme_table_cell_is_a_paragraph() -> None:

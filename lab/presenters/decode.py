@@ -22,7 +22,7 @@ def decode_tables(rows: list[DecodeDepth], model: str, threads: int, wide: bool 
     for r in rows:
         t.add_row(str(r.depth), str(r.L), str(r.new), str(r.n_out), cell(r.server_ms, 3), cell(r.bench_ms, 3))
     tol = rows[0].tolerance if rows else 0.0
-    checks = Table(title=f"check: server / llama-bench [95% interval], verdict within 1 +- {tol:.0%}")
+    checks = Table(title=f"check: server / llama-bench, agree within 1 +- {tol:.0%}")
     for col in ("depth", "server / llama-bench", "verdict"):
         checks.add_column(col, justify="left" if col == "verdict" else "right")
     for r in rows:
