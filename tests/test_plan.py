@@ -163,40 +163,44 @@ def test_a_sweep_in_both_places_plans_each_arm_per_place_and_fills_once() -> Non
 
 
 def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
-    """A ratio's half-width after P processes of r reps is about 1.96 sqrt((between^2 + 2 within^2 / r) / P): a
-    quiet point stops after its first processes, a noisy one takes more, one that sat on the bound takes them all."""
+    """A ratio's half-width after P processes of r reps is about e(P) 1.96 sqrt((between^2 + 2 within^2 / r) / P),
+    e(P) the widening for few processes (lab.core.stats.expansion: 2.69 at 3, 1.87 at 4, 1.58 at 5): a quiet point
+    stops after a few processes, a noisy one takes more, one that sat on the bound takes them all."""
     from lab.core.schemas import Components
     from lab.measure.plan import predicted_reps
 
     bounds = {"fake/genuine": (0.03, 0.05)}
     quiet = {"fake/genuine": (Components(between=0.0, within=0.02, processes=3, reps=6), 0.0)}
-    assert predicted_reps(quiet, bounds, min_reps=5, max_reps=100, processes=3) == 6  # 3 processes of 2 reps
+    # 1.96 x 0.01 / sqrt(P) x e(P) <= 0.03 from P = 5 (3: 0.061, 4: 0.037, 5: 0.028): 5 processes of 2 reps
+    assert predicted_reps(quiet, bounds, min_reps=5, max_reps=100, processes=3) == 10
     noisy = {"fake/genuine": (Components(between=0.02, within=0.05, processes=3, reps=6), 0.0)}
-    # (0.02^2 + 2 x 0.05^2 / 2) x 1.96^2 / 0.03^2 = 12.8: 13 processes of 2 reps
-    assert predicted_reps(noisy, bounds, min_reps=5, max_reps=100, processes=3) == 26
+    # (0.02^2 + 2 x 0.05^2 / 2) x 1.96^2 / 0.03^2 = 12.8, widened by e(P)^2: 16 processes of 2 reps
+    assert predicted_reps(noisy, bounds, min_reps=5, max_reps=100, processes=3) == 32
     assert predicted_reps(noisy, bounds, min_reps=5, max_reps=12, processes=3) == 12  # capped
     near = {"fake/genuine": (Components(between=0.0, within=0.02, processes=3, reps=6), 0.05)}
     assert predicted_reps(near, bounds, min_reps=5, max_reps=40, processes=3) == 40  # on the bound: every rep
     # the estimate's verdict needs only the tolerance, less how far the ratio sat from 1:
-    # (0.01^2 + 2 x 0.03^2 / 2) x 1.96^2 / (0.05 - 0.02)^2 = 4.3: 5 processes of 2 reps
+    # (0.01^2 + 2 x 0.03^2 / 2) x 1.96^2 / (0.05 - 0.02)^2 = 4.3, widened: 8 processes of 2 reps
     est = {"fake/estimate": (Components(between=0.01, within=0.03, processes=3, reps=6), 0.02)}
-    assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 10
-    # nothing measured here yet: each place's default spread; (0.03^2 + 2 x 0.02^2) x 1.96^2 / 0.03^2 = 7.3: in one
-    # process eight processes of one rep, through the server (0.035, 0.025) eleven
+    assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 16
+    # nothing measured here yet: each place's default spread, widened: in one process (0.07, 0.045) 42 processes
+    # of one rep, through the server (0.06, 0.04; fake / genuine alone) 33
     from lab.measure.plan import DEFAULT_SPREADS
 
     both = {"fake/genuine": (0.03, 0.05), "fake/estimate": (float("inf"), 0.05)}
-    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 8
-    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["server"]) == 11
+    assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 42
+    assert predicted_reps({}, {"fake/genuine": (0.03, 0.05)}, 5, 100, 5, DEFAULT_SPREADS["server"]) == 33
 
 
 def test_a_run_of_one_rep_per_process_still_says_its_spread() -> None:
     """Without components (one rep per process), a ratio's interval over P processes implies the spread between
-    them: the half-width is about 1.96 of them over sqrt(P); a within-run interval implies nothing."""
+    them: the half-width is about e(P) 1.96 of them over sqrt(P); a within-run interval implies nothing."""
     from lab.core.schemas import Interval
+    from lab.core.stats import expansion
     from lab.measure.plan import predicted_reps, spread_of
 
-    iv = Interval(value=1.0, lo=math.exp(-0.0196), hi=math.exp(0.0196), n=5, processes=4)
+    half = 0.0196 * expansion(4)
+    iv = Interval(value=1.0, lo=math.exp(-half), hi=math.exp(half), n=5, processes=4)
     c = spread_of(iv)
     assert c is not None and c.between == pytest.approx(0.02) and c.within == 0 and c.processes == 4
     assert spread_of(iv.model_copy(update={"processes": 1})) is None
@@ -249,11 +253,13 @@ def test_the_previous_runs_spread_is_pooled_over_the_grid() -> None:
     """A point's own spread, from its few processes, is noisy: the plan takes the medians over the grid's points
     in the place (a point with one rep per process, from its interval), each point's own distance from 1."""
     from lab.core.schemas import ArmStats, Components, Interval, SweepPoint
+    from lab.core.stats import expansion
     from lab.experiments.sweep.planning import pooled_spread
 
     def point(L: int, where: str, between: float | None, within: float = 0.01) -> SweepPoint:
         comps = {"fake/genuine": Components(between=between, within=within, processes=5, reps=5)} if between else {}
-        iv = Interval(value=1.0, lo=math.exp(-0.0392 / 5**0.5), hi=math.exp(0.0392 / 5**0.5), n=5, processes=5)
+        half = 0.0392 / 5**0.5 * expansion(5)  # a spread of 0.02 between processes, widened for five
+        iv = Interval(value=1.0, lo=math.exp(-half), hi=math.exp(half), n=5, processes=5)
         return SweepPoint.model_validate(
             {"where": where, "point": f"L{L}", "L": L, "new": 64, "n_kv_padded": 512, "measurable": True,
              "baseline": ArmStats(), "fake": ArmStats(), "genuine": ArmStats(), "components": comps,
@@ -303,3 +309,22 @@ def test_the_plan_takes_the_spread_of_the_newest_sweep_that_measured_its_place(t
         assert {p.where for p in points} == ({"server", "inproc"} if where == "both" else {where})
     points, source = newest_sweep_points(tmp_path, "m3", "vm", "server")
     assert points == [] and source.startswith("the lab's default spread")
+
+
+def test_a_point_measured_here_before_is_predicted_at_the_reps_it_took() -> None:
+    """The newest sweep here is the better guess for the points it decided (the spread's arithmetic assumes an
+    interval that narrows evenly); a point it did not measure takes the place's default spread."""
+    from lab.core.schemas import ArmStats, Interval, SweepPoint
+    from lab.core.settings import Settings
+    from lab.experiments.sweep.planning import predicted_counts
+
+    iv = Interval(value=1.0, lo=0.98, hi=1.02, n=37, processes=30)
+    arms = {"baseline": ArmStats(), "fake": ArmStats(), "genuine": ArmStats()}
+    before = SweepPoint(where="server", point="L512_n64", L=512, new=64, n_kv_padded=768, measurable=True,
+                        fake_vs_genuine_ci=iv, genuine_verdict="agree", reps=37, **arms)  # fmt: skip
+    s = Settings.model_validate({"sweep": {"Ls": [512, 1024], "news": [64]}})
+    assert predicted_counts(s, "server", [before]) == [37, 33]
+    assert predicted_counts(s, "server", [before.model_copy(update={"reps": 500})]) == [100, 33]  # max_reps
+    # a point still open (the plan's revision reads the run's own points) has not taken what it needs yet
+    still_open = before.model_copy(update={"genuine_verdict": "undecided", "reps": 5})
+    assert predicted_counts(s, "server", [still_open])[0] > 5

@@ -30,7 +30,7 @@ class CompareError(LabError):
 
 
 VERSUS = "_vs"  # an interleaved run's experiment: the measured experiment's name and this
-TOLERANCE = 0.03  # an interleaved run's verdicts: B the same as A within 1 +- this
+TOLERANCE = 0.03  # every comparison's calls: B the same as A within 1 +- this
 
 
 @dataclass(frozen=True)
@@ -296,7 +296,7 @@ def compare_runs(
     slots: tuple[SlotOf, SlotOf] | None = None,
 ) -> Comparison:
     """Two run folders (complete or not: what they hold so far); `drift`, `paired`, `slots`: see compare_rows;
-    with a `tolerance` each row is also called faster, slower, the same or undecided."""
+    each row is called faster, slower, the same or undecided at `tolerance` (TOLERANCE unless given)."""
     ma, mb = current_manifest(run_a), current_manifest(run_b)
     name = _check(ma.experiment, mb.experiment)
     kind = KINDS[name]
@@ -308,7 +308,8 @@ def compare_runs(
     models = tuple(ModelRef(str(m.model.get("sha256", "")), str(m.model.get("path", ""))) for m in (ma, mb))
     names = (ma.run_id, mb.run_id) if paired else (run_a.name, run_b.name)
     pair = (models[0], models[1])
-    return Comparison(name, *names, kind.keys, rows, summary, drift, pair, paired, tolerance)
+    tol = TOLERANCE if tolerance is None else tolerance
+    return Comparison(name, *names, kind.keys, rows, summary, drift, pair, paired, tol)
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.0) -> Comparison:
@@ -337,7 +338,7 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.
         str(r["run_id"]): ModelRef(str(r.get("model_sha256") or ""), str(r.get("model_path") or ""))
         for r in runs.to_dict("records")
     }
-    return Comparison(name, a, b, kind.keys, rows, summary, drift, (of[a], of[b]))
+    return Comparison(name, a, b, kind.keys, rows, summary, drift, (of[a], of[b]), tolerance=TOLERANCE)
 
 
 def is_versus(run: Path) -> bool:

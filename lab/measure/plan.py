@@ -39,7 +39,7 @@ from pydantic import BaseModel, Field, ValidationError
 
 from lab.core.errors import UsageError, validation_line
 from lab.core.schemas import Components, Interval
-from lab.core.stats import reps_per_process
+from lab.core.stats import expansion, reps_per_process
 from lab.engine.contract import WARM_UP
 
 Design = Literal["per-rep prefill", "cumulative"]
@@ -249,14 +249,17 @@ def reuse_costs(
 
 
 Z95 = 1.96
-# what a ratio varies by when nothing here has measured it yet, between processes and within one, per place:
-# the paired fake/genuine and fake/estimate of the default grid on this kind of 2-core VM (medians over its
-# points, 2026-12-06: through the server 0.03 to 0.05 between processes and 0.01 to 0.03 within one; in one
-# process 0.02 to 0.05 between and 0.01 to 0.03 within). A noisier host shows in the plan's revision after the
-# run's first processes.
+# what a ratio varies by when nothing here has measured it yet, between processes and within one, per place: the
+# spread that predicts the reps the default grid took on this kind of 2-core VM with the widened intervals
+# (2026-12-07, two default sweeps: 17 to 64 reps a point, median 32; two `lab arms` runs: 283 and 349 reps over 8
+# points, fake / estimate deciding too; the variance components measured there,
+# 0.03 to 0.14 between and 0.04 to 0.16 within, predict 2 to 2.5x those reps, since the stop rule meets an
+# interval that narrows unevenly). A sweep measured here before gives each point its own reps instead
+# (lab.experiments.sweep.planning.predicted_counts); the plan's revision after the first processes shows a
+# noisier host.
 DEFAULT_SPREADS: dict[str, Components] = {
-    "server": Components(between=0.035, within=0.025, processes=0, reps=0),
-    "inproc": Components(between=0.03, within=0.02, processes=0, reps=0),
+    "server": Components(between=0.06, within=0.04, processes=0, reps=0),
+    "inproc": Components(between=0.07, within=0.045, processes=0, reps=0),
 }
 DEFAULT_SPREAD = DEFAULT_SPREADS["server"]
 
@@ -270,8 +273,9 @@ def predicted_reps(
     default: Components = DEFAULT_SPREAD,
 ) -> int:
     """The reps a point is predicted to take before it stops: each process adds ceil(min_reps / processes) reps
-    (r), and a ratio's interval after P processes is about 1.96 x sqrt((between^2 + 2 within^2 / r) / P) wide each
-    side (the two-stage bootstrap counts the within spread twice); the point stops once every ratio is decided
+    (r), and a ratio's interval after P processes is about e(P) x 1.96 x sqrt((between^2 + 2 within^2 / r) / P)
+    wide each side (the two-stage bootstrap counts the within spread twice; e(P), the widening for few processes,
+    lab.core.stats.expansion); the point stops once every ratio is decided
     (its interval inside 1 +- tolerance, so narrower than the tolerance less how far the ratio sat from 1) and as
     narrow as its target. `spreads`: per ratio its spread and that distance (else `default` at 1); `bounds`:
     per ratio (target half-width, tolerance). At least `processes` processes, at most max_reps reps."""
@@ -283,17 +287,27 @@ def predicted_reps(
         if room <= 0:
             return max_reps  # it sat on the bound: no number of reps decides it
         one = spread.between**2 + 2 * spread.within**2 / per
-        need = max(need, math.ceil(Z95**2 * one / room**2))
+        need = max(need, processes_to_narrow(one, room, need, math.ceil(max_reps / per)))
     return min(max_reps, per * need)
+
+
+def processes_to_narrow(one: float, room: float, at_least: int, at_most: int) -> int:
+    """The fewest processes (at least `at_least`) whose widened interval, e(P) x 1.96 x sqrt(one / P) each side,
+    fits `room` (`at_most` when none up to it does)."""
+    for p in range(max(2, at_least), at_most + 1):
+        if expansion(p) * Z95 * math.sqrt(one / p) <= room:
+            return p
+    return max(at_least, at_most)
 
 
 def spread_of(iv: Interval) -> Components | None:
     """The spread an interval over several processes implies when its run kept no components (one rep per
     process: the within-process part cannot be told apart): all of it between processes, as the standard
-    deviation of a process's log value (the half-width is about 1.96 of those over sqrt(processes))."""
+    deviation of a process's log value (the half-width is about e(P) x 1.96 of those over sqrt(processes), e(P) the
+    widening for few processes)."""
     if iv.processes < 2 or iv.value <= 0 or iv.lo <= 0:
         return None
-    half = (math.log(iv.hi) - math.log(iv.lo)) / 2
+    half = (math.log(iv.hi) - math.log(iv.lo)) / 2 / expansion(iv.processes)
     return Components(between=half / Z95 * math.sqrt(iv.processes), within=0.0, processes=iv.processes, reps=iv.n)
 
 

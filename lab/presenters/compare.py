@@ -1,5 +1,5 @@
-"""`lab compare`'s table: B/A per key and metric with its interval, called where an interleaved run calls it, then
-the geometric means (lab.catalog.compare.Comparison)."""
+"""`lab compare`'s table: B/A per key and metric with its interval, each row called at the comparison's tolerance
+(one vocabulary and colour, lab.core.verdicts), then the geometric means (lab.catalog.compare.Comparison)."""
 
 from __future__ import annotations
 
@@ -9,50 +9,30 @@ from rich.table import Table
 
 from lab.catalog.compare import CompareRow, Comparison
 from lab.core.console import shown
+from lab.core.verdicts import styled
 
 
 def _fmt(v: Any) -> str:
     return "-" if v is None else f"{v:.4g}" if isinstance(v, float) else str(v)
 
 
-def _ratio_cell(r: CompareRow, paired: bool) -> str:
+def _called_cell(r: CompareRow, called: str | None) -> str:
+    """The interval in its row's verdict's colour (the verdict itself in a column of its own)."""
     if r.ci is None:
         return "-" if r.ratio is None else f"{r.ratio:.3f}"
-    if not r.significant:
-        return f"[dim]{r.ci.fmt()} within noise[/dim]"
-    if paired:  # a ratio of two arms, not a time: higher or lower, neither better
-        return f"[yellow]{r.ci.fmt()} {'higher' if r.ci.value > 1 else 'lower'}[/yellow]"
-    style = "red" if r.ci.value > 1 else "green"
-    return f"[{style}]{r.ci.fmt()} {'slower' if r.ci.value > 1 else 'faster'}[/{style}]"
-
-
-CALLED_STYLE = {
-    "faster": "green",
-    "slower": "red",
-    "lower": "yellow",
-    "higher": "yellow",
-    "same": "dim",
-    "undecided": "default",
-}
-
-
-def _called_cell(r: CompareRow, called: str) -> str:
-    """The interval alone where the row is called (one verdict per row, in its own column)."""
-    if r.ci is None:
-        return "-" if r.ratio is None else f"{r.ratio:.3f}"
-    return f"[{CALLED_STYLE[called]}]{r.ci.fmt()}[/{CALLED_STYLE[called]}]"
+    return styled(called, r.ci.fmt()) if called else r.ci.fmt()
 
 
 def compare_table(c: Comparison, wide: bool = False) -> Table:
-    """B/A per key and metric with its 95% interval from both runs' samples: significant slowdowns red,
-    speedups green, the rest marked within noise; then the geometric mean over the grid per metric. The two
-    sides of an interleaved run also get each row called at the run's tolerance. `wide`: each side's value (A,
-    B) and what each interval is over in columns of their own (by default what the intervals are over is said
-    once when it is the same for all rows)."""
+    """B/A per key and metric with its 95% interval from both runs' samples, each row called faster, slower
+    (lower, higher for a ratio of two arms), the same or undecided at the comparison's tolerance, in its
+    verdict's colour; then the geometric mean over the grid per metric. `wide`: each side's value (A, B) and
+    what each interval is over in columns of their own (by default what the intervals are over is said once
+    when it is the same for all rows)."""
     within = any(r.ci is not None and r.ci.processes < 2 for r in c.rows)
     caption = (
         "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
-        "called significant there may be the next run's noise"
+        "called there may be the next run's noise"
         if within
         else "one run, both configurations in alternating processes: each interval resamples the slots (a process "
         "of each side, next in time), then the reps, the same draws on both sides, so the host's drift from one "
@@ -64,6 +44,8 @@ def compare_table(c: Comparison, wide: bool = False) -> Table:
         else "each interval carries both runs' spread between processes, not a drift of the host between the two "
         "runs (--run-drift: docs/repetition.md, the A/A test; interleave them in one run with --vs: docs/versus.md)"
     )
+    if not c.paired and c.tolerance is not None:
+        caption += f"; 'called' at 1 +- {c.tolerance:.0%}"
     if c.kind.paired:
         caption += "; a ratio of two arms run back to back in one process (fake / genuine) carries no drift"
     called = c.tolerance is not None
@@ -84,10 +66,10 @@ def compare_table(c: Comparison, wide: bool = False) -> Table:
     for r in [*c.rows, *c.summary]:
         scope = _scope(r, c)
         verdict = [r.called(c.tolerance)] if c.tolerance is not None else []
-        cell = _called_cell(r, verdict[0]) if verdict else _ratio_cell(r, r.metric in c.kind.paired)
+        cell = _called_cell(r, verdict[0] if verdict else None)
         key = [shown(_fmt(k)) for k in r.key] if r.key else ["geomean", *[""] * (len(c.keys) - 1)]  # a task id: text
         a, b = (_fmt(r.a), _fmt(r.b)) if r.key else ("", "")
-        t.add_row(*key, r.metric, *([a, b] if wide else []), cell, *verdict, *([scope] if over else []))
+        t.add_row(*key, r.metric, *([a, b] if wide else []), cell, *map(styled, verdict), *([scope] if over else []))
     return t
 
 

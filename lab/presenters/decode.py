@@ -6,7 +6,7 @@ from __future__ import annotations
 from rich.table import Table
 
 from lab.core.schemas import DecodeDepth, cell
-from lab.presenters.sweep import VERDICT_STYLE
+from lab.core.verdicts import styled
 
 
 def decode_tables(rows: list[DecodeDepth], model: str, threads: int, wide: bool = False) -> list[Table]:
@@ -26,8 +26,7 @@ def decode_tables(rows: list[DecodeDepth], model: str, threads: int, wide: bool 
     for col in ("depth", "server / llama-bench", "verdict"):
         checks.add_column(col, justify="left" if col == "verdict" else "right")
     for r in rows:
-        style = VERDICT_STYLE[r.verdict]
-        checks.add_row(str(r.depth), cell(r.ratio, 3), f"[{style}]{r.verdict}[/{style}]")
+        checks.add_row(str(r.depth), cell(r.ratio, 3), styled(r.verdict))
     return [t, checks]
 
 
@@ -43,7 +42,6 @@ def decode_table(rows: list[DecodeDepth], model: str, threads: int) -> Table:
         t.add_column(col, justify="right")
     t.add_column("verdict")
     for r in rows:
-        style = VERDICT_STYLE[r.verdict]
         t.add_row(
             str(r.depth),
             str(r.L),
@@ -52,6 +50,6 @@ def decode_table(rows: list[DecodeDepth], model: str, threads: int) -> Table:
             cell(r.server_ms, 3),
             cell(r.bench_ms, 3),
             cell(r.ratio, 3),
-            f"[{style}]{r.verdict}[/{style}]",
+            styled(r.verdict),
         )
     return t

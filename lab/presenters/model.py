@@ -88,10 +88,11 @@ def time_tables(p: TimePrediction, m: CostModel, wide: bool = False) -> list[Any
 
 
 def _band_cell(iv: Interval | None, wide: bool) -> str:
-    """`0.01234 +-4%`, four significant digits (`wide`: `0.0123 [0.0118, 0.0128]`)."""
+    """`0.0123 +-4%`, three significant digits: the interval is wider than a fourth would say (`wide`:
+    `0.0123 [0.0118, 0.0128]`)."""
     if wide or iv is None or iv.n < 2 or not iv.value:
         return cell(iv, 4)
-    digits = max(0, 3 - math.floor(math.log10(abs(iv.value))))
+    digits = max(0, 2 - math.floor(math.log10(abs(iv.value))))
     return f"{iv.value:.{digits}f} +-{(iv.hi - iv.lo) / 2 / abs(iv.value):.0%}{iv.thin_note()}"
 
 

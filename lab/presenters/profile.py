@@ -9,6 +9,7 @@ from rich.table import Table
 
 from lab.core.console import key_columns
 from lab.core.schemas import BANDS, AttnKind, BandDepth, ProfileSummary, cell
+from lab.core.verdicts import styled
 
 
 def _pm(value: float, lo: float | None, hi: float | None, digits: int = 3) -> str:
@@ -114,7 +115,7 @@ def fake_real_table(s: ProfileSummary, wide: bool = False) -> Table:
             said = s.fake_vs_real_verdict.get(depth, {})
             for c in ("total", *BANDS):
                 if c in ivs:
-                    t.add_row(depth, c, ivs[c].fmt(), said.get(c, "-"))
+                    t.add_row(depth, c, ivs[c].fmt(), styled(said[c]) if c in said else "-")
         return key_columns(t, 1)
     t.add_column("depth", justify="right")
     for col in ("total", *BANDS):
@@ -123,7 +124,10 @@ def fake_real_table(s: ProfileSummary, wide: bool = False) -> Table:
         said = s.fake_vs_real_verdict.get(depth, {})
         t.add_row(
             depth,
-            *(f"{ivs[c].fmt()} {said.get(c, '')}".strip() if c in ivs else "-" for c in ("total", *BANDS)),
+            *(
+                f"{ivs[c].fmt()} {styled(said[c]) if c in said else ''}".strip() if c in ivs else "-"
+                for c in ("total", *BANDS)
+            ),
         )
     return t
 
@@ -140,7 +144,7 @@ def slope_text(k: AttnKind) -> str:
 
 def _judged(text: str, verdicts: Mapping[str, str], depth: int) -> str:
     v = verdicts.get(str(depth))
-    return f"{text} {v}" if v else text
+    return f"{text} {styled(v)}" if v else text
 
 
 def reference_lines(s: ProfileSummary) -> list[str]:

@@ -24,8 +24,7 @@ from lab.core.schemas import (
     cell,
 )
 from lab.core.stats import reps_per_process
-
-VERDICT_STYLE = {"agree": "green", "disagree": "red", "undecided": "yellow"}
+from lab.core.verdicts import VERDICTS, styled
 
 
 def ms_text(v: float | None) -> str:
@@ -48,7 +47,7 @@ def _est(p: SweepPoint) -> str:
 def _ratio(iv: Interval | None, v: str | None = None) -> str:
     if iv is None:
         return "-"
-    return iv.fmt(pct=True) + (f" [{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]" if v else "")
+    return iv.fmt(pct=True) + (f" {styled(v)}" if v else "")
 
 
 TITLES: dict[Where, str] = {
@@ -230,9 +229,7 @@ def checks_table(points: list[SweepPoint]) -> Table:
             v = getattr(p, said)
             if v is None:  # through the server fake / estimate is no check: the share below measures it
                 continue
-            t.add_row(
-                *_key(p, images), name, ref_text, iv.fmt(pct=True), f"[{VERDICT_STYLE[v]}]{v}[/{VERDICT_STYLE[v]}]"
-            )
+            t.add_row(*_key(p, images), name, ref_text, iv.fmt(pct=True), styled(v))
     return key_columns(t, 3 if images else 2)
 
 
@@ -256,9 +253,9 @@ def share_table(points: list[SweepPoint]) -> Table:
 def share_line(share: ServerShare) -> str:
     """The share fitted over the grid, each term with its interval over processes."""
     terms = [f"{ms_interval(share.fixed_ms_ci)} ms"]
-    if share.per_new_ms_ci is not None and share.per_new_ms_ci.value:
+    if share.per_new_ms_ci is not None:
         terms.append(f"{share.per_new_ms_ci.fmt(digits=4)} ms per new token")
-    if share.per_1k_cached_ms_ci is not None and share.per_1k_cached_ms_ci.value:
+    if share.per_1k_cached_ms_ci is not None:
         terms.append(f"{share.per_1k_cached_ms_ci.fmt(digits=3)} ms per 1k cached tokens")
     pct = f" ({share.share_ci.fmt(pct=True)} of the estimate)" if share.share_ci else ""
     return (
@@ -365,7 +362,7 @@ def print_summary(
             *((("fake vs estimate", "estimate_verdict"),) if any(p.estimate_verdict for p in mine) else ()),
             *((("restored vs plain genuine hit", "plain_verdict"),) if plain else ()),
         ):
-            counts = {v: sum(getattr(p, attr) == v for p in mine) for v in VERDICT_STYLE}
+            counts = {v: sum(getattr(p, attr) == v for p in mine) for v in VERDICTS}
             told = ", ".join(f"{n} {v}" for v, n in counts.items() if n)
             console.print(f"{PLACE[where]} {name}: {told}", highlight=False)
         spread = spread_line(mine, starts or [])

@@ -8,12 +8,12 @@ from typing import NamedTuple
 import altair as alt
 import pandas as pd
 
-from lab.catalog.compare import CompareError, Comparison
+from lab.catalog.compare import TOLERANCE, CompareError, Comparison
 from lab.catalog.samples import TOTAL_BAND
 from lab.core.schemas import BANDS
+from lab.core.verdicts import CALLS, COLOR
 from lab.reports.style import Chart, title
 
-NOISE = "#e1e5ea"
 ARM_METRICS = (
     "fake_median_ms",
     "genuine_median_ms",
@@ -42,21 +42,14 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
     """B / A per (L, new) for two sweep runs, per (depth, band) for two profile runs (1 = no change): the rows
     of the compare core, the same ones `lab compare` prints."""
     grid = _sweep(c) if c.experiment == "sweep" else _profile(c)
-    lo, hi = float(grid.ratios["ratio"].min()), float(grid.ratios["ratio"].max())
-    spread = max(abs(lo - 1), abs(hi - 1), 0.05)
     base = alt.Chart().encode(
         x=alt.X(grid.x, title=grid.x_title, axis=alt.Axis(labelAngle=0)),
         y=alt.Y(grid.y, title=grid.y_title, sort=grid.y_sort),
     )
-    color = alt.Color(
-        "ratio:Q",
-        title="B / A",
-        scale=alt.Scale(scheme="redblue", reverse=True, domain=[1 - spread, 1 + spread], clamp=True),
-        legend=alt.Legend(format=".2f", gradientLength=max(80, 32 * grid.ratios[grid.y.split(":")[0]].nunique())),
-    )
+    called = alt.Color("called:N", scale=alt.Scale(domain=list(CALLS), range=[COLOR[k] for k in CALLS]), title="called")
     rect = base.mark_rect(stroke="white", strokeWidth=1.5).encode(
-        # a cell whose interval holds 1 is within noise: grey, whatever its point estimate
-        color=alt.condition("datum.significant", color, alt.value(NOISE)),
+        # each cell in its verdict's colour (lab.core.verdicts), the ratio written in it
+        color=called,
         tooltip=[
             alt.Tooltip(f"{grid.panel}:N"),
             alt.Tooltip(grid.x, title=grid.x_title),
@@ -69,9 +62,7 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
     )
     text = base.mark_text(fontSize=12).encode(
         text=alt.Text("ratio:Q", format=".2f"),
-        color=alt.condition(
-            f"datum.significant && abs(datum.ratio - 1) > {0.6 * spread:.6g}", alt.value("white"), alt.value("#222")
-        ),
+        color=alt.condition("datum.called != 'undecided'", alt.value("white"), alt.value("#222")),
     )
     cells = alt.layer(rect, text, data=grid.ratios).properties(width=alt.Step(58), height=alt.Step(32))
     chart = cells.facet(
@@ -82,7 +73,8 @@ def compare_chart(c: Comparison, label_a: str | None = None, label_b: str | None
             f"{grid.what}: B / A",
             f"A = {label_a or c.run_a}",
             f"B = {label_b or c.run_b}",
-            "blue: B takes less time than A, red: more; grey: within noise (the 95% interval holds 1)",
+            f"called at 1 +- {c.tolerance or TOLERANCE:.0%}: faster (blue), slower (red), lower or higher (gold: "
+            "a ratio of two arms), the same (green), undecided (grey)",
         )
     )
 
@@ -96,7 +88,7 @@ def _frame(c: Comparison) -> pd.DataFrame:
             "a": r.a,
             "b": r.b,
             "ratio": r.ratio,
-            "significant": r.significant is not False,
+            "called": r.called(c.tolerance or TOLERANCE),
             "ci": r.ci.fmt() if r.ci else "no samples",
         }
         for r in c.rows

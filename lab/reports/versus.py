@@ -11,13 +11,14 @@ import pandas as pd
 
 from lab.core.schemas import MIN_SUPPORT
 from lab.core.settings import ReportSettings
+from lab.core.verdicts import CALLS, COLOR
 from lab.reports.data import figure_rows
 from lab.reports.style import Chart, newest_run_picker, nothing_yet, title
 
 TITLE = "Two configurations in one run: B / A"
 PARAM = "versus_run"
-CALLED = ["faster", "slower", "lower", "higher", "same", "undecided"]
-COLORS = ["#2166ac", "#b2182b", "#b8860b", "#b8860b", "#4d9221", "#8a94a3"]
+CALLED = list(CALLS)
+COLORS = [COLOR[c] for c in CALLS]  # one colour per verdict, as the terminal and the compare heatmap
 
 
 def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings) -> Chart:

@@ -318,12 +318,14 @@ def decode_at_depth(ps: PointSamples) -> dict[str, Any]:
 
 def decided(point: SweepPoint, sw: SweepSettings) -> bool:
     """Whether a point needs no more reps: the verdicts of what is measured are decided, and the fake/genuine
-    interval is as narrow as `sw.target`. The estimate counts where its samples stand beside the reps (a point
-    of a run from before the in-process estimate was paired has the fill passes' only: no rep narrows it)."""
+    interval is as narrow as `sw.target`. The estimate counts in one process where its samples stand beside the
+    reps (a point of a run from before the in-process estimate was paired has the fill passes' only: no rep
+    narrows it); through the server it is the server's share, measured, not a verdict."""
     if "genuine" in sw.arms:
         iv = point.fake_vs_genuine_ci
         if point.genuine_verdict == "undecided" or iv is None or iv.half_width > sw.target:
             return False
     if "plain" in sw.arms and point.plain_verdict == "undecided":
         return False
-    return not ("estimate" in sw.arms and point.estimate_paired and point.estimate_verdict == "undecided")
+    inproc = point.where == "inproc"  # through the server fake / estimate is measured, never waited on
+    return not ("estimate" in sw.arms and inproc and point.estimate_paired and point.estimate_verdict == "undecided")

@@ -1,8 +1,9 @@
 """The server's per-request share over the grid, a measurement (lab.core.schemas.ServerShare): through llama-server
 a step with the cache costs the engine's own time for its new tokens (the estimate, timed in one process beside
 every rep) plus what the server does with the request. Per rep that is genuine - estimate, paired by rep; each
-process fits fixed + per_new x new + per_1k x L / 1000 over the text points it measured (its per-point medians),
-and each coefficient's interval resamples processes, the unit (lab.core.stats.median_interval)."""
+process that measured the whole text grid (the first round's) fits fixed + per_new x new + per_1k x L / 1000
+over its per-point medians, and each coefficient's interval resamples those processes, the unit
+(lab.core.stats.median_interval)."""
 
 from __future__ import annotations
 
@@ -35,11 +36,18 @@ def share_fit(points: list[SweepPoint], samples: list[SweepSample], tps: list[Pr
     process's median genuine / estimate over its text reps), None without two processes that each measured two
     news or two Ls."""
     shares = server_shares(points, samples, tps)
-    fitted = [(c, by_point) for by_point in shares.values() if (c := _fit(by_point)) is not None]
+    grid = {key for by_point in shares.values() for key in by_point}
+    # the processes that measured the whole text grid (a later one measures only the points still open)
+    whole = [by_point for by_point in shares.values() if set(by_point) == grid]
+    fitted = [(c, by_point) for by_point in whole if (c := _fit(by_point)) is not None]
     if len(fitted) < 2:
         return None
     procs = list(range(len(fitted)))
-    coef = {n: median_interval([c[i] for c, _ in fitted], f"server-share/{n}", procs) for i, n in enumerate(NAMES)}
+    varied = {"fixed": True, "per_new": len({n for _, n in grid}) > 1, "per_1k": len({L for L, _ in grid}) > 1}
+    coef = {
+        n: median_interval([c[i] for c, _ in fitted], f"server-share/{n}", procs) if varied[n] else None
+        for i, n in enumerate(NAMES)
+    }
     pct = [statistics.median(g / e for reps in by_point.values() for g, e in reps) for _, by_point in fitted]
     return ServerShare(
         fixed_ms_ci=coef["fixed"],
