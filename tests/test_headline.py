@@ -25,14 +25,22 @@ def point(source: str, speedup: float = 40.0) -> SweepPoint:
     fill = ArmStats(median_ms=1800.0, median_lo_ms=1790.0, median_hi_ms=1850.0, n_ok=5)
     vs = 1 / speedup
     return SweepPoint(
-        point="L4096_n64", L=4096, new=64, n_kv_padded=4352, measurable=True, fake=fake, genuine=fake,
-        baseline=base if source == "direct reps" else ArmStats(), baseline_fill=fill,
+        point="L4096_n64",
+        L=4096,
+        new=64,
+        n_kv_padded=4352,
+        measurable=True,
+        fake=fake,
+        genuine=fake,
+        baseline=base if source == "direct reps" else ArmStats(),
+        baseline_fill=fill,
         fake_vs_baseline_ci=Interval(value=vs, lo=vs * 0.95, hi=vs * 1.05, n=5, processes=5),
         fill_step_ci=Interval(value=44.0, lo=43.0, hi=46.0, n=5, processes=5),
         fill_speedup_ci=Interval(value=40.9, lo=39.0, hi=42.0, n=5, processes=5),
         genuine_vs_estimate_ci=Interval(value=1.03, lo=1.02, hi=1.05, n=25, processes=5),
-        baseline_source=source, where="server",
-    )  # fmt: skip
+        baseline_source=source,
+        where="server",
+    )
 
 
 def test_a_step_takes_both_numbers_from_one_place() -> None:
@@ -53,8 +61,10 @@ def test_a_step_takes_both_numbers_from_one_place() -> None:
         "costs 44.0 [43.0, 46.0] ms with the cache, 1800.0 [1790.0, 1850.0] ms re-prefilled"
     )
     assert lines[1] == "the cache makes that step 40.9 [39.0, 42.0] times faster (paired by fill pass)"
-    assert lines[2] == ("through llama-server, the cached step costs 46.7 [43.9, 49.7] ms (fake prefix), the "
-                        "server's per-request share +3.0% [+2.0%, +5.0%]")  # fmt: skip
+    assert lines[2] == (
+        "through llama-server, the cached step costs 46.7 [43.9, 49.7] ms (fake prefix), the "
+        "server's per-request share +3.0% [+2.0%, +5.0%]"
+    )
     (table,) = headline([alone], []).tables  # one place per table: the server's step is in the lines
     assert table.rows[0] == ("4096", "64", "44.0 [43.0, 46.0]", "1800 [1790, 1850]", "40.9 [39.0, 42.0]")
 

@@ -320,8 +320,18 @@ def test_a_point_measured_here_before_is_predicted_at_the_reps_it_took() -> None
 
     iv = Interval(value=1.0, lo=0.98, hi=1.02, n=37, processes=30)
     arms = {"baseline": ArmStats(), "fake": ArmStats(), "genuine": ArmStats()}
-    before = SweepPoint(where="server", point="L512_n64", L=512, new=64, n_kv_padded=768, measurable=True,
-                        fake_vs_genuine_ci=iv, genuine_verdict="agree", reps=37, **arms)  # fmt: skip
+    before = SweepPoint(
+        where="server",
+        point="L512_n64",
+        L=512,
+        new=64,
+        n_kv_padded=768,
+        measurable=True,
+        fake_vs_genuine_ci=iv,
+        genuine_verdict="agree",
+        reps=37,
+        **arms,
+    )
     s = Settings.model_validate({"sweep": {"Ls": [512, 1024], "news": [64]}})
     assert predicted_counts(s, "server", [before]) == [37, 33]
     assert predicted_counts(s, "server", [before.model_copy(update={"reps": 500})]) == [100, 33]  # max_reps

@@ -14,23 +14,56 @@ pytestmark = pytest.mark.fast
 GRID = [(L, new) for L in (512, 1024, 2048, 4096) for new in (64, 256)]
 
 
-def run(fixed: float, per_new: float, per_1k: float, processes: int = 5, seed: int = 0) -> tuple[
-    list[SweepPoint], list[SweepSample], list[PrefillTps]
-]:  # fmt: skip
+def run(
+    fixed: float, per_new: float, per_1k: float, processes: int = 5, seed: int = 0
+) -> tuple[list[SweepPoint], list[SweepSample], list[PrefillTps]]:
     rng = np.random.default_rng(seed)
     points, samples, tps = [], [], []
     for L, new in GRID:
         pid = f"L{L}_n{new}"
-        points.append(SweepPoint(point=pid, L=L, new=new, n_kv_padded=L + new, measurable=True, baseline=ArmStats(),
-                                 fake=ArmStats(), genuine=ArmStats()))  # fmt: skip
+        points.append(
+            SweepPoint(
+                point=pid,
+                L=L,
+                new=new,
+                n_kv_padded=L + new,
+                measurable=True,
+                baseline=ArmStats(),
+                fake=ArmStats(),
+                genuine=ArmStats(),
+            )
+        )
         for rep in range(processes * 2):
             est = new * (0.5 + L / 8192) * float(rng.lognormal(0, 0.05))
             share = fixed + per_new * new + per_1k * L / 1000 + float(rng.normal(0, 0.3))
             process = rep % processes
-            samples.append(SweepSample(point=pid, L=L, new=new, arm="genuine", rep=rep, ok=True, prompt_ms=est + share,
-                                       process=process, t_utc="x"))  # fmt: skip
-            tps.append(PrefillTps(point=pid, rep=rep, depth=L, chunk=new, tps=new / est * 1e3, avg_ms=est,
-                                  stddev_ms=0.0, reps=1, tool="lab-inproc-driver", process=process))  # fmt: skip
+            samples.append(
+                SweepSample(
+                    point=pid,
+                    L=L,
+                    new=new,
+                    arm="genuine",
+                    rep=rep,
+                    ok=True,
+                    prompt_ms=est + share,
+                    process=process,
+                    t_utc="x",
+                )
+            )
+            tps.append(
+                PrefillTps(
+                    point=pid,
+                    rep=rep,
+                    depth=L,
+                    chunk=new,
+                    tps=new / est * 1e3,
+                    avg_ms=est,
+                    stddev_ms=0.0,
+                    reps=1,
+                    tool="lab-inproc-driver",
+                    process=process,
+                )
+            )
     return points, samples, tps
 
 

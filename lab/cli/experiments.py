@@ -227,7 +227,6 @@ def profile(
             "clean_room_start": start,
         },
     )
-    check_vs(s, vs, Profile.name)
     if resume is None and (s := _plan_profile(s, plan, rates, budget, vs, as_json)) is None:
         return
     run_command(Profile(), s, resume, as_json, vs=vs, host_ok=host_ok)
@@ -240,6 +239,7 @@ def _plan_profile(
     the plan printed first); the rates resolved as the sweep's plan resolves them (--rates, else a calibration)."""
     from lab.core.errors import UsageError
 
+    check_vs(s, vs, "profile")  # side B refused in one line before any plan or folder
     if not show and budget is None:
         if rates is not None:
             raise UsageError("--rates is the plan's: give it with --plan or --budget")

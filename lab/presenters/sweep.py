@@ -41,7 +41,7 @@ def _est(p: SweepPoint) -> str:
     iv = p.estimate_ci
     if p.opt_prefill_ms is None or iv is None or iv.n < 2:
         return ms_text(p.opt_prefill_ms)
-    return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}-{iv.hi:.1f}]{iv.thin_note()}"
+    return f"{p.opt_prefill_ms:.1f} [{iv.lo:.1f}, {iv.hi:.1f}]{iv.thin_note()}"
 
 
 def _ratio(iv: Interval | None, v: str | None = None) -> str:
