@@ -12,6 +12,7 @@ from rich.console import Console
 
 from lab.core.schemas import BATCH_CHUNK, InprocFill, PrefillTps, SweepSample
 from lab.experiments.sweep.grid import GridPoint
+from lab.experiments.sweep.inproc import summarize_inproc
 from lab.experiments.sweep.server import summarize_server
 from lab.presenters.sweep import print_summary
 
@@ -88,3 +89,24 @@ def test_without_the_reference_chunk_there_is_no_batch_part() -> None:
     point = summarize_server(p, rows, tps, 0.03, fills=[f for f in fills(0.6, 0.5) if f.new != BATCH_CHUNK])
     assert point.estimate_verdict is None and point.batch_effect_ci is None
     assert point.genuine_vs_estimate_ci is not None and point.genuine_vs_estimate_ci.value < 0.91
+
+
+def test_the_stop_rule_reads_the_summarys_own_checks() -> None:
+    """Between two reps the stop rule reads judge_point, not the whole summary: the same intervals and verdicts
+    (the same keys, the same samples), so stopping early changes nothing the run then stores."""
+    from lab.experiments.sweep.estimate import paired_estimate
+    from lab.experiments.sweep.points import PointSamples, judge_point
+
+    p = GridPoint(L, NEW)
+    rows, tps = samples(p, engine_ms=40.0, share=1.03)
+    whole = summarize_server(p, rows, tps, 0.03, fills=fills(0.625, 0.5))
+    judged = judge_point(PointSamples.of(p, rows, "server", tps), None, 0.03)
+    assert judged.fake_vs_genuine_ci == whole.fake_vs_genuine_ci and judged.genuine_verdict == whole.genuine_verdict
+    assert judged.estimate_verdict is None and whole.estimate_verdict is None  # through the server: measured
+    inproc = [r.model_copy(update={"where": "inproc"}) for r in rows]
+    in_tps = [t.model_copy(update={"where": "inproc"}) for t in tps]
+    ps = PointSamples.of(p, inproc, "inproc", in_tps)
+    one = judge_point(ps, paired_estimate(ps, in_tps), 0.03)
+    full = summarize_inproc(p, inproc, 0.03, fills(0.625, 0.5), None, in_tps)
+    assert one.fake_vs_estimate_ci == full.fake_vs_estimate_ci and one.estimate_verdict == full.estimate_verdict
+    assert one.fake_vs_genuine_ci == full.fake_vs_genuine_ci and one.estimate_verdict is not None

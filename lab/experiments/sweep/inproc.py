@@ -40,6 +40,7 @@ from lab.experiments.sweep.points import (
     PointEstimate,
     PointSamples,
     RepOut,
+    judge_point,
     processes_of,
     rep_arms,
     rep_values,
@@ -109,6 +110,12 @@ class InprocPlace:
 
     def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
         return summarize_inproc(p, samples, self.sw.tolerance, self.fills, self.shape, tps)
+
+    def judge(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
+        """What the stop rule reads between two reps (lab.experiments.sweep.points.judge_point)."""
+        tps = [t for t in tps if t.rep is not None]
+        ps = PointSamples.of(p, samples, "inproc", tps)
+        return judge_point(ps, paired_estimate(ps, tps) if tps else fill_estimate(ps, self.fills), self.sw.tolerance)
 
 
 def summarize_inproc(

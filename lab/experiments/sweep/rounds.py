@@ -46,6 +46,8 @@ class Place(Protocol):
 
     def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint: ...
 
+    def judge(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint: ...
+
 
 def point_key(row: BaseModel) -> tuple[str, str]:
     """A point's place and id."""
@@ -152,7 +154,6 @@ class Ledger:
         new_tps: list[PrefillTps] = []
         walls: list[float] = []
         baseline: list[bool] = []
-        point: SweepPoint | None = None
         for rep in range(first, first + count):
             out = place.rep(p, rep, process)
             new_samples += out.samples
@@ -161,10 +162,9 @@ class Ledger:
             baseline.append(out.baseline)
             progress.advance(task)
             # stop as soon as decided (the round's last rep is judged by the summary after the round)
-            if extra and len(have) + len(walls) >= sw.min_reps and rep < first + count - 1:
-                point = place.summarize(p, samples + new_samples, tps + new_tps)
-                if decided(point, sw):
-                    break
+            judged = extra and len(have) + len(walls) >= sw.min_reps and rep < first + count - 1
+            if judged and decided(place.judge(p, samples + new_samples, tps + new_tps), sw):
+                break
         checks = [c for c in self.checks.get(p.id, []) if c.process == process] if where == "server" else []
         row = SweepRound(where=where, point=p.id, process=process, reps=len(walls), wall_s=walls, baseline=baseline)
         self.run.append(SWEEP_SAMPLES, new_samples)

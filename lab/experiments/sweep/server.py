@@ -30,6 +30,7 @@ from lab.experiments.sweep.grid import GridPoint, image_counts, point_seed, poin
 from lab.experiments.sweep.points import (
     PointSamples,
     RepOut,
+    judge_point,
     processes_of,
     rep_arms,
     sample_row,
@@ -99,6 +100,10 @@ class ServerPlace:
             out.baseline = out.baseline or arm == "baseline"
         out.wall_s = time.monotonic() - started
         return out
+
+    def judge(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
+        """What the stop rule reads between two reps (lab.experiments.sweep.points.judge_point)."""
+        return judge_point(PointSamples.of(p, samples, "server", tps), None, self.sw.tolerance)
 
     def summarize(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
         checks, inproc = self.checks.get(p.id, []), self.inproc.get(p.id, [])
