@@ -97,10 +97,16 @@ def test_the_model_argument_is_found_and_replaced() -> None:
 
 def test_compare_names_the_model_by_its_sha256_not_its_file_name() -> None:
     same = Comparison("sweep", "a", "b", (), [], models=(ModelRef("f" * 64, "/a/x.gguf"), ModelRef("f" * 64, "/b/y")))
-    assert same.same_model and same.model_line() == f"the same model, sha256 {'f' * 12} (A /a/x.gguf, B /b/y)"
+    assert same.same_model and same.model_line() == (
+        f"the same model, sha256 {'f' * 12} (A /a/x.gguf, B /b/y); both on llama.cpp of an unrecorded commit"
+    )
     other = Comparison("sweep", "a", "b", (), [], models=(ModelRef("f" * 64, "/x"), ModelRef("e" * 64, "/x")))
     assert other.same_model is False and other.model_line().startswith("different models: A sha256 ffffffffffff")
     assert Comparison("sweep", "a", "b", (), []).same_model is None
+    # and each side's llama.cpp, named
+    engines = (ModelRef("f" * 64, "/x", "465b1f0e7"), ModelRef("f" * 64, "/x", "0c1e57098"))
+    line = Comparison("sweep", "a", "b", (), [], models=engines).model_line()
+    assert line.endswith("; A on llama.cpp 465b1f0e7 (pin), B on llama.cpp 0c1e57098 (latest)")
 
 
 def test_a_model_to_push_is_checked_here_first(tmp_path: Path, settings: Settings) -> None:

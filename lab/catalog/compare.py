@@ -20,7 +20,8 @@ from lab.catalog.samples import TOTAL_BAND, Samples, Side, present, samples_of
 from lab.catalog.slot_table import SlotOf, count_paired, read_slots, slots_of
 from lab.catalog.tables import load_table
 from lab.core.errors import LabError, warn
-from lab.core.runs import match_run_id
+from lab.core.releases import engine_label
+from lab.core.runs import Manifest, match_run_id
 from lab.core.schemas import BANDS, Interval, VersusRow
 from lab.core.stats import geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
 
@@ -116,10 +117,17 @@ class CompareRow:
 
 
 class ModelRef(NamedTuple):
-    """The model file a run measured: its sha256 (what identifies it) and its path where it ran."""
+    """The model file a run measured: its sha256 (what identifies it) and its path where it ran; and the llama.cpp
+    commit it ran on (every comparison names both sides' engines)."""
 
     sha256: str
     path: str
+    engine: str = ""
+
+    @classmethod
+    def of(cls, m: Manifest) -> ModelRef:
+        source = m.engine.get("source") or {}
+        return cls(str(m.model.get("sha256", "")), str(m.model.get("path", "")), str(source.get("commit", "")))
 
 
 @dataclass(frozen=True)
@@ -150,10 +158,15 @@ class Comparison:
         if self.models is None or self.same_model is None:
             return "model: not recorded by both runs"
         a, b = self.models
+        engines = (
+            f"; both on {engine_label(a.engine)}"
+            if a.engine == b.engine
+            else f"; A on {engine_label(a.engine)}, B on {engine_label(b.engine)}"
+        )
         if self.same_model:
             names = a.path if a.path == b.path else f"A {a.path}, B {b.path}"
-            return f"the same model, sha256 {a.sha256[:12]} ({names})"
-        return f"different models: A sha256 {a.sha256[:12]} ({a.path}), B sha256 {b.sha256[:12]} ({b.path})"
+            return f"the same model, sha256 {a.sha256[:12]} ({names}){engines}"
+        return f"different models: A sha256 {a.sha256[:12]} ({a.path}), B sha256 {b.sha256[:12]} ({b.path}){engines}"
 
     def record(self) -> dict[str, Any]:
         """What the compare table is printed from, JSON-ready (`lab compare --json`): B/A per key and metric, and
@@ -305,7 +318,7 @@ def compare_runs(
         return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
     rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift, paired, slots)
-    models = tuple(ModelRef(str(m.model.get("sha256", "")), str(m.model.get("path", ""))) for m in (ma, mb))
+    models = tuple(ModelRef.of(m) for m in (ma, mb))
     names = (ma.run_id, mb.run_id) if paired else (run_a.name, run_b.name)
     pair = (models[0], models[1])
     tol = TOLERANCE if tolerance is None else tolerance
@@ -335,7 +348,9 @@ def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.
 
     rows, summary = compare_rows(name, side(a), side(b), drift)
     of = {
-        str(r["run_id"]): ModelRef(str(r.get("model_sha256") or ""), str(r.get("model_path") or ""))
+        str(r["run_id"]): ModelRef(
+            str(r.get("model_sha256") or ""), str(r.get("model_path") or ""), str(r.get("engine_commit") or "")
+        )
         for r in runs.to_dict("records")
     }
     return Comparison(name, a, b, kind.keys, rows, summary, drift, (of[a], of[b]), tolerance=TOLERANCE)

@@ -1,7 +1,7 @@
 """What a finished run prints, and `lab show RUN`: each experiment's answer read from the run's folder
 (lab.experiments.answer: the rows and results it stored) and handed to the presenters (lab.presenters.runs). The
 run's own closing tables and `lab show` read the same stored records through the same printer, so they are the
-same; the sweep closes with its headline (lab.experiments.sweep.run.sweep_headline, on its stored points).
+same; the sweep closes with its headline (lab.catalog.headline, on its stored points).
 
 The printer is chosen by the experiment's name (the manifest's `experiment`), one per experiment: a tune is a
 conversation replay too (its class a Replay), and prints its own tables, not the replay's. An interleaved run

@@ -6,7 +6,7 @@ two are the same by construction.
 What each experiment's answer holds:
     sweep          its points (raw/points.jsonl, in the grid's order), the cache read's summary, the server's share
                    over the grid, what each process took to start, the plan against what it took (results.plan)
-                   and the headline (sweep_headline)
+                   and the headline (lab.catalog.headline)
     profile        its bands and summary, and the time model's table where the run stored its prediction and the
                    model's shape (results.time_model, results.cost_model: runs from before print without it)
     decode         its depths, with the model's name and the server's threads
@@ -29,9 +29,8 @@ from pydantic import BaseModel, ValidationError
 
 from lab.catalog.compare import KINDS, TOLERANCE, VERSUS, CompareRow, Comparison, ModelRef
 from lab.catalog.folders import current_manifest
-from lab.catalog.headline import HeadlineProfile, HeadlineStep
+from lab.catalog.headline import HeadlineProfile, HeadlineStep, newest_profile, steps_of
 from lab.core.errors import LabError, validation_line
-from lab.core.jsonl import read_document, read_jsonl
 from lab.core.rawtable import RawTable, Row
 from lab.core.runs import SIDES, Manifest, RunError, RunFolder
 from lab.core.schemas import (
@@ -60,7 +59,6 @@ from lab.core.schemas.raw import (
 )
 from lab.core.schemas.trace import TuneSetting
 from lab.core.settings import Settings
-from lab.core.shell import LocalShell
 from lab.measure.costmodel import CostModel
 from lab.measure.plan import ArmCost, Plan, Rates
 from lab.measure.timemodel import TimePrediction
@@ -134,15 +132,9 @@ class StoredRun:
 
 
 def stored(run_dir: Path, table: RawTable[Row], complete: bool = True) -> list[Row]:
-    """A table's rows as the run stored them (none when it wrote none); a run that is not complete may have a
-    torn last line, set aside. A bad row is a RunError naming its file and line."""
-    path = run_dir / "raw" / table.file
-    if not path.exists():
-        return []
-    if table.single:
-        return [read_document(path, table.schema)]
-    rows: list[Row] = read_jsonl(path, table.schema, tolerate_torn_tail=not complete)
-    return rows
+    """A table's rows as the run stored them (RunFolder.read): a run that is not complete may have a torn last
+    line, set aside; a bad row is a RunError naming its file and line."""
+    return RunFolder(run_dir).read(table, tolerate_torn_tail=not complete)
 
 
 def read_run(run_dir: Path, settings: Settings) -> StoredRun:
@@ -189,17 +181,15 @@ def model_name(m: Manifest) -> str:
 
 
 def sweep_answer(run_dir: Path, m: Manifest, settings: Settings, done: bool) -> SweepAnswer:
-    from lab.experiments.protocol import OpenRun, RunParts
-    from lab.experiments.sweep.run import Sweep, sweep_headline
-
     points = grid_order(last_rows(stored(run_dir, SWEEP_POINTS, done)), m.params)
     summary = stored(run_dir, ARMS_SUMMARY, done)
     plan, took_s, revised = stored_plan(run_dir, m)
-    sweep = Sweep()
-    sweep.points = points
-    model = Path(str(m.model.get("seen_as") or m.model.get("path") or ""))
-    parts = RunParts(shell=LocalShell(settings.host_name), model=model, model_record=dict(m.model))
-    steps, profiles = sweep_headline(sweep, OpenRun(settings, RunFolder(run_dir), parts))
+    # the answer it closes with: its server points' step, and where the newest profile of its model on its host
+    # (in the runs folder) says the time goes
+    server = [p for p in points if p.where == "server"]
+    steps = steps_of(server, m.host, model_name(m), run_dir.name, m.shape().engine.source.commit)
+    profile = newest_profile(settings.runs_dir, str(m.model.get("sha256", "")), m.host)
+    profiles = [profile] if profile else []
     starts = [float(s) for s in m.results.get("process_start_s", [])]
     share = stored(run_dir, SERVER_SHARE, done)
     first = summary[0] if summary else None
@@ -306,7 +296,7 @@ def stored_comparison(run_dir: Path, m: Manifest, done: bool) -> Comparison:
     sides = [current_manifest(run_dir / s) for s in SIDES if (run_dir / s / "manifest.json").exists()]
     if len(sides) != len(SIDES):
         raise RunError(f"{run_dir.name} has no side {SIDES[len(sides)]} yet (interrupted before it started)")
-    a, b = (ModelRef(str(s.model.get("sha256", "")), str(s.model.get("path", ""))) for s in sides)
+    a, b = (ModelRef.of(s) for s in sides)
     rows: list[CompareRow] = []
     summary: list[CompareRow] = []
     for r in stored(run_dir, VERSUS_ROWS, done):
@@ -314,8 +304,9 @@ def stored_comparison(run_dir: Path, m: Manifest, done: bool) -> Comparison:
         row = CompareRow(key, r.metric, r.a, r.b, r.ratio, of_ratio=r.metric in kind.paired)
         (rows if key else summary).append(row)
     tolerance = float(m.params.get("tolerance") or TOLERANCE)
-    return Comparison(experiment, sides[0].run_id, sides[1].run_id, kind.keys, rows, summary, 0.0, (a, b), True,
-                      tolerance)  # fmt: skip
+    return Comparison(
+        experiment, sides[0].run_id, sides[1].run_id, kind.keys, rows, summary, 0.0, (a, b), True, tolerance
+    )
 
 
 def point_key(text: str, keys: tuple[str, ...]) -> tuple[Any, ...]:

@@ -135,8 +135,10 @@ def replay_tables(
     out = []
     for task in dict.fromkeys(s.task_id for s in steps):
         mine = [s for s in steps if s.task_id == task]
-        out += [_columns(f"{shown(task)}: prompt ms per arm [95% interval]", ARM_COLUMNS, mine, 1),
-                _columns(f"{shown(task)}: today's server per step", CHECK_COLUMNS, mine, 1, STEP_CAPTION)]  # fmt: skip
+        out += [
+            _columns(f"{shown(task)}: prompt ms per arm [95% interval]", ARM_COLUMNS, mine, 1),
+            _columns(f"{shown(task)}: today's server per step", CHECK_COLUMNS, mine, 1, STEP_CAPTION),
+        ]
     head = "per task: prefill seconds per arm [95% interval]"
     out.append(_columns(head, TASK_ANSWER, tasks, 1))
     out.append(_columns(REALISED_TITLE, [c for c in TASK_COLUMNS if c[0] in TASK_CHECKS], tasks, 1))

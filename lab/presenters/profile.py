@@ -68,8 +68,11 @@ def _checks(s: ProfileSummary, depth: int) -> tuple[str, str]:
 def checks_table(rows: list[BandDepth], s: ProfileSummary) -> Table:
     """The band table's checks per depth: TIMED (the per-node sum) / FUSED (the chunk's wall) - 1 and FUSED /
     llama-bench, each [95% interval] with its verdict (`-`: llama-bench did not run at that depth)."""
-    tols = [f"{what} at +-{tol:.0%}" for what, tol in (("TIMED/FUSED", s.timed_tolerance), ("FUSED/bench",
-            s.bench_tolerance)) if tol is not None]  # fmt: skip
+    tols = [
+        f"{what} at +-{tol:.0%}"
+        for what, tol in (("TIMED/FUSED", s.timed_tolerance), ("FUSED/bench", s.bench_tolerance))
+        if tol is not None
+    ]
     t = Table(title="checks per depth [95% interval] and verdict" + (f" ({', '.join(tols)})" if tols else ""))
     for c in ("depth", "TIMED/FUSED - 1", "FUSED/bench"):
         t.add_column(c, justify="right")

@@ -31,7 +31,6 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
-from lab.catalog.headline import HeadlineProfile, HeadlineStep, newest_profile, steps_of
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
@@ -329,17 +328,6 @@ class Sweep(Experiment):
             "points": [p.model_dump(mode="json") for p in self.points],
             "summary": self.summary.model_dump(mode="json") if self.summary else None,
         }
-
-
-def sweep_headline(sweep: Sweep, sess: OpenRun) -> tuple[list[HeadlineStep], list[HeadlineProfile]]:
-    """The answer a finished sweep closes with (lab.presenters.catalog.print_headline): its server points' step with the
-    cache vs re-prefilled, and where the newest profile of its model on this host (from the runs folder) says
-    time goes."""
-    m = sess.run.manifest()
-    server = [p for p in sweep.points if p.where == "server"]
-    steps = steps_of(server, m.host, sess.model.name, sess.run.path.name, m.shape().engine.source.commit)
-    profile = newest_profile(sess.settings.runs_dir, sess.parts.model_record.get("sha256", ""), m.host)
-    return steps, [profile] if profile else []
 
 
 def needs_fill(fills: list[InprocFill], states_dir: Path, sw: SweepSettings) -> bool:
