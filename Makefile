@@ -39,6 +39,9 @@ setup: deps $(VENV)/.installed
 demo: setup
 	@echo "==> experiments: lab sweep"
 	@$(LAB) sweep
+	@echo "==> experiments: lab sweep on the newest llama.cpp release (the answer shows it beside the pin's)"
+	@$(LAB) engine build --engine latest
+	@$(LAB) sweep --engine latest
 	@echo "==> experiments: lab arms"
 	@$(LAB) arms
 	@echo "==> experiments: lab profile"
@@ -60,8 +63,8 @@ demo: setup
 repro: $(VENV)/.installed
 	PATH="$(CURDIR)/$(VENV)/bin:$$PATH" $(VENV)/bin/dvc repro
 
-# the engines only the tests use (the demo builds only the pin's release): the pin with assertions on, and the
-# newest supported llama.cpp with assertions on (the contract tests run on both engines)
+# the engines only the tests use (the demo builds the releases of the pin and the newest): the pin with
+# assertions on, and the newest supported llama.cpp with assertions on (the contract tests run on both engines)
 engine-assert: setup
 	@echo "==> engine assert (the pin, assertions on, for the tests)"
 	@$(LAB) engine build --flavor assert

@@ -23,7 +23,7 @@ from lab.catalog.tables import RUNS, RunRecord, load_table, unflatten
 from lab.core.runs import RunFolder, utc_now
 from lab.core.schemas import ArmStats, Interval, SweepPoint
 from lab.core.schemas.raw import SWEEP_POINTS, SWEEP_SAMPLES
-from lab.experiments.sweep.planning import newest_sweep_points
+from lab.experiments.sweep.planning import measured_before
 
 pytestmark = pytest.mark.fast
 
@@ -168,8 +168,8 @@ def test_a_bad_folder_is_skipped_by_the_newest_run_a_sweep_plans_from(
     capsys.readouterr()
     assert newest_runs(runs, "sweep", SHA, HOST) == [good]
     one_warning(capsys.readouterr().err, bad, CRAFTED[case][1])
-    points, source = newest_sweep_points(runs, SHA, HOST, "server")
-    assert source == f"the spread of {good.name}" and len(points) == 1
+    before = measured_before(runs, SHA, HOST, "server")
+    assert before.source == f"the spread of {good.name}" and len(before.points) == 1
 
 
 @pytest.mark.parametrize("case", ["engine.source is a string", "manifest.json is a JSON list", ".ready is a directory"])
@@ -187,8 +187,8 @@ def test_a_bad_raw_table_of_the_newest_sweep_leaves_the_plan_the_one_before(
     good, bad = sweep(runs, "2026-12-01T00:00:00Z"), sweep(runs, "2026-12-02T00:00:00Z")
     (bad / "raw" / SWEEP_POINTS.file).write_text('{"point": 5}\n')
     capsys.readouterr()
-    points, source = newest_sweep_points(runs, SHA, HOST, "server")
-    assert source == f"the spread of {good.name}" and len(points) == 1
+    before = measured_before(runs, SHA, HOST, "server")
+    assert before.source == f"the spread of {good.name}" and len(before.points) == 1
     one_warning(capsys.readouterr().err, bad, f"{SWEEP_POINTS.file}:1: bad SweepPoint row")
 
 

@@ -208,18 +208,20 @@ def test_a_run_of_one_rep_per_process_still_says_its_spread() -> None:
     assert predicted_reps({"fake/genuine": (c, 0.0)}, {"fake/genuine": (0.03, 0.05)}, 5, 100, 5) == 5
 
 
-def test_the_line_after_the_run_says_how_the_prediction_and_its_revision_did() -> None:
-    from lab.measure.plan import ArmCost, Plan, Rates, plan_line
+def test_the_plan_is_said_as_a_range_and_the_line_after_the_run_says_how_it_did() -> None:
+    from lab.measure.plan import DEFAULT_TOOK, ArmCost, Plan, Rates, plan_line, took_range
 
     rates = Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01)
     first = Plan(design="cumulative", where="server", reps=100, points=8, rates=rates,
                  arms=[ArmCost(arm="fake", what="-", seconds=60.0)], reps_each=[10] * 8,
                  spread_source="the lab's default spread", bound_s=600.0)  # fmt: skip
-    revised = first.model_copy(update={"arms": [ArmCost(arm="fake", what="-", seconds=100.0)], "reps_each": [20] * 8})
-    assert plan_line(first, 90.0, revised).endswith(
-        "; took 1.5 min (1.50x the prediction, 0.90x its revision to 1.7 min)"
-    )
     assert plan_line(first, 90.0).endswith("; took 1.5 min (1.50x the prediction)")
+    # the range: the default until three runs here made a plan, then the newest six runs' narrowest and widest
+    assert took_range([1.1, 0.9])[0] == DEFAULT_TOOK
+    (lo, hi), source = took_range([1.2, 0.8, 1.0, 1.1, 0.9, 1.0, 3.0])  # the seventh is past the newest six
+    assert (lo, hi) == (0.8, 1.2) and source == "the 6 newest runs here took 0.80-1.20x their plan"
+    said = first.model_copy(update={"took": (lo, hi), "took_source": source})
+    assert plan_line(said).startswith(f"predicted 60 s (48 s to 72 s: {source}) for 8 points")
 
 
 def test_the_plan_counts_every_process_a_point_may_need() -> None:
@@ -281,7 +283,7 @@ def test_the_plan_takes_the_spread_of_the_newest_sweep_that_measured_its_place(t
     from lab.core.schemas import ArmStats, Components, Interval
     from lab.core.schemas.raw import SWEEP_POINTS
     from lab.core.schemas.sweep import SweepPoint
-    from lab.experiments.sweep.planning import newest_sweep_points
+    from lab.experiments.sweep.planning import measured_before
 
     def run(started: str, places: tuple[str, ...], sha: str = "m1", host: str = "vm") -> str:
         r = RunFolder.create(tmp_path, "sweep", host, {})
@@ -304,11 +306,11 @@ def test_the_plan_takes_the_spread_of_the_newest_sweep_that_measured_its_place(t
     run("2026-12-04T00:00:00Z", ("inproc",), host="nuc16")  # another host
     RunFolder.create(tmp_path, "sweep", "vm", {}).update(model={"sha256": "m1"})  # running: not complete
     for where, name in (("server", server), ("inproc", both), ("both", both)):
-        points, source = newest_sweep_points(tmp_path, "m1", "vm", where)  # type: ignore[arg-type]
-        assert source == f"the spread of {name}", where
-        assert {p.where for p in points} == ({"server", "inproc"} if where == "both" else {where})
-    points, source = newest_sweep_points(tmp_path, "m3", "vm", "server")
-    assert points == [] and source.startswith("the lab's default spread")
+        before = measured_before(tmp_path, "m1", "vm", where)  # type: ignore[arg-type]
+        assert before.source == f"the spread of {name}", where
+        assert {p.where for p in before.points} == ({"server", "inproc"} if where == "both" else {where})
+    before = measured_before(tmp_path, "m3", "vm", "server")
+    assert before.points == [] and before.source.startswith("the lab's default spread") and before.took == []
 
 
 def test_a_point_measured_here_before_is_predicted_at_the_reps_it_took() -> None:

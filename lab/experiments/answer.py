@@ -76,7 +76,6 @@ class SweepAnswer:
     starts: list[float]
     plan: Plan | None
     took_s: float
-    revised: Plan | None
     steps: list[HeadlineStep]
     profiles: list[HeadlineProfile]
     share: ServerShare | None = None  # the server's per-request share over the grid (raw/server_share.json)
@@ -183,7 +182,7 @@ def model_name(m: Manifest) -> str:
 def sweep_answer(run_dir: Path, m: Manifest, settings: Settings, done: bool) -> SweepAnswer:
     points = grid_order(last_rows(stored(run_dir, SWEEP_POINTS, done)), m.params)
     summary = stored(run_dir, ARMS_SUMMARY, done)
-    plan, took_s, revised = stored_plan(run_dir, m)
+    plan, took_s = stored_plan(run_dir, m)
     # the answer it closes with: its server points' step, and where the newest profile of its model on its host
     # (in the runs folder) says the time goes
     server = [p for p in points if p.where == "server"]
@@ -193,7 +192,7 @@ def sweep_answer(run_dir: Path, m: Manifest, settings: Settings, done: bool) -> 
     starts = [float(s) for s in m.results.get("process_start_s", [])]
     share = stored(run_dir, SERVER_SHARE, done)
     first = summary[0] if summary else None
-    return SweepAnswer(points, first, starts, plan, took_s, revised, steps, profiles, share[0] if share else None)
+    return SweepAnswer(points, first, starts, plan, took_s, steps, profiles, share[0] if share else None)
 
 
 def last_rows(points: list[SweepPoint]) -> list[SweepPoint]:
@@ -217,12 +216,12 @@ def grid_order(points: list[SweepPoint], params: dict[str, Any]) -> list[SweepPo
     return sorted(points, key=lambda p: (at(images, p.image), at(Ls, p.L), at(news, p.new), at(places, p.where)))
 
 
-def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float, Plan | None]:
-    """The plan a sweep printed as it started, what it took, and its revision (results.plan); None when the run
+def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float]:
+    """The plan a sweep printed as it started, and what it took (results.plan); None when the run
     made none. Only what `plan_line` prints is kept (each arm's seconds, the reps, the spread's source)."""
     d = m.results.get("plan")
     if not d:
-        return None, 0.0, None
+        return None, 0.0
     where = str((m.params.get("sweep") or {}).get("where", "server"))
     try:
         reps_each = [int(x) for x in d.get("reps_each") or []]
@@ -235,13 +234,11 @@ def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float, Plan | 
             arms=[ArmCost(arm=str(a), what="", seconds=float(s)) for a, s in d["arms"].items()],
             reps_each=reps_each,
             spread_source=str(d.get("spread_source") or ""),
+            took=(float(d["took"][0]), float(d["took"][1])) if d.get("took") else None,
+            took_source=str(d.get("took_source") or ""),
             bound_s=d.get("bound_s"),
         )
-        revised = None
-        if d.get("revised_s") is not None:
-            total = [ArmCost(arm="all", what="", seconds=float(d["revised_s"]))]
-            revised = plan.model_copy(update={"arms": total, "reps_each": d.get("revised_reps_each") or []})
-        return plan, float(d["actual_s"]), revised
+        return plan, float(d["actual_s"])
     except (ValidationError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise RunError(f"{run_dir / 'manifest.json'}:1: results.plan: {validation_line(e, 'plan')}") from None
 

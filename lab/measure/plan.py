@@ -124,6 +124,10 @@ class Plan(BaseModel):
     reps_each: list[int] = Field(default_factory=list, description="the reps planned at each point")
     spread_source: str = Field(default="", description="a prediction: where the spread it assumes comes from")
     bound_s: float | None = Field(default=None, description="a prediction: the same grid at max_reps everywhere")
+    took: tuple[float, float] | None = Field(
+        default=None, description="a prediction: the range of what runs took against their plan (actual / predicted)"
+    )
+    took_source: str = Field(default="", description="a prediction: the runs that range comes from")
 
     @property
     def total_s(self) -> float:
@@ -264,6 +268,23 @@ DEFAULT_SPREADS: dict[str, Components] = {
 DEFAULT_SPREAD = DEFAULT_SPREADS["server"]
 
 
+# what a first plan's time was off by where no runs here have a plan yet: on a 2-core VM (2026-12-07) six default
+# `lab sweep` and `lab arms` runs took 0.66 to 1.76x their first plan; with runs of its own (PLAN_RUNS of the newest
+# that made a plan) a host's range is theirs
+DEFAULT_TOOK = (0.65, 1.8)
+PLAN_RUNS = 6
+
+
+def took_range(ratios: list[float]) -> tuple[tuple[float, float], str]:
+    """The range a plan is said with: what the newest runs here took against their plans (actual / predicted,
+    newest first), the narrowest and widest of the newest PLAN_RUNS, once there are three; else the default."""
+    mine = ratios[:PLAN_RUNS]
+    if len(mine) < 3:
+        return DEFAULT_TOOK, f"runs took {DEFAULT_TOOK[0]:.2f}-{DEFAULT_TOOK[1]:.2f}x their plan on a 2-core VM"
+    lo, hi = min(mine), max(mine)
+    return (lo, hi), f"the {len(mine)} newest runs here took {lo:.2f}-{hi:.2f}x their plan"
+
+
 def predicted_reps(
     spreads: dict[str, tuple[Components, float]],
     bounds: dict[str, tuple[float, float]],
@@ -392,20 +413,21 @@ def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rate
     return Rates(flat_ms_per_token=flat, attn_ms_per_token_per_1k=max(0.0, slope), source=source)
 
 
-def plan_line(new: Plan, actual_s: float | None = None, revised: Plan | None = None) -> str:
+def plan_line(new: Plan, actual_s: float | None = None) -> str:
     """The plan in one line (a sweep prints it as it starts, and with what it took at the end)."""
     each = sorted(set(new.reps_each))
     if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
         reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
+        span = ""
+        if new.took is not None:
+            lo, hi = (new.total_s * f for f in new.took)
+            span = f" ({fmt_duration(lo)} to {fmt_duration(hi)}: {new.took_source})"
         line = (
-            f"predicted {fmt_duration(new.total_s)} for {new.points} points at {reps} reps each (from "
+            f"predicted {fmt_duration(new.total_s)}{span} for {new.points} points at {reps} reps each (from "
             f"{new.spread_source}); at most {fmt_duration(new.bound_s)} at {new.reps} reps"
         )
     else:
         line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
     if actual_s is not None and new.total_s:
-        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction"
-        if revised is not None and revised.total_s:
-            line += f", {actual_s / revised.total_s:.2f}x its revision to {fmt_duration(revised.total_s)}"
-        line += ")"
+        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction)"
     return line

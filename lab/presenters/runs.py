@@ -44,7 +44,6 @@ def show_sweep(
     starts: list[float],
     plan: Plan | None,
     took_s: float,
-    revised: Plan | None,
     wide: bool = False,
     share: ServerShare | None = None,
 ) -> None:
@@ -52,7 +51,7 @@ def show_sweep(
     against what it took (the answer follows: print_headline)."""
     print_summary(console, points, summary, starts, wide, share)
     if plan is not None:
-        console.print(plan_line(plan, took_s, revised), highlight=False)
+        console.print(plan_line(plan, took_s), highlight=False)
 
 
 def show_profile(

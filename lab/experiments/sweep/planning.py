@@ -7,7 +7,7 @@ from __future__ import annotations
 import math
 import statistics
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
 
@@ -39,6 +39,7 @@ from lab.measure.plan import (
     rates_from_file,
     reps_in_further_process,
     spread_of,
+    took_range,
 )
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
@@ -128,7 +129,7 @@ def pooled_spread(previous: list[SweepPoint], where: Where, name: str) -> Compon
 
 def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to need in this place: what it took in `previous` (the newest sweep
-    measured here) where it stopped decided (a point still open, as in the plan's revision, has not), else from
+    measured here) where it stopped decided, else from
     the spread its ratios had over that grid and how far the point's own sat from 1
     (a point not measured here before: the lab's default spread in this place, lab.measure.plan.DEFAULT_SPREADS).
     A point's own reps are the better guess: the spread's arithmetic assumes the interval narrows as
@@ -159,28 +160,52 @@ def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint
     return out
 
 
-def predicted_plan(settings: Settings, rates: Rates, where: Where, previous: list[SweepPoint], source: str) -> Plan:
-    """The plan at the reps each point is predicted to need, with its bound (every point at max_reps) beside it."""
+@dataclass(frozen=True)
+class Before:
+    """What the sweeps of this model measured here before say of a new one's plan: the newest one's points that
+    measured every place it measures (their spread and reps), where that spread comes from, and what each of the
+    newest runs with a plan took against it (actual / predicted, newest first)."""
+
+    points: list[SweepPoint] = field(default_factory=list)
+    source: str = ""
+    took: list[float] = field(default_factory=list)
+
+
+def predicted_plan(settings: Settings, rates: Rates, where: Where, before: Before) -> Plan:
+    """The plan at the reps each point is predicted to need, said as a range (what runs here took against their
+    plans), with its bound (every point at max_reps) beside it."""
     bound = plans(settings, rates, where)[1]
-    new = plans(settings, rates, where, previous=previous)[1]
-    return new.model_copy(update={"bound_s": bound.total_s, "spread_source": source})
+    new = plans(settings, rates, where, previous=before.points)[1]
+    took, took_source = took_range(before.took)
+    update = {"bound_s": bound.total_s, "spread_source": before.source, "took": took, "took_source": took_source}
+    return new.model_copy(update=update)
 
 
-def newest_sweep_points(runs_dir: Path, model_sha256: str, host: str, where: Where) -> tuple[list[SweepPoint], str]:
-    """The points of the newest complete sweep of this model on this host that measured every place of `where`,
-    and where the prediction's spread comes from (that run, or the lab's default when there is none)."""
+def measured_before(runs_dir: Path, model_sha256: str, host: str, where: Where) -> Before:
+    """The newest complete sweep of this model on this host that measured every place of `where` (else the lab's
+    default spread), and what the newest runs that made a plan took against it."""
     places = {"server", "inproc"} if where == "both" else {where}
+    points: list[SweepPoint] = []
+    source = "the lab's default spread in each place (docs/repetition.md)"
+    took: list[float] = []
     for found in newest_runs(runs_dir, "sweep", model_sha256, host):
         try:
-            rows = RunFolder.open(found).read(SWEEP_POINTS)
+            run = RunFolder.open(found)
+            d = run.manifest().results.get("plan")
+            predicted, actual = (d.get("predicted_s"), d.get("actual_s")) if isinstance(d, dict) else (None, None)
+            if isinstance(predicted, float) and isinstance(actual, float) and predicted > 0:
+                took.append(actual / predicted)
+            if points:
+                continue
+            rows = run.read(SWEEP_POINTS)
         except RunError as e:  # a damaged run is the catalog's to report: the plan takes the one before
             warn(f"{e}; skipped")
             continue
         # a run of one rep per process kept no components: its intervals over processes still say the spread
-        points = [p for p in rows if p.where in places and (p.components or p.fake_vs_genuine_ci)]
-        if places <= {p.where for p in points}:
-            return points, f"the spread of {found.name}"
-    return [], "the lab's default spread in each place (docs/repetition.md)"
+        mine = [p for p in rows if p.where in places and (p.components or p.fake_vs_genuine_ci)]
+        if places <= {p.where for p in mine}:
+            points, source = mine, f"the spread of {found.name}"
+    return Before(points, source, took)
 
 
 def _both(server: Plan, inproc: Plan) -> Plan:
@@ -277,8 +302,8 @@ def predicted_draft(draft: PlanDraft, sides: int = 1) -> Plan:
     from lab.experiments.protocol import resolve_parts
 
     parts = resolve_parts(draft.settings, needs_engine=True)
-    before = newest_sweep_points(draft.settings.runs_dir, parts.model_record["sha256"], parts.shell.name, draft.where)
-    return predicted_plan(draft.settings, draft.rates, draft.where, *before).times(sides)
+    before = measured_before(draft.settings.runs_dir, parts.model_record["sha256"], parts.shell.name, draft.where)
+    return predicted_plan(draft.settings, draft.rates, draft.where, before).times(sides)
 
 
 def rates_for(settings: Settings) -> Rates:
@@ -326,11 +351,11 @@ def plan_of_run(
     fills: list[InprocFill],
     console: Console,
     start_s: float,
-    previous: tuple[list[SweepPoint], str] = ([], ""),
+    before: Before,
 ) -> Plan | None:
     """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks;
     its processes at what starting the first one took (`start_s`); each point at the reps it is predicted to
-    need from the spread of `previous` (a sweep measured here before; else the lab's default), beside the bound."""
+    need from the spread `before` says (a sweep measured here before; else the lab's default), beside the bound."""
     chunks = [(f.L, f.new, f.ms) for f in fills if f.kind == "chunk" and f.new and f.ok]
     if settings.sweep.rates:
         rates = resolve_rates(settings)
@@ -339,35 +364,26 @@ def plan_of_run(
     else:
         return None
     rates = rates.model_copy(update={"process_start_s": start_s})
-    new = predicted_plan(settings, rates, where, *previous)
+    new = predicted_plan(settings, rates, where, before)
     counted = not settings.sweep.n_out or rates.decode_ms_per_token is not None
     uncounted = "" if counted else ", the decode of sweep.n_out not counted"
     console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source}{uncounted})", highlight=False)
     return new
 
 
-def revise_plan(settings: Settings, first: Plan, points: list[SweepPoint], processes: int, console: Console) -> Plan:
-    """The plan again once the run's first processes have measured every point's spread: each point at the reps
-    its own components now predict (lab.measure.plan.predicted_reps), at the rates and start cost of the first plan."""
-    source = f"this run's first {processes} processes"
-    revised = predicted_plan(settings, first.rates, first.where, points, source)
-    console.print(f"plan revised: {plan_line(revised)}", highlight=False)
-    return revised
-
-
-def plan_results(new: Plan | None, actual_s: float, revised: Plan | None = None) -> dict[str, Any]:
+def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:
     if new is None:
         return {}
     return {
         "plan": {
             "predicted_s": new.total_s,
-            "revised_s": revised.total_s if revised else None,
-            "revised_reps_each": revised.reps_each if revised else None,
             "bound_s": new.bound_s,
             "actual_s": actual_s,
             "reps": new.reps,
             "reps_each": new.reps_each,
             "spread_source": new.spread_source,
+            "took": list(new.took) if new.took else None,
+            "took_source": new.took_source,
             "rates": new.rates.model_dump(mode="json"),
             "arms": {a.arm: a.seconds for a in new.arms},
         }

@@ -61,7 +61,7 @@ from lab.experiments.sweep.estimate import (
 )
 from lab.experiments.sweep.grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep.inproc import InprocPlace, restore_summary
-from lab.experiments.sweep.planning import newest_sweep_points, plan_of_run, plan_results, revise_plan
+from lab.experiments.sweep.planning import measured_before, plan_of_run, plan_results
 from lab.experiments.sweep.rounds import Ledger, Place, done_points
 from lab.experiments.sweep.server import ServerPlace
 from lab.experiments.sweep.share import share_fit
@@ -118,7 +118,6 @@ class Sweep(Experiment):
         self.shape: MemoryShape | None = None
         self.n_vocab = 0
         self.plan: Plan | None = None
-        self.revised: Plan | None = None  # the plan from this run's own spread, once its first processes are in
         self.saved: SavedStates | None = None  # the run's saved depth-L slot files, made once
         self.took_s = 0.0
 
@@ -176,7 +175,7 @@ class Sweep(Experiment):
                 tokens = stream_tokens(sw, self.n_vocab, max(news)) if self.driver else []
                 scratch = Scratch(slots, states, tokens)
                 task = progress.add_task(f"{self.label}sweep", total=book.planned(todo))
-                process = first = book.next_process()
+                process = book.next_process()
                 while todo:
                     progress.update(task, description=f"{self.label}process {process + 1}")
                     with contextlib.ExitStack() as stack:
@@ -186,7 +185,7 @@ class Sweep(Experiment):
                         book.starts.append(time.monotonic() - t0 - (sum(f.ms for f in fills) / 1e3 - filled))
                         if self.plan is None and self.driver:  # the plan, from the first fill pass's chunks
                             host, sha = run.manifest().host, sess.parts.model_record.get("sha256", "")
-                            before = newest_sweep_points(settings.runs_dir, sha, host, sw.where)
+                            before = measured_before(settings.runs_dir, sha, host, sw.where)
                             self.plan = plan_of_run(
                                 settings, sw.where, fills, progress.console, book.starts[-1], before
                             )
@@ -198,9 +197,6 @@ class Sweep(Experiment):
                                 done[(where, p.id)] = point
                     ended, process = process, process + 1
                     todo = self.todo(sw, done)
-                    if todo and self.plan is not None and self.revised is None and process - first == sw.processes:
-                        now = [*done.values(), *book.last.values()]
-                        self.revised = revise_plan(settings, self.plan, now, sw.processes, progress.console)
                     paused = time.monotonic()
                     yield ended  # a process ends here (an interleaved run measures the other side's next)
                     started += time.monotonic() - paused  # its own time, not the other side's
@@ -209,7 +205,7 @@ class Sweep(Experiment):
         self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
         self.summarize_grid(run, sw, fills)
         self.took_s = time.monotonic() - started
-        results = plan_results(self.plan, self.took_s, self.revised)
+        results = plan_results(self.plan, self.took_s)
         if book.starts:
             results["process_start_s"] = book.starts
         return Outcome(results=results, failure=all_failed(self.points))
