@@ -2,7 +2,7 @@
 
 Two designs of a comparison of two configurations:
 - interleaved (`--vs`, lab.experiments.versus): one run, both configurations in alternating processes, B/A
-  paired by slot. An A/A pair is one run with `--vs same`.
+  paired by process pair. An A/A pair is one run with `--vs same`.
 - separate: two runs back to back and `lab compare` (B/A from two runs' samples, unpaired). An A/A pair is
   two runs of the same settings.
 
@@ -45,7 +45,7 @@ from lab.experiments.conversation import Replay
 from lab.experiments.decode import DecodeCheck
 from lab.experiments.profile.run import Profile
 from lab.experiments.protocol import Experiment, run_experiment
-from lab.experiments.sweep.planning import predicted_plan, rates_for
+from lab.experiments.sweep.planning import Before, predicted_plan, rates_for
 from lab.experiments.sweep.run import Sweep
 from lab.experiments.versus import run_versus
 from lab.experiments.versus.config import paired_design
@@ -140,7 +140,7 @@ def faster(c: Comparison) -> tuple[int, int]:
 def plan_of(settings: Settings) -> float:
     """What `lab sweep --plan --vs same` predicts for the interleaved sweep (seconds)."""
     s = paired_design(settings)
-    return predicted_plan(s, rates_for(s), s.sweep.where, [], "").times(2).total_s
+    return predicted_plan(s, rates_for(s), s.sweep.where, Before()).times(2).total_s
 
 
 def table(cells: dict[tuple[str, str], Cell], pairs: int, runs: Path) -> Table:

@@ -21,6 +21,7 @@ from lab.core.runs import RunFolder
 from lab.core.schemas import (
     ArmStats,
     BandDepth,
+    Interval,
     PrefillTps,
     ProfileSummary,
     ProfileWall,
@@ -44,6 +45,11 @@ def arm(rng: random.Random, ms: float) -> ArmStats:
     return ArmStats(median_ms=ms, min_ms=ms * 0.95, max_ms=ms * 1.1, n_ok=5)
 
 
+def ratio(rng: random.Random) -> Interval:
+    r = 1 + rng.uniform(-0.05, 0.05)
+    return Interval(value=r, lo=r * 0.97, hi=r * 1.03, n=5)
+
+
 def sweep_run(root: Path, rng: random.Random) -> None:
     run = RunFolder.create(root, "sweep", f"host{rng.randrange(4)}", {})
     points, samples, tps = [], [], []
@@ -55,8 +61,7 @@ def sweep_run(root: Path, rng: random.Random) -> None:
                 point=pid, L=L, new=new, n_kv_padded=(L + new + 255) // 256 * 256, measurable=True,
                 baseline=arm(rng, est * L / new), fake=arm(rng, est * rng.uniform(0.95, 1.05)),
                 genuine=arm(rng, est), prefill_tps=new / est * 1000, opt_prefill_ms=est,
-                fake_vs_estimate=rng.uniform(-0.05, 0.05), fake_vs_genuine=rng.uniform(-0.05, 0.05),
-                fake_vs_baseline=new / L,
+                fake_vs_estimate_ci=ratio(rng), fake_vs_genuine_ci=ratio(rng),
             ))  # fmt: skip
             for rep in range(5):
                 for a in ("baseline", "fake", "genuine"):

@@ -80,8 +80,8 @@ def main() -> int:
             p.genuine_verdict != "undecided" and p.estimate_verdict in ("agree", "disagree", None) for p in pts
         )
         agree = sum(p.genuine_verdict == "agree" for p in pts)
-        est = median_interval([abs(p.fake_vs_estimate) for p in pts if p.measurable and p.fake_vs_estimate is not None],
-                              key=name)  # fmt: skip
+        gaps = [abs(p.fake_vs_estimate_ci.value - 1) for p in pts if p.measurable and p.fake_vs_estimate_ci]
+        est = median_interval(gaps, key=name)
         per = f"{wall / decided:.1f} s per decided point" if decided else "no point decided"
         console.print(f"{name}: {wall:.0f} s, {sum(p.reps for p in pts)} reps; {decided}/{len(pts)} points decided "
                       f"({per}); fake/genuine agrees at {agree}/{len(pts)}; median |fake/estimate - 1| "

@@ -122,14 +122,17 @@ def test_a_point_summary_pairs_by_rep() -> None:
     assert p.restore_vs_memcpy_ci is not None and p.restore_vs_memcpy_ci.value == pytest.approx(0.5)
     assert p.restore_gbps_ci is not None and p.restore_gbps_ci.value == pytest.approx(300500 / 0.5 / 1e6)
     assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(0.1)
-    # decided without the estimate: in one process it comes from the fill passes, and no rep narrows it
-    assert decided(p, SweepSettings(target=0.03, arms=["fake", "genuine", "plain", "estimate"]))
+    # a sweep that measures the estimate waits for it: in one process fake / estimate is a check, paired by rep
+    assert decided(p, SweepSettings(target=0.03, arms=["fake", "genuine", "plain"]))
+    assert p.fake_vs_estimate_ci is None and p.estimate_verdict == "undecided"
+    assert not decided(p, SweepSettings(target=0.03, arms=["fake", "genuine", "plain", "estimate"]))
     assert p.diagnostics == []
 
 
-def test_the_fill_passes_give_the_baseline_and_the_estimate() -> None:
-    """The baseline is the prefix sum of a pass's segments up to L plus the chunk at L; the estimate is the
-    chunk; fake/baseline falls back to them (unpaired) without direct baseline reps."""
+def test_the_fill_passes_give_the_baseline_and_never_the_estimate() -> None:
+    """The baseline is the prefix sum of a pass's segments up to L plus the chunk at L; fake/baseline falls back
+    to them (unpaired) without direct baseline reps. The estimate is only ever the chunk beside the reps: the fill
+    passes' chunks give none."""
     f = fills([300, 700], 16, 3)
     assert fill_values(f, 700, 16)[:2] == ([210.0, 212.1, 214.2], [10.0, 10.1, 10.2])
     assert fill_values(f, 300, 16)[:2] == ([110.0, 111.1, 112.2], [10.0, 10.1, 10.2])
@@ -137,9 +140,8 @@ def test_the_fill_passes_give_the_baseline_and_the_estimate() -> None:
     p = inproc(700, rows("L700_n16", 700, 5, {"fake": 10.1, "genuine": 10.0}), f)
     assert p.baseline_fill.n_ok == 3 and p.baseline_fill.median_ms == pytest.approx(212.1)
     assert p.baseline == p.baseline_fill and p.baseline_source == "fill passes"  # no direct reps
-    assert p.estimate_ci is not None and p.estimate_ci.value == pytest.approx(10.1) and p.estimate_ci.n == 3
     assert p.fake_vs_baseline_ci is not None and p.fake_vs_baseline_ci.value == pytest.approx(10.1 / 212.1, rel=0.02)
-    assert p.fake_vs_estimate_ci is not None and p.fake_vs_estimate_ci.lo < 1.0 < p.fake_vs_estimate_ci.hi + 0.02
+    assert p.estimate_ci is None and p.fake_vs_estimate_ci is None and p.opt_prefill_ms is None
 
 
 def test_a_disagreeing_point_says_what_to_check() -> None:

@@ -341,9 +341,10 @@ def test_too_wide_names_what_calls_for_another_process() -> None:
     assert "crossover" in too_wide(s, 0.05) and too_wide(s, 0.6) == ""
 
 
-def test_references_are_decided_by_slot() -> None:
+def test_references_are_decided_by_process_pair() -> None:
     """FUSED / llama-bench pairs each instrument process with the llama-bench process after it, its interval
-    over those slots; a verdict for each reference at its tolerance, and what is still undecided named by depth."""
+    over those process pairs; a verdict for each reference at its tolerance, and what is still undecided named by
+    depth."""
     s = ProfileSummary(
         max_depth=512, crossover_depth=None, crossover_note="-", attn_slope_ms_per_token_per_1k=0.0,
         attn_intercept_ms_per_token=0.0, attn_r2=1.0, flat_cv={}, timed_vs_fused_gap={}, timed_vs_fused_gap_mean=0.0,
@@ -363,7 +364,7 @@ def test_references_are_decided_by_slot() -> None:
     assert s.fused_vs_bench["512"] == pytest.approx(130 / 110, rel=0.002)
     assert s.fused_vs_bench_verdict == {"0": "agree", "512": "disagree"}
     assert s.timed_vs_fused_verdict == {"0": "agree", "512": "undecided"}
-    # over both depths: per slot the geometric mean of its depths' ratios
+    # over both depths: per process pair the geometric mean of its depths' ratios
     assert s.fused_vs_bench_all is not None
     assert s.fused_vs_bench_all.value == pytest.approx(math.sqrt(130 / 110), rel=0.005)
     assert undecided_references(s) == "TIMED/FUSED is undecided at depth 512"

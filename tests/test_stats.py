@@ -371,7 +371,7 @@ def test_drawing_in_blocks_gives_the_numbers_one_whole_draw_gave(
 
 
 def test_every_bootstrap_gives_the_same_numbers_whatever_its_block(monkeypatch: pytest.MonkeyPatch) -> None:
-    """Paired slots, step shares, two runs' ratio and plain resamples: the same numbers from small blocks of odd
+    """Process pairs, step shares, two runs' ratio and plain resamples: the same numbers from small blocks of odd
     sizes, the lab's block, and one block holding every resample (what one whole draw gave)."""
     from lab.core import bootstrap
 
@@ -382,9 +382,9 @@ def test_every_bootstrap_gives_the_same_numbers_whatever_its_block(monkeypatch: 
     xa, xb = rng.lognormal(0, 0.1, 40).tolist(), rng.lognormal(0, 0.1, 30).tolist()
 
     def numbers() -> list[object]:
-        slots = stats.paired_slots(a, b, "k")[1]
+        pairs = stats.paired_processes(a, b, "k")[1]
         ratio = stats.unpaired(xa, xb, "k", [i % 4 for i in range(40)], None)[1]
-        return [slots, ratio, step_median_share(gain, saving, "k"), np.array(list(stats.resamples(23, "k", 300)))]
+        return [pairs, ratio, step_median_share(gain, saving, "k"), np.array(list(stats.resamples(23, "k", 300)))]
 
     lab_s = numbers()
     for block in (2003, 1 << 40):
@@ -426,13 +426,13 @@ def test_a_bootstrap_holds_a_few_blocks_whatever_n(case: str, monkeypatch: pytes
     assert iv is not None and iv.n == n and 0.99 < iv.lo <= iv.hi < 1.01 and 0.99 < iv.value < 1.01, iv  # median 1
 
 
-def test_slot_step_and_plain_resamples_hold_a_few_blocks() -> None:
-    """The other bootstraps alike: 500 slots of 4 reps (one whole draw: 4000 x 2000 cells), 50 reps of a
+def test_pair_step_and_plain_resamples_hold_a_few_blocks() -> None:
+    """The other bootstraps alike: 500 process pairs of 4 reps (one whole draw: 4000 x 2000 cells), 50 reps of a
     200-step conversation (1000 x 50 x 200), a profile's 400 resamples of 100k cycles."""
     rng = np.random.default_rng(2)
     a = {(s, r): float(x) for s in range(500) for r in range(4) for x in [rng.lognormal(0, 0.1)]}
     b = {k: 1.05 * v for k, v in a.items()}
-    (iv, _), peak = peak_mib(lambda: stats.paired_slots(a, b, "slots"))
+    (iv, _), peak = peak_mib(lambda: stats.paired_processes(a, b, "pairs"))
     assert peak < 48 and iv is not None and iv.lo <= 1 / 1.05 <= iv.hi, (peak, iv)
     gain = {r: rng.normal(0.05, 0.01, 200).tolist() for r in range(50)}
     saving = {r: rng.normal(1.0, 0.01, 200).tolist() for r in range(50)}

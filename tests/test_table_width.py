@@ -275,11 +275,11 @@ def closing_tables(wide: bool = False) -> dict[str, Table]:
         ("sweep both places", sweep_points() + sweep_points("inproc")),
     ):
         summary = ArmsSummary(restore_vs_memcpy_ci=iv(0.49), restore_gbps_ci=iv(4.9), memcpy_gbps_ci=iv(10.1))
-        grab(label, show_sweep, points, summary, [1.5], None, 0.0, None)
+        grab(label, show_sweep, points, summary, [1.5], None, 0.0)
         share = ServerShare(fixed_ms_ci=iv(1.234), per_new_ms_ci=iv(0.0123), per_1k_cached_ms_ci=iv(0.0456),
                             share_ci=iv(1.023, 0.01), points=8, processes=8)  # fmt: skip
         with_share = functools.partial(show_sweep, share=share)
-        grab(label + " share", with_share, points, summary, [1.5], None, 0.0, None)
+        grab(label + " share", with_share, points, summary, [1.5], None, 0.0)
     rows, summary, prediction, cost = profile_records()
     grab("profile", show_profile, rows, summary, prediction, cost)
     model = "Holo3-35B-A3B-Q4_K_M.gguf"

@@ -90,7 +90,7 @@ def test_reads_back_with_gguf_reader(reader: Any) -> None:
 
 
 def test_tokenizer_copied(small_model: Path, vocab: Path) -> None:
-    """Verbatim, except that the Qwen added tokens fill their [PAD] slots at their real ids."""
+    """Verbatim, except that the Qwen added tokens fill their [PAD] entries at their real ids."""
     src = {k: v for k, v in _kv(vocab).items() if k.startswith("tokenizer.")}
     out = _kv(small_model)
     tokens, types = list(src["tokenizer.ggml.tokens"]), list(src["tokenizer.ggml.token_type"])

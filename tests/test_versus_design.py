@@ -1,5 +1,5 @@
-"""The interleaved run's design without an engine: the second configuration (`--vs`), the slot order, the paired
-interval, and the refusals a user meets before anything is created."""
+"""The interleaved run's design without an engine: the second configuration (`--vs`), the process pairs' order, the
+interval paired by process pair, and the refusals a user meets before anything is created."""
 
 from __future__ import annotations
 
@@ -12,8 +12,8 @@ from labcli import lab
 
 from lab.core.errors import UsageError
 from lab.core.settings import Settings
-from lab.core.stats import paired_slots, unpaired
-from lab.experiments.versus.config import paired_design, parse_vs, side_b, slot_order
+from lab.core.stats import paired_processes, unpaired
+from lab.experiments.versus.config import pair_order, paired_design, parse_vs, side_b
 
 pytestmark = pytest.mark.fast
 
@@ -70,29 +70,29 @@ def test_both_sides_get_the_same_reps_and_cycles(settings: Settings) -> None:
     assert (d.sweep.reps, d.sweep.min_reps, d.sweep.max_reps, d.profile.max_processes) == (4, 4, 4, None)
 
 
-def test_slots_alternate_in_balanced_random_blocks() -> None:
-    orders = [slot_order(k, seed=7) for k in range(40)]
-    assert orders == [slot_order(k, seed=7) for k in range(40)]  # a resumed run goes on with the same order
+def test_process_pairs_alternate_in_balanced_random_twos() -> None:
+    orders = [pair_order(k, seed=7) for k in range(40)]
+    assert orders == [pair_order(k, seed=7) for k in range(40)]  # a resumed run goes on with the same order
     for k in range(0, 40, 2):
         assert orders[k] == orders[k + 1][::-1] and set(orders[k]) == {"a", "b"}
     firsts = [o[0] for o in orders[::2]]
     assert 5 <= firsts.count("a") <= 15  # random, neither side always first
-    assert [slot_order(k, seed=8) for k in range(40)] != orders
+    assert [pair_order(k, seed=8) for k in range(40)] != orders
 
 
-def slot_samples(rng: np.random.Generator, drift: np.ndarray, reps: int, noise: float) -> dict[tuple[int, int], float]:
+def pair_samples(rng: np.random.Generator, drift: np.ndarray, reps: int, noise: float) -> dict[tuple[int, int], float]:
     return {(s, r): 100 * d * math.exp(rng.normal(0, noise)) for s, d in enumerate(drift) for r in range(reps)}
 
 
 def test_the_paired_interval_holds_on_a_drifting_host_and_is_narrower() -> None:
-    # the host's level moves from one slot to the next by 10% (minutes apart), a rep by 1%: both sides of a slot
-    # share its level, so B/A paired by slot holds at ~95% and is far narrower than the unpaired one
+    # the host's level moves from one process pair to the next by 10% (minutes apart), a rep by 1%: both sides of
+    # a pair share its level, so B/A paired by process pair holds at ~95% and is far narrower than the unpaired one
     trials, missed, ratio_width = 200, 0, []
     for t in range(trials):
         rng = np.random.default_rng(t)
         drift = np.exp(rng.normal(0, 0.10, 5))
-        a, b = slot_samples(rng, drift, 2, 0.01), slot_samples(rng, drift, 2, 0.01)
-        iv, draws = paired_slots(b, a, str(t))
+        a, b = pair_samples(rng, drift, 2, 0.01), pair_samples(rng, drift, 2, 0.01)
+        iv, draws = paired_processes(b, a, str(t))
         assert iv is not None and draws is not None and iv.processes == 5 and iv.n == 10
         missed += not (iv.lo <= 1 <= iv.hi)
         keys = sorted(a)
@@ -101,24 +101,24 @@ def test_the_paired_interval_holds_on_a_drifting_host_and_is_narrower() -> None:
         ratio_width.append((iv.hi - iv.lo) / (un.hi - un.lo))
     assert missed / trials <= 0.07, missed / trials
     assert float(np.median(ratio_width)) < 0.35
-    # and it keeps its power: 5% slower on every slot is called at (nearly) every trial
+    # and it keeps its power: 5% slower in every process pair is called at (nearly) every trial
     called = 0
     for t in range(30):
         rng = np.random.default_rng(1000 + t)
         drift = np.exp(rng.normal(0, 0.10, 5))
-        a, b = slot_samples(rng, drift, 2, 0.01), slot_samples(rng, drift, 2, 0.01)
-        iv, _ = paired_slots({k: 1.05 * v for k, v in b.items()}, a, str(t))
+        a, b = pair_samples(rng, drift, 2, 0.01), pair_samples(rng, drift, 2, 0.01)
+        iv, _ = paired_processes({k: 1.05 * v for k, v in b.items()}, a, str(t))
         called += iv is not None and iv.lo > 1
     assert called >= 28
 
 
-def test_paired_slots_use_only_what_both_sides_have() -> None:
+def test_paired_processes_use_only_what_both_sides_have() -> None:
     a = {(0, 0): 10.0, (0, 1): 11.0, (1, 0): 10.0, (2, 0): 12.0}
     b = {(0, 0): 20.0, (0, 1): 22.0, (1, 0): 20.0}
-    iv, _ = paired_slots(b, a, "k")
+    iv, _ = paired_processes(b, a, "k")
     assert iv is not None and iv.value == pytest.approx(2.0) and iv.n == 3 and iv.processes == 2
-    assert paired_slots({}, a) == (None, None)
-    assert paired_slots({(0, 0): 1.0}, {(0, 0): 0.0}) == (None, None)
+    assert paired_processes({}, a) == (None, None)
+    assert paired_processes({(0, 0): 1.0}, {(0, 0): 0.0}) == (None, None)
 
 
 def test_a_bad_vs_creates_nothing(tmp_path: Path) -> None:

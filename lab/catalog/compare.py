@@ -16,14 +16,14 @@ from typing import Any, NamedTuple
 
 from lab.catalog.folders import current_manifest, read_manifest
 from lab.catalog.ingest import run_rows
+from lab.catalog.pair_table import PairOf, count_paired, pairs_of, read_pairs
 from lab.catalog.samples import TOTAL_BAND, Samples, Side, present, samples_of
-from lab.catalog.slot_table import SlotOf, count_paired, read_slots, slots_of
 from lab.catalog.tables import load_table
 from lab.core.errors import LabError, warn
 from lab.core.releases import engine_label
 from lab.core.runs import Manifest, match_run_id
 from lab.core.schemas import BANDS, Interval, VersusRow
-from lab.core.stats import geomean_ratio, paired_slots, run_drift_factors, unpaired, verdict
+from lab.core.stats import geomean_ratio, paired_processes, run_drift_factors, unpaired, verdict
 
 
 class CompareError(LabError):
@@ -40,7 +40,7 @@ class Kind:
     samples: tuple[str, ...]  # the tables of the samples behind them (for the intervals)
     keys: tuple[str, ...]
     metrics: dict[str, str]  # column -> what it is called in charts
-    paired: frozenset[str] = frozenset()  # ratios of two arms within a process: no run drift, not a time
+    paired: frozenset[str] = frozenset()  # ratios of two arms paired by rep (one process): no run drift, not a time
 
 
 KINDS = {
@@ -88,7 +88,7 @@ class CompareRow:
     metric: str
     a: float | None
     b: float | None
-    ci: Interval | None = None  # B/A from the samples of both runs (unpaired), when they have samples
+    ci: Interval | None = None  # B/A from both runs' samples (unpaired, or paired by process pair), when they have any
     draws: Any = field(default=None, repr=False, compare=False)  # its bootstrap draws (for the geomean)
     of_ratio: bool = False  # the metric is a ratio of two arms (fake / genuine), not a time: higher or lower
 
@@ -140,7 +140,7 @@ class Comparison:
     summary: list[CompareRow] = field(default_factory=list)  # the geometric mean per metric over the keys
     drift: float = 0.0  # the run level's spread the intervals carry (0: none, only processes and reps)
     models: tuple[ModelRef, ModelRef] | None = None  # what each run measured
-    paired: bool = False  # the two sides of one interleaved run, paired by process slot (lab.experiments.versus)
+    paired: bool = False  # the two sides of one interleaved run, paired by process pair (lab.experiments.versus)
     tolerance: float | None = None  # the verdicts' tolerance (faster / slower / same / undecided), when called
 
     @property
@@ -238,15 +238,16 @@ def compare_rows(
     b_side: Side,
     drift: float = 0.0,
     paired: bool = False,
-    slots: tuple[SlotOf, SlotOf] | None = None,
+    pairs: tuple[PairOf, PairOf] | None = None,
 ) -> tuple[list[CompareRow], list[CompareRow]]:
     """B/A rows for every key either run has (a side it lacks is None), each with the interval of B/A from
     both runs' samples; and per metric the geometric mean over the keys both have. Profiles also get one
     TOTAL_BAND row per depth: the FUSED chunk wall, which is what the bands share. `drift`: the host's
     run-to-run spread (log SD, measured by the A/A test), one draw of it shared by every row of a bootstrap
     replicate, since a run's drift moves all of its points alike. `paired`: the two sides of one interleaved
-    run (lab.experiments.versus), their processes paired by slot: B/A resamples slots, then reps, on both;
-    `slots`: each side's processes with the slot each ran in (lab.catalog.slot_table), None: by number."""
+    run (lab.experiments.versus), their processes paired by process pair: B/A resamples pairs, then reps, on
+    both; `pairs`: each side's processes with the process pair each ran in (lab.catalog.pair_table), None: by
+    number."""
     kind = KINDS[experiment]
 
     def keyed(rows: list[dict[str, Any]]) -> dict[tuple[Any, ...], dict[str, Any]]:
@@ -271,8 +272,8 @@ def compare_rows(
             tag = f"{key}/{metric}"
             drifts = None if metric in kind.paired else shared
             if paired:
-                slot_a, slot_b = slots if slots is not None else (None, None)
-                ci, draws = paired_slots(xb.by_slot(slot_b), xa.by_slot(slot_a), tag)
+                pair_a, pair_b = pairs if pairs is not None else (None, None)
+                ci, draws = paired_processes(xb.by_pair(pair_b), xa.by_pair(pair_a), tag)
             else:
                 ci, draws = unpaired(xb.values, xa.values, tag, xb.procs, xa.procs, drifts)
             rows.append(CompareRow(key, metric, va, vb, ci, draws, metric in kind.paired))
@@ -306,9 +307,9 @@ def compare_runs(
     drift: float = 0.0,
     paired: bool = False,
     tolerance: float | None = None,
-    slots: tuple[SlotOf, SlotOf] | None = None,
+    pairs: tuple[PairOf, PairOf] | None = None,
 ) -> Comparison:
-    """Two run folders (complete or not: what they hold so far); `drift`, `paired`, `slots`: see compare_rows;
+    """Two run folders (complete or not: what they hold so far); `drift`, `paired`, `pairs`: see compare_rows;
     each row is called faster, slower, the same or undecided at `tolerance` (TOLERANCE unless given)."""
     ma, mb = current_manifest(run_a), current_manifest(run_b)
     name = _check(ma.experiment, mb.experiment)
@@ -317,12 +318,12 @@ def compare_runs(
     def side(run: Path, experiment: str) -> Side:
         return {t: run_rows(run, experiment, t) for t in (kind.table, *kind.samples)}
 
-    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift, paired, slots)
+    rows, summary = compare_rows(name, side(run_a, ma.experiment), side(run_b, mb.experiment), drift, paired, pairs)
     models = tuple(ModelRef.of(m) for m in (ma, mb))
     names = (ma.run_id, mb.run_id) if paired else (run_a.name, run_b.name)
-    pair = (models[0], models[1])
+    refs = (models[0], models[1])
     tol = TOLERANCE if tolerance is None else tolerance
-    return Comparison(name, *names, kind.keys, rows, summary, drift, pair, paired, tol)
+    return Comparison(name, *names, kind.keys, rows, summary, drift, refs, paired, tol)
 
 
 def compare_catalog(catalog_dir: Path, ref_a: str, ref_b: str, drift: float = 0.0) -> Comparison:
@@ -362,17 +363,17 @@ def is_versus(run: Path) -> bool:
 
 
 def compare_sides(run: Path, tolerance: float | None = None) -> Comparison:
-    """B/A of an interleaved run: its two sides' processes paired by the slot each ran in (raw/slots.jsonl), each
-    row called at the run's tolerance (or `tolerance`). A run without a slot that holds both sides (interrupted
-    in its first) gets B/A without intervals, and a warning saying why."""
+    """B/A of an interleaved run: its two sides' processes paired by the process pair each ran in
+    (raw/pairs.jsonl), each row called at the run's tolerance (or `tolerance`). A run without a process pair that
+    holds both sides (interrupted in its first) gets B/A without intervals, and a warning saying why."""
     m = read_manifest(run)
     if not m.experiment.endswith(VERSUS):
         raise CompareError(f"{run.name} is a {m.experiment} run, not an interleaved run of two configurations")
     for side in ("a", "b"):
         if not (run / side / "manifest.json").exists():
             raise CompareError(f"{run.name} has no side {side} yet (interrupted before it started: resume it)")
-    rows = read_slots(run)
+    rows = read_pairs(run)
     if not count_paired(rows):
-        warn(f"{run.name}: no slot holds a process of each side (raw/slots.jsonl): B/A without an interval")
+        warn(f"{run.name}: no process pair holds a process of each side (raw/pairs.jsonl): B/A without an interval")
     tol = tolerance or m.params.get("tolerance", TOLERANCE)
-    return compare_runs(run / "a", run / "b", paired=True, tolerance=tol, slots=slots_of(rows))
+    return compare_runs(run / "a", run / "b", paired=True, tolerance=tol, pairs=pairs_of(rows))

@@ -5,7 +5,7 @@ deepest depth and where attention overtakes the MoE FFN.
 Both numbers of a step, and so its speedup, come from one place, named on its line: through llama-server where
 the sweep ran direct baseline reps (`--arms baseline,...`: each prefills L + new from nothing, paired by rep with
 the fake arm), else in one process (libllama, the engine alone), where each fill pass times the step after its
-real prefix and the prefix sum to L + new, paired by pass. The default is the second: a direct baseline at
+real prefix and the prefix sum to L + new, paired by fill pass. The default is the second: a direct baseline at
 every rep is the expensive control (on the reference host's rates, five reps of a 4k-40k grid cost 4.2 h against
 13 min for a fill pass). The server's fake-prefix step, what an agent pays, stands beside it with the server's
 per-request share. Every line and table names the llama.cpp it was measured on.
@@ -41,7 +41,7 @@ class HeadlineStep(BaseModel):
     paired_by: str = "rep"  # what the speedup's ratios are paired by: rep (server), fill pass (in one process)
     cached_ms: Interval | None = None  # the step with the first L tokens cached
     reprefill_ms: Interval | None = None  # all L + new prefilled from nothing, in the same place
-    speedup: Interval | None = None  # reprefill / cached, paired
+    speedup: Interval | None = None  # reprefill / cached, paired by `paired_by`
     server_ms: Interval | None = None  # the fake-prefix step through llama-server, as an agent pays it
     server_share: Interval | None = None  # through the server / in one process, the same cached step, paired by rep
 
@@ -178,7 +178,8 @@ STEPS_NOTE = (
     "With the cache: the first L tokens cached; re-prefilled: all L + new tokens prefilled from nothing; speedup: "
     "re-prefilled / with the cache. Through llama-server: the fake-prefix arm and the direct baseline, paired by "
     "rep. In one process (libllama, no server): each fill pass's step after its real depth-L prefix and its "
-    "prefix sum to L + new, paired by pass; the lines above add the server's fake-prefix step, what an agent pays. "
+    "prefix sum to L + new, paired by fill pass; the lines above add the server's fake-prefix step, what an agent "
+    "pays. "
     "The newest complete sweep per host, model and engine."
 )
 PROFILES_TITLE = "where a prefill chunk's time goes at depth {depth:,} (share per band)"

@@ -37,8 +37,8 @@ def compute_metrics(frames: dict[str, Any]) -> dict[str, Any]:
         usable = points[points["measurable"]]
         out["sweep"] = {
             "runs": int(points["run_id"].nunique()),
-            "median_abs_fake_vs_genuine": _median_abs(usable["fake_vs_genuine"], "genuine"),
-            "median_abs_fake_vs_estimate": _median_abs(usable["fake_vs_estimate"], "estimate"),
+            "median_abs_fake_vs_genuine": _median_abs(usable["fake_vs_genuine_ci_value"] - 1, "genuine"),
+            "median_abs_fake_vs_estimate": _median_abs(usable["fake_vs_estimate_ci_value"] - 1, "estimate"),
         }
     summary = frames["profile_summary"]
     if len(summary):

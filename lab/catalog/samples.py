@@ -7,7 +7,7 @@ from collections.abc import Mapping
 from typing import Any, NamedTuple
 
 from lab.core.schemas import InprocFill
-from lab.core.stats import SlotRep
+from lab.core.stats import PairRep
 from lab.measure.fills import fill_values
 
 TOTAL_BAND = "all bands (FUSED chunk)"
@@ -27,20 +27,20 @@ class Samples(NamedTuple):
     procs: list[int]
     reps: list[int]
 
-    def by_slot(self, slot_of: Mapping[int, int] | None = None) -> dict[SlotRep, float]:
-        """The samples keyed by (slot, i): the i-th of that slot in rep order, what pairs them with the other
-        configuration's of the same slot in an interleaved run. `slot_of`: the slot each process ran in (its
-        side's rows of raw/slots.jsonl); a process it lacks (one an interruption cut short before its row) is
-        left out. Without it a process's number stands for its slot (a table from before processes were
-        recorded)."""
-        out: dict[SlotRep, float] = {}
+    def by_pair(self, pair_of: Mapping[int, int] | None = None) -> dict[PairRep, float]:
+        """The samples keyed by (pair, i): the i-th of that process pair in rep order, what pairs them with the
+        other configuration's of the same process pair in an interleaved run. `pair_of`: the process pair each
+        process ran in (its side's rows of raw/pairs.jsonl); a process it lacks (one an interruption cut short
+        before its row) is left out. Without it a process's number stands for its pair (a table from before
+        processes were recorded)."""
+        out: dict[PairRep, float] = {}
         seen: dict[int, int] = {}
         for j in sorted(range(len(self.values)), key=lambda j: (self.procs[j], self.reps[j], j)):
-            slot = self.procs[j] if slot_of is None else slot_of.get(self.procs[j])
-            if slot is None:
+            pair = self.procs[j] if pair_of is None else pair_of.get(self.procs[j])
+            if pair is None:
                 continue
-            i = seen[slot] = seen.get(slot, -1) + 1
-            out[(slot, i)] = self.values[j]
+            i = seen[pair] = seen.get(pair, -1) + 1
+            out[(pair, i)] = self.values[j]
         return out
 
 
@@ -130,13 +130,13 @@ def _sweep_samples(side: Side, out: SampleBook) -> None:
 def _paired_ratios(
     samples: list[dict[str, Any]], keys: dict[tuple[str, str], tuple[Any, ...]], top: str, bottom: str
 ) -> list[tuple[tuple[Any, ...], float, dict[str, Any]]]:
-    """top / bottom per rep, paired by (place, point, process, rep): the two arms ran back to back in one
-    process, so the host's level at that moment cancels (a rerun's drift moves both arms alike)."""
+    """top / bottom per rep, paired by rep (keyed by place, point, process, rep): the two arms ran back to back in
+    one process, so the host's level at that moment cancels (a rerun's drift moves both arms alike)."""
     arms: dict[tuple[Any, ...], dict[str, tuple[float, dict[str, Any]]]] = {}
     for smp in samples:
         if smp["arm"] in (top, bottom) and smp["ok"] and present(smp.get("prompt_ms")):
-            pair = (_where(smp), smp["point"], present(smp.get("process")) or 0, present(smp.get("rep")))
-            arms.setdefault(pair, {})[smp["arm"]] = (float(smp["prompt_ms"]), smp)
+            rep = (_where(smp), smp["point"], present(smp.get("process")) or 0, present(smp.get("rep")))
+            arms.setdefault(rep, {})[smp["arm"]] = (float(smp["prompt_ms"]), smp)
     out = []
     for (where, point, _, _), got in arms.items():
         if top in got and bottom in got and (where, point) in keys:

@@ -49,7 +49,7 @@ def compare(
     """Two sweep, two arms, two profile or two decode runs side by side: B/A per point with its 95% interval (from
     both runs' samples), each row called faster, slower, the same or undecided at 1 +- 3%, and the geometric mean
     over the grid. Runs not in the runs folder are read from the catalog's tables (a catalog pulled without its
-    run folders). One run made with --vs: its two configurations, paired by process slot, called alike."""
+    run folders). One run made with --vs: its two configurations, paired by process pair, called alike."""
     from lab.catalog.compare import compare_catalog, compare_runs, compare_sides
     from lab.core.console import lab_console
     from lab.core.runs import RunError

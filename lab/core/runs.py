@@ -268,8 +268,9 @@ class RunFolder:
 
     def resumed_alone(self) -> None:
         """Refuse, in one line naming the run to resume, to resume a side of an interleaved run on its own (a
-        folder `a` or `b` in a run's folder, or a copy whose manifest calls it `<run id>/<side>`): its processes
-        pair slot by slot with the other side's, and only its run measures both (lab.experiments.versus)."""
+        folder `a` or `b` in a run's folder, or a copy whose manifest calls it `<run id>/<side>`): each of its
+        processes makes a process pair with one of the other side's, and only its run measures both
+        (lab.experiments.versus)."""
         run_id, slash, side = (side_name(self.path) or self.manifest().run_id).rpartition("/")
         if not slash:
             return

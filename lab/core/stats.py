@@ -5,12 +5,12 @@
   another such sum (a cache setting's saving);
 - `paired_ratio(a, b)`: samples of two arms paired by rep (a rep's arms run back to back, so drift on a shared
   machine, which moves whole reps, cancels in each ratio): the median of the per-rep ratios a/b, bootstrapping
-  the pairs;
+  the reps;
 - `unpaired_ratio(a, b)`: two independent sample sets (two runs): median(a) / median(b), each side resampled
   on its own;
-- `paired_slots(a, b)`: two configurations measured in alternating processes (one run): median(a) / median(b)
-  over the (slot, rep) both have, resampling slots, then reps within a slot, the same draws on both sides, so a
-  slot's host level (both configurations' processes were next in time) moves both;
+- `paired_processes(a, b)`: two configurations measured in process pairs (one run, a process of each next in
+  time): median(a) / median(b) over the (pair, rep) both have, resampling pairs, then reps within a pair, the
+  same draws on both sides, so a pair's host level moves both;
 - `variance_components(xs, procs)`: the spread between processes and within one, and `reps_per_process`, the
   split of reps over processes that narrows an interval most per second;
 - `proportion_interval(k, n)`: a share of events (an A/A test's false alarms) with its Wilson interval;
@@ -18,8 +18,8 @@
   bound); `reps_to_decide` estimates how many reps would likely decide it (the width shrinks as 1/sqrt(n)).
 
 The bootstrap needs no normality assumption (per-sample noise here is lognormal with occasional 2x outliers).
-Every interval that resamples units (processes, slots, a conversation's reps) is widened for few units by one
-rule, `expansion`: a plain percentile bootstrap over 3 processes covers about 80-86%, not 95%.
+Every interval that resamples units (processes, process pairs, a conversation's reps) is widened for few units by
+one rule, `expansion`: a plain percentile bootstrap over 3 processes covers about 80-86%, not 95%.
 tests/test_stats.py checks that the intervals cover a known value at least 93% of the time at 3, 5, 10 and 20
 processes, 93-97% over reps in one process, and narrow with reps.
 Every interval is seeded from a key and the sample values, so the same samples always give the same bytes.
@@ -181,19 +181,19 @@ def unpaired(
     return iv, draws
 
 
-SlotRep = tuple[int, int]  # (process slot, rep within it): what pairs two configurations' samples
+PairRep = tuple[int, int]  # (process pair, rep within it): what pairs two configurations' samples
 
 
-def paired_slots(
-    a: Mapping[SlotRep, float], b: Mapping[SlotRep, float], key: str = ""
+def paired_processes(
+    a: Mapping[PairRep, float], b: Mapping[PairRep, float], key: str = ""
 ) -> tuple[Interval | None, npt.NDArray[np.float64] | None]:
-    """median(a) / median(b) over the (slot, rep) keys both have, with its interval and its bootstrap draws:
-    slots drawn with replacement, then each drawn slot's reps with replacement, the same indices for both sides.
-    (None, None) without a common key or when b's median can be 0."""
+    """B/A of two configurations measured in process pairs: median(a) / median(b) over the (pair, rep) keys both
+    have, with its interval and its bootstrap draws: pairs drawn with replacement, then each drawn pair's reps with
+    replacement, the same indices for both sides. (None, None) without a common key or when b's median can be 0."""
     keys = sorted(k for k in a.keys() & b.keys() if _finite(a[k]) and _finite(b[k]))
     if not keys:
         return None, None
-    _, sizes = np.unique([s for s, _ in keys], return_counts=True)  # keys in slot order, reps within a slot
+    _, sizes = np.unique([s for s, _ in keys], return_counts=True)  # keys in pair order, reps within a pair
     va, vb = np.array([a[k] for k in keys]), np.array([b[k] for k in keys])
     if np.median(vb) <= 0:
         return None, None
@@ -222,8 +222,8 @@ def widened(value: float, draws: npt.NDArray[np.float64], n: int, df: int | None
 def expansion(n: int, df: int | None = None) -> float:
     """Hesterberg's expanded percentile interval: a bootstrap over n units spreads by sqrt((n - 1) / n) too little
     and a percentile interval of few units has a normal's tails where a t's belong, so its draws are spread by
-    sqrt(n / (n - 1)) x t(df) / z around the estimate, df = n - 1 for one sample of units (5 slots: 1.58x; 20:
-    1.10x), n_a + n_b - 2 for two independent ones (5 and 5 processes: 1.31x)."""
+    sqrt(n / (n - 1)) x t(df) / z around the estimate, df = n - 1 for one sample of units (5 process pairs:
+    1.58x; 20: 1.10x), n_a + n_b - 2 for two independent ones (5 and 5 processes: 1.31x)."""
     df = n - 1 if df is None else df
     t = T975[df - 1] if df <= len(T975) else Z975 + (Z975**3 + Z975) / (4 * df)
     return math.sqrt(n / (n - 1)) * t / Z975

@@ -110,7 +110,7 @@ class Outcome:
 
 
 # a measurement a process at a time: after each, the number of the process that ended (the `process` its rows
-# carry, which an interleaved run records in its slot table); its Outcome returned
+# carry, which an interleaved run records in its pair table); its Outcome returned
 Processes = Generator[int, None, Outcome]
 
 

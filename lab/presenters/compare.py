@@ -34,9 +34,9 @@ def compare_table(c: Comparison, wide: bool = False) -> Table:
         "within-run: a run measured in one process; its interval misses what a rerun varies by, so a difference "
         "called there may be the next run's noise"
         if within
-        else "one run, both configurations in alternating processes: each interval resamples the slots (a process "
-        "of each side, next in time), then the reps, the same draws on both sides, so the host's drift from one "
-        f"minute to the next falls on both; 'called' at 1 +- {c.tolerance:.0%}"
+        else "one run, both configurations in alternating processes: each interval resamples the process pairs (a "
+        "process of each side, next in time), then the reps, the same draws on both sides, so the host's drift from "
+        f"one minute to the next falls on both; 'called' at 1 +- {c.tolerance:.0%}"
         if c.paired and c.tolerance is not None
         else f"each interval carries both runs' spread between processes and a run-to-run drift of {c.drift:.1%} "
         "(--run-drift, from the A/A test: docs/repetition.md)"
@@ -47,7 +47,7 @@ def compare_table(c: Comparison, wide: bool = False) -> Table:
     if not c.paired and c.tolerance is not None:
         caption += f"; 'called' at 1 +- {c.tolerance:.0%}"
     if c.kind.paired:
-        caption += "; a ratio of two arms run back to back in one process (fake / genuine) carries no drift"
+        caption += "; a ratio of two arms paired by rep (fake / genuine, back to back in one process) carries no drift"
     called = c.tolerance is not None
     scopes = {_scope(r, c) for r in [*c.rows, *c.summary] if r.ci}
     over = wide or len(scopes) > 1
@@ -74,4 +74,4 @@ def compare_table(c: Comparison, wide: bool = False) -> Table:
 
 
 def _scope(r: CompareRow, c: Comparison) -> str:
-    return r.ci.scope.replace("processes", "slots") if r.ci and c.paired else r.ci.scope if r.ci else ""
+    return r.ci.scope.replace("processes", "process pairs") if r.ci and c.paired else r.ci.scope if r.ci else ""

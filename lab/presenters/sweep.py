@@ -13,7 +13,6 @@ from rich.table import Table
 from lab.core.console import key_columns
 from lab.core.schemas import (
     BATCH_CHUNK,
-    FILL_PASSES,
     ArmsSummary,
     ArmStats,
     Components,
@@ -56,10 +55,6 @@ TITLES: dict[Where, str] = {
     "inproc": "in one process (libllama, no server): median decode ms of the new tokens [95% interval] vs the "
     "estimate, the chunk at depth L beside every rep; ratios paired by rep",
 }
-FILL_TITLE = (  # in one process, a run from before the estimate stood beside the reps
-    "in one process (libllama, no server): median decode ms of the new tokens [95% interval]; the estimate is "
-    "the fill passes' chunk at depth L; ratios paired by rep (the estimate's unpaired)"
-)
 
 
 @dataclass(frozen=True)
@@ -157,8 +152,7 @@ def _title(points: list[SweepPoint], titles: dict[Where, str] | None = None) -> 
     sources = sorted({p.baseline_source for p in points if p.baseline_source})
     procs = max((p.processes for p in points), default=1)
     scope = f"; every interval over {procs} processes" if procs > 1 else "; within-run intervals (one process)"
-    fill = titles is None and any(p.estimate_source == FILL_PASSES for p in points)
-    head = FILL_TITLE if fill else (titles or TITLES)[where]
+    head = (titles or TITLES)[where]
     return head + (f"; baseline from {' and '.join(sources)}" if sources else "") + scope
 
 

@@ -40,8 +40,8 @@ COLUMNS = [
     "fake_median_ms",
     "genuine_median_ms",
     "baseline_median_ms",
-    "fake_vs_estimate",
-    "fake_vs_genuine",
+    "fake_vs_estimate_ci_value",
+    "fake_vs_genuine_ci_value",
     "image",
     "image_tokens",
     "encode_ms",
@@ -100,6 +100,8 @@ def _points(pts: pd.DataFrame) -> tuple[pd.DataFrame, list[str]]:
     pts = pts[COLUMNS].copy()
     pts["measurable"] = pts["measurable"].astype(bool)
     pts["split"] = [_split(row) for _, row in pts.iterrows()]
+    for name in ("fake_vs_estimate", "fake_vs_genuine"):  # the tooltip's ratio - 1, from the stored ratio
+        pts[name] = pts[f"{name}_ci_value"] - 1
     verdicts = zip(
         pts["estimate_verdict"],
         pts["fake_vs_estimate_ci_lo"],

@@ -51,7 +51,7 @@ CHARTS: dict[str, tuple[str, Builder]] = {
     ),
     "versus": (
         "Two configurations measured interleaved in one run (--vs): B / A per point with its interval paired by "
-        "process slot, called faster, slower, the same or undecided",
+        "process pair, called faster, slower, the same or undecided",
         versus_chart,
     ),
     "rebuild": (

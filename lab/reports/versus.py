@@ -1,5 +1,5 @@
 """versus: two configurations of one interleaved run (`--vs`), B/A per point and metric with its interval paired by
-process slot, each called faster, slower, the same or undecided (the catalog's versus_rows), the newest run of
+process pair, each called faster, slower, the same or undecided (the catalog's versus_rows), the newest run of
 each experiment (sweep, profile, decode) by default, any other from the dropdown."""
 
 from __future__ import annotations
@@ -28,7 +28,8 @@ def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
     rows = rows[rows["ratio_value"].notna()].copy()
     rows["point"] = rows["point"].where(rows["point"] != "", "geomean")
     thin = rows["ratio_thin"] if "ratio_thin" in rows.columns else pd.Series(False, index=rows.index)
-    rows["rests_on"] = [f"fewer than {MIN_SUPPORT} slots or reps: about their range" if t is True else "" for t in thin]
+    thin_note = f"fewer than {MIN_SUPPORT} process pairs or reps: about their range"
+    rows["rests_on"] = [thin_note if t is True else "" for t in thin]
     _, param, keep = newest_run_picker(PARAM, "run ", None, runs, rows)
     base = alt.Chart().transform_filter(keep)
     y = alt.Y("point:N", title=None, sort=None)
@@ -48,7 +49,7 @@ def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
             alt.Tooltip("ratio_value:Q", title="B / A", format=".3f"),
             alt.Tooltip("ratio_lo:Q", title="95% low", format=".3f"),
             alt.Tooltip("ratio_hi:Q", title="95% high", format=".3f"),
-            alt.Tooltip("ratio_processes:Q", title="slots"),
+            alt.Tooltip("ratio_processes:Q", title="process pairs"),
             alt.Tooltip("called:N"),
             alt.Tooltip("rests_on:N", title="interval"),
         ],
@@ -60,9 +61,9 @@ def versus_chart(catalog_dir: Path, runs: pd.DataFrame, settings: ReportSettings
     return chart.properties(
         title=title(
             TITLE,
-            "each point: B / A with its 95% interval, slots (one process of each side, next in time) then reps "
-            "resampled on both sides",
+            "each point: B / A with its 95% interval, process pairs (one process of each side, next in time) then "
+            "reps resampled on both sides",
             "blue: B faster, red: slower, green: the same within the run's tolerance, grey: undecided; "
-            f"dashed: an interval from fewer than {MIN_SUPPORT} slots or reps",
+            f"dashed: an interval from fewer than {MIN_SUPPORT} process pairs or reps",
         )
     )

@@ -21,9 +21,7 @@ from lab.core.schemas.rebuild import RebuildCostRow, RebuildExactRow, RebuildRow
 from lab.core.schemas.sweep import (
     BATCH_CHUNK,
     FILL_PASSES,
-    PAIRED,
     ArmsSummary,
-    EstimateSource,
     InprocFill,
     InprocPointFields,
     PointCore,
@@ -45,7 +43,7 @@ from lab.core.schemas.trace import (
     StepToolTime,
     TraceStep,
 )
-from lab.core.schemas.versus import VersusRow, VersusSlot
+from lab.core.schemas.versus import VersusPair, VersusRow
 
 __all__ = [
     "BANDS",
@@ -53,7 +51,6 @@ __all__ = [
     "FILL_PASSES",
     "KV_PAD",
     "MIN_SUPPORT",
-    "PAIRED",
     "ArmName",
     "ArmStats",
     "ArmsSummary",
@@ -72,7 +69,6 @@ __all__ = [
     "ConversationStepResult",
     "ConversationTaskResult",
     "DecodeDepth",
-    "EstimateSource",
     "InprocFill",
     "InprocPointFields",
     "Interval",
@@ -92,8 +88,8 @@ __all__ = [
     "SweepSample",
     "TraceStep",
     "Verdict",
+    "VersusPair",
     "VersusRow",
-    "VersusSlot",
     "Where",
     "cell",
     "ggml_pad",

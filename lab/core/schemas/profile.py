@@ -119,15 +119,16 @@ class ProfileSummary(BaseModel):
     )
     fused_vs_bench_ci: dict[str, Interval] = Field(
         default_factory=dict,
-        description="per depth: FUSED / llama-bench, each instrument process paired with the llama-bench process "
-        "after it (the interval over those slots)",
+        description="per depth: FUSED / llama-bench paired by process pair (each instrument process with the "
+        "llama-bench process after it), its interval over those pairs",
     )
     timed_vs_fused_all: Interval | None = Field(
         default=None, description="TIMED / FUSED over all depths: per process the geometric mean of its depths'"
     )
     timed_vs_fused_all_verdict: Verdict | None = None
     fused_vs_bench_all: Interval | None = Field(
-        default=None, description="FUSED / llama-bench over their depths: per slot the geometric mean of its depths'"
+        default=None,
+        description="FUSED / llama-bench over their depths: per process pair the geometric mean of its depths'",
     )
     fused_vs_bench_all_verdict: Verdict | None = None
     fused_vs_bench_verdict: dict[str, Verdict] = Field(

@@ -25,10 +25,10 @@ from lab.core.schemas.trace import (
     ConversationTaskResult,
     TuneSetting,
 )
-from lab.core.schemas.versus import VersusRow, VersusSlot
+from lab.core.schemas.versus import VersusPair, VersusRow
 
 SWEEP_SAMPLES = RawTable("samples", SweepSample)
-VERSUS_SLOTS = RawTable("slots", VersusSlot)
+VERSUS_PAIRS = RawTable("pairs", VersusPair)
 VERSUS_ROWS = RawTable("versus", VersusRow)
 SWEEP_POINTS = RawTable("points", SweepPoint)
 SWEEP_ROUNDS = RawTable("rounds", SweepRound)
@@ -77,7 +77,7 @@ RAW_TABLES: dict[str, RawTable[Any]] = {
         REBUILD_SPAN,
         REBUILD_COST,
         REBUILD_ROW_WORK,
-        VERSUS_SLOTS,
+        VERSUS_PAIRS,
         VERSUS_ROWS,
     )
 }

@@ -54,10 +54,8 @@ class SweepSample(BaseModel):
 # usually quoted at; the fill passes time a chunk of it beside each step's own (SweepPoint.batch_effect_ci)
 BATCH_CHUNK = 512
 
-# where a sweep point's estimate samples come from: beside every rep, or the run's fill passes (unpaired)
-PAIRED: Literal["paired"] = "paired"
+# where a point's baseline in one process comes from without direct reps: the run's fill passes' prefix sums
 FILL_PASSES: Literal["fill passes"] = "fill passes"
-EstimateSource = Literal["", "paired", "fill passes"]
 
 
 class PrefillTps(BaseModel):
@@ -107,14 +105,11 @@ class PointCore(BaseModel):
     fill_speedup_ci: Interval | None = Field(
         default=None,
         description="in one process: the fill pass's re-prefill (L + new from empty) / its cached step, paired by "
-        "pass (each pass one process)",
+        "fill pass (each pass one process)",
     )
     prefill_tps: float | None = None
     opt_prefill_ms: float | None = Field(default=None, description="only_new / prefill_tps(L)")
     estimate_ci: Interval | None = Field(default=None, description="the estimate's samples (ms): their median")
-    fake_vs_estimate: float | None = Field(default=None, description="median over reps of fake / estimate - 1")
-    fake_vs_genuine: float | None = Field(default=None, description="median over reps of fake / genuine - 1")
-    fake_vs_baseline: float | None = Field(default=None, description="median over reps of fake / baseline")
     fake_vs_estimate_ci: Interval | None = Field(default=None, description="fake / estimate, paired by rep")
     fake_vs_genuine_ci: Interval | None = Field(default=None, description="fake / genuine, paired by rep")
     fake_vs_baseline_ci: Interval | None = Field(default=None, description="fake / baseline, paired by rep")
@@ -130,7 +125,7 @@ class PointCore(BaseModel):
     batch_effect_ci: Interval | None = Field(
         default=None,
         description="ms per token of a chunk of the step's size over a BATCH_CHUNK-token chunk's at depth L, paired "
-        "within each fill pass: what the step's batch size does to the rate (1: nothing), which an estimate quoted "
+        "by fill pass: what the step's batch size does to the rate (1: nothing), which an estimate quoted "
         "at 512 tokens would miss",
     )
     genuine_verdict: Verdict = Field(default="undecided", description="fake / genuine within 1 +- tolerance?")
@@ -153,11 +148,6 @@ class PointCore(BaseModel):
     plain_verdict: Verdict = Field(default="undecided", description="genuine / plain within 1 +- tolerance?")
     genuine_warm: str = Field(default="", description="how the genuine arm's prefix got into the slot")
     baseline_source: str = Field(default="", description="direct reps, or the fill passes' prefix sums")
-    estimate_source: EstimateSource = Field(
-        default="",
-        description="paired: a chunk beside every rep, in the rep's process pair or its own process; fill passes: "
-        "the run's fill passes' chunks, unpaired (in one process, runs from before the estimate was paired there)",
-    )
     rep_s: Interval | None = Field(default=None, description="wall seconds of one rep past the direct baseline's")
     n_out: int = Field(default=0, description="tokens the fake arm generated after the step (sweep.n_out; 0: none)")
     decode_ci: Interval | None = Field(
@@ -167,12 +157,6 @@ class PointCore(BaseModel):
     def verdict_spread(self) -> Components | None:
         """The spread the adaptive stop sizes a further process by: fake/genuine's, else the fake arm's."""
         return self.components.get("fake/genuine") or self.components.get("fake")
-
-    @property
-    def estimate_paired(self) -> bool:
-        """Whether fake / estimate is paired by rep and narrows with reps: its samples stand beside the reps
-        (through the server always; in one process unless the run took them from its fill passes)."""
-        return self.where == "server" or self.estimate_source == PAIRED
 
 
 class ServerPointFields(BaseModel):
@@ -202,7 +186,7 @@ class InprocPointFields(BaseModel):
     predicted_blob_bytes: int | None = Field(default=None, description="from the GGUF (lab.models.memshape)")
     restore_gbps_ci: Interval | None = Field(default=None, description="blob bytes / restore ms, GB/s")
     memcpy_gbps_ci: Interval | None = Field(default=None, description="blob bytes / memcpy ms, GB/s")
-    restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired")
+    restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired by rep")
     restore_step_vs_genuine_ci: Interval | None = Field(
         default=None, description="(restore + decode) / genuine decode: the no-patch fallback's step"
     )
@@ -275,7 +259,7 @@ class ArmsSummary(BaseModel):
     restore_ms_per_1k_cells: float | None = Field(default=None, description="slope of median restore ms vs L")
     restore_gbps_ci: Interval | None = Field(default=None, description="all restore samples, GB/s")
     memcpy_gbps_ci: Interval | None = None
-    restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired")
+    restore_vs_memcpy_ci: Interval | None = Field(default=None, description="memcpy ms / restore ms, paired by rep")
     fake_vs_genuine_ci: Interval | None = Field(default=None, description="median over every point's reps")
     restore_step_vs_genuine_ci: Interval | None = Field(default=None, description="median over every point's reps")
     genuine_vs_plain_ci: Interval | None = Field(default=None, description="restored / plain genuine, every rep")

@@ -9,20 +9,20 @@ from pydantic import BaseModel, Field
 from lab.core.schemas.base import Interval
 
 
-class VersusSlot(BaseModel):
-    """raw/slots.jsonl: one side's process in one slot of the run (a slot holds one process of each side, next
-    in time, in a balanced random order)."""
+class VersusPair(BaseModel):
+    """raw/pairs.jsonl: one side's process in one process pair of the run (a process pair holds one process of
+    each side, next in time, in a balanced random order)."""
 
-    slot: int = Field(ge=0)
+    pair: int = Field(ge=0)
     side: Literal["a", "b"]
-    order: int = Field(ge=0, le=1, description="0: the slot's first process, 1: its second")
+    order: int = Field(ge=0, le=1, description="0: the pair's first process, 1: its second")
     started_utc: str
     seconds: float = Field(ge=0, description="the process's wall time, start to end")
     process: int | None = Field(
         default=None,
         ge=0,
-        description="the side's number of the process (the `process` its rows carry), what B/A pairs by slot; "
-        "none in a run from before it was recorded",
+        description="the side's number of the process (the `process` its rows carry), what B/A pairs by process "
+        "pair; none in a run from before it was recorded",
     )
 
 
@@ -34,7 +34,7 @@ class VersusRow(BaseModel):
     metric: str
     a: float | None = None
     b: float | None = None
-    ratio: Interval | None = Field(default=None, description="B/A, its interval paired by process slot")
+    ratio: Interval | None = Field(default=None, description="B/A, its interval paired by process pair")
     called: str = Field(
         description="faster or slower (a time), lower or higher (a ratio of two arms), same or undecided"
     )

@@ -2,9 +2,10 @@
 
 llama-bench times the same chunk at the same depths in a process of its own, reaching each depth as it does
 upstream: one real fill, then the state restored before every rep. One llama-bench process follows every
-instrument process, with as many reps, so the host's drift reaches both sides alike: the two are a slot, and
-FUSED / llama-bench pairs them by slot and rep (lab.core.stats.paired_slots, the interval over slots). Its depths
-are those a real fill reaches (profile.real_max_depth). Each reference gets a verdict at its tolerance.
+instrument process, with as many reps, so the host's drift reaches both sides alike: the two are a process pair,
+and FUSED / llama-bench pairs them by process pair and rep (lab.core.stats.paired_processes, the interval over
+process pairs). Its depths are those a real fill reaches (profile.real_max_depth). Each reference gets a verdict
+at its tolerance.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ from lab.core.schemas.raw import PREFILL_TPS
 from lab.core.settings_profile import ProfileSettings
 from lab.core.stats import verdict
 from lab.experiments.prefill_tps import LlamaBench, measure_prefill_tps
-from lab.experiments.profile.checks import over_depths, paired_by_slot, process_ratios
+from lab.experiments.profile.checks import over_depths, paired_by_process_pair, process_ratios
 from lab.experiments.protocol import OpenRun
 
 
@@ -43,12 +44,12 @@ def read_bench(run: RunFolder) -> list[PrefillTps]:
 def decide_references(
     summary: ProfileSummary, walls: list[ProfileWall], bench: list[PrefillTps], bench_tol: float, timed_tol: float
 ) -> None:
-    """FUSED / llama-bench per depth (each instrument process's reps paired with its llama-bench process's, by
-    rep) and both references' verdicts, into the summary."""
+    """FUSED / llama-bench per depth, paired by process pair (each instrument process's reps with those of the
+    llama-bench process after it, rep by rep), and both references' verdicts, into the summary."""
     fused = {(w.depth, w.process, w.rep): w.ms for w in walls if w.mode == "fused" and not w.check}
     theirs = {(b.depth, b.process, r): ms for b in bench for r, ms in enumerate(b.samples_ms)}
     summary.bench_tolerance, summary.timed_tolerance = bench_tol, timed_tol
-    for depth, iv in paired_by_slot(fused, theirs, "fused/bench").items():
+    for depth, iv in paired_by_process_pair(fused, theirs, "fused/bench").items():
         summary.fused_vs_bench[str(depth)] = iv.value
         summary.fused_vs_bench_ci[str(depth)] = iv
         summary.fused_vs_bench_verdict[str(depth)] = verdict(iv, bench_tol)

@@ -1,6 +1,6 @@
 """The profile's checks, decided with the process as the unit: TIMED / FUSED and fake / real depth paired by rep
-(back to back in one process), FUSED / llama-bench paired by slot (lab.experiments.profile.bench), each per depth
-and over all depths at once."""
+(back to back in one process), FUSED / llama-bench paired by process pair (lab.experiments.profile.bench), each per
+depth and over all depths at once."""
 
 from __future__ import annotations
 
@@ -10,7 +10,7 @@ from collections import defaultdict
 from typing import Any
 
 from lab.core.schemas import BANDS, Interval, ProfileSummary, ProfileWall
-from lab.core.stats import SlotRep, from_draws, median_interval, paired_slots, resamples, verdict
+from lab.core.stats import PairRep, from_draws, median_interval, paired_processes, resamples, verdict
 
 Chunk = tuple[int, bool, str, int, int]  # (process, check, fill, depth, rep): one timed chunk
 
@@ -33,9 +33,9 @@ def chunk_sums(nodes: list[dict[str, Any]]) -> tuple[dict[Chunk, float], dict[tu
 def paired_by_rep(
     a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], key: str
 ) -> dict[int, Interval]:
-    """Per depth: the median over the (process, rep) both have of a / b, each pair measured back to back in one
-    process (so what moves both cancels in its ratio); the interval resamples processes, then pairs within them,
-    widened for few processes (lab.core.stats.median_interval)."""
+    """Per depth: the median over the (process, rep) both have of a / b, paired by rep (a rep's a and b measured
+    back to back in one process, so what moves both cancels in its ratio); the interval resamples processes, then
+    reps within them, widened for few processes (lab.core.stats.median_interval)."""
     out: dict[int, Interval] = {}
     for depth in sorted({d for d, _, _ in a} & {d for d, _, _ in b}):
         keys = sorted(k for k in a.keys() & b.keys() if k[0] == depth and b[k] > 0)
@@ -63,37 +63,38 @@ def over_depths(per: dict[tuple[int, int], float], key: str) -> Interval | None:
 
 
 def process_ratios(
-    a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], paired: bool
+    a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], by_rep: bool
 ) -> dict[tuple[int, int], float]:
-    """Per (depth, process): the median of a / b over the pairs (paired: measured back to back), or the ratio of
-    the medians."""
+    """Per (depth, process): the median of a / b over the reps (`by_rep`: paired by rep, a rep's a and b measured
+    back to back in one process), or the ratio of the medians (a process pair's two processes)."""
     groups: dict[tuple[int, int], tuple[list[float], list[float], list[float]]] = defaultdict(lambda: ([], [], []))
     for k, v in a.items():
         groups[k[:2]][0].append(v)
-        if paired and b.get(k, 0) > 0:
+        if by_rep and b.get(k, 0) > 0:
             groups[k[:2]][2].append(v / b[k])
     for k, v in b.items():
         groups[k[:2]][1].append(v)
     out: dict[tuple[int, int], float] = {}
     for cell, (xa, xb, ratios) in groups.items():
-        if paired and ratios:
+        if by_rep and ratios:
             out[cell] = statistics.median(ratios)
-        elif not paired and xa and xb and statistics.median(xb) > 0:
+        elif not by_rep and xa and xb and statistics.median(xb) > 0:
             out[cell] = statistics.median(xa) / statistics.median(xb)
     return out
 
 
-def paired_by_slot(
+def paired_by_process_pair(
     a: dict[tuple[int, int, int], float], b: dict[tuple[int, int, int], float], key: str
 ) -> dict[int, Interval]:
-    """Per depth: median(a) / median(b) over the (process, rep) both have, where a's process and b's were next
-    in time, not its reps (lab.core.stats.paired_slots: processes resampled, then reps within one, the same
-    draws on both sides, widened for few processes)."""
+    """Per depth: median(a) / median(b) over the (process, rep) both have, paired by process pair: a's and b's
+    process of one number ran next to each other in time, their reps did not run back to back
+    (lab.core.stats.paired_processes: pairs resampled, then reps within one, the same draws on both sides,
+    widened for few pairs)."""
     out: dict[int, Interval] = {}
     for depth in sorted({d for d, _, _ in a} & {d for d, _, _ in b}):
-        sa: dict[SlotRep, float] = {(p, r): v for (d, p, r), v in a.items() if d == depth}
-        sb: dict[SlotRep, float] = {(p, r): v for (d, p, r), v in b.items() if d == depth}
-        iv, _ = paired_slots(sa, sb, f"{key}/{depth}")
+        sa: dict[PairRep, float] = {(p, r): v for (d, p, r), v in a.items() if d == depth}
+        sb: dict[PairRep, float] = {(p, r): v for (d, p, r), v in b.items() if d == depth}
+        iv, _ = paired_processes(sa, sb, f"{key}/{depth}")
         if iv is not None:
             out[depth] = iv
     return out
@@ -121,12 +122,12 @@ def fake_vs_real(walls: list[ProfileWall], nodes: list[dict[str, Any]], s: Profi
     if not checked:
         return
     s.real_tolerance = tol
-    pairs = {"total": check_pairs([w for w in checked if w.mode == "fused"], {})}
+    samples = {"total": check_samples([w for w in checked if w.mode == "fused"], {})}
     _, band = chunk_sums([r for r in nodes if r["check"]])
     for band_name in BANDS:
-        pairs[band_name] = check_pairs([], {k: ms for (k, b), ms in band.items() if b == band_name})
+        samples[band_name] = check_samples([], {k: ms for (k, b), ms in band.items() if b == band_name})
     per: dict[str, dict[str, Interval]] = defaultdict(dict)
-    for what, (fake, real) in pairs.items():
+    for what, (fake, real) in samples.items():
         for d, iv in paired_by_rep(fake, real, f"fake/real/{what}").items():
             per[str(d)][what] = iv
         if (whole := over_depths(process_ratios(fake, real, True), f"fake/real/{what}")) is not None:
@@ -149,13 +150,13 @@ def fake_vs_real(walls: list[ProfileWall], nodes: list[dict[str, Any]], s: Profi
             s.fake_vs_real_all_verdict[what] = verdict(iv, tol)
 
 
-Pairs = dict[tuple[int, int, int], float]  # (depth, process, rep) -> ms
+RepMs = dict[tuple[int, int, int], float]  # (depth, process, rep) -> ms
 
 
-def check_pairs(walls: list[ProfileWall], band: dict[Chunk, float]) -> tuple[Pairs, Pairs]:
+def check_samples(walls: list[ProfileWall], band: dict[Chunk, float]) -> tuple[RepMs, RepMs]:
     """The fake-vs-real check's fake and real samples keyed by (depth, process, rep): FUSED walls, or one band's
     TIMED ms per chunk."""
-    out: dict[str, Pairs] = {"fake": {}, "real": {}}
+    out: dict[str, RepMs] = {"fake": {}, "real": {}}
     for w in walls:
         out[w.fill][(w.depth, w.process, w.rep)] = w.ms
     for k, ms in band.items():

@@ -35,18 +35,11 @@ def facts(p: SweepPoint, samples: list[SweepSample]) -> list[str]:
     return out
 
 
-def estimate_shown(p: SweepPoint) -> Interval | None:
-    """fake / estimate where a rep narrows it (the estimate beside the reps: through the server, and in one
-    process since it stands beside the driver's arms); a run's in-process estimate from the fill passes is
-    unpaired, one sample per pass, and only shown."""
-    return p.fake_vs_estimate_ci if p.estimate_paired else None
-
-
 def disagreements(p: SweepPoint, samples: list[SweepSample]) -> list[str]:
     out: list[str] = []
     only_new = p.new + (p.image_tokens or 0)  # an image step also decodes the image's tokens
     prompt_ns = sorted({s.prompt_n for s in samples if s.arm == "fake" and s.prompt_n is not None})
-    est, gen = estimate_shown(p), p.fake_vs_genuine_ci
+    est, gen = p.fake_vs_estimate_ci, p.fake_vs_genuine_ci
     if p.estimate_verdict == "disagree" and est is not None and est.value > 1:
         if prompt_ns != [only_new]:
             out.append(
@@ -104,9 +97,8 @@ def undecided(p: SweepPoint, tol: float) -> list[str]:
     checks: list[tuple[str, Interval | None, Verdict | None]] = [
         ("fake/genuine", p.fake_vs_genuine_ci, p.genuine_verdict),
         ("genuine/plain", p.genuine_vs_plain_ci, p.plain_verdict),
+        ("fake/estimate", p.fake_vs_estimate_ci, p.estimate_verdict),  # a verdict in one process only
     ]
-    if estimate_shown(p) is not None:  # the fill passes' estimate does not narrow with reps
-        checks.append(("fake/estimate", p.fake_vs_estimate_ci, p.estimate_verdict))
     out = []
     for name, iv, v in checks:
         if v == "undecided" and iv is not None:

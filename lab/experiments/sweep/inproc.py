@@ -22,7 +22,6 @@ from typing import Any
 
 from lab.core.runs import utc_now
 from lab.core.schemas import (
-    FILL_PASSES,
     ArmsSummary,
     InprocFill,
     InprocPointFields,
@@ -33,11 +32,10 @@ from lab.core.schemas import (
     Where,
 )
 from lab.core.settings import SweepSettings
-from lab.core.stats import linear_fit, median_interval, unpaired_ratio
+from lab.core.stats import linear_fit, median_interval
 from lab.experiments.sweep.estimate import driver_estimate, paired_estimate
 from lab.experiments.sweep.grid import GridPoint
 from lab.experiments.sweep.points import (
-    PointEstimate,
     PointSamples,
     RepOut,
     judge_point,
@@ -47,7 +45,6 @@ from lab.experiments.sweep.points import (
     summarize_point,
 )
 from lab.inproc import DriverSession
-from lab.measure.fills import fill_values
 from lab.models.memshape import MemoryShape
 
 INPROC_ARMS = ("baseline", "fake", "genuine", "plain")
@@ -113,9 +110,8 @@ class InprocPlace:
 
     def judge(self, p: GridPoint, samples: list[SweepSample], tps: list[PrefillTps]) -> SweepPoint:
         """What the stop rule reads between two reps (lab.experiments.sweep.points.judge_point)."""
-        tps = [t for t in tps if t.rep is not None]
         ps = PointSamples.of(p, samples, "inproc", tps)
-        return judge_point(ps, paired_estimate(ps, tps) if tps else fill_estimate(ps, self.fills), self.sw.tolerance)
+        return judge_point(ps, paired_estimate(ps, tps), self.sw.tolerance)
 
 
 def summarize_inproc(
@@ -126,21 +122,10 @@ def summarize_inproc(
     shape: MemoryShape | None = None,
     tps: list[PrefillTps] | None = None,
 ) -> SweepPoint:
-    """One point in one process: its samples, the estimate's chunks beside its reps (a run from before they were
-    measured: the fill passes' chunks), the fill passes (the baseline), the GGUF's shape."""
-    tps, fills = [t for t in tps or [] if t.rep is not None], fills or []
-    ps = PointSamples.of(p, samples, "inproc", tps)
-    est = paired_estimate(ps, tps) if tps else fill_estimate(ps, fills)
-    return summarize_point(ps, est, tol, fills, restore_fields(ps, shape))
-
-
-def fill_estimate(ps: PointSamples, fills: list[InprocFill]) -> PointEstimate:
-    """The estimate of a run from before the in-process estimate stood beside the reps: the fill passes' chunks
-    (unpaired, one per pass: no rep narrows it)."""
-    _, chunks, procs = fill_values(fills, ps.p.L, ps.p.new)
-    fake = ps.by_rep("fake")
-    vs_fake = unpaired_ratio(list(fake.values()), chunks, f"{ps.key}/fake/estimate", ps.procs(fake), procs)
-    return PointEstimate(ms=chunks, vs_fake=vs_fake, chunk=ps.p.new, procs=procs, source=FILL_PASSES)
+    """One point in one process: its samples, the estimate's chunks beside its reps (none when the sweep does not
+    measure the estimate: no fake / estimate then), the fill passes (the baseline), the GGUF's shape."""
+    ps = PointSamples.of(p, samples, "inproc", tps or [])
+    return summarize_point(ps, paired_estimate(ps, tps or []), tol, fills or [], restore_fields(ps, shape))
 
 
 def restore_fields(ps: PointSamples, shape: MemoryShape | None) -> InprocPointFields:

@@ -9,7 +9,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from rich.console import Console
 
@@ -26,6 +26,7 @@ from lab.experiments.sweep.estimate import batch_chunk
 from lab.experiments.sweep.points import decided
 from lab.measure.plan import (
     DEFAULT_SPREADS,
+    PROBE_REPS,
     Plan,
     Rates,
     Where,
@@ -38,9 +39,13 @@ from lab.measure.plan import (
     rates_from_chunks,
     rates_from_file,
     reps_in_further_process,
+    robust_spread,
     spread_of,
     took_range,
 )
+
+if TYPE_CHECKING:
+    from lab.inproc import DriverSession
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
@@ -259,9 +264,10 @@ def calibrate(settings: Settings) -> Rates:
         load_s = time.monotonic() - started  # one model load: a sweep's process starts a server and a driver
         d.fill(0)  # a first pass warms the process up
         rows = fills_of(d.fill(1))
+        noise = probe_noise(d, Ls[0], news[0])
     chunks = [(f.L, f.new, f.ms) for f in rows if f.kind == "chunk" and f.new and f.ok]
     rates = rates_from_chunks(chunks, f"calibration: chunks of {news[0]} at depths {', '.join(map(str, Ls))}")
-    return rates.model_copy(update={"process_start_s": 2 * load_s})
+    return rates.model_copy(update={"process_start_s": 2 * load_s, "noise": noise})
 
 
 def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float) -> Settings:
@@ -352,6 +358,7 @@ def plan_of_run(
     console: Console,
     start_s: float,
     before: Before,
+    noise: float | None = None,
 ) -> Plan | None:
     """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks;
     its processes at what starting the first one took (`start_s`); each point at the reps it is predicted to
@@ -363,12 +370,24 @@ def plan_of_run(
         rates = rates_from_chunks(chunks, "this run's fill passes")
     else:
         return None
-    rates = rates.model_copy(update={"process_start_s": start_s})
+    rates = rates.model_copy(update={"process_start_s": start_s, "noise": noise})
     new = predicted_plan(settings, rates, where, before)
     counted = not settings.sweep.n_out or rates.decode_ms_per_token is not None
     uncounted = "" if counted else ", the decode of sweep.n_out not counted"
-    console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source}{uncounted})", highlight=False)
+    said = f"{rates.describe()}, from {rates.source}{uncounted}; {rates.describe_noise()}"
+    console.print(f"plan: {plan_line(new)} ({said})", highlight=False)
     return new
+
+
+PROBE_REP = -1  # the probe's chunks carry this rep: none of a point's
+
+
+def probe_noise(driver: DriverSession, L: int, new: int) -> float | None:
+    """The host's noise now (Rates.noise): the chunk of `new` tokens after the restored depth-L state, what the
+    estimate times, timed PROBE_REPS times back to back after one untimed; its spread, robust to the tail."""
+    driver.rep(L, new, PROBE_REP, ["warmup"])
+    rows = [row for _ in range(PROBE_REPS) for row in driver.rep(L, new, PROBE_REP, ["genuine"])]
+    return robust_spread([float(r["decode_ms"]) for r in rows if r.get("ok") and r.get("decode_ms")])
 
 
 def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:

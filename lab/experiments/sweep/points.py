@@ -14,10 +14,8 @@ from lab.core.schemas import (
     BATCH_CHUNK,
     FILL_PASSES,
     KV_PAD,
-    PAIRED,
     ArmStats,
     Components,
-    EstimateSource,
     InprocFill,
     InprocPointFields,
     Interval,
@@ -115,7 +113,7 @@ def server_arm_stats(samples: list[SweepSample], arm: str, key: str) -> ArmStats
 
 
 def rep_values(samples: list[SweepSample]) -> dict[str, Keyed]:
-    """One point's per-rep values of every paired figure (a rep's arms run back to back), keyed by rep: the
+    """One point's per-rep values of every figure paired by rep (a rep's arms run back to back), keyed by rep: the
     ratios, and in one process the cache read's bandwidth, its share of the step and memcpy's yardstick. A
     point's figure is their median; a run's pooled figure the median of every point's values together."""
     by_rep = {arm: _by_rep(samples, arm) for arm in ARMS}
@@ -181,22 +179,16 @@ class PointSamples:
 @dataclass
 class PointEstimate:
     """What a place takes as a point's estimate (only_new / prefill_tps(L)): its samples in ms, the fake arm
-    against it, and through the server its value per rep (paired with the arms, the image's encode added)."""
+    against it, and through the server its value per rep (paired by rep with the arms, the image's encode added)."""
 
     ms: list[float]
     vs_fake: Interval | None
     chunk: int  # the tokens it decodes: only_new (an image step's image tokens too)
     by_rep: Keyed = field(default_factory=dict)
-    procs: list[int] | None = None
-    source: EstimateSource = (
-        PAIRED  # or FILL_PASSES: the run's fill passes' chunks, unpaired (in one process, older runs)
-    )
     encode_ms: float = 0.0  # an image step: the fake arm's median vision encode, added to the estimate
 
     def interval(self, ps: PointSamples) -> Interval | None:
-        if self.by_rep:
-            return ps.interval(self.by_rep, "estimate")
-        return median_interval(self.ms, f"{ps.key}/estimate", self.procs)
+        return ps.interval(self.by_rep, "estimate")
 
 
 def summarize_point(
@@ -229,9 +221,6 @@ def summarize_point(
         prefill_tps=est.chunk / est_median * 1e3 if est_median else None,
         # only_new / prefill_tps(L) = the chunk's time at depth L (+ the encode for an image step)
         opt_prefill_ms=est_median + est.encode_ms if est_median is not None else None,
-        fake_vs_estimate=est.vs_fake.value - 1 if est.vs_fake else None,
-        fake_vs_genuine=vs_gen.value - 1 if vs_gen else None,
-        fake_vs_baseline=vs_base.value if vs_base else None,
         fake_vs_estimate_ci=est.vs_fake,
         estimate_ci=est.interval(ps),
         fake_vs_genuine_ci=vs_gen,
@@ -247,7 +236,6 @@ def summarize_point(
         baseline_fill=arm_stats(base_fill, key=f"{key}/baseline/fill", procs=fill_procs),
         **engine_alone(base_fill, fill_chunk, fill_procs, key),
         baseline_source="direct reps" if direct else FILL_PASSES if base_fill and inproc else "",
-        estimate_source=est.source if est.ms else "",
         components=spread_components(ps, values, est),
         baseline=stats["baseline"],
         fake=stats["fake"],
@@ -286,7 +274,6 @@ def judge_point(ps: PointSamples, est: PointEstimate | None, tol: float) -> Swee
         genuine_verdict=verdicts["genuine"],
         plain_verdict=verdicts["plain"],
         estimate_verdict=verdicts.get("estimate"),
-        estimate_source=est.source if est is not None and est.ms else "",
     )
 
 
@@ -301,7 +288,7 @@ def judged(checked: dict[str, Interval | None], tol: float) -> tuple[dict[str, V
 
 def engine_alone(base: list[float], chunk: list[float], procs: list[int], key: str) -> dict[str, Any]:
     """The step in one process from the fill passes: its cached step (the chunk after the pass's real prefix) and
-    the pass's re-prefill over it, paired by pass (one pass per process)."""
+    the pass's re-prefill over it, paired by fill pass (one pass per process)."""
     pairs = [(b / c, q) for b, c, q in zip(base, chunk, procs, strict=True) if c > 0]
     return {
         "fill_step_ci": median_interval(chunk, f"{key}/fill/step", procs),
@@ -347,9 +334,8 @@ def decode_at_depth(ps: PointSamples) -> dict[str, Any]:
 
 def decided(point: SweepPoint, sw: SweepSettings) -> bool:
     """Whether a point needs no more reps: the verdicts of what is measured are decided, and the fake/genuine
-    interval is as narrow as `sw.target`. The estimate counts in one process where its samples stand beside the
-    reps (a point of a run from before the in-process estimate was paired has the fill passes' only: no rep
-    narrows it); through the server it is the server's share, measured, not a verdict."""
+    interval is as narrow as `sw.target`. fake / estimate counts in one process; through the server it is the
+    server's share, measured, not a verdict."""
     if "genuine" in sw.arms:
         iv = point.fake_vs_genuine_ci
         if point.genuine_verdict == "undecided" or iv is None or iv.half_width > sw.target:
@@ -357,4 +343,4 @@ def decided(point: SweepPoint, sw: SweepSettings) -> bool:
     if "plain" in sw.arms and point.plain_verdict == "undecided":
         return False
     inproc = point.where == "inproc"  # through the server fake / estimate is measured, never waited on
-    return not ("estimate" in sw.arms and inproc and point.estimate_paired and point.estimate_verdict == "undecided")
+    return not ("estimate" in sw.arms and inproc and point.estimate_verdict == "undecided")

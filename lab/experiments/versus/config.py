@@ -83,8 +83,9 @@ def _value(model: type[BaseModel], name: str, text: str) -> Any:
 
 
 def paired_design(settings: Settings) -> Settings:
-    """What both sides run with so that every process of one has its pair in the other: a fixed count of reps
-    per sweep point (no stop rule that ends one side's point a process earlier) and a profile's fixed processes."""
+    """What both sides run with so that every process of one side has its partner in the other (a process pair):
+    a fixed count of reps per sweep point (no stop rule that ends one side's point a process earlier) and a
+    profile's fixed processes."""
     sw = settings.sweep
     reps = sw.reps or sw.min_reps
     return settings.model_copy(
@@ -95,9 +96,9 @@ def paired_design(settings: Settings) -> Settings:
     )
 
 
-def slot_order(slot: int, seed: int) -> tuple[str, str]:
-    """The order of slot `slot`'s two processes: slots go in blocks of two, one A-then-B and one B-then-A, the
-    block's first picked at random (seeded, so a resumed run goes on with the same order): every process of one
-    side is next in time to one of the other, and neither side is always first."""
-    first = ("a", "b") if random.Random(f"{seed}:{slot // 2}").random() < 0.5 else ("b", "a")
-    return first if slot % 2 == 0 else (first[1], first[0])
+def pair_order(pair: int, seed: int) -> tuple[str, str]:
+    """The order of process pair `pair`'s two processes: pairs go in twos, one A-then-B and one B-then-A, the first
+    of the two picked at random (seeded, so a resumed run goes on with the same order): every process of one side
+    is next in time to one of the other, and neither side is always first."""
+    first = ("a", "b") if random.Random(f"{seed}:{pair // 2}").random() < 0.5 else ("b", "a")
+    return first if pair % 2 == 0 else (first[1], first[0])

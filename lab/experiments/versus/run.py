@@ -1,19 +1,19 @@
 """The interleaved run: one experiment measured in two configurations, their processes alternating.
 
 Lifecycle (the protocol's, for two experiments in one run folder):
-    ready    both sides' settings (B: A's with --vs set; both with the paired design), engines built and held,
-             models hashed, everything checked                      (a bad input creates nothing)
+    ready    both sides' settings (B: A's with --vs set; both with the design for process pairs), engines built
+             and held, models hashed, everything checked            (a bad input creates nothing)
     open     the run's folder `<date>_<host>_<experiment>_vs_<hex>` (its writer lock taken at once; the id a
              target host reports), then each side's run folder inside it, `a/` and `b/`, with its provenance
-    measure  under every folder's guard: slot after slot, one process of each side, in the slot's order
-             (blocks of two slots, AB then BA or BA then AB, at random); each process's number, start and
-             length into raw/slots.jsonl; a side whose processes are done waits while the other finishes
-    finish   the slot table read and B/A per point paired by the slot each process ran in
+    measure  under every folder's guard: process pair after process pair, one process of each side, in the
+             pair's order (pairs in twos, AB then BA or BA then AB, at random); each process's number, start
+             and length into raw/pairs.jsonl; a side whose processes are done waits while the other finishes
+    finish   the pair table read and B/A per point paired by the process pair each process ran in
              (lab.catalog.compare.compare_sides), then each side's results and status, B/A into raw/versus.jsonl;
              the run complete when both sides are
-    resume   `--resume <run>` (never a side alone): every folder's writer lock, the side folders and the slot
-             table checked, each side resumes as a run of its own would (a torn last slot row set aside), the
-             slots go on in the same order
+    resume   `--resume <run>` (never a side alone): every folder's writer lock, the side folders and the pair
+             table checked, each side resumes as a run of its own would (a torn last pair row set aside), the
+             process pairs go on in the same order
 """
 
 from __future__ import annotations
@@ -27,12 +27,12 @@ from typing import Any, Literal
 from rich.console import Console
 
 from lab.catalog.compare import TOLERANCE, VERSUS, Comparison, compare_sides
-from lab.catalog.slot_table import count_paired, read_slots
+from lab.catalog.pair_table import count_paired, read_pairs
 from lab.core.console import lab_console
 from lab.core.hostnoise import NoiseFigures, NoiseWindow, read_state
 from lab.core.runs import SIDES, RunError, RunFolder, utc_now
-from lab.core.schemas import VersusSlot
-from lab.core.schemas.raw import VERSUS_ROWS, VERSUS_SLOTS
+from lab.core.schemas import VersusPair
+from lab.core.schemas.raw import VERSUS_PAIRS, VERSUS_ROWS
 from lab.core.settings import Settings
 from lab.experiments.protocol import (
     Experiment,
@@ -49,7 +49,7 @@ from lab.experiments.protocol import (
     report_run,
     say_params,
 )
-from lab.experiments.versus.config import paired_design, side_b, slot_order
+from lab.experiments.versus.config import pair_order, paired_design, side_b
 
 
 @dataclass
@@ -115,14 +115,14 @@ def _open(
 def _reopen(
     experiment: Experiment, settings: Settings, run: RunFolder, writer: contextlib.ExitStack
 ) -> tuple[RunFolder, list[Side]]:
-    """A resumed interleaved run: every side's folder locked (one writer per folder, as the run's) and the slot
+    """A resumed interleaved run: every side's folder locked (one writer per folder, as the run's) and the pair
     table checked before anything of it is read back or written; then each side that is not complete resumes
     with its own recorded inputs (side B's engine and model from the run's --vs), a side that never started
-    starts, once both are ready; the run's own begin_resume sets a torn last slot row aside, before the slots
-    go on."""
+    starts, once both are ready; the run's own begin_resume sets a torn last pair row aside, before the process
+    pairs go on."""
     m = run.resumable(experiment.name + VERSUS)
     found = _side_runs(run, writer)
-    read_slots(run.path)  # a bad row: one line naming it, nothing changed
+    read_pairs(run.path)  # a bad row: one line naming it, nothing changed
     vs: dict[str, str] = m.params.get("vs", {})
     a = paired_design(settings)
     sides = [Side("a", experiment, a), Side("b", type(experiment)(), side_b(a, vs, experiment.name))]
@@ -164,8 +164,9 @@ def _open_side(s: Side, run: RunFolder, resume: RunFolder | None, writer: contex
 
 
 def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> Comparison:
-    """Slot after slot, one process of each side still measuring, in the slot's order, under every folder's
-    guard (an interruption leaves each incomplete, with the reason); then the run's end (see _finish)."""
+    """Process pair after process pair, one process of each side still measuring, in the pair's order, under
+    every folder's guard (an interruption leaves each incomplete, with the reason); then the run's end (see
+    _finish)."""
     open_sides = [s for s in sides if s.sess is not None]
     runs = [run, *(s.sess.run for s in open_sides if s.sess)]
     with contextlib.ExitStack() as live:
@@ -189,18 +190,18 @@ def _measure(run: RunFolder, sides: list[Side], seed: int, console: Console) -> 
         for s in open_sides:
             assert s.sess is not None
             going[s.name] = s.experiment.processes(s.sess, console)
-        slot = max((r.slot for r in read_slots(run.path, torn_ok=False)), default=-1) + 1
+        pair = max((r.pair for r in read_pairs(run.path, torn_ok=False)), default=-1) + 1
         while going:
-            for order, name in enumerate(slot_order(slot, seed)):
+            for order, name in enumerate(pair_order(pair, seed)):
                 if name in going:
-                    _step(run, next(s for s in sides if s.name == name), going, slot, order)
-            slot += 1
+                    _step(run, next(s for s in sides if s.name == name), going, pair, order)
+            pair += 1
         sessions = [s.sess for s in open_sides if s.sess is not None]
         return _finish(run, open_sides, window.stop(ctx_switches(sessions)) if window is not None else None, console)
 
 
 def _finish(run: RunFolder, open_sides: list[Side], noise: NoiseFigures | None, console: Console) -> Comparison:
-    """The slot table read and B/A computed before any side is finished: a table or a row that does not read
+    """The pair table read and B/A computed before any side is finished: a table or a row that does not read
     leaves every folder incomplete and resumable to this step, never sides complete under a run whose end fails
     on every resume. Then each side's results and status, and the run's timing and B/A."""
     timing = _timing(run)
@@ -221,7 +222,7 @@ def _close(going: dict[str, Processes]) -> None:
         g.close()
 
 
-def _step(run: RunFolder, s: Side, going: dict[str, Processes], slot: int, order: int) -> None:
+def _step(run: RunFolder, s: Side, going: dict[str, Processes], pair: int, order: int) -> None:
     """One process of side `s` (or, once its processes are done, its closing summary)."""
     started, t0 = utc_now(), time.monotonic()
     try:
@@ -231,16 +232,16 @@ def _step(run: RunFolder, s: Side, going: dict[str, Processes], slot: int, order
         del going[s.name]
         return
     seconds = time.monotonic() - t0
-    row = VersusSlot(slot=slot, side=s.name, order=order, started_utc=started, seconds=seconds, process=process)
-    run.append(VERSUS_SLOTS, [row])
+    row = VersusPair(pair=pair, side=s.name, order=order, started_utc=started, seconds=seconds, process=process)
+    run.append(VERSUS_PAIRS, [row])
 
 
 def _timing(run: RunFolder) -> dict[str, Any]:
-    """The run's slots (read strictly: a resumed run set a torn last line aside): how many, how many paired (both
-    sides measured), each side's process seconds."""
-    rows = read_slots(run.path, torn_ok=False)
+    """The run's process pairs (read strictly: a resumed run set a torn last line aside): how many were started,
+    how many hold both sides, each side's process seconds."""
+    rows = read_pairs(run.path, torn_ok=False)
     return {
-        "slots": len({r.slot for r in rows}),
-        "paired_slots": count_paired(rows),
+        "pairs_started": len({r.pair for r in rows}),
+        "pairs": count_paired(rows),
         "process_s": {side: [r.seconds for r in rows if r.side == side] for side in SIDES},
     }

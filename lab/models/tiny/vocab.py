@@ -51,7 +51,7 @@ _QWEN_EOT_ID = 151643  # <|endoftext|>: marks a Qwen2-family vocab
 
 
 def _fill_qwen_added_tokens(tok: dict[str, Any]) -> None:
-    """Put :data:`QWEN_ADDED_TOKENS` into a Qwen vocab's ``[PAD<id>]`` slots (other vocabs: unchanged)."""
+    """Put :data:`QWEN_ADDED_TOKENS` into a Qwen vocab's ``[PAD<id>]`` entries (other vocabs: unchanged)."""
     tokens: list[bytes] = tok["tokenizer.ggml.tokens"]
     types: list[int] | None = tok.get("tokenizer.ggml.token_type")
     if types is None or len(tokens) <= max(QWEN_ADDED_TOKENS) or tokens[_QWEN_EOT_ID] != b"<|endoftext|>":
