@@ -166,7 +166,7 @@ def test_a_bad_folder_is_skipped_by_the_newest_run_a_sweep_plans_from(
     runs = tmp_path / "runs"
     good, bad = crafted(case, runs)
     capsys.readouterr()
-    assert newest_runs(runs, "sweep", SHA, HOST) == [good]
+    assert newest_runs(runs, "sweep", SHA, HOST, "") == [good]
     one_warning(capsys.readouterr().err, bad, CRAFTED[case][1])
     before = measured_before(runs, SHA, HOST, "server")
     assert before.source == f"the spread of {good.name}" and len(before.points) == 1
@@ -240,10 +240,10 @@ def test_a_run_claiming_a_future_start_is_not_the_newest(tmp_path: Path) -> None
     runs = tmp_path / "runs"
     before = sweep(runs, "2026-11-01T00:00:00Z")
     hostile = sweep(runs, "2099-01-01T00:00:00Z")  # arrives now, whatever it claims
-    assert newest_run(runs, "sweep", SHA, HOST) == hostile  # it did arrive after `before`
+    assert newest_run(runs, "sweep", SHA, HOST, "") == hostile  # it did arrive after `before`
     time.sleep(1.1)  # a start is stored to the second
     after = sweep(runs, utc_now())  # made here after it arrived
-    assert newest_runs(runs, "sweep", SHA, HOST) == [after, hostile, before]
+    assert newest_runs(runs, "sweep", SHA, HOST, "") == [after, hostile, before]
     ingest(runs, tmp_path / "catalog")  # the catalog's choice (the headline, the charts): the same rule
     records = [unflatten(x, RunRecord) for x in load_table(tmp_path / "catalog", RUNS).to_dict("records")]
     assert [r.run_id for r in newest(records, "sweep")] == [after.name]
@@ -266,7 +266,7 @@ def test_a_copy_arrives_when_it_is_written_here_whatever_its_times_say(tmp_path:
     arrived = arrived_utc(copied)
     assert "2026" <= arrived < "2099" and arrived.endswith("Z")
     listing = sorted(p.name for p in runs.iterdir())
-    assert newest_runs(runs, "sweep", SHA, HOST) == [copied]
+    assert newest_runs(runs, "sweep", SHA, HOST, "") == [copied]
     assert sorted(p.name for p in runs.iterdir()) == listing  # nothing written beside the runs
 
 

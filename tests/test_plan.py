@@ -285,9 +285,9 @@ def test_the_plan_takes_the_spread_of_the_newest_sweep_that_measured_its_place(t
     from lab.core.schemas.sweep import SweepPoint
     from lab.experiments.sweep.planning import measured_before
 
-    def run(started: str, places: tuple[str, ...], sha: str = "m1", host: str = "vm") -> str:
+    def run(started: str, places: tuple[str, ...], sha: str = "m1", host: str = "vm", engine: str = "c1") -> str:
         r = RunFolder.create(tmp_path, "sweep", host, {})
-        r.update(started_utc=started, model={"sha256": sha})
+        r.update(started_utc=started, model={"sha256": sha}, engine={"source": {"commit": engine}})
         iv = Interval(value=1.0, lo=0.98, hi=1.02, n=5, processes=5)
         comps = {"fake/genuine": Components(between=0.02, within=0.01, processes=5, reps=5)}
         r.append(SWEEP_POINTS, [
@@ -301,11 +301,12 @@ def test_the_plan_takes_the_spread_of_the_newest_sweep_that_measured_its_place(t
         return r.path.name
 
     both = run("2026-12-01T00:00:00Z", ("server", "inproc"))
-    server = run("2026-12-02T00:00:00Z", ("server",))
+    run("2026-12-02T00:00:00Z", ("server",))  # older than `newer`
     run("2026-12-03T00:00:00Z", ("inproc",), sha="m2")  # another model
     run("2026-12-04T00:00:00Z", ("inproc",), host="nuc16")  # another host
+    newer = run("2026-12-05T00:00:00Z", ("server",), engine="c2")  # another engine: the host's noise all the same
     RunFolder.create(tmp_path, "sweep", "vm", {}).update(model={"sha256": "m1"})  # running: not complete
-    for where, name in (("server", server), ("inproc", both), ("both", both)):
+    for where, name in (("server", newer), ("inproc", both), ("both", both)):
         before = measured_before(tmp_path, "m1", "vm", where)  # type: ignore[arg-type]
         assert before.source == f"the spread of {name}", where
         assert {p.where for p in before.points} == ({"server", "inproc"} if where == "both" else {where})

@@ -253,13 +253,13 @@ def catalog_headline(catalog_dir: Path) -> tuple[list[HeadlineStep], list[Headli
     return steps, profiles
 
 
-def newest_profile(runs_dir: Path, model_sha256: str, host: str) -> HeadlineProfile | None:
-    """The newest complete profile run folder of this model on this host (for `lab sweep`'s closing table)."""
+def newest_profile(runs_dir: Path, model_sha256: str, host: str, engine_commit: str) -> HeadlineProfile | None:
+    """The newest complete profile of this model on this host and engine (for `lab sweep`'s closing table)."""
     from lab.catalog.folders import IngestError, current_manifest
     from lab.catalog.ingest import read_spec, run_record
     from lab.catalog.tables import SPEC_BY_NAME, unflatten
 
-    d = newest_run(runs_dir, "profile", model_sha256, host)
+    d = newest_run(runs_dir, "profile", model_sha256, host, engine_commit)
     if d is None:
         return None
     try:

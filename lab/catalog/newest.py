@@ -1,6 +1,7 @@
-"""The newest complete run of an experiment: per host, model and engine, the one choice behind the catalog's
-headline; per host and model, `lab sweep`'s closing table and a sweep's plan (the spread of the newest sweep
-measured here); of all, the run a report's chart shows first."""
+"""The newest complete run of an experiment, by one rule (`age`): per host, model and engine, the catalog's
+headline and `lab sweep`'s closing table; per host and model, whatever its engine, a sweep's plan (the spread and
+reps of the newest sweep measured here: the host's noise is the host's); of all runs, the one a report's chart
+shows first."""
 
 from __future__ import annotations
 
@@ -44,19 +45,24 @@ def complete(records: Iterable[RunRecord], experiment: str | None) -> list[RunRe
     return [r for r in records if r.in_figures and experiment in (None, r.experiment)]
 
 
-def newest_runs(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> list[Path]:
-    """The complete run folders of `experiment` of this model on this host, newest first (a folder that fails a
-    check is skipped in one line; one of a format the lab no longer reads, silently: it is no `experiment`)."""
+def newest_runs(runs_dir: Path, experiment: str, model_sha256: str, host: str, engine_commit: str | None) -> list[Path]:
+    """The complete run folders of `experiment` of this model on this host and engine (None: any engine), newest
+    first (a folder that fails a check is skipped in one line; one of a format the lab no longer reads, silently:
+    it is no `experiment`)."""
 
     def skipped(run_dir: Path, e: IngestError) -> None:
         if not isinstance(e, UnknownFormat):
             warn_skipped(run_dir, e)
 
     records = [run_record(f.path, f.manifest, f.name, f.arrived_utc) for f in run_folders(runs_dir, skipped=skipped)]
-    mine = [r for r in complete(records, experiment) if (r.host, r.model_sha256) == (host, model_sha256)]
+    mine = [
+        r
+        for r in complete(records, experiment)
+        if (r.host, r.model_sha256) == (host, model_sha256) and engine_commit in (None, r.engine_commit)
+    ]
     return [runs_dir / r.path for r in sorted(mine, key=age, reverse=True)]
 
 
-def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str) -> Path | None:
-    """The newest complete run folder of `experiment` of this model on this host."""
-    return next(iter(newest_runs(runs_dir, experiment, model_sha256, host)), None)
+def newest_run(runs_dir: Path, experiment: str, model_sha256: str, host: str, engine_commit: str) -> Path | None:
+    """The newest complete run folder of `experiment` of this model on this host and engine."""
+    return next(iter(newest_runs(runs_dir, experiment, model_sha256, host, engine_commit)), None)

@@ -184,10 +184,10 @@ def sweep_answer(run_dir: Path, m: Manifest, settings: Settings, done: bool) -> 
     summary = stored(run_dir, ARMS_SUMMARY, done)
     plan, took_s = stored_plan(run_dir, m)
     # the answer it closes with: its server points' step, and where the newest profile of its model on its host
-    # (in the runs folder) says the time goes
-    server = [p for p in points if p.where == "server"]
-    steps = steps_of(server, m.host, model_name(m), run_dir.name, m.shape().engine.source.commit)
-    profile = newest_profile(settings.runs_dir, str(m.model.get("sha256", "")), m.host)
+    # and engine (in the runs folder) says the time goes
+    server, engine = [p for p in points if p.where == "server"], m.shape().engine.source.commit
+    steps = steps_of(server, m.host, model_name(m), run_dir.name, engine)
+    profile = newest_profile(settings.runs_dir, str(m.model.get("sha256", "")), m.host, engine)
     profiles = [profile] if profile else []
     starts = [float(s) for s in m.results.get("process_start_s", [])]
     share = stored(run_dir, SERVER_SHARE, done)

@@ -29,7 +29,6 @@ import bisect
 import itertools
 import math
 import re
-import statistics
 from collections.abc import Callable
 from dataclasses import dataclass
 from pathlib import Path
@@ -66,15 +65,6 @@ class Rates(BaseModel):
     process_start_s: float | None = Field(
         default=None, ge=0, description="starting one of a sweep's processes (model loads, states read back)"
     )
-    noise: float | None = Field(
-        default=None,
-        ge=0,
-        description="the host's noise as the sweep starts: one chunk timed PROBE_REPS times back to back, the spread "
-        "of its log ms (MAD-based SD; 0.01 is about 1%); what a point's reps are predicted from (NOISE_REPS)",
-    )
-
-    def describe_noise(self) -> str:
-        return f"host noise {self.noise:.1%}" if self.noise is not None else "host noise not probed"
 
     def decode_ms(self, d0: int, d1: int) -> float:
         """Generating the tokens at positions [d0, d1), one per step."""
@@ -278,24 +268,20 @@ DEFAULT_SPREADS: dict[str, Components] = {
 DEFAULT_SPREAD = DEFAULT_SPREADS["server"]
 
 
-# what a first plan's time was off by where no runs here have a plan yet: on a 2-core VM (2026-12-07) six default
-# `lab sweep` and `lab arms` runs took 0.66 to 1.76x their first plan; with runs of its own (PLAN_RUNS of the newest
-# that made a plan) a host's range is theirs
-DEFAULT_TOOK = (0.65, 1.8)
+# what a plan's time was off by where no runs here have a plan yet: on a 2-core VM (2026-12-07) sixteen default
+# `lab sweep` and `lab arms` runs took 0.33 to 2.19x their first plan, the host quiet on some days and busy on
+# others (docs/repetition.md: what a plan cannot know); with runs of its own (PLAN_RUNS of the newest that made a
+# plan) a host's range is theirs
+DEFAULT_TOOK = (0.33, 2.2)
 PLAN_RUNS = 6
 
 
-PROBE_REPS = 12  # the chunk timed back to back to probe the host's noise (Rates.noise)
-
-
-def robust_spread(ms: list[float]) -> float | None:
-    """The relative spread of repeated timings of one thing: 1.4826 x the median absolute deviation of the log ms
-    (a normal's SD, untouched by the long right tail a busy host gives); None with fewer than 5."""
-    logs = [math.log(x) for x in ms if x > 0]
-    if len(logs) < 5:
-        return None
-    mid = statistics.median(logs)
-    return 1.4826 * statistics.median(abs(x - mid) for x in logs)
+# what a plan's time was off by where no runs here have a plan yet: on a 2-core VM (2026-12-07) sixteen default
+# `lab sweep` and `lab arms` runs took 0.33 to 2.19x their first plan, the host quiet on some days and busy on
+# others (docs/repetition.md: what a plan cannot know); with runs of its own (PLAN_RUNS of the newest that made a
+# plan) a host's range is theirs
+DEFAULT_TOOK = (0.33, 2.2)
+PLAN_RUNS = 6
 
 
 def took_range(ratios: list[float]) -> tuple[tuple[float, float], str]:

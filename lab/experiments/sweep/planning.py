@@ -9,7 +9,7 @@ import statistics
 import time
 from dataclasses import dataclass, field
 from pathlib import Path
-from typing import TYPE_CHECKING, Any
+from typing import Any
 
 from rich.console import Console
 
@@ -26,7 +26,6 @@ from lab.experiments.sweep.estimate import batch_chunk
 from lab.experiments.sweep.points import decided
 from lab.measure.plan import (
     DEFAULT_SPREADS,
-    PROBE_REPS,
     Plan,
     Rates,
     Where,
@@ -39,13 +38,9 @@ from lab.measure.plan import (
     rates_from_chunks,
     rates_from_file,
     reps_in_further_process,
-    robust_spread,
     spread_of,
     took_range,
 )
-
-if TYPE_CHECKING:
-    from lab.inproc import DriverSession
 
 CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
@@ -134,9 +129,9 @@ def pooled_spread(previous: list[SweepPoint], where: Where, name: str) -> Compon
 
 def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint]) -> list[int]:
     """The reps each grid point is predicted to need in this place: what it took in `previous` (the newest sweep
-    measured here) where it stopped decided, else from
-    the spread its ratios had over that grid and how far the point's own sat from 1
-    (a point not measured here before: the lab's default spread in this place, lab.measure.plan.DEFAULT_SPREADS).
+    measured here) where it stopped decided, else from the spread its ratios had over that grid and how far the
+    point's own sat from 1; a point not measured here before, the lab's default spread in this place
+    (lab.measure.plan.DEFAULT_SPREADS).
     A point's own reps are the better guess: the spread's arithmetic assumes the interval narrows as
     1/sqrt(processes) from the first one, and on a 2-core VM the default sweep's points took 2 to 2.5x the reps
     their spread predicts (two runs, 2026-12-07: 273 and 292 reps against 112 and 88)."""
@@ -187,13 +182,14 @@ def predicted_plan(settings: Settings, rates: Rates, where: Where, before: Befor
 
 
 def measured_before(runs_dir: Path, model_sha256: str, host: str, where: Where) -> Before:
-    """The newest complete sweep of this model on this host that measured every place of `where` (else the lab's
-    default spread), and what the newest runs that made a plan took against it."""
+    """The newest complete sweep of this model on this host, whatever its engine (the host's noise is the host's),
+    that measured every place of `where` (else the lab's default spread), and what the newest runs that made a plan
+    took against it."""
     places = {"server", "inproc"} if where == "both" else {where}
     points: list[SweepPoint] = []
     source = "the lab's default spread in each place (docs/repetition.md)"
     took: list[float] = []
-    for found in newest_runs(runs_dir, "sweep", model_sha256, host):
+    for found in newest_runs(runs_dir, "sweep", model_sha256, host, None):
         try:
             run = RunFolder.open(found)
             d = run.manifest().results.get("plan")
@@ -264,10 +260,9 @@ def calibrate(settings: Settings) -> Rates:
         load_s = time.monotonic() - started  # one model load: a sweep's process starts a server and a driver
         d.fill(0)  # a first pass warms the process up
         rows = fills_of(d.fill(1))
-        noise = probe_noise(d, Ls[0], news[0])
     chunks = [(f.L, f.new, f.ms) for f in rows if f.kind == "chunk" and f.new and f.ok]
     rates = rates_from_chunks(chunks, f"calibration: chunks of {news[0]} at depths {', '.join(map(str, Ls))}")
-    return rates.model_copy(update={"process_start_s": 2 * load_s, "noise": noise})
+    return rates.model_copy(update={"process_start_s": 2 * load_s})
 
 
 def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float) -> Settings:
@@ -358,7 +353,6 @@ def plan_of_run(
     console: Console,
     start_s: float,
     before: Before,
-    noise: float | None = None,
 ) -> Plan | None:
     """The plan printed as a sweep starts measuring: from sweep.rates, else from its own fill passes' chunks;
     its processes at what starting the first one took (`start_s`); each point at the reps it is predicted to
@@ -370,24 +364,12 @@ def plan_of_run(
         rates = rates_from_chunks(chunks, "this run's fill passes")
     else:
         return None
-    rates = rates.model_copy(update={"process_start_s": start_s, "noise": noise})
+    rates = rates.model_copy(update={"process_start_s": start_s})
     new = predicted_plan(settings, rates, where, before)
     counted = not settings.sweep.n_out or rates.decode_ms_per_token is not None
     uncounted = "" if counted else ", the decode of sweep.n_out not counted"
-    said = f"{rates.describe()}, from {rates.source}{uncounted}; {rates.describe_noise()}"
-    console.print(f"plan: {plan_line(new)} ({said})", highlight=False)
+    console.print(f"plan: {plan_line(new)} ({rates.describe()}, from {rates.source}{uncounted})", highlight=False)
     return new
-
-
-PROBE_REP = -1  # the probe's chunks carry this rep: none of a point's
-
-
-def probe_noise(driver: DriverSession, L: int, new: int) -> float | None:
-    """The host's noise now (Rates.noise): the chunk of `new` tokens after the restored depth-L state, what the
-    estimate times, timed PROBE_REPS times back to back after one untimed; its spread, robust to the tail."""
-    driver.rep(L, new, PROBE_REP, ["warmup"])
-    rows = [row for _ in range(PROBE_REPS) for row in driver.rep(L, new, PROBE_REP, ["genuine"])]
-    return robust_spread([float(r["decode_ms"]) for r in rows if r.get("ok") and r.get("decode_ms")])
 
 
 def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:

@@ -61,7 +61,7 @@ from lab.experiments.sweep.estimate import (
 )
 from lab.experiments.sweep.grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep.inproc import InprocPlace, restore_summary
-from lab.experiments.sweep.planning import measured_before, plan_of_run, plan_results, probe_noise
+from lab.experiments.sweep.planning import measured_before, plan_of_run, plan_results
 from lab.experiments.sweep.rounds import Ledger, Place, done_points
 from lab.experiments.sweep.server import ServerPlace
 from lab.experiments.sweep.share import share_fit
@@ -115,7 +115,6 @@ class Sweep(Experiment):
         self.summary: ArmsSummary | None = None
         self.share: ServerShare | None = None  # the server's per-request share over the grid
         self.driver: InstrumentInfo | None = None
-        self.live: DriverSession | None = None  # the driver of the process being measured
         self.shape: MemoryShape | None = None
         self.n_vocab = 0
         self.plan: Plan | None = None
@@ -184,12 +183,11 @@ class Sweep(Experiment):
                         at = self.open_process(sess, stack, book, scratch, process, progress)
                         # what starting it took, less its fill pass (the baseline's sample, measured)
                         book.starts.append(time.monotonic() - t0 - (sum(f.ms for f in fills) / 1e3 - filled))
-                        if self.plan is None and self.live:  # the plan: the first fill pass's chunks, the noise
+                        if self.plan is None and self.driver:  # the plan, from the first fill pass's chunks
                             host, sha = run.manifest().host, sess.parts.model_record.get("sha256", "")
                             before = measured_before(settings.runs_dir, sha, host, sw.where)
-                            noise = probe_noise(self.live, min(sw.Ls), min(news))
                             self.plan = plan_of_run(
-                                settings, sw.where, fills, progress.console, book.starts[-1], before, noise
+                                settings, sw.where, fills, progress.console, book.starts[-1], before
                             )
                         for where, p in book.this_round(todo, process):
                             if where == "server" and p.id not in book.checks:
@@ -237,7 +235,6 @@ class Sweep(Experiment):
             early = self.launch_server(sess, stack, scratch.slots)
         if self.driver:
             driver = self.start_driver(sess, stack, scratch.tokens, news, book.fills, scratch.states, process, bar)
-        self.live = driver
         if driver is not None and "inproc" in places_of(sw):
             places["inproc"] = InprocPlace(driver, sw, book.fills, self.shape)
         if "server" in places_of(sw):
