@@ -45,7 +45,8 @@ from lab.experiments.conversation import Replay
 from lab.experiments.decode import DecodeCheck
 from lab.experiments.profile.run import Profile
 from lab.experiments.protocol import Experiment, run_experiment
-from lab.experiments.sweep.planning import Before, predicted_plan, rates_for
+from lab.experiments.sweep.planning import Before, predicted_plan
+from lab.experiments.sweep.rates import rates_for
 from lab.experiments.sweep.run import Sweep
 from lab.experiments.versus import run_versus
 from lab.experiments.versus.config import paired_design

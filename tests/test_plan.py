@@ -167,7 +167,7 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     e(P) the widening for few processes (lab.core.stats.expansion: 2.69 at 3, 1.87 at 4, 1.58 at 5): a quiet point
     stops after a few processes, a noisy one takes more, one that sat on the bound takes them all."""
     from lab.core.schemas import Components
-    from lab.measure.plan import predicted_reps
+    from lab.measure.prediction import predicted_reps
 
     bounds = {"fake/genuine": (0.03, 0.05)}
     quiet = {"fake/genuine": (Components(between=0.0, within=0.02, processes=3, reps=6), 0.0)}
@@ -185,7 +185,7 @@ def test_the_reps_a_point_needs_are_predicted_from_its_spread() -> None:
     assert predicted_reps(est, {"fake/estimate": (float("inf"), 0.05)}, 5, 100, 3) == 16
     # nothing measured here yet: each place's default spread, widened: in one process (0.07, 0.045) 42 processes
     # of one rep, through the server (0.06, 0.04; fake / genuine alone) 33
-    from lab.measure.plan import DEFAULT_SPREADS
+    from lab.measure.prediction import DEFAULT_SPREADS
 
     both = {"fake/genuine": (0.03, 0.05), "fake/estimate": (float("inf"), 0.05)}
     assert predicted_reps({}, both, 5, 100, 5, DEFAULT_SPREADS["inproc"]) == 42
@@ -197,7 +197,7 @@ def test_a_run_of_one_rep_per_process_still_says_its_spread() -> None:
     them: the half-width is about e(P) 1.96 of them over sqrt(P); a within-run interval implies nothing."""
     from lab.core.schemas import Interval
     from lab.core.stats import expansion
-    from lab.measure.plan import predicted_reps, spread_of
+    from lab.measure.prediction import predicted_reps, spread_of
 
     half = 0.0196 * expansion(4)
     iv = Interval(value=1.0, lo=math.exp(-half), hi=math.exp(half), n=5, processes=4)
@@ -209,7 +209,8 @@ def test_a_run_of_one_rep_per_process_still_says_its_spread() -> None:
 
 
 def test_the_plan_is_said_as_a_range_and_the_line_after_the_run_says_how_it_did() -> None:
-    from lab.measure.plan import DEFAULT_TOOK, ArmCost, Plan, Rates, plan_line, took_range
+    from lab.measure.plan import ArmCost, Plan, Rates, plan_line
+    from lab.measure.prediction import DEFAULT_TOOK, took_range
 
     rates = Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01)
     first = Plan(design="cumulative", where="server", reps=100, points=8, rates=rates,
@@ -222,6 +223,8 @@ def test_the_plan_is_said_as_a_range_and_the_line_after_the_run_says_how_it_did(
     assert (lo, hi) == (0.8, 1.2) and source == "the 6 newest runs here took 0.80-1.20x their plan"
     said = first.model_copy(update={"took": (lo, hi), "took_source": source})
     assert plan_line(said).startswith(f"predicted 60 s (48 s to 72 s: {source}) for 8 points")
+    wide = first.model_copy(update={"took": (0.5, 20.0), "took_source": "wide"})  # never above the bound
+    assert plan_line(wide).startswith("predicted 60 s (30 s to 10.0 min: wide) for 8 points")
 
 
 def test_the_plan_counts_every_process_a_point_may_need() -> None:
@@ -231,7 +234,7 @@ def test_the_plan_counts_every_process_a_point_may_need() -> None:
     from lab.core.schemas import Components, Interval, SweepPoint
     from lab.core.settings import Settings
     from lab.experiments.sweep.planning import plans
-    from lab.measure.plan import processes_needed
+    from lab.measure.prediction import processes_needed
 
     assert processes_needed(5, 1, 5, 1) == 5 and processes_needed(3, 1, 5, 1) == 3  # stops at max_reps
     assert processes_needed(20, 1, 5, 1) == 20 and processes_needed(20, 1, 5, 5) == 8
@@ -341,3 +344,40 @@ def test_a_point_measured_here_before_is_predicted_at_the_reps_it_took() -> None
     # a point still open (the plan's revision reads the run's own points) has not taken what it needs yet
     still_open = before.model_copy(update={"genuine_verdict": "undecided", "reps": 5})
     assert predicted_counts(s, "server", [still_open])[0] > 5
+
+
+def test_the_plan_after_the_first_processes_reads_their_paired_spread() -> None:
+    """fake / genuine's rep-to-rep spread pooled over the grid, robust to the tail, says how many reps a point
+    will take (REPS_PER_SPREAD); a place without pairs has no such plan."""
+    import random
+
+    from rich.console import Console
+
+    from lab.core.schemas import SweepSample
+    from lab.core.settings import Settings
+    from lab.experiments.sweep.planning import REPS_PER_SPREAD, paired_spread, plan_after, plans, reps_from_spread
+
+    rng = random.Random(5)
+
+    def sample(point: str, rep: int, arm: str, ms: float) -> SweepSample:
+        return SweepSample(point=point, L=512, new=64, arm=arm, rep=rep, ok=True, prompt_ms=ms, t_utc="x")
+
+    rows = []
+    for i in range(400):
+        ratio = math.exp(rng.gauss(0, 0.04)) * (8 if i % 25 == 0 else 1)  # one pair in 25 on the long tail
+        rows += [sample(f"p{i % 8}", i, "genuine", 20.0), sample(f"p{i % 8}", i, "fake", 20.0 * ratio)]
+    spread = paired_spread(rows)
+    assert spread is not None and 0.035 < spread < 0.045  # the tail does not move it
+    assert paired_spread(rows[:14]) is None  # fewer than 8 pairs
+    settings = Settings()
+    sw = settings.sweep
+    assert reps_from_spread(settings, {"server": 0.04}) == {"server": round(REPS_PER_SPREAD["server"][1] * 0.04)}
+    assert reps_from_spread(settings, {"server": 1e-6, "inproc": 9.0}) == {"server": sw.min_reps, "inproc": sw.max_reps}
+    first = plans(settings, Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01), "server")[1]
+    after = plan_after(settings, first, {"server": rows}, Console(quiet=True))
+    assert after is not None and set(after.reps_each) == {round(REPS_PER_SPREAD["server"][1] * spread)}
+    assert after.took == (372 / 500, 759 / 500)
+    assert after.spread_source.startswith(f"the paired spread of its first {sw.processes} processes")
+    assert after.total_s < first.total_s  # about 20 reps a point, not max_reps
+    no_pairs = [r for r in rows if r.arm == "fake"]
+    assert plan_after(settings, first, {"server": no_pairs}, Console(quiet=True)) is None

@@ -18,6 +18,8 @@ pytestmark = pytest.mark.fast
 PARAMS = {"sweep": {"Ls": [512, 2048], "news": [64], "images": ["none"], "where": "server"}}
 PLAN = {  # results.plan as a sweep stores it (lab.experiments.sweep.planning.plan_results)
     "predicted_s": 10.0,
+    "after_s": 40.0,
+    "after_reps_each": [4, 4],
     "bound_s": 60.0,
     "actual_s": 20.0,
     "reps": 6,
@@ -53,9 +55,12 @@ def test_lab_show_prints_a_sweeps_stored_tables_in_its_grids_order_with_its_plan
     assert r.returncode == 0 and not r.stderr, r.stderr
     out = r.stdout
     assert "through llama-server" in out and out.index("12.2") < out.index("31.5")  # L 512 first, as the grid
-    # the plan, said as a range, against what it took, from results.plan: 10 s predicted, 20 s taken
+    # the plan, said as a range, against what it took, from results.plan: 10 s predicted, 40 s after the first
+    # processes, 20 s taken
     assert "predicted 10 s (5 s to 25 s: three runs) for 2 points at 2 reps each (from the lab's default)" in out
-    assert "at most 60 s at 6 reps; took 20 s (2.00x the prediction)" in out
+    assert (
+        "at most 60 s at 6 reps; took 20 s (2.00x the prediction, 0.50x the one after its first processes, 40 s)" in out
+    )
     assert "vm / tiny.gguf" in out  # the headline (lab.catalog.headline), of the stored points
     by_path = lab("show", str(run.path), "--runs-dir", str(tmp_path / "elsewhere"))  # a folder fetched anywhere
     assert by_path.returncode == 0 and by_path.stdout == out

@@ -115,11 +115,9 @@ def test_sweep_writes_a_complete_run_folder(tmp_path: Path) -> None:
         assert p.fill_speedup_ci.value > 1 and p.fake_vs_baseline_ci is None
         assert (p.bench_check_ci is not None) == (p.L in (128, 512))
         assert p.opt_prefill_ms == pytest.approx(32 / p.prefill_tps * 1e3)
-        assert p.fake_vs_estimate is not None and p.fake_vs_genuine is not None
         # every ratio carries its interval, and the verdicts come from the intervals
         ci = p.fake_vs_genuine_ci
-        assert ci is not None and ci.n == 2 and ci.lo <= ci.value <= ci.hi
-        assert ci.value - 1 == pytest.approx(p.fake_vs_genuine) and p.reps == 2
+        assert ci is not None and ci.n == 2 and ci.lo <= ci.value <= ci.hi and p.reps == 2
         assert p.fake_vs_estimate_ci is not None
         # fake / estimate's split: the server's share paired by rep, the batch-size effect paired by fill pass
         assert p.genuine_vs_estimate_ci is not None and p.genuine_vs_estimate_ci.n == 2

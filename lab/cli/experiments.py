@@ -247,7 +247,7 @@ def _plan_profile(
     if vs is not None and budget is not None:
         raise UsageError("--budget with --vs: give --reps instead (both configurations get the same reps)")
     from lab.core.console import lab_console
-    from lab.experiments.sweep.planning import rates_for
+    from lab.experiments.sweep.rates import rates_for
     from lab.measure.plan import parse_duration
     from lab.measure.profileplan import budget_reps, profile_plan, rates_settings, with_reps
     from lab.presenters.profileplan import profile_budget_line, profile_plan_notes, profile_plan_table

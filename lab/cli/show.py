@@ -35,7 +35,7 @@ def _sweep(answer: Any, console: Console, wide: bool) -> None:
 
     assert isinstance(answer, SweepAnswer)
     a = answer
-    show_sweep(console, a.points, a.summary, a.starts, a.plan, a.took_s, wide, a.share)
+    show_sweep(console, a.points, a.summary, a.starts, a.plan, a.took_s, a.after, wide, a.share)
     print_headline(console, a.steps, a.profiles)
 
 

@@ -76,6 +76,7 @@ class SweepAnswer:
     starts: list[float]
     plan: Plan | None
     took_s: float
+    after: Plan | None  # the plan once its first processes were in
     steps: list[HeadlineStep]
     profiles: list[HeadlineProfile]
     share: ServerShare | None = None  # the server's per-request share over the grid (raw/server_share.json)
@@ -182,7 +183,7 @@ def model_name(m: Manifest) -> str:
 def sweep_answer(run_dir: Path, m: Manifest, settings: Settings, done: bool) -> SweepAnswer:
     points = grid_order(last_rows(stored(run_dir, SWEEP_POINTS, done)), m.params)
     summary = stored(run_dir, ARMS_SUMMARY, done)
-    plan, took_s = stored_plan(run_dir, m)
+    plan, took_s, after = stored_plan(run_dir, m)
     # the answer it closes with: its server points' step, and where the newest profile of its model on its host
     # and engine (in the runs folder) says the time goes
     server, engine = [p for p in points if p.where == "server"], m.shape().engine.source.commit
@@ -192,7 +193,7 @@ def sweep_answer(run_dir: Path, m: Manifest, settings: Settings, done: bool) -> 
     starts = [float(s) for s in m.results.get("process_start_s", [])]
     share = stored(run_dir, SERVER_SHARE, done)
     first = summary[0] if summary else None
-    return SweepAnswer(points, first, starts, plan, took_s, steps, profiles, share[0] if share else None)
+    return SweepAnswer(points, first, starts, plan, took_s, after, steps, profiles, share[0] if share else None)
 
 
 def last_rows(points: list[SweepPoint]) -> list[SweepPoint]:
@@ -216,12 +217,13 @@ def grid_order(points: list[SweepPoint], params: dict[str, Any]) -> list[SweepPo
     return sorted(points, key=lambda p: (at(images, p.image), at(Ls, p.L), at(news, p.new), at(places, p.where)))
 
 
-def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float]:
-    """The plan a sweep printed as it started, and what it took (results.plan); None when the run
+def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float, Plan | None]:
+    """The plan a sweep printed as it started, what it took, and the plan after its first processes
+    (results.plan); None when the run
     made none. Only what `plan_line` prints is kept (each arm's seconds, the reps, the spread's source)."""
     d = m.results.get("plan")
     if not d:
-        return None, 0.0
+        return None, 0.0, None
     where = str((m.params.get("sweep") or {}).get("where", "server"))
     try:
         reps_each = [int(x) for x in d.get("reps_each") or []]
@@ -238,7 +240,12 @@ def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float]:
             took_source=str(d.get("took_source") or ""),
             bound_s=d.get("bound_s"),
         )
-        return plan, float(d["actual_s"])
+        after = None
+        if d.get("after_s") is not None:
+            total = [ArmCost(arm="all", what="", seconds=float(d["after_s"]))]
+            each = [int(x) for x in d.get("after_reps_each") or []]
+            after = plan.model_copy(update={"arms": total, "reps_each": each, "took": None})
+        return plan, float(d["actual_s"]), after
     except (ValidationError, KeyError, TypeError, ValueError, AttributeError) as e:
         raise RunError(f"{run_dir / 'manifest.json'}:1: results.plan: {validation_line(e, 'plan')}") from None
 

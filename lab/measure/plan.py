@@ -27,7 +27,6 @@ from __future__ import annotations
 
 import bisect
 import itertools
-import math
 import re
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -38,8 +37,6 @@ import yaml
 from pydantic import BaseModel, Field, ValidationError
 
 from lab.core.errors import UsageError, validation_line
-from lab.core.schemas import Components, Interval
-from lab.core.stats import expansion, reps_per_process
 from lab.engine.contract import WARM_UP
 
 Design = Literal["per-rep prefill", "cumulative"]
@@ -252,112 +249,6 @@ def reuse_costs(
     return out
 
 
-Z95 = 1.96
-# what a ratio varies by when nothing here has measured it yet, between processes and within one, per place: the
-# spread that predicts the reps the default grid took on this kind of 2-core VM with the widened intervals
-# (2026-12-07, two default sweeps: 17 to 64 reps a point, median 32; two `lab arms` runs: 283 and 349 reps over 8
-# points, fake / estimate deciding too; the variance components measured there,
-# 0.03 to 0.14 between and 0.04 to 0.16 within, predict 2 to 2.5x those reps, since the stop rule meets an
-# interval that narrows unevenly). A sweep measured here before gives each point its own reps instead
-# (lab.experiments.sweep.planning.predicted_counts); the plan's revision after the first processes shows a
-# noisier host.
-DEFAULT_SPREADS: dict[str, Components] = {
-    "server": Components(between=0.06, within=0.04, processes=0, reps=0),
-    "inproc": Components(between=0.07, within=0.045, processes=0, reps=0),
-}
-DEFAULT_SPREAD = DEFAULT_SPREADS["server"]
-
-
-# what a plan's time was off by where no runs here have a plan yet: on a 2-core VM (2026-12-07) sixteen default
-# `lab sweep` and `lab arms` runs took 0.33 to 2.19x their first plan, the host quiet on some days and busy on
-# others (docs/repetition.md: what a plan cannot know); with runs of its own (PLAN_RUNS of the newest that made a
-# plan) a host's range is theirs
-DEFAULT_TOOK = (0.33, 2.2)
-PLAN_RUNS = 6
-
-
-# what a plan's time was off by where no runs here have a plan yet: on a 2-core VM (2026-12-07) sixteen default
-# `lab sweep` and `lab arms` runs took 0.33 to 2.19x their first plan, the host quiet on some days and busy on
-# others (docs/repetition.md: what a plan cannot know); with runs of its own (PLAN_RUNS of the newest that made a
-# plan) a host's range is theirs
-DEFAULT_TOOK = (0.33, 2.2)
-PLAN_RUNS = 6
-
-
-def took_range(ratios: list[float]) -> tuple[tuple[float, float], str]:
-    """The range a plan is said with: what the newest runs here took against their plans (actual / predicted,
-    newest first), the narrowest and widest of the newest PLAN_RUNS, once there are three; else the default."""
-    mine = ratios[:PLAN_RUNS]
-    if len(mine) < 3:
-        return DEFAULT_TOOK, f"runs took {DEFAULT_TOOK[0]:.2f}-{DEFAULT_TOOK[1]:.2f}x their plan on a 2-core VM"
-    lo, hi = min(mine), max(mine)
-    return (lo, hi), f"the {len(mine)} newest runs here took {lo:.2f}-{hi:.2f}x their plan"
-
-
-def predicted_reps(
-    spreads: dict[str, tuple[Components, float]],
-    bounds: dict[str, tuple[float, float]],
-    min_reps: int,
-    max_reps: int,
-    processes: int,
-    default: Components = DEFAULT_SPREAD,
-) -> int:
-    """The reps a point is predicted to take before it stops: each process adds ceil(min_reps / processes) reps
-    (r), and a ratio's interval after P processes is about e(P) x 1.96 x sqrt((between^2 + 2 within^2 / r) / P)
-    wide each side (the two-stage bootstrap counts the within spread twice; e(P), the widening for few processes,
-    lab.core.stats.expansion); the point stops once every ratio is decided
-    (its interval inside 1 +- tolerance, so narrower than the tolerance less how far the ratio sat from 1) and as
-    narrow as its target. `spreads`: per ratio its spread and that distance (else `default` at 1); `bounds`:
-    per ratio (target half-width, tolerance). At least `processes` processes, at most max_reps reps."""
-    per = math.ceil(min_reps / processes)
-    need = processes
-    for name, (target, tolerance) in bounds.items():
-        spread, gap = spreads.get(name, (default, 0.0))
-        room = min(target, tolerance - gap)
-        if room <= 0:
-            return max_reps  # it sat on the bound: no number of reps decides it
-        one = spread.between**2 + 2 * spread.within**2 / per
-        need = max(need, processes_to_narrow(one, room, need, math.ceil(max_reps / per)))
-    return min(max_reps, per * need)
-
-
-def processes_to_narrow(one: float, room: float, at_least: int, at_most: int) -> int:
-    """The fewest processes (at least `at_least`) whose widened interval, e(P) x 1.96 x sqrt(one / P) each side,
-    fits `room` (`at_most` when none up to it does)."""
-    for p in range(max(2, at_least), at_most + 1):
-        if expansion(p) * Z95 * math.sqrt(one / p) <= room:
-            return p
-    return max(at_least, at_most)
-
-
-def spread_of(iv: Interval) -> Components | None:
-    """The spread an interval over several processes implies when its run kept no components (one rep per
-    process: the within-process part cannot be told apart): all of it between processes, as the standard
-    deviation of a process's log value (the half-width is about e(P) x 1.96 of those over sqrt(processes), e(P) the
-    widening for few processes)."""
-    if iv.processes < 2 or iv.value <= 0 or iv.lo <= 0:
-        return None
-    half = (math.log(iv.hi) - math.log(iv.lo)) / 2 / expansion(iv.processes)
-    return Components(between=half / Z95 * math.sqrt(iv.processes), within=0.0, processes=iv.processes, reps=iv.n)
-
-
-def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> int:
-    """The processes a point of `reps` reps runs in: `share` reps in each of the run's first `processes`, then
-    `per_extra` in each further one (the sweep's ledger: lab.experiments.sweep.rounds)."""
-    first = share * processes
-    if reps <= first:  # done within its first processes (a point at max_reps stops there)
-        return math.ceil(reps / share)
-    return processes + math.ceil((reps - first) / max(1, per_extra))
-
-
-def reps_in_further_process(spread: Components, start_s: float, rep_s: float, share: int, most: int) -> int:
-    """The reps an undecided point takes in each process past its first ones (the sweep's ledger and the plan
-    alike): as many as narrow its interval most per second (lab.core.stats.reps_per_process, Kalibera and Jones), at
-    least its share per process, at most `most` (sweep.min_reps: a process far larger than the point's others
-    would weigh on its interval alone, and once processes differ at all more processes are what narrow it)."""
-    return max(share, min(reps_per_process(spread, start_s, rep_s), most))
-
-
 def fit_reps(budget_s: float, plan_of: Callable[[int], Plan]) -> int:
     """The most reps (1..200) whose plan fits `budget_s`; a budget that one rep exceeds is a one-line error."""
     one = plan_of(1)
@@ -422,14 +313,14 @@ def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rate
     return Rates(flat_ms_per_token=flat, attn_ms_per_token_per_1k=max(0.0, slope), source=source)
 
 
-def plan_line(new: Plan, actual_s: float | None = None) -> str:
+def plan_line(new: Plan, actual_s: float | None = None, after: Plan | None = None) -> str:
     """The plan in one line (a sweep prints it as it starts, and with what it took at the end)."""
     each = sorted(set(new.reps_each))
     if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
         reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
         span = ""
-        if new.took is not None:
-            lo, hi = (new.total_s * f for f in new.took)
+        if new.took is not None:  # never above the bound: no point takes more than max_reps
+            lo, hi = new.total_s * new.took[0], min(new.total_s * new.took[1], new.bound_s)
             span = f" ({fmt_duration(lo)} to {fmt_duration(hi)}: {new.took_source})"
         line = (
             f"predicted {fmt_duration(new.total_s)}{span} for {new.points} points at {reps} reps each (from "
@@ -438,5 +329,10 @@ def plan_line(new: Plan, actual_s: float | None = None) -> str:
     else:
         line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
     if actual_s is not None and new.total_s:
-        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction)"
+        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction"
+        if after is not None and after.total_s:
+            line += (
+                f", {actual_s / after.total_s:.2f}x the one after its first processes, {fmt_duration(after.total_s)}"
+            )
+        line += ")"
     return line

@@ -125,7 +125,7 @@ def with_reps(settings: Settings, reps: int) -> Settings:
 
 
 def rates_settings(settings: Settings, ref: str | None) -> Settings:
-    """The settings whose sweep plan resolves the profile's rates (lab.experiments.sweep.planning.rates_for, one
+    """The settings whose sweep plan resolves the profile's rates (lab.experiments.sweep.rates.rates_for, one
     resolution for both): `ref` (a rates file, or a profile run's time model up to the deepest probe's chunk),
     else a calibration of a chunk of profile.chunk at the shallowest nonzero depth and at min(deepest, 2048)."""
     p = settings.profile

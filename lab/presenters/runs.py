@@ -44,6 +44,7 @@ def show_sweep(
     starts: list[float],
     plan: Plan | None,
     took_s: float,
+    after: Plan | None = None,
     wide: bool = False,
     share: ServerShare | None = None,
 ) -> None:
@@ -51,7 +52,7 @@ def show_sweep(
     against what it took (the answer follows: print_headline)."""
     print_summary(console, points, summary, starts, wide, share)
     if plan is not None:
-        console.print(plan_line(plan, took_s), highlight=False)
+        console.print(plan_line(plan, took_s, after), highlight=False)
 
 
 def show_profile(

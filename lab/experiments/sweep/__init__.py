@@ -1,1 +1,1 @@
-"""The fake-prefix sweep (`lab sweep`, `lab arms`): its lifecycle, places, grid, points, estimate, rounds and plan."""
+"""The fake-prefix sweep (`lab sweep`, `lab arms`): its lifecycle, places, grid, points, estimate, rounds, plan and its rates."""

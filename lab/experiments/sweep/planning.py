@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import math
 import statistics
-import time
+from collections.abc import Mapping
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,18 +14,16 @@ from typing import Any
 from rich.console import Console
 
 from lab.catalog.newest import newest_runs
-from lab.core.errors import UsageError, warn
-from lab.core.runs import RunError, RunFolder, resolve_run
-from lab.core.schemas import Components, InprocFill, SweepPoint
-from lab.core.schemas.raw import PROFILE_BAND_PROCESSES, PROFILE_BANDS, PROFILE_SUMMARY, SWEEP_POINTS
+from lab.core.errors import warn
+from lab.core.runs import RunError, RunFolder
+from lab.core.schemas import Components, InprocFill, SweepPoint, SweepSample
+from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import Settings
-from lab.core.stats import median_interval
 from lab.engine.imagegrid import ImageGeometry
-from lab.experiments.profile.rates import plan_rates
 from lab.experiments.sweep.estimate import batch_chunk
 from lab.experiments.sweep.points import decided
+from lab.experiments.sweep.rates import rates_for, resolve_rates
 from lab.measure.plan import (
-    DEFAULT_SPREADS,
     Plan,
     Rates,
     Where,
@@ -33,16 +31,16 @@ from lab.measure.plan import (
     parse_duration,
     plan,
     plan_line,
+    rates_from_chunks,
+)
+from lab.measure.prediction import (
+    DEFAULT_SPREADS,
     predicted_reps,
     processes_needed,
-    rates_from_chunks,
-    rates_from_file,
     reps_in_further_process,
     spread_of,
     took_range,
 )
-
-CALIBRATION_DEPTH = 2048  # the deepest chunk a calibration times: the slope is extrapolated beyond it
 
 
 def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> list[tuple[int, int]]:
@@ -53,19 +51,29 @@ def grid_points(settings: Settings, geometry: ImageGeometry | None = None) -> li
 
 
 def plans(
-    settings: Settings, rates: Rates, where: Where, reps: int | None = None, previous: list[SweepPoint] | None = None
+    settings: Settings,
+    rates: Rates,
+    where: Where,
+    reps: int | None = None,
+    previous: list[SweepPoint] | None = None,
+    each: Mapping[str, int] | None = None,
 ) -> tuple[Plan, Plan]:
     """(per-rep prefill, cumulative) plans of the sweep's grid, at max_reps unless `reps`; with `previous` (the
-    points of a sweep measured here before, maybe none), at the reps each point is predicted to need."""
+    points of a sweep measured here before, maybe none), at the reps each point is predicted to need; with `each`,
+    at that many reps a point in each place (what a run's first processes predict: reps_from_spread)."""
     if where == "both":  # one driver's fill passes and the same processes serve both places
-        server = plans(settings, rates, "server", reps, previous)
-        inproc = plans(settings, rates, "inproc", reps, previous)
+        server = plans(settings, rates, "server", reps, previous, each)
+        inproc = plans(settings, rates, "inproc", reps, previous, each)
         return _both(server[0], inproc[0]), _both(server[1], inproc[1])
     sw = settings.sweep
     n = reps or sw.max_reps
     points = grid_points(settings)
     arms: list[str] = [*sw.arms]
-    counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
+    if each is not None:
+        previous = []  # the further processes' reps from the default spread: the reps themselves are given
+        counts = [each[where]] * len(points)
+    else:
+        counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
     # each of the first processes adds ceil(min_reps / processes) reps; a point still undecided after them takes
     # the rest in further processes, as many reps in each as narrow its interval most per second: the bound
     # assumes the fewest (processes differ more than reps within one), a prediction what its spread says
@@ -131,7 +139,7 @@ def predicted_counts(settings: Settings, where: Where, previous: list[SweepPoint
     """The reps each grid point is predicted to need in this place: what it took in `previous` (the newest sweep
     measured here) where it stopped decided, else from the spread its ratios had over that grid and how far the
     point's own sat from 1; a point not measured here before, the lab's default spread in this place
-    (lab.measure.plan.DEFAULT_SPREADS).
+    (lab.measure.prediction.DEFAULT_SPREADS).
     A point's own reps are the better guess: the spread's arithmetic assumes the interval narrows as
     1/sqrt(processes) from the first one, and on a 2-core VM the default sweep's points took 2 to 2.5x the reps
     their spread predicts (two runs, 2026-12-07: 273 and 292 reps against 112 and 88)."""
@@ -216,55 +224,6 @@ def _both(server: Plan, inproc: Plan) -> Plan:
     return server.model_copy(update={"where": "both", "arms": arms})
 
 
-def resolve_rates(settings: Settings) -> Rates:
-    """sweep.rates: a rates file (YAML/JSON), or a profile run (id, unique prefix, or folder) whose time model is
-    applied to the sweep's model."""
-    ref = settings.sweep.rates
-    assert ref is not None
-    path = Path(ref)
-    if path.is_file():
-        return rates_from_file(path)
-    try:
-        run = resolve_run(ref, settings.runs_dir)
-    except RunError as e:
-        raise UsageError(f"--rates {ref}: neither a rates file nor a run ({e})") from e
-    summary, bands = run.table_path(PROFILE_SUMMARY), run.table_path(PROFILE_BANDS)
-    if run.manifest().experiment != "profile" or not summary.exists() or not bands.exists():
-        raise UsageError(f"--rates {ref}: {run.path.name} is not a complete profile run")
-    if not run.table_path(PROFILE_BAND_PROCESSES).exists():
-        raise UsageError(f"--rates {ref}: {run.path.name} is a profile of an older format (no per-process bands)")
-    from lab.models.resolve import resolve_model
-
-    deepest = max(settings.sweep.Ls) + max(settings.sweep.news)
-    return plan_rates(run, settings.runs_dir, resolve_model(settings), deepest)
-
-
-def calibrate(settings: Settings) -> Rates:
-    """A short calibration: the in-process driver times a chunk of the grid's smallest `new` at its smallest L
-    and at min(its largest L, 2048) after one cumulative fill, and the rates are fitted to them."""
-    from lab.experiments.protocol import resolve_parts
-    from lab.inproc import DriverSession, prepare_driver, sweep_driver_command
-    from lab.measure.fills import fills_of
-
-    sw = settings.sweep
-    Ls = sorted({min(sw.Ls), min(max(sw.Ls), CALIBRATION_DEPTH)})
-    news = [min(sw.news)]
-    cal = settings.model_copy(update={"sweep": sw.model_copy(update={"Ls": Ls, "news": news})})
-    parts = resolve_parts(cal, needs_engine=True)
-    assert parts.engine is not None and parts.model is not None
-    driver, _ = prepare_driver(parts.engine, cal, parts.model, news, fake=False, who="sweep --plan")
-    logs = settings.cache_dir / "logs"
-    cmd = sweep_driver_command(driver, cal, parts.model, news, fake=False)
-    started = time.monotonic()
-    with DriverSession(cmd, logs / "calibration.log") as d:
-        load_s = time.monotonic() - started  # one model load: a sweep's process starts a server and a driver
-        d.fill(0)  # a first pass warms the process up
-        rows = fills_of(d.fill(1))
-    chunks = [(f.L, f.new, f.ms) for f in rows if f.kind == "chunk" and f.new and f.ok]
-    rates = rates_from_chunks(chunks, f"calibration: chunks of {news[0]} at depths {', '.join(map(str, Ls))}")
-    return rates.model_copy(update={"process_start_s": 2 * load_s})
-
-
 def budget_reps(settings: Settings, rates: Rates, where: Where, budget_s: float) -> Settings:
     """The settings with max_reps (and min_reps if above it) set to the most reps the budget affords."""
     reps = fit_reps(budget_s, lambda n: plans(settings, rates, where, n)[1])
@@ -307,45 +266,6 @@ def predicted_draft(draft: PlanDraft, sides: int = 1) -> Plan:
     return predicted_plan(draft.settings, draft.rates, draft.where, before).times(sides)
 
 
-def rates_for(settings: Settings) -> Rates:
-    """sweep.rates when set, else a short calibration here; with sweep.n_out and no decode rate in them, the
-    decode's calibrated too."""
-    rates = resolve_rates(settings) if settings.sweep.rates else calibrate(settings)
-    if settings.sweep.n_out and rates.decode_ms_per_token is None:
-        rates = with_decode(settings, rates)
-    return rates
-
-
-def with_decode(settings: Settings, rates: Rates) -> Rates:
-    """The rates with a decode rate calibrated here: a few tokens generated through the server after a
-    fabricated prefix at the grid's shallowest and (up to 2048) deepest L, a line through the two medians."""
-    from lab.engine.contract import ContractClient, decode_samples, filler_tokens
-    from lab.engine.server import adhoc_server
-    from lab.experiments.decode import decode_at_depths, decode_steps
-    from lab.experiments.protocol import resolve_parts
-
-    sw = settings.sweep
-    new = min(sw.news)
-    Ls = sorted({min(sw.Ls), min(max(sw.Ls), CALIBRATION_DEPTH)})
-    depths = [L + new for L in Ls]
-    n_out = max(2, min(sw.n_out, 16))
-    parts = resolve_parts(settings, needs_engine=True)
-    assert parts.engine is not None and parts.model is not None
-    with adhoc_server(parts.engine, parts.model, settings.server, settings.cache_dir, "calibration-decode") as srv:
-        log = srv.log_path
-        steps = decode_steps(depths, new, filler_tokens(max(depths), seed=1, n_vocab=srv.n_vocab()))
-        samples = decode_at_depths(ContractClient(srv), steps, n_out, rounds=3)
-    ms = {d: median_interval(decode_samples(r), f"calibration/decode/{d}") for d, r in samples.items()}
-    medians = [(d, iv.value) for d, iv in sorted(ms.items()) if iv is not None]
-    if len(medians) < len(depths):
-        raise UsageError(f"sweep --plan: the decode calibration failed; see {log}")
-    (d0, a), (d1, b) = medians[0], medians[-1]
-    slope = max(0.0, (b - a) / (d1 - d0) * 1000) if d1 > d0 else 0.0
-    source = f"{rates.source}; decode: the server's generated tokens at depths L = {', '.join(map(str, Ls))}"
-    update = {"decode_ms_per_token": max(a - slope * d0 / 1000, 1e-6), "decode_ms_per_token_per_1k": slope}
-    return rates.model_copy(update={**update, "source": source})
-
-
 def plan_of_run(
     settings: Settings,
     where: Where,
@@ -372,12 +292,65 @@ def plan_of_run(
     return new
 
 
-def plan_results(new: Plan | None, actual_s: float) -> dict[str, Any]:
+# the reps a point of the default grid took per unit of the paired spread its run's first processes showed
+# (paired_spread): on a 2-core VM (2026-12-07, twenty default runs of `lab sweep` and `lab arms`, two sessions and a
+# CPU hog; docs/repetition.md) through the server 372 to 759 (the median 500), in one process 529 to 1609 (990)
+REPS_PER_SPREAD: dict[str, tuple[float, float, float]] = {"server": (372, 500, 759), "inproc": (529, 990, 1609)}
+
+
+def paired_spread(samples: list[SweepSample]) -> float | None:
+    """How much fake / genuine varies from rep to rep in a run's first processes, pooled over the grid: the
+    MAD-based SD of its log (robust to the long tail); None with fewer than 8 pairs."""
+    by: dict[tuple[str, int], dict[str, float]] = {}
+    for s in samples:
+        if s.arm in ("fake", "genuine") and s.ok and s.prompt_ms:
+            by.setdefault((s.point, s.rep), {})[s.arm] = s.prompt_ms
+    logs = [math.log(v["fake"] / v["genuine"]) for v in by.values() if len(v) == 2]
+    if len(logs) < 8:
+        return None
+    mid = statistics.median(logs)
+    return 1.4826 * statistics.median(abs(x - mid) for x in logs)
+
+
+def reps_from_spread(settings: Settings, spreads: Mapping[str, float]) -> dict[str, int]:
+    """The reps a point is predicted to take in each place, from the paired spread its first processes showed."""
+    sw = settings.sweep
+    return {w: max(sw.min_reps, min(sw.max_reps, round(REPS_PER_SPREAD[w][1] * s))) for w, s in spreads.items()}
+
+
+def plan_after(
+    settings: Settings, first: Plan, samples: Mapping[str, list[SweepSample]], console: Console
+) -> Plan | None:
+    """The plan again once the run's first sweep.processes processes are in: every point at the reps the paired
+    spread they showed predicts (REPS_PER_SPREAD), at the first plan's rates; None when a place has no pairs (a
+    sweep without the genuine arm)."""
+    spreads = {w: paired_spread(s) for w, s in samples.items() if s}
+    known = {w: s for w, s in spreads.items() if s is not None}
+    if not known or len(known) < len(spreads):
+        return None
+    each = reps_from_spread(settings, known)
+    bound = plans(settings, first.rates, first.where)[1]
+    new = plans(settings, first.rates, first.where, each=each)[1]
+    said = ", ".join(f"{'through the server' if w == 'server' else 'in one process'} {s:.1%}" for w, s in known.items())
+    source = f"the paired spread of its first {settings.sweep.processes} processes: {said}"
+    lo = min(REPS_PER_SPREAD[w][0] / REPS_PER_SPREAD[w][1] for w in known)
+    hi = max(REPS_PER_SPREAD[w][2] / REPS_PER_SPREAD[w][1] for w in known)
+    took = (lo, hi), f"twenty runs' reps were {lo:.2f}-{hi:.2f}x this on a 2-core VM"
+    update = {"bound_s": bound.total_s, "spread_source": source, "took": took[0], "took_source": took[1]}
+    after = new.model_copy(update=update)
+    console.print(f"plan after {settings.sweep.processes} processes: {plan_line(after)}", highlight=False)
+    return after
+
+
+def plan_results(new: Plan | None, actual_s: float, after: Plan | None = None) -> dict[str, Any]:
     if new is None:
         return {}
     return {
         "plan": {
             "predicted_s": new.total_s,
+            "after_s": after.total_s if after else None,
+            "after_reps_each": after.reps_each if after else None,
+            "after_source": after.spread_source if after else None,
             "bound_s": new.bound_s,
             "actual_s": actual_s,
             "reps": new.reps,

@@ -34,7 +34,7 @@ from lab.core.settings import SweepSettings
 from lab.core.stats import median_interval, rotated
 from lab.experiments.sweep.grid import GridPoint
 from lab.experiments.sweep.points import RepOut, decided
-from lab.measure.plan import reps_in_further_process
+from lab.measure.prediction import reps_in_further_process
 
 
 class Place(Protocol):

@@ -61,7 +61,7 @@ from lab.experiments.sweep.estimate import (
 )
 from lab.experiments.sweep.grid import GridPoint, grid, only_new, stream_tokens
 from lab.experiments.sweep.inproc import InprocPlace, restore_summary
-from lab.experiments.sweep.planning import measured_before, plan_of_run, plan_results
+from lab.experiments.sweep.planning import measured_before, plan_after, plan_of_run, plan_results
 from lab.experiments.sweep.rounds import Ledger, Place, done_points
 from lab.experiments.sweep.server import ServerPlace
 from lab.experiments.sweep.share import share_fit
@@ -115,6 +115,7 @@ class Sweep(Experiment):
         self.summary: ArmsSummary | None = None
         self.share: ServerShare | None = None  # the server's per-request share over the grid
         self.driver: InstrumentInfo | None = None
+        self.after: Plan | None = None  # the plan once the run's first processes are in
         self.shape: MemoryShape | None = None
         self.n_vocab = 0
         self.plan: Plan | None = None
@@ -175,7 +176,7 @@ class Sweep(Experiment):
                 tokens = stream_tokens(sw, self.n_vocab, max(news)) if self.driver else []
                 scratch = Scratch(slots, states, tokens)
                 task = progress.add_task(f"{self.label}sweep", total=book.planned(todo))
-                process = book.next_process()
+                process = first = book.next_process()
                 while todo:
                     progress.update(task, description=f"{self.label}process {process + 1}")
                     with contextlib.ExitStack() as stack:
@@ -197,6 +198,9 @@ class Sweep(Experiment):
                                 done[(where, p.id)] = point
                     ended, process = process, process + 1
                     todo = self.todo(sw, done)
+                    if todo and self.plan is not None and self.after is None and process - first == sw.processes:
+                        samples = {str(w): [s for ss in book.samples[w].values() for s in ss] for w in places_of(sw)}
+                        self.after = plan_after(settings, self.plan, samples, progress.console)
                     paused = time.monotonic()
                     yield ended  # a process ends here (an interleaved run measures the other side's next)
                     started += time.monotonic() - paused  # its own time, not the other side's
@@ -205,7 +209,7 @@ class Sweep(Experiment):
         self.points = [done[(w, p.id)] for p in grid(sw) for w in places_of(sw) if (w, p.id) in done]
         self.summarize_grid(run, sw, fills)
         self.took_s = time.monotonic() - started
-        results = plan_results(self.plan, self.took_s)
+        results = plan_results(self.plan, self.took_s, self.after)
         if book.starts:
             results["process_start_s"] = book.starts
         return Outcome(results=results, failure=all_failed(self.points))

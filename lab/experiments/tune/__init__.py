@@ -97,7 +97,7 @@ class Tune(Replay):
         assert self.server_defaults is not None
         base = todays_setting(settings.conversation, settings.server, self.server_defaults)
         if self.rates is None:
-            from lab.experiments.sweep.planning import rates_for
+            from lab.experiments.sweep.rates import rates_for
 
             self.rates = rates_for(settings)
         ctx = settings.server.ctx_size
