@@ -225,6 +225,19 @@ def test_the_plan_is_said_as_a_range_and_the_line_after_the_run_says_how_it_did(
     assert plan_line(said).startswith(f"predicted 60 s (48 s to 72 s: {source}) for 8 points")
     wide = first.model_copy(update={"took": (0.5, 20.0), "took_source": "wide"})  # never above the bound
     assert plan_line(wide).startswith("predicted 60 s (30 s to 10.0 min: wide) for 8 points")
+    # nothing here predicts the reps yet: the bound alone, then the prediction after the first processes
+    unsaid = first.model_copy(update={"said": False})
+    assert plan_line(unsaid) == (
+        "at most 10.0 min for 8 points at 100 reps; predicted after the run's first processes (no sweep of this "
+        "model measured here yet)"
+    )
+    after = first.model_copy(update={"arms": [ArmCost(arm="all", what="", seconds=80.0)]})
+    assert plan_line(unsaid, 90.0, after).endswith(
+        "; took 1.5 min (1.12x the prediction after its first processes, 80 s)"
+    )
+    assert plan_line(first, 90.0, after).endswith(
+        "; took 1.5 min (1.50x the prediction, 1.12x the one after its first processes, 80 s)"
+    )
 
 
 def test_the_plan_counts_every_process_a_point_may_need() -> None:
@@ -381,3 +394,12 @@ def test_the_plan_after_the_first_processes_reads_their_paired_spread() -> None:
     assert after.total_s < first.total_s  # about 20 reps a point, not max_reps
     no_pairs = [r for r in rows if r.arm == "fake"]
     assert plan_after(settings, first, {"server": no_pairs}, Console(quiet=True)) is None
+
+
+def test_a_run_is_held_to_the_first_prediction_it_said() -> None:
+    from lab.experiments.sweep.planning import took_against_plan
+
+    assert took_against_plan({"predicted_s": 10.0, "actual_s": 20.0}) == 2.0  # its plan as it started
+    assert took_against_plan({"predicted_s": 10.0, "actual_s": 20.0, "said": False, "after_s": 40.0}) == 0.5
+    assert took_against_plan({"predicted_s": 10.0, "actual_s": 20.0, "said": False, "after_s": None}) is None
+    assert took_against_plan(["not", "a", "plan"]) is None

@@ -238,6 +238,7 @@ def stored_plan(run_dir: Path, m: Manifest) -> tuple[Plan | None, float, Plan | 
             spread_source=str(d.get("spread_source") or ""),
             took=(float(d["took"][0]), float(d["took"][1])) if d.get("took") else None,
             took_source=str(d.get("took_source") or ""),
+            said=bool(d.get("said", True)),
             bound_s=d.get("bound_s"),
         )
         after = None

@@ -125,6 +125,11 @@ class Plan(BaseModel):
         default=None, description="a prediction: the range of what runs took against their plan (actual / predicted)"
     )
     took_source: str = Field(default="", description="a prediction: the runs that range comes from")
+    said: bool = Field(
+        default=True,
+        description="whether the prediction is said; False where nothing here predicts the reps yet (no sweep of the "
+        "model measured on this host): only the bound, and the prediction after the run's first processes",
+    )
 
     @property
     def total_s(self) -> float:
@@ -316,7 +321,12 @@ def rates_from_chunks(chunks: list[tuple[int, int, float]], source: str) -> Rate
 def plan_line(new: Plan, actual_s: float | None = None, after: Plan | None = None) -> str:
     """The plan in one line (a sweep prints it as it starts, and with what it took at the end)."""
     each = sorted(set(new.reps_each))
-    if new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
+    if new.bound_s is not None and each and not new.said:  # nothing here predicts the reps yet: the bound alone
+        line = (
+            f"at most {fmt_duration(new.bound_s)} for {new.points} points at {new.reps} reps; predicted after the "
+            "run's first processes (no sweep of this model measured here yet)"
+        )
+    elif new.bound_s is not None and each:  # a prediction: the reps each point is expected to need, and the bound
         reps = f"{each[0]}" if len(each) == 1 else f"{each[0]}-{each[-1]}"
         span = ""
         if new.took is not None:  # never above the bound: no point takes more than max_reps
@@ -328,11 +338,10 @@ def plan_line(new: Plan, actual_s: float | None = None, after: Plan | None = Non
         )
     else:
         line = f"predicted {fmt_duration(new.total_s)} for {new.points} points at up to {new.reps} reps"
-    if actual_s is not None and new.total_s:
-        line += f"; took {fmt_duration(actual_s)} ({actual_s / new.total_s:.2f}x the prediction"
+    if actual_s is not None:
+        against = [f"{actual_s / new.total_s:.2f}x the prediction"] if new.said and new.total_s else []
         if after is not None and after.total_s:
-            line += (
-                f", {actual_s / after.total_s:.2f}x the one after its first processes, {fmt_duration(after.total_s)}"
-            )
-        line += ")"
+            ratio, first = actual_s / after.total_s, "the one" if against else "the prediction"
+            against.append(f"{ratio:.2f}x {first} after its first processes, {fmt_duration(after.total_s)}")
+        line += f"; took {fmt_duration(actual_s)}" + (f" ({', '.join(against)})" if against else "")
     return line

@@ -181,12 +181,25 @@ class Before:
 
 def predicted_plan(settings: Settings, rates: Rates, where: Where, before: Before) -> Plan:
     """The plan at the reps each point is predicted to need, said as a range (what runs here took against their
-    plans), with its bound (every point at max_reps) beside it."""
+    plans), with its bound (every point at max_reps) beside it. Said only where a sweep of this model measured here
+    before: from the lab's default spread alone, runs on a 2-core VM took 0.33 to 3.3x it, so the run says its
+    bound and predicts after its first processes (plan_after)."""
     bound = plans(settings, rates, where)[1]
     new = plans(settings, rates, where, previous=before.points)[1]
     took, took_source = took_range(before.took)
     update = {"bound_s": bound.total_s, "spread_source": before.source, "took": took, "took_source": took_source}
-    return new.model_copy(update=update)
+    return new.model_copy(update=update | {"said": bool(before.points)})
+
+
+def took_against_plan(d: object) -> float | None:
+    """What a run took against the first prediction it said (results.plan): its plan as it started, else the
+    one after its first processes; None when it said none."""
+    if not isinstance(d, dict):
+        return None
+    actual, predicted = d.get("actual_s"), d.get("predicted_s") if d.get("said", True) else d.get("after_s")
+    if isinstance(actual, float) and isinstance(predicted, float) and predicted > 0:
+        return actual / predicted
+    return None
 
 
 def measured_before(runs_dir: Path, model_sha256: str, host: str, where: Where) -> Before:
@@ -200,10 +213,8 @@ def measured_before(runs_dir: Path, model_sha256: str, host: str, where: Where) 
     for found in newest_runs(runs_dir, "sweep", model_sha256, host, None):
         try:
             run = RunFolder.open(found)
-            d = run.manifest().results.get("plan")
-            predicted, actual = (d.get("predicted_s"), d.get("actual_s")) if isinstance(d, dict) else (None, None)
-            if isinstance(predicted, float) and isinstance(actual, float) and predicted > 0:
-                took.append(actual / predicted)
+            if (ratio := took_against_plan(run.manifest().results.get("plan"))) is not None:
+                took.append(ratio)
             if points:
                 continue
             rows = run.read(SWEEP_POINTS)
@@ -348,6 +359,7 @@ def plan_results(new: Plan | None, actual_s: float, after: Plan | None = None) -
     return {
         "plan": {
             "predicted_s": new.total_s,
+            "said": new.said,
             "after_s": after.total_s if after else None,
             "after_reps_each": after.reps_each if after else None,
             "after_source": after.spread_source if after else None,
