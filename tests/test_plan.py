@@ -387,13 +387,13 @@ def test_the_plan_after_the_first_processes_reads_their_paired_spread() -> None:
     assert reps_from_spread(settings, {"server": 0.04}) == {"server": round(REPS_PER_SPREAD["server"][1] * 0.04)}
     assert reps_from_spread(settings, {"server": 1e-6, "inproc": 9.0}) == {"server": sw.min_reps, "inproc": sw.max_reps}
     first = plans(settings, Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01), "server")[1]
-    after = plan_after(settings, first, {"server": rows}, Console(quiet=True))
+    after = plan_after(settings, first, {"server": rows}, [], Console(quiet=True))
     assert after is not None and set(after.reps_each) == {round(REPS_PER_SPREAD["server"][1] * spread)}
     assert after.took == (372 / 500, 759 / 500)
     assert after.spread_source.startswith(f"the paired spread of its first {sw.processes} processes")
     assert after.total_s < first.total_s  # about 20 reps a point, not max_reps
     no_pairs = [r for r in rows if r.arm == "fake"]
-    assert plan_after(settings, first, {"server": no_pairs}, Console(quiet=True)) is None
+    assert plan_after(settings, first, {"server": no_pairs}, [], Console(quiet=True)) is None
 
 
 def test_a_run_is_held_to_the_first_prediction_it_said() -> None:

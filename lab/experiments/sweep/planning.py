@@ -60,7 +60,8 @@ def plans(
 ) -> tuple[Plan, Plan]:
     """(per-rep prefill, cumulative) plans of the sweep's grid, at max_reps unless `reps`; with `previous` (the
     points of a sweep measured here before, maybe none), at the reps each point is predicted to need; with `each`,
-    at that many reps a point in each place (what a run's first processes predict: reps_from_spread)."""
+    at that many reps a point in each place (what a run's first processes predict: reps_from_spread), split over
+    processes as the spread of `previous` (the run's own points so far) says."""
     if where == "both":  # one driver's fill passes and the same processes serve both places
         server = plans(settings, rates, "server", reps, previous, each)
         inproc = plans(settings, rates, "inproc", reps, previous, each)
@@ -69,8 +70,7 @@ def plans(
     n = reps or sw.max_reps
     points = grid_points(settings)
     arms: list[str] = [*sw.arms]
-    if each is not None:
-        previous = []  # the further processes' reps from the default spread: the reps themselves are given
+    if each is not None:  # the reps given; `previous` (the run's points so far) splits them over processes
         counts = [each[where]] * len(points)
     else:
         counts = [n] * len(points) if previous is None else predicted_counts(settings, where, previous)
@@ -330,18 +330,23 @@ def reps_from_spread(settings: Settings, spreads: Mapping[str, float]) -> dict[s
 
 
 def plan_after(
-    settings: Settings, first: Plan, samples: Mapping[str, list[SweepSample]], console: Console
+    settings: Settings,
+    first: Plan,
+    samples: Mapping[str, list[SweepSample]],
+    points: list[SweepPoint],
+    console: Console,
 ) -> Plan | None:
     """The plan again once the run's first sweep.processes processes are in: every point at the reps the paired
-    spread they showed predicts (REPS_PER_SPREAD), at the first plan's rates; None when a place has no pairs (a
-    sweep without the genuine arm)."""
+    spread they showed predicts (REPS_PER_SPREAD), split over further processes as their spread between
+    processes and within one says (the ledger's own rule, from the run's `points` so far), at the first plan's
+    rates; None when a place has no pairs (a sweep without the genuine arm)."""
     spreads = {w: paired_spread(s) for w, s in samples.items() if s}
     known = {w: s for w, s in spreads.items() if s is not None}
     if not known or len(known) < len(spreads):
         return None
     each = reps_from_spread(settings, known)
     bound = plans(settings, first.rates, first.where)[1]
-    new = plans(settings, first.rates, first.where, each=each)[1]
+    new = plans(settings, first.rates, first.where, previous=points, each=each)[1]
     said = ", ".join(f"{'through the server' if w == 'server' else 'in one process'} {s:.1%}" for w, s in known.items())
     source = f"the paired spread of its first {settings.sweep.processes} processes: {said}"
     lo = min(REPS_PER_SPREAD[w][0] / REPS_PER_SPREAD[w][1] for w in known)

@@ -250,10 +250,11 @@ def summarize_point(
 
 
 def judge_point(ps: PointSamples, est: PointEstimate | None, tol: float) -> SweepPoint:
-    """What the stop rule needs of a point between two reps (`decided`): its checks' intervals and verdicts, the
-    same as the whole summary's (the same keys, the same samples), and nothing else. The whole summary
+    """What the stop rule needs of a point between two reps and after each of its rounds (`decided`): its
+    checks' intervals and verdicts, the same as the whole summary's (the same keys, the same samples), and the
+    spread that sizes its next process (`components`, no bootstrap), nothing else. The whole summary
     (summarize_point) takes about ten bootstraps more, 0.25-0.45 s a point on a 2-core VM: after every rep, a
-    third of an in-process run."""
+    third of an in-process run; after every round, of a run whose points need tens of processes, a third again."""
     values, inproc = rep_values(ps.samples), ps.key != ps.p.id
     vs_gen, vs_plain = (ps.interval(values[n], n) for n in ("fake/genuine", "genuine/plain"))
     vs_est = est.vs_fake if est is not None and inproc else None
@@ -274,6 +275,9 @@ def judge_point(ps: PointSamples, est: PointEstimate | None, tol: float) -> Swee
         genuine_verdict=verdicts["genuine"],
         plain_verdict=verdicts["plain"],
         estimate_verdict=verdicts.get("estimate"),
+        reps=len({s.rep for s in ps.samples}),
+        processes=max(1, len({s.process for s in ps.samples})),
+        components=spread_components(ps, values, est),
     )
 
 
@@ -309,10 +313,10 @@ def estimate_split(ps: PointSamples, est: PointEstimate, fills: list[InprocFill]
     return out
 
 
-def spread_components(ps: PointSamples, values: dict[str, Keyed], est: PointEstimate) -> dict[str, Components]:
+def spread_components(ps: PointSamples, values: dict[str, Keyed], est: PointEstimate | None) -> dict[str, Components]:
     """The spread between processes and within one, per arm and ratio (what sizes a further process)."""
     spread = {arm: ps.by_rep(arm) for arm in ("fake", "genuine")} | {"fake/genuine": values["fake/genuine"]}
-    if est.by_rep:
+    if est is not None and est.by_rep:
         spread |= {"estimate": est.by_rep, "fake/estimate": _ratio(ps.by_rep("fake"), est.by_rep)}
     out = {}
     for name, keyed_values in spread.items():

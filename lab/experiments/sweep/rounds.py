@@ -99,7 +99,7 @@ class Ledger:
         self.tps: dict[tuple[Where, str], list[PrefillTps]] = {}  # each place's estimate samples per point
         self.checks: dict[str, list[PrefillTps]] = {}  # the llama-bench cross-check per point (rep None)
         self.rounds: dict[tuple[Where, str], list[SweepRound]] = {}
-        self.last: dict[tuple[Where, str], SweepPoint] = {}  # each open point's summary after its last round
+        self.last: dict[tuple[Where, str], SweepPoint] = {}  # each open point's checks after its last round
         for s in kept.samples:
             self.samples[s.where].setdefault(s.point, []).append(s)
         for t in kept.tps:
@@ -161,7 +161,7 @@ class Ledger:
             walls.append(out.wall_s)
             baseline.append(out.baseline)
             progress.advance(task)
-            # stop as soon as decided (the round's last rep is judged by the summary after the round)
+            # stop as soon as decided (the round's last rep is judged after the round)
             judged = extra and len(have) + len(walls) >= sw.min_reps and rep < first + count - 1
             if judged and decided(place.judge(p, samples + new_samples, tps + new_tps), sw):
                 break
@@ -173,11 +173,12 @@ class Ledger:
         samples += new_samples
         tps += new_tps
         rounds.append(row)
-        point = place.summarize(p, samples, tps)
-        self.last[(where, p.id)] = point
+        now = place.judge(p, samples, tps)  # the checks and the spread; the whole summary once it is finished
+        self.last[(where, p.id)] = now
         n_reps = len(self.reps(where, p.id))
-        if n_reps < sw.max_reps and not (len({r.process for r in rounds}) >= sw.processes and decided(point, sw)):
+        if n_reps < sw.max_reps and not (len({r.process for r in rounds}) >= sw.processes and decided(now, sw)):
             return None
+        point = place.summarize(p, samples, tps)
         point.rep_s = rep_seconds(rounds, f"{where}/{p.id}/rep_s" if where == "inproc" else f"{p.id}/rep_s")
         self.run.append(SWEEP_POINTS, [point])
         return point

@@ -200,7 +200,8 @@ class Sweep(Experiment):
                     todo = self.todo(sw, done)
                     if todo and self.plan is not None and self.after is None and process - first == sw.processes:
                         samples = {str(w): [s for ss in book.samples[w].values() for s in ss] for w in places_of(sw)}
-                        self.after = plan_after(settings, self.plan, samples, progress.console)
+                        now = [*done.values(), *book.last.values()]
+                        self.after = plan_after(settings, self.plan, samples, now, progress.console)
                     paused = time.monotonic()
                     yield ended  # a process ends here (an interleaved run measures the other side's next)
                     started += time.monotonic() - paused  # its own time, not the other side's
