@@ -368,7 +368,14 @@ def test_the_plan_after_the_first_processes_reads_their_paired_spread() -> None:
 
     from lab.core.schemas import SweepSample
     from lab.core.settings import Settings
-    from lab.experiments.sweep.planning import REPS_PER_SPREAD, paired_spread, plan_after, plans, reps_from_spread
+    from lab.experiments.sweep.planning import (
+        AFTER_TOOK,
+        REPS_PER_SPREAD,
+        paired_spread,
+        plan_after,
+        plans,
+        reps_from_spread,
+    )
 
     rng = random.Random(5)
 
@@ -384,12 +391,12 @@ def test_the_plan_after_the_first_processes_reads_their_paired_spread() -> None:
     assert paired_spread(rows[:14]) is None  # fewer than 8 pairs
     settings = Settings()
     sw = settings.sweep
-    assert reps_from_spread(settings, {"server": 0.04}) == {"server": round(REPS_PER_SPREAD["server"][1] * 0.04)}
+    assert reps_from_spread(settings, {"server": 0.04}) == {"server": round(REPS_PER_SPREAD["server"] * 0.04)}
     assert reps_from_spread(settings, {"server": 1e-6, "inproc": 9.0}) == {"server": sw.min_reps, "inproc": sw.max_reps}
     first = plans(settings, Rates(source="t", flat_ms_per_token=0.1, attn_ms_per_token_per_1k=0.01), "server")[1]
     after = plan_after(settings, first, {"server": rows}, [], Console(quiet=True))
-    assert after is not None and set(after.reps_each) == {round(REPS_PER_SPREAD["server"][1] * spread)}
-    assert after.took == (372 / 500, 759 / 500)
+    assert after is not None and set(after.reps_each) == {round(REPS_PER_SPREAD["server"] * spread)}
+    assert after.took == AFTER_TOOK["server"]
     assert after.spread_source.startswith(f"the paired spread of its first {sw.processes} processes")
     assert after.total_s < first.total_s  # about 20 reps a point, not max_reps
     no_pairs = [r for r in rows if r.arm == "fake"]
