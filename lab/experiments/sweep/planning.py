@@ -21,7 +21,7 @@ from lab.core.schemas.raw import SWEEP_POINTS
 from lab.core.settings import Settings
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.sweep.estimate import batch_chunk
-from lab.experiments.sweep.points import decided
+from lab.experiments.sweep.points import decided, rep_values
 from lab.experiments.sweep.rates import rates_for, resolve_rates
 from lab.measure.plan import (
     Plan,
@@ -313,13 +313,13 @@ AFTER_TOOK: dict[str, tuple[float, float]] = {"server": (0.85, 1.63), "inproc": 
 
 
 def paired_spread(samples: list[SweepSample]) -> float | None:
-    """How much fake / genuine varies from rep to rep in a run's first processes, pooled over the grid: the
-    MAD-based SD of its log (robust to the long tail); None with fewer than 8 pairs."""
-    by: dict[tuple[str, int], dict[str, float]] = {}
+    """How much fake / genuine, paired by rep (rep_values), varies from rep to rep in a run's first processes,
+    pooled over the grid: the MAD-based SD of its log (robust to the long tail); None with fewer than 8 pairs."""
+    by_point: dict[str, list[SweepSample]] = {}
     for s in samples:
-        if s.arm in ("fake", "genuine") and s.ok and s.prompt_ms:
-            by.setdefault((s.point, s.rep), {})[s.arm] = s.prompt_ms
-    logs = [math.log(v["fake"] / v["genuine"]) for v in by.values() if len(v) == 2]
+        by_point.setdefault(s.point, []).append(s)
+    ratios = [r for smps in by_point.values() for r in rep_values(smps)["fake/genuine"].values()]
+    logs = [math.log(r) for r in ratios if r > 0]
     if len(logs) < 8:
         return None
     mid = statistics.median(logs)
@@ -353,9 +353,10 @@ def plan_after(
     said = ", ".join(f"{'through the server' if w == 'server' else 'in one process'} {s:.1%}" for w, s in known.items())
     source = f"the paired spread of its first {settings.sweep.processes} processes: {said}"
     lo, hi = min(AFTER_TOOK[w][0] for w in known), max(AFTER_TOOK[w][1] for w in known)
-    took = (lo, hi), f"runs took {lo:.2f}-{hi:.2f}x this on a 2-core VM"
-    update = {"bound_s": bound.total_s, "spread_source": source, "took": took[0], "took_source": took[1]}
-    after = new.model_copy(update=update)
+    said_took = f"runs took {lo:.2f}-{hi:.2f}x this on a 2-core VM"
+    after = new.model_copy(
+        update={"bound_s": bound.total_s, "spread_source": source, "took": (lo, hi), "took_source": said_took}
+    )
     console.print(f"plan after {settings.sweep.processes} processes: {plan_line(after)}", highlight=False)
     return after
 
