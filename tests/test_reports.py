@@ -744,7 +744,9 @@ def test_intervals_draw_as_error_bars_and_noise_warnings_reach_the_index(browser
         for arm in (p.fake, p.genuine, p.baseline):
             assert arm.median_ms is not None
             arm.median_lo_ms, arm.median_hi_ms = arm.median_ms * 0.97, arm.median_ms * 1.04
-        p.fake_vs_estimate_ci = Interval(value=1 + (p.fake_vs_estimate or 0), lo=0.98, hi=1.05, n=5)
+        p.fake_vs_estimate_ci = Interval(
+            value=p.fake_vs_estimate_ci.value if p.fake_vs_estimate_ci else 1.0, lo=0.98, hi=1.05, n=5
+        )
         p.fake_vs_genuine_ci = Interval(value=0.98, lo=0.97, hi=0.99, n=5, processes=3)  # thin: 3 processes
         p.estimate_verdict, p.genuine_verdict, p.reps = "undecided", "agree", 5
     runs = tmp_path / "runs"
