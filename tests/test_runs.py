@@ -259,7 +259,7 @@ def test_the_profiles_dump_is_read_within_its_own_larger_limit(tmp_path: Path) -
 
 
 def test_a_side_of_an_interleaved_run_is_named_by_its_place(tmp_path: Path) -> None:
-    from lab.core.runs import side_name
+    from lab.core.run_ids import side_name
 
     run = RunFolder.create(tmp_path, "sweep", "vm", {})
     (run.path / "a").mkdir()

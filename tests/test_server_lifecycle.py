@@ -20,7 +20,8 @@ from lab.core.errors import UsageError
 from lab.engine import server as server_module
 from lab.engine.build import EngineInfo
 from lab.engine.pinning import cpus
-from lab.engine.server import LlamaServer, ServerError, parse_resolved_config, server_args
+from lab.engine.resolved import parse_resolved_config
+from lab.engine.server import LlamaServer, ServerError, server_args
 from lab.experiments.prefill_tps import LlamaBench, bench_command
 
 from conftest import ENGINES, EngineOf, ServerFactory, server_settings

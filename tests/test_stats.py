@@ -14,6 +14,7 @@ from pydantic import BaseModel
 
 from lab.catalog.tables import columns, flatten
 from lab.core import stats
+from lab.core.components import reps_per_process, variance_components
 from lab.core.schemas import ArmStats, cell
 from lab.core.stats import (
     Interval,
@@ -21,12 +22,10 @@ from lab.core.stats import (
     median_interval,
     paired_ratio,
     proportion_interval,
-    reps_per_process,
     reps_to_decide,
     step_median_share,
     unpaired,
     unpaired_ratio,
-    variance_components,
     verdict,
 )
 

@@ -17,7 +17,8 @@ import pytest
 from labcli import lab, one_line_error
 
 from lab.core.locks import LockError
-from lab.core.runs import RunError, RunFolder, check_run_id
+from lab.core.run_ids import check_run_id
+from lab.core.runs import RunError, RunFolder
 from lab.core.safetar import UnsafeArchive, check_members, read_members, safe_extract
 
 pytestmark = pytest.mark.fast

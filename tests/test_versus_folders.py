@@ -13,7 +13,8 @@ from labcli import lab, one_line_error
 
 from lab.catalog.compare import compare_sides
 from lab.core.jsonl import set_aside_torn_tail
-from lab.core.runs import SIDES, RunError, RunFolder
+from lab.core.run_ids import SIDES
+from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import DecodeDepth, Interval, VersusPair
 from lab.core.schemas.raw import DECODE_DEPTHS, VERSUS_PAIRS, VERSUS_ROWS
 from lab.core.settings import Settings, load_settings

@@ -21,7 +21,8 @@ from lab.catalog.samples import TOTAL_BAND, Samples, Side, present, samples_of
 from lab.catalog.tables import load_table
 from lab.core.errors import LabError, warn
 from lab.core.releases import engine_label
-from lab.core.runs import Manifest, match_run_id
+from lab.core.run_ids import match_run_id
+from lab.core.runs import Manifest
 from lab.core.schemas import BANDS, Interval, VersusRow
 from lab.core.stats import geomean_ratio, paired_processes, run_drift_factors, unpaired, verdict
 

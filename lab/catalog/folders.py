@@ -13,7 +13,8 @@ from pathlib import Path
 from lab.catalog.arrivals import arrived_utc
 from lab.catalog.tables import SPECS
 from lab.core.errors import LabError, warn
-from lab.core.runs import RUN_ID, SIDES, Manifest, RunError, load_manifest, side_name
+from lab.core.run_ids import RUN_ID, SIDES, side_name
+from lab.core.runs import Manifest, RunError, load_manifest
 
 
 class IngestError(LabError):

@@ -10,7 +10,8 @@ from __future__ import annotations
 from pathlib import Path
 
 from lab.core.jsonl import read_jsonl
-from lab.core.runs import SIDES, RunError
+from lab.core.run_ids import SIDES
+from lab.core.runs import RunError
 from lab.core.schemas import VersusPair
 from lab.core.schemas.raw import VERSUS_PAIRS
 

@@ -4,7 +4,7 @@ real conversations recorded through a pass-through."""
 from __future__ import annotations
 
 from pathlib import Path
-from typing import Annotated
+from typing import TYPE_CHECKING, Annotated
 
 import typer
 
@@ -25,6 +25,11 @@ from lab.cli.common import (
     settings_for,
     str_list,
 )
+
+if TYPE_CHECKING:
+    from lab.core.settings import Settings
+    from lab.experiments.tune import Tune
+
 
 app = group("agent traces (JSONL of recorded steps)")
 
@@ -247,14 +252,19 @@ def trace_tune(
     t = s.tune
     experiment = Tune(trace, t.reps, parse_size(t.ram) if t.ram else None, t.candidates)
     if plan:
-        from lab.core.console import lab_console
-        from lab.experiments.protocol import resolve_parts
-        from lab.presenters.tune import front_table
-
-        experiment.prepare(s, resolve_parts(s, needs_engine=True))
-        console = lab_console()
-        console.print(front_table(experiment.predicted_rows()))
-        assert experiment.plan is not None
-        console.print(experiment.plan.describe(), highlight=False, soft_wrap=True)
+        _print_tune_plan(experiment, s)
         return
     run_command(experiment, s, resume, as_json, host_ok=host_ok)
+
+
+def _print_tune_plan(experiment: Tune, s: Settings) -> None:
+    """`lab trace tune --plan`: the predicted front and what measuring it costs, with no run created."""
+    from lab.core.console import lab_console
+    from lab.experiments.protocol import resolve_parts
+    from lab.presenters.tune import front_table
+
+    experiment.prepare(s, resolve_parts(s, needs_engine=True))
+    console = lab_console()
+    console.print(front_table(experiment.predicted_rows()))
+    assert experiment.plan is not None
+    console.print(experiment.plan.describe(), highlight=False, soft_wrap=True)

@@ -24,7 +24,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
-from lab.core.runs import atomic_write
+from lab.core.jsonl import atomic_write
 from lab.engine.png import make_png
 
 SCREEN_SIZES = ((320, 200), (640, 400), (1280, 800))  # the screenshots synthetic traces carry, in turn

@@ -12,6 +12,7 @@ from typing import Any
 
 from rich.console import Console
 from rich.markup import escape
+from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
 from rich.table import Table
 
 from lab.core.errors import plain
@@ -85,3 +86,10 @@ def part_of(table: Table, columns: list[int]) -> Table:
 
 def lab_console(*, stderr: bool = False, quiet: bool = False) -> Console:
     return LabConsole(stderr=stderr, quiet=quiet)
+
+
+def progress_bar(console: Console) -> Progress:
+    """A run's progress: what it measures now, a bar, done of all, and the time so far."""
+    return Progress(
+        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
+    )

@@ -1,11 +1,12 @@
-"""A run's raw files read and appended to with bounds: a file is read only when it is a regular one of at most a
-limit's bytes and rows, each bad line is one error naming the file and line, and a torn last line (a writer killed
-mid-line) is set aside before anything is appended after it."""
+"""A run's raw files read and appended to with bounds, and a file written whole or not at all. A file is read
+only when it is a regular one of at most a limit's bytes and rows, each bad line is one error naming the file and
+line, and a torn last line (a writer killed mid-line) is set aside before anything is appended after it."""
 
 from __future__ import annotations
 
 import json
 import os
+import secrets
 import stat
 from datetime import UTC, datetime
 from pathlib import Path
@@ -165,3 +166,22 @@ def _aside_path(path: Path) -> Path:
     while (aside := path.with_name(base if n == 1 else f"{base}-{n}")).exists():
         n += 1
     return aside
+
+
+def atomic_write(path: Path, text: str | bytes) -> None:
+    """Write `text` to `path` whole or not at all: a temp name of this writer's own, the file and then its
+    directory fsynced (a crash leaves the old file or the new one, never a torn or a lost one)."""
+    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
+    try:
+        with tmp.open("wb") as fh:
+            fh.write(text.encode() if isinstance(text, str) else text)
+            fh.flush()
+            os.fsync(fh.fileno())
+        os.replace(tmp, path)
+    finally:
+        tmp.unlink(missing_ok=True)
+    fd = os.open(path.parent, os.O_RDONLY)
+    try:
+        os.fsync(fd)
+    finally:
+        os.close(fd)

@@ -36,6 +36,7 @@ from lab.core.jsonl import (
     RAW_LIMIT,
     RawLimit,
     Row,
+    atomic_write,
     read_bounded,
     read_document,
     read_jsonl,
@@ -43,6 +44,7 @@ from lab.core.jsonl import (
 )
 from lab.core.locks import open_lock
 from lab.core.rawtable import RawTable
+from lab.core.run_ids import SIDES, match_run_id, matching, side_name
 
 if TYPE_CHECKING:
     from lab.core.schemas.manifest import ManifestShape
@@ -97,52 +99,13 @@ def utc_now(ms: bool = False) -> str:
     return now.strftime("%Y-%m-%dT%H:%M:%S.%f")[:-3] + "Z" if ms else now.strftime("%Y-%m-%dT%H:%M:%SZ")
 
 
-# <UTC date>_<host slug>_<experiment>_<6 hex>: what RunFolder.create names a folder, and all a run id may be
-SIDES = ("a", "b")  # the two configurations of an interleaved run (lab.experiments.versus), folders in its own
-RUN_ID = re.compile(r"^\d{4}-\d{2}-\d{2}_[A-Za-z0-9-]+_[a-z][a-z0-9_]*_[0-9a-f]{6}$")
-
-
-def side_name(path: Path) -> str | None:
-    """`<run id>/<side>` when `path` is a side of an interleaved run by its place (a folder `a` or `b` beside its
-    run's manifest.json), else None."""
-    if path.name in SIDES and (path.parent / "manifest.json").is_file():
-        return f"{path.parent.name}/{path.name}"
-    return None
-
-
 # what a fetch from a host adds to a run's local copy (lab.remote.session.Deployment.record: the bundle's git state,
 # or the image and the checkout it was pushed from): a run that holds one was measured on a host
 LOCAL_FILES = ("git/bundle/", "git/image.json", "git/pushed-from/")
 
 
-def check_run_id(run_id: str, where: str) -> str:
-    """A run id from a listing, a flag or a file, before any path is built from it (one-line error if not)."""
-    if not RUN_ID.match(run_id):
-        raise RunError(f"{where}: {run_id!r} is not a run id (like 2026-12-02_host_sweep_1a2b3c)")
-    return run_id
-
-
 def _slug(s: str) -> str:
     return re.sub(r"[^A-Za-z0-9-]+", "-", s).strip("-") or "host"
-
-
-def atomic_write(path: Path, text: str | bytes) -> None:
-    """Write `text` to `path` whole or not at all: a temp name of this writer's own, the file and then its
-    directory fsynced (a crash leaves the old file or the new one, never a torn or a lost one)."""
-    tmp = path.with_name(f".{path.name}.{os.getpid()}-{secrets.token_hex(4)}.tmp")
-    try:
-        with tmp.open("wb") as fh:
-            fh.write(text.encode() if isinstance(text, str) else text)
-            fh.flush()
-            os.fsync(fh.fileno())
-        os.replace(tmp, path)
-    finally:
-        tmp.unlink(missing_ok=True)
-    fd = os.open(path.parent, os.O_RDONLY)
-    try:
-        os.fsync(fd)
-    finally:
-        os.close(fd)
 
 
 class RunFolder:
@@ -429,19 +392,3 @@ def resolve_run(ref: str | Path, root: Path) -> RunFolder:
         if len(tracked) == 1:
             raise RunError(f"run {tracked[0]} is tracked by DVC but not here yet: dvc pull {root / tracked[0]}.dvc")
     return RunFolder.open(root / match_run_id(str(ref), folders, f"under {root}", Path(name).name))
-
-
-def matching(ref: str, ids: Iterable[str]) -> list[str]:
-    """The ids equal to `ref`, else those it is a prefix of."""
-    ids = list(ids)
-    return [i for i in ids if i == ref] or sorted(i for i in ids if i.startswith(ref))
-
-
-def match_run_id(ref: str, ids: Iterable[str], where: str, key: str | None = None) -> str:
-    """The one run id `ref` names among `ids` (itself, or a unique prefix of it); else a one-line RunError
-    saying how many matched (`key`: what is matched when it is not `ref` as given)."""
-    found = matching(ref if key is None else key, ids)
-    if len(found) != 1:
-        listed = f"{len(found)} match: {', '.join(found[:5])}" if found else "none matches"
-        raise RunError(f"no unique run {ref!r} {where} ({listed})")
-    return found[0]

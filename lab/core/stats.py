@@ -11,8 +11,6 @@
 - `paired_processes(a, b)`: two configurations measured in process pairs (one run, a process of each next in
   time): median(a) / median(b) over the (pair, rep) both have, resampling pairs, then reps within a pair, the
   same draws on both sides, so a pair's host level moves both;
-- `variance_components(xs, procs)`: the spread between processes and within one, and `reps_per_process`, the
-  split of reps over processes that narrows an interval most per second;
 - `proportion_interval(k, n)`: a share of events (an A/A test's false alarms) with its Wilson interval;
 - `verdict(interval, tol)`: `agree` (inside 1 +- tol), `disagree` (wholly outside), `undecided` (straddles a
   bound); `reps_to_decide` estimates how many reps would likely decide it (the width shrinks as 1/sqrt(n)).
@@ -39,7 +37,7 @@ import numpy as np
 import numpy.typing as npt
 
 from lab.core.bootstrap import index_blocks, one_stage_medians, two_stage_medians
-from lab.core.schemas import ArmStats, Components, Interval, Verdict
+from lab.core.schemas import ArmStats, Interval, Verdict
 
 T = TypeVar("T")
 
@@ -325,34 +323,6 @@ def resamples(n: int, key: str, count: int = 1000) -> Iterator[npt.NDArray[np.in
 
 def _resample_rng(n: int, key: str) -> np.random.Generator:
     return np.random.default_rng(int.from_bytes(hashlib.sha256(f"{key}|{n}".encode()).digest()[:8], "little"))
-
-
-def variance_components(xs: Sequence[float], procs: Sequence[int]) -> Components | None:
-    """How a metric's samples vary between the run's processes and within one (Kalibera and Jones' two levels),
-    as standard deviations of the log values (about a relative spread: 0.05 is 5%): within, pooled over the
-    processes; between, the spread of the process means less what the within spread puts there (method of
-    moments, 0 when negative). None with fewer than two processes or no process with two samples."""
-    groups: dict[int, list[float]] = {}
-    for x, p in zip(xs, procs, strict=True):
-        if x is not None and math.isfinite(x) and x > 0:
-            groups.setdefault(p, []).append(math.log(x))
-    sizes = [len(g) for g in groups.values()]
-    if len(groups) < 2 or max(sizes, default=0) < 2:
-        return None
-    means = [statistics.fmean(g) for g in groups.values()]
-    within_ss = sum((x - m) ** 2 for g, m in zip(groups.values(), means, strict=True) for x in g)
-    within = within_ss / (sum(sizes) - len(groups))
-    per_process = statistics.fmean(sizes)
-    between = max(0.0, statistics.variance(means) - within / per_process)
-    return Components(between=math.sqrt(between), within=math.sqrt(within), processes=len(groups), reps=sum(sizes))
-
-
-def reps_per_process(c: Components, process_s: float, rep_s: float) -> int:
-    """The reps per process that narrow the interval most per second spent (Kalibera and Jones): more reps in a
-    process when its start is dear and the within spread dominates, more processes when they differ."""
-    if c.between <= 0:
-        return 1_000_000 if process_s > 0 else 1  # processes do not differ: one process, as many reps as wanted
-    return max(1, round(math.sqrt(process_s / max(rep_s, 1e-9) * (c.within / c.between) ** 2)))
 
 
 def proportion_interval(k: int, n: int) -> Interval | None:

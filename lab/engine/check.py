@@ -10,7 +10,8 @@ from lab.core.errors import UsageError
 from lab.core.settings import Settings
 from lab.engine.build import Flavor, build_engine
 from lab.engine.contract import ArmResult, ContractClient, filler_tokens, text_step
-from lab.engine.server import ResolvedConfig, adhoc_server
+from lab.engine.resolved import ResolvedConfig
+from lab.engine.server import adhoc_server
 
 
 @dataclass

@@ -39,8 +39,8 @@ from pydantic import BaseModel, Field
 from lab.core import releases
 from lab.core.errors import LabError
 from lab.core.hashing import file_sha256
+from lab.core.jsonl import atomic_write
 from lab.core.redact import redact_url
-from lab.core.runs import atomic_write
 from lab.core.safetar import safe_extract
 from lab.core.settings import PIN_COMMIT, EngineSettings
 from lab.engine.series import declared_series, fitting_series, patch_files

@@ -32,7 +32,8 @@ from lab.catalog.folders import current_manifest
 from lab.catalog.headline import HeadlineProfile, HeadlineStep, newest_profile, steps_of
 from lab.core.errors import LabError, validation_line
 from lab.core.rawtable import RawTable, Row
-from lab.core.runs import SIDES, Manifest, RunError, RunFolder
+from lab.core.run_ids import SIDES
+from lab.core.runs import Manifest, RunError, RunFolder
 from lab.core.schemas import (
     ArmsSummary,
     BandDepth,

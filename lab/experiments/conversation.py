@@ -40,6 +40,7 @@ from lab.conversation.shapes import derive_shapes, load_trace, step_for
 from lab.conversation.summary import cause_results, summarize
 from lab.conversation.today import sample_base, setting_overrides, today_step, warm_step
 from lab.conversation.window import WindowCache
+from lab.core.console import progress_bar
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
@@ -59,7 +60,7 @@ from lab.engine.build import EngineInfo
 from lab.engine.contract import ContractClient, Step
 from lab.engine.server import LlamaServer, LogTail, mmproj_args
 from lab.engine.serverflags import ServerDefaults, read_defaults, users_server
-from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts, progress_bar
+from lab.experiments.protocol import Experiment, OpenRun, Outcome, RunParts
 from lab.models.hparams import HparamsError
 
 ArmKey = tuple[ConversationArm, str]  # an arm, and for today's the setting's key ("": the replay's own)

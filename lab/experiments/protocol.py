@@ -36,7 +36,7 @@ from typing import Any, ClassVar
 
 from pydantic import BaseModel, TypeAdapter, ValidationError
 from rich.console import Console
-from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+from rich.progress import Progress
 
 from lab import __version__
 from lab.core.console import lab_console
@@ -397,9 +397,3 @@ def watch_host(sess: OpenRun, console: Console) -> NoiseWindow:
     for w in state.warnings:
         console.print(f"[yellow]warning:[/yellow] {w}", highlight=False)
     return NoiseWindow().start()
-
-
-def progress_bar(console: Console) -> Progress:
-    return Progress(
-        TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(), TimeElapsedColumn(), console=console
-    )

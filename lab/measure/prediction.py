@@ -7,8 +7,9 @@ from __future__ import annotations
 
 import math
 
+from lab.core.components import reps_per_process
 from lab.core.schemas import Components, Interval
-from lab.core.stats import expansion, reps_per_process
+from lab.core.stats import expansion
 
 Z95 = 1.96
 # what a ratio varies by when nothing here has measured it yet, between processes and within one, per place: the
@@ -102,7 +103,8 @@ def processes_needed(reps: int, share: int, processes: int, per_extra: int) -> i
 
 def reps_in_further_process(spread: Components, start_s: float, rep_s: float, share: int, most: int) -> int:
     """The reps an undecided point takes in each process past its first ones (the sweep's ledger and the plan
-    alike): as many as narrow its interval most per second (lab.core.stats.reps_per_process, Kalibera and Jones), at
-    least its share per process, at most `most` (sweep.min_reps: a process far larger than the point's others
-    would weigh on its interval alone, and once processes differ at all more processes are what narrow it)."""
+    alike): as many as narrow its interval most per second (lab.core.components.reps_per_process, Kalibera and
+    Jones), at least its share per process, at most `most` (sweep.min_reps: a process far larger than the point's
+    others would weigh on its interval alone, and once processes differ at all more processes are what narrow
+    it)."""
     return max(share, min(reps_per_process(spread, start_s, rep_s), most))

@@ -10,6 +10,7 @@ from dataclasses import dataclass
 from rich.console import Console
 from rich.table import Table
 
+from lab.core.components import reps_per_process
 from lab.core.console import key_columns
 from lab.core.schemas import (
     BATCH_CHUNK,
@@ -22,7 +23,6 @@ from lab.core.schemas import (
     Where,
     cell,
 )
-from lab.core.stats import reps_per_process
 from lab.core.verdicts import VERDICTS, styled
 
 

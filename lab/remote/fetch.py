@@ -12,7 +12,8 @@ import shutil
 from pathlib import Path
 
 from lab.core.errors import warn
-from lab.core.runs import LOCAL_FILES, Manifest, RunFolder, check_run_id
+from lab.core.run_ids import check_run_id
+from lab.core.runs import LOCAL_FILES, Manifest, RunFolder
 from lab.experiments.profile.dump import DUMP
 from lab.remote.connect import RemoteError, SshShell
 

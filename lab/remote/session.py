@@ -22,7 +22,8 @@ from pathlib import Path
 from rich.console import Console
 
 from lab.core.errors import LabError, UsageError
-from lab.core.runs import RunFolder, check_run_id
+from lab.core.run_ids import check_run_id
+from lab.core.runs import RunFolder
 from lab.core.settings import REPO_ROOT, Settings
 from lab.core.shell import LocalShell
 from lab.core.snapshot import snapshot_git, snapshot_host

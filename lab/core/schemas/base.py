@@ -79,7 +79,7 @@ class Interval(BaseModel):
 
 
 class Components(BaseModel):
-    """A metric's spread at two levels (lab.core.stats.variance_components): between the run's processes and within
+    """A metric's spread at two levels (lab.core.components.variance_components): between the run's processes and within
     one, as standard deviations of its log values (about a relative spread: 0.05 is 5%)."""
 
     between: float

@@ -10,11 +10,11 @@ from typing import Any
 
 from rich.console import Console
 
+from lab.core.console import progress_bar
 from lab.core.jsonl import RawLimit, read_jsonl
 from lab.core.runs import RunError, RunFolder
 from lab.core.schemas import ProfileWall
 from lab.engine.server import die_with_parent
-from lab.experiments.protocol import progress_bar
 
 DUMP = "profile"  # raw/profile.jsonl: the instrument's lines while the run measures (then Parquet)
 # what the dump may hold: a line per node, depth, mode, rep and process (~150 bytes) outgrows the bound of every other

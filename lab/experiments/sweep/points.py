@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
+from lab.core.components import variance_components
 from lab.core.runs import utc_now
 from lab.core.schemas import (
     BATCH_CHUNK,
@@ -28,16 +29,7 @@ from lab.core.schemas import (
     ggml_pad,
 )
 from lab.core.settings import SweepSettings
-from lab.core.stats import (
-    arm_stats,
-    median_interval,
-    paired_reps,
-    reps_to_decide,
-    rotated,
-    unpaired_ratio,
-    variance_components,
-    verdict,
-)
+from lab.core.stats import arm_stats, median_interval, paired_reps, reps_to_decide, rotated, unpaired_ratio, verdict
 from lab.engine.contract import ARMS, Arm, ArmResult
 from lab.engine.imagegrid import ImageGeometry
 from lab.experiments.sweep.diagnose import diagnose

@@ -185,10 +185,10 @@ class Ledger:
 
     def extra_reps(self, key: tuple[Where, str], rounds: list[SweepRound]) -> int:
         """The reps an undecided point may take in one more process (it stops early once decided): as many as
-        narrow its verdict's interval most per second (lab.core.stats.reps_per_process, Kalibera and Jones), from how
-        its fake/genuine ratio has varied between processes and within one, what a process start has cost and
-        what its reps cost; at least its share per process, at most sweep.min_reps (and that many while no
-        process has had two reps to show the spread within one)."""
+        narrow its verdict's interval most per second (lab.core.components.reps_per_process, Kalibera and
+        Jones), from how its fake/genuine ratio has varied between processes and within one, what a process
+        start has cost and what its reps cost; at least its share per process, at most sweep.min_reps (and that
+        many while no process has had two reps to show the spread within one)."""
         point = self.last.get(key)  # a resumed run has none yet: that many reps until it has
         spread = point.verdict_spread() if point else None
         walls = [w for r in rounds for w in r.wall_s]

@@ -31,6 +31,7 @@ from typing import Any
 from rich.console import Console
 from rich.progress import Progress
 
+from lab.core.console import progress_bar
 from lab.core.errors import UsageError
 from lab.core.gguf_io import read_gguf_metadata
 from lab.core.runs import RunFolder
@@ -48,7 +49,6 @@ from lab.experiments.protocol import (
     Processes,
     RunParts,
     drain,
-    progress_bar,
     run_experiment,
 )
 from lab.experiments.sweep.estimate import (

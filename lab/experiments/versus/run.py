@@ -28,9 +28,10 @@ from rich.console import Console
 
 from lab.catalog.compare import TOLERANCE, VERSUS, Comparison, compare_sides
 from lab.catalog.pair_table import count_paired, read_pairs
-from lab.core.console import lab_console
+from lab.core.console import lab_console, progress_bar
 from lab.core.hostnoise import NoiseFigures, NoiseWindow, read_state
-from lab.core.runs import SIDES, RunError, RunFolder, utc_now
+from lab.core.run_ids import SIDES
+from lab.core.runs import RunError, RunFolder, utc_now
 from lab.core.schemas import VersusPair
 from lab.core.schemas.raw import VERSUS_PAIRS, VERSUS_ROWS
 from lab.core.settings import Settings
@@ -43,7 +44,6 @@ from lab.experiments.protocol import (
     ctx_switches,
     finish,
     open_run,
-    progress_bar,
     ready,
     record_params,
     report_run,
