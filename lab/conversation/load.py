@@ -41,7 +41,7 @@ def is_conversation(path: Path) -> bool:
 
 
 def trace_bytes(path: Path) -> bytes:
-    """A trace's bytes, bounded as a run's raw file is (lab.core.runs.read_bounded): one error naming it if not."""
+    """A trace's bytes, bounded as a run's raw file is (lab.core.jsonl.read_bounded): one error naming it if not."""
     try:
         return read_bounded(path)
     except RunError as e:
@@ -49,7 +49,7 @@ def trace_bytes(path: Path) -> bytes:
 
 
 def trace_rows(path: Path, data: bytes, torn_ok: bool = False) -> list[tuple[int, Any]]:
-    """A trace's lines as JSON, each with its line number (lab.core.runs.parse_jsonl: a line no parser reads is
+    """A trace's lines as JSON, each with its line number (lab.core.jsonl.parse_jsonl: a line no parser reads is
     one error naming the file and line); with `torn_ok` a torn last line is left out."""
     try:
         return parse_jsonl(path, data, None, torn_ok)

@@ -41,7 +41,7 @@ class ConversationLog:
     @classmethod
     def open(cls, path: Path, append: bool = False) -> ConversationLog:
         """A new trace, or with `append` an existing conversation trace whose steps continue per task, checked
-        whole first; then a torn last line is moved to a file of its own beside it (lab.core.runs.
+        whole first; then a torn last line is moved to a file of its own beside it (lab.core.jsonl.
         set_aside_torn_tail), and one whole but for its newline is ended, so the next row is a line of its own."""
         log = cls(path)
         if path.exists() and not append:

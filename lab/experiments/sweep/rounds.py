@@ -69,8 +69,8 @@ class Kept:
 
 
 def done_points(run: RunFolder) -> tuple[dict[Hashable, SweepPoint], Kept]:
-    """The finished points, and the rows kept for a resume (the one resume path, lab.core.runs.keep_whole: what an
-    unfinished round wrote is dropped, so no rep is measured twice or lost)."""
+    """The finished points, and the rows kept for a resume (the one resume path, lab.core.runs.RunFolder.keep_whole:
+    what an unfinished round wrote is dropped, so no rep is measured twice or lost)."""
     done: dict[Hashable, SweepPoint] = {k: rows[-1] for k, rows in run.keep_whole(SWEEP_POINTS, point_key).items()}
     rounds = run.keep_whole(SWEEP_ROUNDS, unit_key)
 
