@@ -10,8 +10,8 @@ from pathlib import Path
 from lab.core.errors import RunError
 
 # <UTC date>_<host slug>_<experiment>_<6 hex>: what RunFolder.create names a folder, and all a run id may be
-SIDES = ("a", "b")  # the two configurations of an interleaved run (lab.experiments.versus), folders in its own
 RUN_ID = re.compile(r"^\d{4}-\d{2}-\d{2}_[A-Za-z0-9-]+_[a-z][a-z0-9_]*_[0-9a-f]{6}$")
+SIDES = ("a", "b")  # the two configurations of an interleaved run (lab.experiments.versus), folders in its own
 
 
 def side_name(path: Path) -> str | None:
