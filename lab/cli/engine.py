@@ -113,24 +113,39 @@ def engine_check(
     flavor: FlavorOpt = "release",
     cache_dir: CacheDir = None,
     as_json: AsJson = False,
+    layout: Annotated[
+        bool,
+        typer.Option(
+            help="also compare what the kernels see after a fake and a real prefix (--model's, else the "
+            "tiny model of each memory family)"
+        ),
+    ] = True,
 ) -> None:
-    """Start the patched server and show the three arms (baseline, fake, genuine) once each."""
+    """Start the patched server and show the three arms (baseline, fake, genuine) once each; then, per memory
+    family, whether a fake prefix lays out as a restored hit (n_kv, cells, mask tiles)."""
     import json
 
     from lab.core.console import lab_console
     from lab.engine.build import check_flavor
     from lab.engine.check import run_check
+    from lab.instrument.layout import check_models
     from lab.models.resolve import resolve_model
     from lab.presenters.engine import print_check
 
     s = settings_for(cache_dir, {"sdist_version": release}, model=model)
     check = run_check(s, resolve_model(s), L=L, new=new, flavor=check_flavor(flavor))
+    reports = check_models(s, check_flavor(flavor), lab_console()) if layout else []
     if as_json:
-        typer.echo(json.dumps(check.record(), indent=1))
+        typer.echo(json.dumps({**check.record(), "layout": [r.record() for r in reports]}, indent=1))
     else:
         print_check(lab_console(), check)
+        for r in reports:
+            typer.secho(r.line(), fg=None if r.ok else "red")
     if why := check.failure:
         typer.secho(f"the engine does not honour the n_fake_cached contract: {why}", fg="red", err=True)
+        raise typer.Exit(1)
+    if bad := [r for r in reports if not r.ok]:
+        typer.secho(f"a fake prefix does not lay out as a restored hit: {bad[0].first()}", fg="red", err=True)
         raise typer.Exit(1)
 
 

@@ -23,7 +23,7 @@ from lab.engine.source import locked
 SOURCE = Path(__file__).with_name("profile_prefill.cpp")
 BINARY = "lab-profile-prefill"
 NATIVE = Path(__file__).parent.parent / "native"  # the C++ tools' shared header: on their -I path, in their key
-HEADERS = (NATIVE / "labtool.h",)
+HEADERS = (NATIVE / "labtool.h", NATIVE / "kvlayout.h")
 
 
 class InstrumentInfo(BaseModel):

@@ -22,9 +22,17 @@
 //                                          (visit: the depth's place in its round's order, or in the pass)
 //   {"kind":"node","process":k,"fill":..,"check":b,"depth":d,"rep":r,"name":..,"op":..,"src0":..,"ne":[..],
 //    "ms":x,"calls":n}                                              (the TIMED chunk's nodes, after its wall row)
-// and a line `progress depth=d mode=fused|timed fill=.. ms=x` on stderr per chunk. The model, the context, the
+// and a line `progress depth=d mode=fused|timed fill=.. ms=x` on stderr per chunk.
+// --layout: no timing; what the kernels of one chunk will see at each depth, after a live fill, after that fill's
+// state restored and after a fake prefix (lab/native/kvlayout.h), each read exactly:
+//   {"kind":"cells","process":k,"fill":"live"|"restored"|"fake","depth":d,"cache":i,"size":..,"n_swa":..,
+//    "head":..,"used":..,"cells":[[cell,pos,len],..]}     (each KV cache just before the chunk is placed)
+//   {"kind":"graph",...,"layer":il,"nodes":n,"shapes":digest,"indices":digest}        (every layer's nodes)
+//   {"kind":"attn",...,"layer":il,"op":..,"n_kv":..,"rows":..,"unmasked":[[count,row,step,len],..],"tiles":..,
+//    "mask":digest,"k_writes":[[cell,len],..]}                 (each attention node's mask, the layer's K writes) The model, the context, the
 // threadpool (--threadpool: lab/native/labtool.h's Engine), the filler and the options -t, -tb, --n-ctx, --seed,
 // --flash-attn are those of the in-process arms driver (lab/inproc/driver.cpp). Bad input exits 2 with one line.
+#include "kvlayout.h"
 #include "labtool.h"
 
 #include <algorithm>
@@ -54,12 +62,16 @@ struct NodeAcc {
 
 struct CbData {
     bool timed = false;
+    labtool::LayoutCapture * layout = nullptr;  // --layout: observe every node, time none
     double t_ask = 0.0;
     std::map<std::pair<std::string, std::string>, NodeAcc> acc;  // per chunk, keyed by (node name, op)
 };
 
 bool cb_eval(ggml_tensor * t, bool ask, void * user) {
     auto * d = static_cast<CbData *>(user);
+    if (d->layout) {
+        return d->layout->observe(t, ask);
+    }
     if (!d->timed) {
         return false;  // FUSED: never observe, nodes fuse
     }
@@ -92,6 +104,7 @@ struct Args {
     int process = 0;
     int check_depth = -1;  // -1: no fake-vs-real check
     int warmup = 1;
+    bool layout = false;  // --layout: the structural comparison, no timing
 };
 
 // "0,512,1024": distinct whole numbers >= 0, or exit 2 naming the bad one
@@ -124,7 +137,7 @@ Args parse(int argc, char ** argv) {
     labtool::ArgReader r(argc, argv,
                          "usage: lab-profile-prefill --model M --out F --depths D1,D2,.. [--fill fake|real] [--reps 1]"
                          " [--process K] [--check-depth D] [--chunk 512] [-t 2] [-tb N] [--n-ctx N] [--seed 1]"
-                         " [--flash-attn auto|on|off] [-ctk f16] [-ctv f16] [--warmup 1] [--threadpool]");
+                         " [--flash-attn auto|on|off] [-ctk f16] [-ctv f16] [--warmup 1] [--threadpool] [--layout]");
     while (r.next()) {
         const std::string & k = r.key();
         if (r.common(a.common)) {
@@ -145,6 +158,8 @@ Args parse(int argc, char ** argv) {
             a.check_depth = r.int_value(0);
         } else if (k == "--warmup") {
             a.warmup = r.int_value(0);
+        } else if (k == "--layout") {
+            a.layout = true;
         } else {
             r.unknown();
         }
@@ -166,6 +181,12 @@ Args parse(int argc, char ** argv) {
         if (a.check_depth >= 0) {
             fail("--check-depth goes with --fill fake (a real fill is what it checks against)");
         }
+    }
+    if (a.layout && (a.fill != "fake" || a.check_depth >= 0)) {
+        fail("--layout is a pass of its own: no --fill real, no --check-depth");
+    }
+    if (a.layout && a.depths.back() + a.chunk > 99999) {
+        fail("--layout reads llama.cpp's cell dump, five digits a position: depth + chunk up to 99999");
     }
     if (a.check_depth >= 0 && a.depths.front() > a.check_depth) {
         fail("--check-depth " + std::to_string(a.check_depth) + " is below every depth");
@@ -195,6 +216,10 @@ class Profiler {
         }
         if (args.fill == "fake" && !llama_memory_seq_fake_prefix(engine_.memory(), 0, 0)) {
             fail("this engine's memory refuses a fake prefix");
+        }
+        if (args.layout) {
+            cbd_.layout = &layout_;
+            llama_log_set(labtool::CellsCapture::log, &cells_);
         }
         out_ = fopen(args.out.c_str(), "w");  // after every check: bad input writes nothing
         if (!out_) {
@@ -289,10 +314,7 @@ class Profiler {
                     fail("llama_decode failed filling to depth " + std::to_string(depth));
                 }
             }
-            state.resize(llama_state_seq_get_size(engine_.ctx, 0));
-            if (llama_state_seq_get_data(engine_.ctx, state.data(), state.size(), 0) != state.size()) {
-                fail("saving the state at depth " + std::to_string(depth) + " failed");
-            }
+            save(state, depth);
             for (int rep = 0; rep < args_.reps; ++rep) {
                 const bool real_first = (rep + args_.process) % 2 == 0;
                 for (const bool timed : {false, true}) {
@@ -311,7 +333,56 @@ class Profiler {
         }
     }
 
+    // --layout: at each depth in order, one chunk after the live fill, after its state restored, after a fake
+    // prefix; each chunk's view of the memory and its graph printed, nothing timed
+    void layout() {
+        llama_memory_clear(engine_.memory(), true);
+        int filled = 0;
+        std::vector<uint8_t> state;
+        for (const int depth : args_.depths) {
+            for (; filled < depth; filled = std::min(depth, filled + args_.chunk)) {
+                cbd_.layout = nullptr;
+                const int rc = decode_span(filled, std::min(args_.chunk, depth - filled));
+                cbd_.layout = &layout_;
+                if (rc != 0) {
+                    fail("llama_decode failed filling to depth " + std::to_string(depth));
+                }
+            }
+            save(state, depth);
+            layout_probe(depth, "live");
+            restore(state, depth);
+            layout_probe(depth, "restored");
+            fake_prefix(depth);
+            layout_probe(depth, "fake");
+            restore(state, depth);  // the fill goes on from the real state
+        }
+    }
+
   private:
+    void layout_probe(int depth, const char * fill) {
+        layout_.clear();
+        cells_.clear();
+        cells_.on = true;
+        const int rc = decode_at(depth);
+        cells_.on = false;
+        if (rc != 0) {
+            fail("llama_decode failed (" + std::to_string(rc) + ") at depth " + std::to_string(depth));
+        }
+        const std::string where = "\"process\":" + std::to_string(args_.process) + ",\"fill\":" + json_str(fill) +
+                                  ",\"depth\":" + std::to_string(depth);
+        cells_.print(out_, where);
+        layout_.print(out_, where);
+        fflush(out_);
+        fprintf(stderr, "progress depth=%d mode=layout fill=%s\n", depth, fill);
+    }
+
+    void save(std::vector<uint8_t> & state, int depth) {
+        state.resize(llama_state_seq_get_size(engine_.ctx, 0));
+        if (llama_state_seq_get_data(engine_.ctx, state.data(), state.size(), 0) != state.size()) {
+            fail("saving the state at depth " + std::to_string(depth) + " failed");
+        }
+    }
+
     // the sequence at a fake depth (depth 0: empty; the patch leaves a sequence as it is at 0)
     void fake_prefix(int depth) {
         if (depth == 0) {
@@ -367,6 +438,8 @@ class Profiler {
 
     const Args & args_;
     CbData cbd_;
+    labtool::LayoutCapture layout_;
+    labtool::CellsCapture cells_;
     labtool::Engine engine_;
     const std::vector<llama_token> tokens_;
     labtool::Batch batch_;
@@ -377,10 +450,15 @@ class Profiler {
 
 int main(int argc, char ** argv) {
     const Args args = parse(argc, argv);
+    if (args.layout) {
+        setenv("LLAMA_KV_CACHE_DEBUG", "3", 1);  // find_slot dumps every cache's cells (read back by CellsCapture)
+    }
     Profiler profiler(args);
     profiler.write_meta();
     profiler.warm_up();
-    if (args.fill == "fake") {
+    if (args.layout) {
+        profiler.layout();
+    } else if (args.fill == "fake") {
         profiler.fake_probes();
         if (args.check_depth >= 0) {
             profiler.check();

@@ -111,26 +111,26 @@ def fake_real_table(s: ProfileSummary, wide: bool = False) -> Table:
     column per part)."""
     tol = f" at +-{s.real_tolerance:.0%}" if s.real_tolerance is not None else ""
     t = Table(title=f"fake / real depth: the chunk after a fake prefix over the same after a real fill{tol}")
+    # the total, the bands, then attn_core in the layers of each kind (a sliding-window model: full, window)
+    kinds = sorted({c for ivs in s.fake_vs_real.values() for c in ivs if c.startswith("attn_core ")})
+    parts = ("total", *BANDS, *kinds)
     if not wide:
         for c in ("depth", "part", "fake / real [95%]", "verdict"):
             t.add_column(c, justify="right" if c in ("depth", "fake / real [95%]") else "left")
         for depth, ivs in sorted(s.fake_vs_real.items(), key=lambda kv: int(kv[0])):
             said = s.fake_vs_real_verdict.get(depth, {})
-            for c in ("total", *BANDS):
+            for c in parts:
                 if c in ivs:
                     t.add_row(depth, c, ivs[c].fmt(), styled(said[c]) if c in said else "-")
         return key_columns(t, 1)
     t.add_column("depth", justify="right")
-    for col in ("total", *BANDS):
+    for col in parts:
         t.add_column(col, justify="right")
     for depth, ivs in sorted(s.fake_vs_real.items(), key=lambda kv: int(kv[0])):
         said = s.fake_vs_real_verdict.get(depth, {})
         t.add_row(
             depth,
-            *(
-                f"{ivs[c].fmt()} {styled(said[c]) if c in said else ''}".strip() if c in ivs else "-"
-                for c in ("total", *BANDS)
-            ),
+            *(f"{ivs[c].fmt()} {styled(said[c]) if c in said else ''}".strip() if c in ivs else "-" for c in parts),
         )
     return t
 
@@ -175,6 +175,8 @@ def reference_lines(s: ProfileSummary) -> list[str]:
             if whole is not None:
                 line += f"; over all depths {whole.fmt()} {whole_verdict}"
             out.append(line)
+    if s.layout:
+        out.append(f"what the kernels see: {s.layout}")
     if s.fake_vs_real_verdict and s.real_tolerance is not None:
         flat = [v for per in s.fake_vs_real_verdict.values() for v in per.values()]
         overall = ", ".join(f"{k} {s.fake_vs_real_all[k].fmt()} {v}" for k, v in s.fake_vs_real_all_verdict.items())

@@ -155,6 +155,11 @@ class ProfileSummary(BaseModel):
     fake_vs_real_all_verdict: dict[str, Verdict] = Field(
         default_factory=dict, description="the total and each band holding >= 5% of the time, at real_tolerance"
     )
+    layout: str = Field(
+        default="",
+        description="with the real check: whether a chunk after a fake prefix sees what it sees after the restored "
+        "real fill (n_kv, cells, mask tiles; lab.instrument.layout), at the checked depths",
+    )
     cost_model: str = Field(default="", description="what the predictions come from, or why there are none")
     predicted_crossover_depth: float | None = Field(default=None, description="attn_core FLOPs = ffn_moe FLOPs")
     crossover_vs_predicted_ci: Interval | None = Field(default=None, description="measured / predicted crossover")

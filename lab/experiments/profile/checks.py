@@ -114,28 +114,45 @@ def timed_vs_fused(
 MIN_SHARE = 0.05  # a band checked fake against real holds at least this share of the chunk's time
 
 
-def fake_vs_real(walls: list[ProfileWall], nodes: list[dict[str, Any]], s: ProfileSummary, tol: float) -> None:
-    """The fake-vs-real check, into the summary: per depth and over all checked depths, the FUSED wall (total)
-    and each band's TIMED ms after a fake prefix / after a restored real fill, paired by rep; verdicts for the
-    total and every band holding at least MIN_SHARE of the real chunks' TIMED time."""
+def kind_part(kind: str) -> str:
+    """The fake-vs-real part of attn_core in the layers of one kind (full or window)."""
+    return f"attn_core {kind}"
+
+
+def fake_vs_real(
+    walls: list[ProfileWall],
+    nodes: list[dict[str, Any]],
+    s: ProfileSummary,
+    tol: float,
+    layers: dict[int, str] | None = None,
+) -> None:
+    """The fake-vs-real check, into the summary: per depth and over all checked depths, the FUSED wall (total),
+    each band's TIMED ms and (`layers`: a sliding-window model's attention layers by kind) attn_core's in the layers
+    of each kind after a fake prefix / after a restored real fill, paired by rep; verdicts for the total and every
+    part holding at least MIN_SHARE of the real chunks' TIMED time."""
     checked = [w for w in walls if w.check]
     if not checked:
         return
     s.real_tolerance = tol
     samples = {"total": check_samples([w for w in checked if w.mode == "fused"], {})}
-    _, band = chunk_sums([r for r in nodes if r["check"]])
+    checking = [r for r in nodes if r["check"]]
+    _, band = chunk_sums(checking)
     for band_name in BANDS:
         samples[band_name] = check_samples([], {k: ms for (k, b), ms in band.items() if b == band_name})
+    for kind in sorted(set((layers or {}).values())):
+        of_kind = [r for r in checking if r["band"] == "attn_core" and (layers or {}).get(r.get("layer", -1)) == kind]
+        samples[kind_part(kind)] = check_samples([], chunk_sums(of_kind)[0])
     per: dict[str, dict[str, Interval]] = defaultdict(dict)
     for what, (fake, real) in samples.items():
         for d, iv in paired_by_rep(fake, real, f"fake/real/{what}").items():
             per[str(d)][what] = iv
         if (whole := over_depths(process_ratios(fake, real, True), f"fake/real/{what}")) is not None:
             s.fake_vs_real_all[what] = whole
-    real_ms: dict[tuple[int, str], float] = defaultdict(float)  # the real chunks' TIMED ms per (depth, band)
-    for (k, b), ms in band.items():
-        if k[2] == "real":
-            real_ms[(k[3], b)] += ms
+    real_ms: dict[tuple[int, str], float] = defaultdict(float)  # the real chunks' TIMED ms per (depth, part)
+    for what, (_, real) in samples.items():
+        if what != "total":
+            for (d, _, _), ms in real.items():
+                real_ms[(d, what)] += ms
     s.fake_vs_real = dict(per)
     for depth, ivs in per.items():
         total = sum(real_ms[(int(depth), name)] for name in BANDS) or 1.0
@@ -144,7 +161,7 @@ def fake_vs_real(walls: list[ProfileWall], nodes: list[dict[str, Any]], s: Profi
             for what, iv in ivs.items()
             if what == "total" or real_ms[(int(depth), what)] / total >= MIN_SHARE
         }
-    everything = sum(real_ms.values()) or 1.0
+    everything = sum(v for (_, name), v in real_ms.items() if name in BANDS) or 1.0
     for what, iv in s.fake_vs_real_all.items():
         if what == "total" or sum(v for (_, name), v in real_ms.items() if name == what) / everything >= MIN_SHARE:
             s.fake_vs_real_all_verdict[what] = verdict(iv, tol)

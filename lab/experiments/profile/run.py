@@ -11,6 +11,7 @@ share x FUSED chunk ms / chunk), the crossover depth where attn_core overtakes f
 
 from __future__ import annotations
 
+import tempfile
 from collections.abc import Generator
 from dataclasses import dataclass
 from pathlib import Path
@@ -58,6 +59,7 @@ from lab.experiments.profile.dump import (
 from lab.experiments.profile.efficiency import annotate, probe_shape
 from lab.experiments.protocol import Experiment, OpenRun, Outcome, Processes, RunParts, Show, drain, run_experiment
 from lab.instrument import HEADERS, SOURCE, InstrumentInfo, build_instrument, instrument_command
+from lab.instrument.layout import LayoutError, check_layout
 from lab.measure.cleanroom import CleanRoom, hold
 from lab.measure.costmodel import CostModel, model_cost
 from lab.measure.peaks import Peaks, measure_peaks
@@ -94,6 +96,7 @@ class Profile(Experiment):
         self.rows: list[BandDepth] = []
         self.summary: ProfileSummary | None = None
         self.prediction: TimePrediction | None = None
+        self.layout = ""  # the layout comparison's line (with the real check)
 
     def restore_own(self, settings: Settings, params: dict[str, Any], run: RunFolder) -> Settings:
         if "server" not in params or "fill" not in params.get("profile", {}):
@@ -122,6 +125,24 @@ class Profile(Experiment):
             kind = {"attention": "full", "sliding": "window"}
             self.layers = {il: kind[k] for il, k in enumerate(h.kinds) if k in kind}
             self.window = h.window
+        if p.check_depth is not None and h is not None:  # what the kernels see, before any time is spent on it
+            self.layout = self.check_layout(settings, parts)
+
+    def check_layout(self, settings: Settings, parts: RunParts) -> str:
+        """The layout comparison at the checked depths and the profile's chunk (lab.instrument.layout): its line,
+        or a LayoutError naming the first difference (no run is created: a fake prefix the kernels see otherwise
+        than a real one is no depth to time)."""
+        assert parts.engine is not None and parts.model is not None
+        p = settings.profile
+        threads = p.threads or settings.server.threads
+        with tempfile.TemporaryDirectory(prefix="lab-layout-") as work:
+            report = check_layout(
+                parts.engine, settings.cache_dir, parts.model, Path(work), (p.chunk,), threads,
+                depths=p.bench_depths, kv=settings.server.kv_args,
+            )  # fmt: skip
+        if not report.ok:
+            raise LayoutError(f"a fake prefix does not lay out as a restored hit: {report.first()}")
+        return report.line()
 
     def measure(self, sess: OpenRun, console: Console) -> Outcome:
         return drain(self.processes(sess, console))
@@ -173,8 +194,9 @@ class Profile(Experiment):
             nodes = band_nodes(nodes)
             rows, summary = derive(walls, nodes, p.chunk, self.layers, self.window)
             summary.fill, summary.reps, summary.bench_depths = p.fill, p.reps_per_process, p.bench_depths
+            summary.layout = self.layout
             decide_references(summary, walls, read_bench(run), p.bench_tolerance, p.timed_tolerance)
-            fake_vs_real(walls, nodes, summary, p.real_tolerance)
+            fake_vs_real(walls, nodes, summary, p.real_tolerance, self.layers)
             wide = undecided_references(summary) or too_wide(summary, p.target)
             if not wide or want >= (p.max_processes or p.processes):
                 return Measured(meta, walls, nodes, rows, summary)

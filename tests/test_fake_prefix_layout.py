@@ -1,0 +1,112 @@
+"""The fake prefix lays out as a restored hit: what the kernels see, compared exactly (lab.instrument.layout).
+
+Engine tier: the profiler's --layout pass on the tiny model of each memory family (kv, iSWA twice, hybrid), on
+every supported release, at L in {0, w-1, w, w+1, 4w, 8192} and chunks of 64 and 512. Fast tier: the comparison
+itself on rows made here, so a difference is seen and named."""
+
+from __future__ import annotations
+
+import copy
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+from lab.core.settings import Settings
+from lab.engine.source import PreparedSource
+from lab.instrument.layout import check_layout, compare, layout_depths
+from lab.models.resolve import ensure_tiny_model
+from lab.models.tiny.archs import tiny_spec
+
+from conftest import ENGINES, EngineOf
+
+
+@pytest.fixture(scope="session")
+def kv_model(settings: Settings, source: PreparedSource) -> Path:
+    """The tiny qwen3moe: full attention in every layer (a plain KV cache)."""
+    return ensure_tiny_model(settings.cache_dir, source, tiny_spec("qwen3moe", n_layer=4))
+
+
+MODELS = ["kv_model", "iswa_model", "oss_model", "tiny_model"]
+FAMILIES = {"kv_model": "kv", "iswa_model": "iSWA", "oss_model": "iSWA", "tiny_model": "hybrid"}
+
+
+@pytest.mark.engine
+@pytest.mark.parametrize("release", ENGINES)
+@pytest.mark.parametrize("model", MODELS, ids=["qwen3moe", "gemma3", "gpt-oss", "qwen35moe"])
+def test_a_fake_prefix_lays_out_as_a_restored_hit(
+    engine_of: EngineOf,
+    settings: Settings,
+    request: pytest.FixtureRequest,
+    tmp_path: Path,
+    release: str,
+    model: str,
+) -> None:
+    path: Path = request.getfixturevalue(model)
+    report = check_layout(engine_of(release), settings.cache_dir, path, tmp_path)
+    assert report.family == FAMILIES[model]
+    assert report.differences == [] and report.live_differences == [], report.line()
+    # every attention layer and cache at every depth and chunk was compared (a pass that printed nothing fails)
+    attn = sum(k != "recurrent" for k in report.kinds)
+    caches = 2 if report.family == "iSWA" else 1
+    assert report.compared == len(report.depths) * len(report.chunks) * (attn + len(report.kinds) + 1 + caches)
+    assert report.line().startswith(f"{FAMILIES[model]} ({path.name}): fake prefix lays out as a restored hit")
+
+
+# --- the comparison alone (fast) -------------------------------------------------------------------------
+
+
+def rows(depth: int = 256) -> list[dict[str, Any]]:
+    """One window layer's rows after each fill, equal but for where the live ring put the window."""
+    out: list[dict[str, Any]] = []
+    for fill in ("live", "restored", "fake"):
+        where = {"process": 0, "fill": fill, "depth": depth}
+        cells = [[0, depth - 128, 128]] if fill != "live" else [[128, depth - 128, 128]]
+        out.append({"kind": "cells", **where, "cache": 0, "size": 768, "n_swa": 128, "head": 128, "used": 128,
+                    "cells": cells})  # fmt: skip
+        out.append({"kind": "graph", **where, "layer": 0, "nodes": 27, "shapes": "a", "indices": fill == "live"})
+        out.append({"kind": "attn", **where, "layer": 0, "op": "FLASH_ATTN_EXT", "n_kv": 768, "rows": 512,
+                    "unmasked": [[128, 0, 0, 512]], "tiles": 24, "mask": fill == "live",
+                    "k_writes": [[128, 512]] if fill != "live" else [[0, 128], [256, 384]]})  # fmt: skip
+    return out
+
+
+@pytest.mark.fast
+def test_equal_layouts_compare_equal_and_a_live_ring_may_differ_in_cells() -> None:
+    restored, live, tiles, compared = compare(rows(), ("window",), chunk=512)
+    assert (restored, live, tiles, compared) == ([], [], [], 3)
+
+
+@pytest.mark.fast
+def test_a_split_window_is_named_by_kind_depth_and_field() -> None:
+    split = copy.deepcopy(rows())
+    fake_attn = next(r for r in split if r["kind"] == "attn" and r["fill"] == "fake")
+    fake_attn.update(tiles=25, k_writes=[[0, 1], [128, 511]], mask="other")
+    fake_cells = next(r for r in split if r["kind"] == "cells" and r["fill"] == "fake")
+    fake_cells["head"] = 0
+    restored, live, tiles, _ = compare(split, ("window",), chunk=512)
+    assert restored == [
+        "window layer 0, L=256 chunk=512: tiles 25 after the fake prefix, 24 after the restored one",
+        'window layer 0, L=256 chunk=512: mask "other" after the fake prefix, false after the restored one',
+        "window layer 0, L=256 chunk=512: k_writes [[0, 1], [128, 511]] after the fake prefix, [[128, 512]] after "
+        "the restored one",
+        "window cache, L=256 chunk=512: head 0 after the fake prefix, 128 after the restored one",
+    ]
+    assert live == [] and tiles == ["window layer 0, L=256 chunk=512: 25 tiles, 24 after the live fill"]
+
+
+@pytest.mark.fast
+def test_counts_that_differ_from_a_live_fill_are_errors_and_a_missing_row_too() -> None:
+    short = copy.deepcopy(rows())
+    next(r for r in short if r["kind"] == "attn" and r["fill"] == "live")["n_kv"] = 1024
+    _, live, _, _ = compare(short, ("window",), chunk=512)
+    assert live == ["window layer 0, L=256 chunk=512: n_kv 768 after the fake prefix, 1024 after the live fill"]
+    missing = [r for r in rows() if not (r["kind"] == "graph" and r["fill"] == "restored")]
+    restored, _, _, _ = compare(missing, ("window",), chunk=512)
+    assert restored == ["window layer 0, L=256 chunk=512: no row after the real prefix to compare with"]
+
+
+@pytest.mark.fast
+def test_the_depths_straddle_the_window() -> None:
+    assert layout_depths(128) == [0, 127, 128, 129, 512, 8192]
+    assert layout_depths(None) == [0, 511, 512, 513, 2048, 8192]
