@@ -88,7 +88,7 @@ def test_engine_check_exits_1_when_the_contract_fails(tiny_model: Path) -> None:
     """A server with a draft model (speculative decoding, as a user's own flag) refuses n_fake_cached: the check
     must say so, with the reason and the memory type."""
     draft = json.dumps(["--model-draft", str(tiny_model), "--spec-type", "draft-simple"])
-    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model),
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model), "--no-layout",
             env={"LAB_SERVER__EXTRA_ARGS": draft})  # fmt: skip
     one_line_error(r, 1, "does not honour the n_fake_cached contract: the fake arm")
     assert "speculative decoding" in r.stderr and "memory type hybrid" in r.stderr, r.stderr  # the reason, named
@@ -96,18 +96,23 @@ def test_engine_check_exits_1_when_the_contract_fails(tiny_model: Path) -> None:
 
 
 def test_engine_check_passes_on_a_sliding_window_model(iswa_model: Path) -> None:
+    """The contract's three arms, then the layout comparison on the model's family (one line)."""
     r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(iswa_model))
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.count(" yes") == 3, r.stdout
+    line = f"iSWA ({iswa_model.name}): fake prefix lays out as a restored hit: n_kv, cells, mask tiles equal"
+    assert line in r.stdout.replace("\n", " "), r.stdout
 
 
 def test_engine_check_passes_on_the_hybrid(tiny_model: Path) -> None:
-    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model))
+    r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model), "--no-layout")
     assert r.returncode == 0, r.stderr + r.stdout
     assert r.stdout.count(" yes") == 3, r.stdout
     r = lab("engine", "check", "--L", "512", "--new", "16", "--model", str(tiny_model), "--json")
     out = json.loads(r.stdout)  # the record the table is printed from
     assert [a["arm"] for a in out["arms"]] == ["baseline", "fake", "genuine"] and out["failure"] == ""
+    (layout,) = out["layout"]  # the hybrid's attention cache, compared at every depth and chunk
+    assert (layout["family"], layout["ok"], layout["chunks"]) == ("hybrid", True, [64, 512]) and layout["compared"]
     assert all(a["ok"] for a in out["arms"]) and out["arms"][1]["timings"]["cache_n"] == 512
 
 
@@ -115,6 +120,7 @@ def test_engine_check_passes_on_the_hybrid(tiny_model: Path) -> None:
 def test_engine_check_passes_on_the_newest_release(request: pytest.FixtureRequest, model: str) -> None:
     path = request.getfixturevalue(model)
     args = ["--engine", "latest", "--flavor", "assert", "--L", "512", "--new", "16", "--model", str(path), "--json"]
+    args.append("--no-layout")  # the layout on both releases: tests/test_fake_prefix_layout.py
     r = lab("engine", "check", *args)
     assert r.returncode == 0, r.stderr + r.stdout
     out = json.loads(r.stdout)

@@ -400,6 +400,26 @@ def test_fake_depth_is_checked_against_a_real_fill(tmp_path: Path) -> None:
     # the profile itself rests on its own probes: 2 processes x 2 reps per depth
     assert all(iv.n == 4 for iv in summary.timed_vs_fused_gap_ci.values())
     assert "fake / real depth at +-3%" in r.stdout and "the chunk after a fake prefix over the same" in r.stdout
+    # what the kernels see, compared before any time is spent: the hybrid's attention cache, at the checked depths
+    assert summary.layout.startswith("hybrid (tiny-qwen35moe-") and "lays out as a restored hit" in summary.layout
+    assert "L in 0,128, chunks 128" in summary.layout and f"what the kernels see: {summary.layout}" in r.stdout
+
+
+def test_a_sliding_window_real_check_splits_attn_core_by_kind(tmp_path: Path) -> None:
+    """The tiny gpt-oss with --real-check: fake / real of attn_core in the full-attention and in the window layers
+    apart, per depth and over all depths, beside the bands; the layout line names the iSWA family."""
+    args = ["profile", "--model", "tiny:gpt-oss", "--chunk", "64", "--depths", "0,128,256", "--processes", "2"]
+    args += ["--reps", "2", "--real-check", "--no-bench", "--no-peaks", "--runs-dir", str(tmp_path)]
+    r = subprocess.run([LAB, *args], capture_output=True, text=True, cwd=REPO, timeout=600)
+    assert r.returncode == 0, r.stderr + r.stdout
+    run = RunFolder.open(Path(r.stdout.strip().splitlines()[-1]))
+    summary = ProfileSummary.model_validate_json((run.path / "raw" / "profile_summary.json").read_text())
+    for ivs in summary.fake_vs_real.values():
+        assert {"attn_core full", "attn_core window"} <= set(ivs)
+        assert all(iv.lo <= iv.value <= iv.hi for iv in ivs.values())
+    assert {"total", "attn_core full", "attn_core window"} <= set(summary.fake_vs_real_all)
+    assert summary.layout.startswith("iSWA (tiny-gpt-oss-") and "lays out as a restored hit" in summary.layout
+    assert "attn_core window" in r.stdout and "attn_core full" in r.stdout
 
 
 @pytest.mark.parametrize(

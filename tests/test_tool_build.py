@@ -58,7 +58,8 @@ def test_a_change_to_the_shared_header_builds_the_tool_again(tmp_path: Path, mon
 
 
 def test_both_tools_include_the_shared_header_and_the_package_ships_it() -> None:
-    assert instrument.HEADERS == (instrument.NATIVE / "labtool.h",) and instrument.HEADERS[0].exists()
+    assert instrument.HEADERS == (instrument.NATIVE / "labtool.h", instrument.NATIVE / "kvlayout.h")
+    assert all(h.exists() for h in instrument.HEADERS)
     for source in (instrument.SOURCE, ARMS_SOURCE):
         assert '#include "labtool.h"' in source.read_text(), source.name
     package_data = tomllib.loads((REPO / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]["lab"]

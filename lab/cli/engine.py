@@ -134,7 +134,7 @@ def engine_check(
 
     s = settings_for(cache_dir, {"sdist_version": release}, model=model)
     check = run_check(s, resolve_model(s), L=L, new=new, flavor=check_flavor(flavor))
-    reports = check_models(s, check_flavor(flavor), lab_console()) if layout else []
+    reports = check_models(s, check_flavor(flavor), lab_console(stderr=True)) if layout and not check.failure else []
     if as_json:
         typer.echo(json.dumps({**check.record(), "layout": [r.record() for r in reports]}, indent=1))
     else:

@@ -110,12 +110,14 @@ class LlamaServer:
         settings: ServerSettings,
         log_path: Path,
         extra_args: list[str] | None = None,
+        env: dict[str, str] | None = None,
     ) -> None:
         self.engine = engine
         self.model = model
         self.settings = settings
         self.log_path = log_path
         self.extra_args = list(extra_args or [])
+        self.env = dict(env or {})  # on top of this process's (e.g. lab.engine.cells.DEBUG_ENV)
         self.port = 0
         self.proc: subprocess.Popen[bytes] | None = None
         self.config = ResolvedConfig()
@@ -141,7 +143,7 @@ class LlamaServer:
         self.port = free_port()
         args = server_args(self.settings, self.model, self.port, self.extra_args)
         cmd = [*taskset(self.settings.cpu_list), str(self.engine.server), *args]
-        env = dict(os.environ, LD_LIBRARY_PATH=str(self.engine.lib_dir))
+        env = dict(os.environ, **self.env, LD_LIBRARY_PATH=str(self.engine.lib_dir))
         with self.log_path.open("ab") as log:
             log.write(f"\n# {' '.join(cmd)}\n".encode())
             log.flush()
@@ -314,9 +316,10 @@ def adhoc_server(
     cache_dir: Path,
     what: str,
     extra_args: list[str] | None = None,
+    env: dict[str, str] | None = None,
 ) -> LlamaServer:
     """A server that serves no run (an engine check, a plan's calibration, a trace's derivation before its run
     exists): its log in the cache's logs/, named by what it is for, when and by whom, so no two share a log. A run's
     own servers are OpenRun.server's, logging into the run folder."""
     log = cache_dir / "logs" / f"{what}-{time.strftime('%Y%m%dT%H%M%S')}-{os.getpid()}.log"
-    return LlamaServer(engine, model, settings, log, extra_args)
+    return LlamaServer(engine, model, settings, log, extra_args, env)

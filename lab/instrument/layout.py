@@ -20,7 +20,7 @@ import json
 import subprocess
 import tempfile
 from collections.abc import Iterable
-from dataclasses import dataclass, field
+from dataclasses import asdict, dataclass, field
 from pathlib import Path
 from typing import Any, Literal
 
@@ -29,6 +29,8 @@ from rich.console import Console
 from lab.core.errors import LabError
 from lab.core.settings import Settings
 from lab.engine.build import EngineInfo, Flavor, build_engine
+from lab.engine.cells import parse_cell_dumps
+from lab.engine.slot_layout import SlotLayout, slot_layout
 from lab.instrument import build_instrument
 from lab.models.hparams import model_hparams
 
@@ -67,15 +69,16 @@ class LayoutReport:
     live_differences: list[str] = field(default_factory=list)  # counts against a live fill: each is an error
     live_tiles: list[str] = field(default_factory=list)  # tiles a live fill visits otherwise: reported only
     compared: int = 0  # attention nodes and caches compared against the restored state
+    slot: SlotLayout | None = None  # a sliding-window model through llama-server: a fake slot against a genuine hit
 
     @property
     def ok(self) -> bool:
-        return not self.differences and not self.live_differences
+        return not self.differences and not self.live_differences and (self.slot is None or self.slot.ok)
 
     def first(self) -> str:
         """The first difference, named with the model ("" when there is none)."""
-        both = self.differences + self.live_differences
-        return f"{self.model}: {both[0]}" if both else ""
+        every = self.differences + self.live_differences + (self.slot.differences if self.slot else [])
+        return f"{self.model}: {every[0]}" if every else ""
 
     def record(self) -> dict[str, Any]:
         """JSON-ready (`lab engine check --json`)."""
@@ -83,6 +86,7 @@ class LayoutReport:
             "model": self.model, "family": self.family, "depths": self.depths, "chunks": self.chunks,
             "compared": self.compared, "ok": self.ok, "line": self.line(), "differences": self.differences,
             "live_differences": self.live_differences, "live_tiles": self.live_tiles,
+            "slot": asdict(self.slot) if self.slot else None,
         }  # fmt: skip
 
     def line(self) -> str:
@@ -90,13 +94,18 @@ class LayoutReport:
         head = f"{self.family} ({self.model}): "
         grid = f"L in {','.join(map(str, self.depths))}, chunks {','.join(map(str, self.chunks))}"
         if not self.ok:
-            first = (self.differences or self.live_differences)[0]
-            n = len(self.differences) + len(self.live_differences)
+            n = len(self.differences) + len(self.live_differences) + (len(self.slot.differences) if self.slot else 0)
+            first = self.first().removeprefix(f"{self.model}: ")
             return head + f"fake prefix does NOT lay out as a restored hit: {first} ({n} differences; {grid})"
         live = "; against a live fill n_kv and unmasked keys equal" + (
             f", mask tiles differ at {len(self.live_tiles)} (the live ring's offset)" if self.live_tiles else ""
         )
-        return head + f"fake prefix lays out as a restored hit: n_kv, cells, mask tiles equal ({grid}){live}"
+        slot = (
+            f"; through a slot, n_fake_cached holds a genuine hit's cells at L in {','.join(map(str, self.slot.Ls))}"
+            if self.slot
+            else ""
+        )
+        return head + f"fake prefix lays out as a restored hit: n_kv, cells, mask tiles equal ({grid}){live}{slot}"
 
 
 def run_layout(
@@ -131,8 +140,9 @@ def compare(
     for r in rows:
         if r["kind"] in ("attn", "graph"):
             by[(r["kind"], r["fill"], r["depth"], r["layer"])] = r
-        elif r["kind"] == "cells":
-            by[("cells", r["fill"], r["depth"], r["cache"])] = r
+        elif r["kind"] == "cells":  # llama.cpp's dump of each cache before the chunk is placed
+            for i, c in enumerate(parse_cell_dumps(r["dump"])):
+                by[("cells", r["fill"], r["depth"], i)] = {**asdict(c), "kind": "cells"}
     restored_diffs: list[str] = []
     live_diffs: list[str] = []
     live_tiles: list[str] = []
@@ -223,5 +233,19 @@ def check_models(settings: Settings, flavor: Flavor, console: Console) -> list[L
     with tempfile.TemporaryDirectory(prefix="lab-layout-") as work:
         for model in models:
             with console.status(f"comparing what the kernels see after a fake and a real prefix on {model.name} ..."):
-                reports.append(check_layout(engine, settings.cache_dir, model, Path(work)))
+                report = check_layout(engine, settings.cache_dir, model, Path(work))
+            if "window" in report.kinds:  # the window's cells through a slot too
+                with console.status(f"comparing a fake slot's cells with a genuine hit's on {model.name} ..."):
+                    report.slot = check_slot(engine, settings, model)
+            reports.append(report)
     return reports
+
+
+SLOT_NEW = 64  # the step's new tokens through a slot
+
+
+def check_slot(engine: EngineInfo, settings: Settings, model: Path) -> SlotLayout:
+    """The slot comparison at L in {w-1, w, w+1, 4w} that fit the server's context."""
+    w = model_hparams(model).window or 512
+    Ls = [L for L in (w - 1, w, w + 1, 4 * w) if settings.server.ctx_size > L + SLOT_NEW]
+    return slot_layout(engine, model, settings.server, settings.cache_dir, Ls, SLOT_NEW)

@@ -25,8 +25,8 @@
 // and a line `progress depth=d mode=fused|timed fill=.. ms=x` on stderr per chunk.
 // --layout: no timing; what the kernels of one chunk will see at each depth, after a live fill, after that fill's
 // state restored and after a fake prefix (lab/native/kvlayout.h), each read exactly:
-//   {"kind":"cells","process":k,"fill":"live"|"restored"|"fake","depth":d,"cache":i,"size":..,"n_swa":..,
-//    "head":..,"used":..,"cells":[[cell,pos,len],..]}     (each KV cache just before the chunk is placed)
+//   {"kind":"cells","process":k,"fill":"live"|"restored"|"fake","depth":d,"dump":text}   (llama.cpp's dump of
+//    each KV cache just before the chunk is placed: cells, positions, head; read by lab.engine.cells)
 //   {"kind":"graph",...,"layer":il,"nodes":n,"shapes":digest,"indices":digest}        (every layer's nodes)
 //   {"kind":"attn",...,"layer":il,"op":..,"n_kv":..,"rows":..,"unmasked":[[count,row,step,len],..],"tiles":..,
 //    "mask":digest,"k_writes":[[cell,len],..]}                 (each attention node's mask, the layer's K writes) The model, the context, the
@@ -186,7 +186,7 @@ Args parse(int argc, char ** argv) {
         fail("--layout is a pass of its own: no --fill real, no --check-depth");
     }
     if (a.layout && a.depths.back() + a.chunk > 99999) {
-        fail("--layout reads llama.cpp's cell dump, five digits a position: depth + chunk up to 99999");
+        fail("--layout reads llama.cpp's cell dump, five characters a position: depth + chunk up to 99999");
     }
     if (a.check_depth >= 0 && a.depths.front() > a.check_depth) {
         fail("--check-depth " + std::to_string(a.check_depth) + " is below every depth");

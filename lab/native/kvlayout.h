@@ -6,11 +6,11 @@
 //                     attention node (FLASH_ATTN_EXT, or SOFT_MAX with a mask) the mask it reads: n_kv, the
 //                     unmasked keys of every query row, the 64x64 tiles with any unmasked entry, a digest of the
 //                     whole pattern; for each K-cache write (SET_ROWS into cache_k_l*) the cells it writes
-//   CellsCapture      a log observer: the cells, positions and head of every KV cache just before the batch is
-//                     placed, from llama.cpp's own dump (find_slot, LLAMA_KV_CACHE_DEBUG >= 3)
+//   CellsCapture      a log observer: llama.cpp's own dump of every KV cache's cells, positions and head just before
+//                     the batch is placed (find_slot, LLAMA_KV_CACHE_DEBUG >= 3), as text
 //
 // Both print JSON lines. Runs compress what is regular: [count, row, step, length] of rows whose unmasked counts
-// step alike, [cell, length] of written cells, [cell, pos, length] of cells whose positions step by one.
+// step alike, [cell, length] of written cells.
 #pragma once
 
 #include "labtool.h"
@@ -20,7 +20,6 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <sstream>
 #include <string>
 #include <vector>
 
@@ -212,9 +211,9 @@ class LayoutCapture {
     std::map<int, Layer> layers_;
 };
 
-// The KV caches' cells as llama.cpp's find_slot dumps them at LLAMA_KV_CACHE_DEBUG >= 3, one dump per cache per
-// ubatch, read from the log while `on`: a header line (size, n_swa, head, used), a line per 256 cells of sequence
-// ids, then a line per 64 cells of positions, each 5 characters wide ('.' for an empty cell).
+// The KV caches' cells as llama.cpp's find_slot dumps them at LLAMA_KV_CACHE_DEBUG >= 3 (one dump per cache per
+// ubatch, just before the ubatch is placed), collected from the log while `on` and printed whole as one JSON row
+// for lab.engine.cells to read (the one reader of that dump, also of llama-server's log).
 class CellsCapture {
   public:
     bool on = false;
@@ -229,79 +228,11 @@ class CellsCapture {
 
     void clear() { text_.clear(); }
 
-    // one JSON line per cache dump seen since clear(); exit 2 if the dump cannot be read
     void print(FILE * out, const std::string & where) const {
-        std::istringstream in(text_);
-        std::string line;
-        int cache = 0;
-        while (std::getline(in, line)) {
-            unsigned stream = 0, n = 0, used = 0, head = 0, size = 0, n_swa = 0;
-            const char * h = strstr(line.c_str(), "find_slot: stream[");
-            if (!h || sscanf(h, "find_slot: stream[%u], n = %u, used = %u, head = %u, size = %u, n_swa = %u", &stream,
-                             &n, &used, &head, &size, &n_swa) != 6) {
-                continue;
-            }
-            std::vector<int64_t> pos = read_positions(in, size);
-            std::vector<int64_t> cells, positions;
-            for (size_t i = 0; i < pos.size(); ++i) {
-                if (pos[i] >= 0) {
-                    cells.push_back((int64_t) i);
-                    positions.push_back(pos[i]);
-                }
-            }
-            fprintf(out,
-                    "{\"kind\":\"cells\",%s,\"cache\":%d,\"size\":%u,\"n_swa\":%u,\"head\":%u,\"used\":%u,"
-                    "\"cells\":%s}\n",
-                    where.c_str(), cache++, size, n_swa, head, used, cell_runs(cells, positions).c_str());
-        }
+        fprintf(out, "{\"kind\":\"cells\",%s,\"dump\":%s}\n", where.c_str(), json_str(text_).c_str());
     }
 
   private:
-    // the positions dump after a header: skip to the first line of 5-character fields, read `size` of them
-    static std::vector<int64_t> read_positions(std::istringstream & in, unsigned size) {
-        std::vector<int64_t> pos;
-        std::string line;
-        bool started = false;
-        while (pos.size() < size && std::getline(in, line)) {
-            if (line.size() >= 2 && line.compare(line.size() - 2, 2, " *") == 0) {
-                line.resize(line.size() - 2);
-            }
-            // the sequence-id map has one character a cell (256 a line); the positions five (64 a line)
-            if (!started && line.size() != 5 * std::min<size_t>(64, size)) {
-                continue;
-            }
-            started = true;
-            if (line.size() % 5 != 0) {
-                fail("--layout: llama.cpp's cell dump has a line of " + std::to_string(line.size()) +
-                     " characters, not 5 a cell (a position past 99999?)");
-            }
-            for (size_t i = 0; i + 5 <= line.size(); i += 5) {
-                const std::string f = line.substr(i, 5);
-                pos.push_back(f[0] == '.' ? -1 : std::stoll(f));
-            }
-        }
-        if (pos.size() != size) {
-            fail("--layout: llama.cpp's cell dump ended after " + std::to_string(pos.size()) + " of " +
-                 std::to_string(size) + " cells");
-        }
-        return pos;
-    }
-
-    // [[cell, pos, length], ...]: runs of used cells whose cell and position both step by one
-    static std::string cell_runs(const std::vector<int64_t> & cells, const std::vector<int64_t> & pos) {
-        std::string out = "[";
-        for (size_t i = 0; i < cells.size();) {
-            size_t j = i + 1;
-            while (j < cells.size() && cells[j] == cells[j - 1] + 1 && pos[j] == pos[j - 1] + 1) {
-                ++j;
-            }
-            out += (out.size() > 1 ? "," : "") + std::string("[") + std::to_string(cells[i]) + "," +
-                   std::to_string(pos[i]) + "," + std::to_string(j - i) + "]";
-            i = j;
-        }
-        return out + "]";
-    }
-
     std::string text_;
 };
 
