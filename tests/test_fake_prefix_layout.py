@@ -90,9 +90,9 @@ def rows(depth: int = 256) -> list[dict[str, Any]]:
         out.append(
             {"kind": "cells", **where, "dump": dump(768, 128, 128, {first + i: depth - 128 + i for i in range(128)})}
         )
-        out.append({"kind": "graph", **where, "layer": 0, "nodes": 27, "shapes": "a", "indices": fill == "live"})
+        out.append({"kind": "graph", **where, "layer": 0, "nodes": 27, "shapes": "a", "params": fill == "live"})
         out.append({"kind": "attn", **where, "layer": 0, "op": "FLASH_ATTN_EXT", "n_kv": 768, "rows": 512,
-                    "unmasked": [[128, 0, 0, 512]], "tiles": 24, "mask": fill == "live",
+                    "unmasked": [[128, 0, 0, 512]], "tiles": 24, "mask": fill == "live", "params": "p",
                     "k_writes": [[128, 512]] if fill != "live" else [[0, 128], [256, 384]]})  # fmt: skip
     return out
 

@@ -3,9 +3,9 @@
 One llama-server with llama.cpp's cell dump on (lab.engine.cells, `-lv 5` so its debug lines reach the log). At
 each L the step's prefix is prefilled and saved; the genuine arm restores it and sends the step, the fake arm sends
 the step with n_fake_cached = L. Each timed request's log holds a dump of every cache just before the step's first
-ubatch is placed (the fake arm's after the patch's "fabricated fake prefix" line); the dumps must be equal, cell
-by cell, with head and used. This is the server's side of lab.instrument.layout, which compares what the kernels
-see in one process.
+ubatch is placed (after the server's "new prompt" line; the fake arm's after the patch's "fabricated fake prefix"
+line); the dumps must be equal, cell by cell, with head and used. This is the server's side of
+lab.instrument.layout, which compares what the kernels see in one process.
 """
 
 from __future__ import annotations
@@ -21,6 +21,7 @@ from lab.engine.cells import DEBUG_ENV, CacheCells, parse_cell_dumps
 from lab.engine.contract import ContractClient, filler_tokens, text_step
 from lab.engine.server import adhoc_server
 
+STARTED = "new prompt, n_ctx_slot"  # the server's log line as a slot takes a request (a trace line: -lv 4 and up)
 FABRICATED = "fabricated fake prefix"  # the patch's log line once a slot's fake prefix is in place
 TIMINGS = "prompt eval time"  # the server's log line at a request's end
 SETTLE_S = 10.0  # the server's log is written by a thread of its own: wait this long for a request's last line
@@ -58,7 +59,8 @@ def slot_layout(
                     if not r.ok:
                         out.differences.append(f"L={L}: the {arm} arm failed: {r.reason}")
                         break
-                    text = _settled(client)
+                    # the step's own dumps: a slower log line of the restore before it may land in its window
+                    text = _settled(client).split(STARTED)[-1]
                     seen[arm] = parse_cell_dumps(text.split(FABRICATED)[-1] if arm == "fake" else text)
                 if len(seen) == 2:
                     out.differences += _compare(seen["fake"], seen["genuine"], L)
@@ -69,7 +71,7 @@ def slot_layout(
 def _settled(client: ContractClient) -> str:
     """The timed request's log, once its last line is written."""
     text, deadline = client.tail.read(), time.monotonic() + SETTLE_S
-    while TIMINGS not in text and time.monotonic() < deadline:
+    while TIMINGS not in text.split(STARTED)[-1] and time.monotonic() < deadline:
         time.sleep(0.05)
         text += client.tail.read()
     return text

@@ -3,9 +3,9 @@
 The profiler's --layout pass (lab/instrument/profile_prefill.cpp, lab/native/kvlayout.h) decodes one chunk at each
 depth L three times: after a live fill of L tokens, after that fill's state saved and restored (what a genuine
 hit restored from a prompt cache holds), and after `llama_memory_seq_fake_prefix(L)`. For each it prints every KV
-cache's cells, positions and head before the chunk is placed, every layer's graph (ops and shapes, and the
-integer inputs it reads), and each attention node's mask (n_kv, unmasked keys per query row, live 64x64 tiles, a
-digest of the whole pattern) with the cells its keys are written to.
+cache's cells, positions and head before the chunk is placed, every layer's graph (ops and shapes; the integer
+inputs it reads and its ops' parameters), and each attention node's mask (n_kv, unmasked keys per query row, live
+64x64 tiles, a digest of the whole pattern) and parameters, with the cells its keys are written to.
 
 The kernels are data-independent (the only value-dependent branch in ggml-cpu's attention is the online softmax
 rescale), so equal graphs, masks and cells mean equal work. Against the restored state everything must be equal,
@@ -172,8 +172,8 @@ def compare(
 
 
 _FIELDS = {
-    "attn": ("op", "n_kv", "rows", "unmasked", "tiles", "mask", "k_writes"),
-    "graph": ("nodes", "shapes", "indices"),
+    "attn": ("op", "n_kv", "rows", "unmasked", "tiles", "mask", "params", "k_writes"),
+    "graph": ("nodes", "shapes", "params"),
     "cells": ("size", "n_swa", "head", "used", "cells"),
 }
 _LIVE_FIELDS = {"attn": ("op", "n_kv", "rows", "unmasked"), "graph": ("nodes", "shapes"), "cells": ()}

@@ -27,11 +27,12 @@
 // state restored and after a fake prefix (lab/native/kvlayout.h), each read exactly:
 //   {"kind":"cells","process":k,"fill":"live"|"restored"|"fake","depth":d,"dump":text}   (llama.cpp's dump of
 //    each KV cache just before the chunk is placed: cells, positions, head; read by lab.engine.cells)
-//   {"kind":"graph",...,"layer":il,"nodes":n,"shapes":digest,"indices":digest}        (every layer's nodes)
+//   {"kind":"graph",...,"layer":il,"nodes":n,"shapes":digest,"params":digest}        (every layer's nodes)
 //   {"kind":"attn",...,"layer":il,"op":..,"n_kv":..,"rows":..,"unmasked":[[count,row,step,len],..],"tiles":..,
-//    "mask":digest,"k_writes":[[cell,len],..]}                 (each attention node's mask, the layer's K writes) The model, the context, the
-// threadpool (--threadpool: lab/native/labtool.h's Engine), the filler and the options -t, -tb, --n-ctx, --seed,
-// --flash-attn are those of the in-process arms driver (lab/inproc/driver.cpp). Bad input exits 2 with one line.
+//    "mask":digest,"params":digest,"k_writes":[[cell,len],..]}   (each attention node's mask, its layer's K writes)
+// The model, the context, the threadpool (--threadpool: lab/native/labtool.h's Engine), the filler and the options
+// -t, -tb, --n-ctx, --seed, --flash-attn are those of the in-process arms driver (lab/inproc/driver.cpp). Bad input
+// exits 2 with one line.
 #include "kvlayout.h"
 #include "labtool.h"
 

@@ -63,6 +63,12 @@ inline const ggml_tensor * view_root(const ggml_tensor * t) {
     return t;
 }
 
+// the layer of the K cache a tensor views (cache_k_l<il>), else `otherwise`
+inline int cache_layer(const ggml_tensor * t, int otherwise) {
+    int il = -1;
+    return sscanf(view_root(t)->name, "cache_k_l%d", &il) == 1 && il >= 0 ? il : otherwise;
+}
+
 // runs of values in arithmetic progression, as JSON: [[first value, first index, step, length], ...] (a causal
 // mask's unmasked count per row is one run of step 1, a window's of step 0)
 inline std::string progression_runs(const std::vector<int64_t> & v) {
@@ -106,11 +112,12 @@ class LayoutCapture {
         std::vector<int64_t> unmasked;  // per query row
         int64_t tiles = 0;
         std::string mask_digest;
+        std::string params;  // the node's op parameters (e.g. a bound on the keys it reads, where the op has one)
     };
 
     struct Layer {
-        Fnv shapes;   // every node's op and shapes, and its sources' shapes
-        Fnv indices;  // the contents of every integer input the layer reads (write cells, state copies)
+        Fnv shapes;  // every node's op and shapes, and its sources' shapes
+        Fnv params;  // every node's op parameters and the integer inputs it reads (write cells, state copies)
         int nodes = 0;
         std::vector<Attn> attn;
         std::vector<int64_t> k_writes;  // the cells the chunk's keys are written to
@@ -126,18 +133,20 @@ class LayoutCapture {
         Layer & L = layers_[layer_of(t)];
         L.nodes += 1;
         add_shape(L.shapes, t);
+        L.params.add(t->op_params, sizeof t->op_params);
         for (int i = 0; i < GGML_MAX_SRC && t->src[i]; ++i) {
             const ggml_tensor * s = t->src[i];
             add_shape(L.shapes, s);
             if ((s->type == GGML_TYPE_I32 || s->type == GGML_TYPE_I64) && (s->flags & GGML_TENSOR_FLAG_INPUT)) {
-                L.indices.add(s->data, ggml_nbytes(s));
+                L.params.add(s->data, ggml_nbytes(s));
             }
         }
+        // an attention node's layer is its K cache's (cache_k_l<il>): not every release names the node by layer
         if (t->op == GGML_OP_FLASH_ATTN_EXT && t->src[3]) {
-            L.attn.push_back(read_mask(t, t->src[0], t->src[3]));
+            layers_[cache_layer(t->src[1], layer_of(t))].attn.push_back(read_mask(t, t->src[0], t->src[3]));
         } else if (t->op == GGML_OP_SOFT_MAX && t->src[1]) {
-            L.attn.push_back(read_mask(t, t->src[0], t->src[1]));
-        } else if (int il = -1; t->op == GGML_OP_SET_ROWS && sscanf(view_root(t)->name, "cache_k_l%d", &il) == 1) {
+            layers_[layer_of(t)].attn.push_back(read_mask(t, t->src[0], t->src[1]));
+        } else if (const int il = cache_layer(t, -1); t->op == GGML_OP_SET_ROWS && il >= 0) {
             // a set_rows node is a view of the cache (named cache_k_l<il>): src[0] the rows, src[1] the cells
             const ggml_tensor * idx = t->src[1];
             for (int64_t i = 0; i < ggml_nelements(idx); ++i) {
@@ -151,14 +160,14 @@ class LayoutCapture {
     // one JSON line per layer; `where` is the row's shared fields
     void print(FILE * out, const std::string & where) const {
         for (const auto & [il, L] : layers_) {
-            fprintf(out, "{\"kind\":\"graph\",%s,\"layer\":%d,\"nodes\":%d,\"shapes\":\"%s\",\"indices\":\"%s\"}\n",
-                    where.c_str(), il, L.nodes, L.shapes.hex().c_str(), L.indices.hex().c_str());
+            fprintf(out, "{\"kind\":\"graph\",%s,\"layer\":%d,\"nodes\":%d,\"shapes\":\"%s\",\"params\":\"%s\"}\n",
+                    where.c_str(), il, L.nodes, L.shapes.hex().c_str(), L.params.hex().c_str());
             for (const Attn & a : L.attn) {
                 fprintf(out,
                         "{\"kind\":\"attn\",%s,\"layer\":%d,\"op\":%s,\"n_kv\":%" PRId64 ",\"rows\":%" PRId64
-                        ",\"unmasked\":%s,\"tiles\":%" PRId64 ",\"mask\":\"%s\",\"k_writes\":%s}\n",
+                        ",\"unmasked\":%s,\"tiles\":%" PRId64 ",\"mask\":\"%s\",\"params\":\"%s\",\"k_writes\":%s}\n",
                         where.c_str(), il, json_str(a.op).c_str(), a.n_kv, a.rows, progression_runs(a.unmasked).c_str(),
-                        a.tiles, a.mask_digest.c_str(), step_runs(L.k_writes).c_str());
+                        a.tiles, a.mask_digest.c_str(), a.params.c_str(), step_runs(L.k_writes).c_str());
             }
         }
     }
@@ -205,6 +214,9 @@ class LayoutCapture {
             a.tiles += x;
         }
         a.mask_digest = digest.hex();
+        Fnv params;
+        params.add(node->op_params, sizeof node->op_params);
+        a.params = params.hex();
         return a;
     }
 
