@@ -91,9 +91,21 @@ def rows(depth: int = 256) -> list[dict[str, Any]]:
             {"kind": "cells", **where, "dump": dump(768, 128, 128, {first + i: depth - 128 + i for i in range(128)})}
         )
         out.append({"kind": "graph", **where, "layer": 0, "nodes": 27, "shapes": "a", "params": fill == "live"})
-        out.append({"kind": "attn", **where, "layer": 0, "op": "FLASH_ATTN_EXT", "n_kv": 768, "rows": 512,
-                    "unmasked": [[128, 0, 0, 512]], "tiles": 24, "mask": fill == "live", "params": "p",
-                    "k_writes": [[128, 512]] if fill != "live" else [[0, 128], [256, 384]]})  # fmt: skip
+        out.append(
+            {
+                "kind": "attn",
+                **where,
+                "layer": 0,
+                "op": "FLASH_ATTN_EXT",
+                "n_kv": 768,
+                "rows": 512,
+                "unmasked": [[128, 0, 0, 512]],
+                "tiles": 24,
+                "mask": fill == "live",
+                "params": "p",
+                "k_writes": [[128, 512]] if fill != "live" else [[0, 128], [256, 384]],
+            }
+        )
     return out
 
 

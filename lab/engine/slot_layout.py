@@ -87,8 +87,10 @@ def _compare(fake: list[CacheCells], genuine: list[CacheCells], L: int) -> list[
         for name in ("size", "n_swa", "head", "used", "cells"):
             a, b = getattr(f, name), getattr(g, name)
             if a != b:
-                out.append(f"{g.kind} cache, L={L}: {name} {_short(a)} after the fake prefix, {_short(b)} after the "
-                           "genuine hit")  # fmt: skip
+                out.append(
+                    f"{g.kind} cache, L={L}: {name} {_short(a)} after the fake prefix, {_short(b)} after the "
+                    "genuine hit"
+                )
     return out
 
 

@@ -83,11 +83,18 @@ class LayoutReport:
     def record(self) -> dict[str, Any]:
         """JSON-ready (`lab engine check --json`)."""
         return {
-            "model": self.model, "family": self.family, "depths": self.depths, "chunks": self.chunks,
-            "compared": self.compared, "ok": self.ok, "line": self.line(), "differences": self.differences,
-            "live_differences": self.live_differences, "live_tiles": self.live_tiles,
+            "model": self.model,
+            "family": self.family,
+            "depths": self.depths,
+            "chunks": self.chunks,
+            "compared": self.compared,
+            "ok": self.ok,
+            "line": self.line(),
+            "differences": self.differences,
+            "live_differences": self.live_differences,
+            "live_tiles": self.live_tiles,
             "slot": asdict(self.slot) if self.slot else None,
-        }  # fmt: skip
+        }
 
     def line(self) -> str:
         """The one line `lab engine check` prints for this model's memory family."""
@@ -121,9 +128,22 @@ def run_layout(
     """One --layout pass of the profiler; its rows. `kv`: the KV cache's type flags (-ctk/-ctv), as measured."""
     info = build_instrument(engine, cache_dir)
     cmd = [
-        str(info.binary), "--model", str(model), "--out", str(out), "--layout", "--chunk", str(chunk),
-        "--depths", ",".join(str(d) for d in sorted(set(depths))), "-t", str(threads), "--warmup", "0", *(kv or []),
-    ]  # fmt: skip
+        str(info.binary),
+        "--model",
+        str(model),
+        "--out",
+        str(out),
+        "--layout",
+        "--chunk",
+        str(chunk),
+        "--depths",
+        ",".join(str(d) for d in sorted(set(depths))),
+        "-t",
+        str(threads),
+        "--warmup",
+        "0",
+        *(kv or []),
+    ]
     proc = subprocess.run(cmd, capture_output=True, text=True)
     if proc.returncode != 0:
         tail = proc.stderr.strip().splitlines()[-1:] or ["(no message)"]
@@ -160,12 +180,16 @@ def compare(
         compared += 1
         for field_ in _FIELDS[what]:
             if fake[field_] != restored[field_]:
-                restored_diffs.append(f"{where}, {at}: {field_} {_show(fake[field_])} after the fake prefix, "
-                                      f"{_show(restored[field_])} after the restored one")  # fmt: skip
+                restored_diffs.append(
+                    f"{where}, {at}: {field_} {_show(fake[field_])} after the fake prefix, "
+                    f"{_show(restored[field_])} after the restored one"
+                )
         for field_ in _LIVE_FIELDS[what]:
             if fake[field_] != live[field_]:
-                live_diffs.append(f"{where}, {at}: {field_} {_show(fake[field_])} after the fake prefix, "
-                                  f"{_show(live[field_])} after the live fill")  # fmt: skip
+                live_diffs.append(
+                    f"{where}, {at}: {field_} {_show(fake[field_])} after the fake prefix, "
+                    f"{_show(live[field_])} after the live fill"
+                )
         if what == "attn" and fake["tiles"] != live["tiles"]:
             live_tiles.append(f"{where}, {at}: {fake['tiles']} tiles, {live['tiles']} after the live fill")
     return restored_diffs, live_diffs, live_tiles, compared

@@ -137,9 +137,15 @@ class Profile(Experiment):
         threads = p.threads or settings.server.threads
         with tempfile.TemporaryDirectory(prefix="lab-layout-") as work:
             report = check_layout(
-                parts.engine, settings.cache_dir, parts.model, Path(work), (p.chunk,), threads,
-                depths=p.bench_depths, kv=settings.server.kv_args,
-            )  # fmt: skip
+                parts.engine,
+                settings.cache_dir,
+                parts.model,
+                Path(work),
+                (p.chunk,),
+                threads,
+                depths=p.bench_depths,
+                kv=settings.server.kv_args,
+            )
         if not report.ok:
             raise LayoutError(f"a fake prefix does not lay out as a restored hit: {report.first()}")
         return report.line()
